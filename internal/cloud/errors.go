@@ -1,0 +1,84 @@
+package cloud
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Error classes. Callers test them with errors.Is; backends wrap their errors
+// with NewError so that both the class and the cause survive.
+var (
+	// ErrCapacity is a stock-out: try the next offering, tell the autoscaler.
+	ErrCapacity = errors.New("insufficient capacity")
+	// ErrQuota is an account limit (instances, GPUs, volumes, funds).
+	ErrQuota = errors.New("quota exceeded")
+	// ErrNotFound is an object the cloud does not know.
+	ErrNotFound = errors.New("not found")
+	// ErrInvalid is a request the cloud refuses as malformed: a configuration
+	// problem, never retried.
+	ErrInvalid = errors.New("invalid request")
+	// ErrTransient is a failure worth retrying with backoff (429, 5xx, network).
+	ErrTransient = errors.New("transient failure")
+	// ErrOutcomeUnknown is a create whose request may have reached the cloud
+	// but whose answer was lost. It is never retried blindly: the instance
+	// must be looked up by name first.
+	ErrOutcomeUnknown = errors.New("outcome unknown")
+)
+
+// Error is a cloud failure with a class.
+type Error struct {
+	// Class is one of the Err* sentinels above.
+	Class error
+	// Op names the operation, e.g. "create", "list".
+	Op string
+	// Err is the underlying cause; may be nil.
+	Err error
+}
+
+// NewError wraps cause with a class and an operation name.
+func NewError(class error, op string, cause error) *Error {
+	return &Error{Class: class, Op: op, Err: cause}
+}
+
+// Errorf builds a classed error from a format string.
+func Errorf(class error, op, format string, args ...any) *Error {
+	return &Error{Class: class, Op: op, Err: fmt.Errorf(format, args...)}
+}
+
+func (e *Error) Error() string {
+	if e.Err == nil {
+		return fmt.Sprintf("%s: %v", e.Op, e.Class)
+	}
+	return fmt.Sprintf("%s: %v: %v", e.Op, e.Class, e.Err)
+}
+
+// Unwrap exposes both the class and the cause to errors.Is and errors.As.
+func (e *Error) Unwrap() []error {
+	if e.Err == nil {
+		return []error{e.Class}
+	}
+	return []error{e.Class, e.Err}
+}
+
+// Class returns the class of err, or nil when err carries none of the known
+// classes. Unclassed errors should be treated as transient by callers that
+// retry, and reported as they are otherwise.
+func Class(err error) error {
+	for _, c := range []error{ErrCapacity, ErrQuota, ErrNotFound, ErrInvalid, ErrOutcomeUnknown, ErrTransient} {
+		if errors.Is(err, c) {
+			return c
+		}
+	}
+	return nil
+}
+
+// Retryable reports whether an operation that failed with err may be sent
+// again as it is. Outcome-unknown creates are not retryable.
+func Retryable(err error) bool {
+	switch Class(err) {
+	case ErrTransient, nil:
+		return err != nil
+	default:
+		return false
+	}
+}

@@ -1,0 +1,169 @@
+// Package cloud defines the contract every GPU cloud backend implements: a
+// catalog of instance types, the offerings that can be had now, the instances
+// this cluster owns, and the two orders, create and delete.
+//
+// Backends live in sub-packages (sim, verda, ...). Nothing in this package
+// talks to a network; it holds only types, error classes and provider IDs.
+package cloud
+
+import (
+	"context"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// CapacityType is how an instance is billed: spot (reclaimable) or on-demand.
+type CapacityType string
+
+// Capacity types.
+const (
+	Spot     CapacityType = "spot"
+	OnDemand CapacityType = "on-demand"
+)
+
+// InstanceType is one entry of a cloud's catalog.
+type InstanceType struct {
+	// Name is the cloud's own name for the type, e.g. "1H100.80S.30V".
+	Name string
+	// GPUModel is a key of the internal/gpu model table, e.g. "H100-80GB";
+	// empty for CPU-only types.
+	GPUModel string
+	// GPUCount is the number of whole GPUs.
+	GPUCount int
+	// GPUMemoryGiB is the memory of one GPU.
+	GPUMemoryGiB int
+	VCPUs        int
+	MemoryGiB    int
+	// DiskGiB is the default OS disk size; 0 when the disk is sized per order.
+	DiskGiB int
+	// Arch is the CPU architecture in GOARCH spelling ("amd64", "arm64").
+	Arch string
+	// OnDemandPrice and SpotPrice are hourly prices in the cloud's currency;
+	// SpotPrice is 0 when the type has no spot offering.
+	OnDemandPrice float64
+	SpotPrice     float64
+}
+
+// Price returns the hourly price of the type for a capacity type.
+func (t InstanceType) Price(ct CapacityType) float64 {
+	if ct == Spot {
+		return t.SpotPrice
+	}
+	return t.OnDemandPrice
+}
+
+// Offering is one instance type in one location under one capacity type,
+// and whether it can be ordered now.
+type Offering struct {
+	InstanceType string
+	Location     string
+	CapacityType CapacityType
+	Available    bool
+	// Price is the hourly price of this offering.
+	Price float64
+}
+
+// Key identifies an offering independent of its availability and price.
+func (o Offering) Key() OfferingKey {
+	return OfferingKey{InstanceType: o.InstanceType, Location: o.Location, CapacityType: o.CapacityType}
+}
+
+// OfferingKey identifies an offering.
+type OfferingKey struct {
+	InstanceType string
+	Location     string
+	CapacityType CapacityType
+}
+
+// String renders the key as "type/location/capacity".
+func (k OfferingKey) String() string {
+	return k.InstanceType + "/" + k.Location + "/" + string(k.CapacityType)
+}
+
+// InstanceState is the life-cycle state of an instance as the cloud reports it.
+type InstanceState string
+
+// Instance states.
+const (
+	// StatePending covers everything from "ordered" until the machine runs.
+	StatePending InstanceState = "pending"
+	// StateRunning is a running machine (it may not have joined the cluster yet).
+	StateRunning InstanceState = "running"
+	// StateDeleting is a machine being torn down.
+	StateDeleting InstanceState = "deleting"
+	// StateFailed is a machine the cloud gave up on; it must be deleted.
+	StateFailed InstanceState = "failed"
+)
+
+// Instance is one machine this cluster owns.
+type Instance struct {
+	// ID is the cloud's own identifier (a UUID, a server name, ...).
+	ID string
+	// Name is the hostname gpuscaler chose at create time; unique per cluster
+	// and the handle by which an outcome-unknown create is looked up.
+	Name string
+	// ProviderID is the node's spec.providerID, "<cloud>://<name>".
+	ProviderID string
+	// Aliases are other provider IDs that name the same instance, such as the
+	// forms the seed systems wrote ("datacrunch://<id>"), so clusters migrate
+	// in place.
+	Aliases []string
+	// Group is the node group that owns the instance, from the cloud's tags or
+	// name convention; empty when the instance is owned by the cluster but by
+	// no known group.
+	Group        string
+	InstanceType string
+	Location     string
+	CapacityType CapacityType
+	State        InstanceState
+	CreatedAt    time.Time
+	// IP is the instance's primary address, when the cloud reports one.
+	IP string
+	// Error describes why the cloud failed the instance (State == StateFailed).
+	Error string
+}
+
+// CreateSpec is one order for one instance.
+type CreateSpec struct {
+	// Name is the instance's hostname; unique within the cluster. The
+	// provider ID is derived from it, so it is known before boot.
+	Name         string
+	Group        string
+	InstanceType string
+	Location     string
+	CapacityType CapacityType
+	// Image is the cloud's image name or ID; empty means the cloud's default.
+	Image string
+	// DiskGiB is the OS disk size; 0 means the cloud's default.
+	DiskGiB int
+	// Labels and Taints are what the node must register with. A real cloud
+	// delivers them through UserData; the simulated cloud registers the Node
+	// with them directly.
+	Labels map[string]string
+	Taints []corev1.Taint
+	// UserData is the rendered startup script or cloud-init document.
+	UserData string
+	// Options carries cloud-specific settings from the node group's config
+	// (for example Verda's contract or SSH key IDs). Keys are documented by
+	// each cloud package.
+	Options map[string]string
+}
+
+// Provider is one cloud account as gpuscaler sees it. Implementations must be
+// safe for concurrent use.
+type Provider interface {
+	// Name is the cloud's name as used in provider IDs and config ("sim", "verda").
+	Name() string
+	// InstanceTypes returns the catalog.
+	InstanceTypes(ctx context.Context) ([]InstanceType, error)
+	// Offerings returns what can be ordered now.
+	Offerings(ctx context.Context) ([]Offering, error)
+	// List returns every instance this cluster owns, in any state.
+	List(ctx context.Context) ([]Instance, error)
+	// Create orders one instance and returns once the cloud accepted it. The
+	// instance may still be pending. Errors carry a class (see errors.go).
+	Create(ctx context.Context, spec CreateSpec) (Instance, error)
+	// Delete removes an instance. An instance already gone is success.
+	Delete(ctx context.Context, inst Instance) error
+}

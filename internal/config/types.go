@@ -1,0 +1,204 @@
+// Package config holds gpuscaler's configuration file: its types, defaults,
+// validation (every error names its field path) and loading.
+package config
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Config is the whole configuration file. Keys are camelCase; unknown keys
+// are errors.
+type Config struct {
+	// ClusterName marks every instance gpuscaler creates, so that List finds
+	// them after a restart and two clusters on one account never mix.
+	ClusterName string `json:"clusterName"`
+	// Provider configures the cluster-autoscaler gRPC server.
+	Provider ProviderConfig `json:"provider,omitempty"`
+	// Metrics configures the Prometheus and health endpoint.
+	Metrics MetricsConfig `json:"metrics,omitempty"`
+	// Sync configures the background loop of the node-group core.
+	Sync SyncConfig `json:"sync,omitempty"`
+	// MaxHourlyCost caps the hourly spend of all groups together; 0 = no cap.
+	MaxHourlyCost float64 `json:"maxHourlyCost,omitempty"`
+	// LeakedInstances configures the clean-up of owned instances that never
+	// registered or belong to no group.
+	LeakedInstances LeakedInstancesConfig `json:"leakedInstances,omitempty"`
+	// Clouds configures each cloud account in use.
+	Clouds Clouds `json:"clouds"`
+	// NodeGroups are the groups gpuscaler scales.
+	NodeGroups []NodeGroup `json:"nodeGroups"`
+}
+
+// ProviderConfig configures the external gRPC cloud provider server.
+type ProviderConfig struct {
+	// ListenAddress is host:port; default ":8086".
+	ListenAddress string `json:"listenAddress,omitempty"`
+	// TLS enables mTLS as the upstream cluster-autoscaler expects it. With
+	// all three files empty the server runs plain TCP.
+	TLS TLSConfig `json:"tls,omitempty"`
+	// GPULabel is the node label key cluster-autoscaler uses to spot GPU
+	// nodes; default "gpuscaler.dev/accelerator".
+	GPULabel string `json:"gpuLabel,omitempty"`
+}
+
+// TLSConfig names PEM files, with the upstream cloud-config's semantics:
+// cert and key are the server's pair; caCert verifies client certificates.
+type TLSConfig struct {
+	CertFile   string `json:"certFile,omitempty"`
+	KeyFile    string `json:"keyFile,omitempty"`
+	CACertFile string `json:"caCertFile,omitempty"`
+}
+
+// Enabled reports whether any TLS file is set.
+func (t TLSConfig) Enabled() bool {
+	return t.CertFile != "" || t.KeyFile != "" || t.CACertFile != ""
+}
+
+// MetricsConfig configures the metrics and health HTTP endpoint.
+type MetricsConfig struct {
+	// Address is host:port; default ":9090"; "0" disables the endpoint.
+	Address string `json:"address,omitempty"`
+}
+
+// SyncConfig configures the node-group core's background work.
+type SyncConfig struct {
+	// Period between two lists of each cloud; default 30s.
+	Period *metav1.Duration `json:"period,omitempty"`
+	// MaxConcurrentCreates bounds create calls in flight per cloud; default 10.
+	MaxConcurrentCreates int `json:"maxConcurrentCreates,omitempty"`
+	// RequestsPerSecond is the client-side rate limit per cloud; default 10.
+	RequestsPerSecond float64 `json:"requestsPerSecond,omitempty"`
+	// OfferingBackoff is how long a stocked-out offering is skipped; default 5m.
+	OfferingBackoff *metav1.Duration `json:"offeringBackoff,omitempty"`
+	// CreateRetries is how many times a create that failed transiently is
+	// tried again (with backoff) before the instance is reported failed;
+	// default 5.
+	CreateRetries *int `json:"createRetries,omitempty"`
+}
+
+// LeakedInstancesConfig configures what happens to owned instances that
+// never register as Nodes or belong to no group.
+type LeakedInstancesConfig struct {
+	// GracePeriod before an instance counts as leaked; default 30m.
+	GracePeriod *metav1.Duration `json:"gracePeriod,omitempty"`
+	// Action is "delete" (default) or "report".
+	Action string `json:"action,omitempty"`
+}
+
+// Leaked-instance actions.
+const (
+	LeakActionDelete = "delete"
+	LeakActionReport = "report"
+)
+
+// Clouds holds one optional section per supported cloud.
+type Clouds struct {
+	Sim *SimConfig `json:"sim,omitempty"`
+}
+
+// SimConfig configures the simulated cloud.
+type SimConfig struct {
+	// Seed makes stock-outs, faults and reclaims repeatable; default 1.
+	Seed int64 `json:"seed,omitempty"`
+	// Locations the simulated cloud offers; default FIN-01, FIN-02, FIN-03, ICE-01.
+	Locations []string `json:"locations,omitempty"`
+	// DefaultCapacity is how many instances each offering holds; default 10.
+	DefaultCapacity *int `json:"defaultCapacity,omitempty"`
+	// Capacity overrides DefaultCapacity per offering.
+	Capacity []SimCapacity `json:"capacity,omitempty"`
+	// BootDelay is the time from create to running; default 20s.
+	BootDelay *metav1.Duration `json:"bootDelay,omitempty"`
+	// DeleteDelay is the time from delete to gone; default 5s.
+	DeleteDelay *metav1.Duration `json:"deleteDelay,omitempty"`
+	// APILatency is added to every API call; default 0.
+	APILatency *metav1.Duration `json:"apiLatency,omitempty"`
+	// FaultRate is the fraction (0..1) of API calls that fail transiently.
+	FaultRate float64 `json:"faultRate,omitempty"`
+	// SpotReclaimRate is the chance (0..1) per hour that a running spot
+	// instance is reclaimed.
+	SpotReclaimRate float64 `json:"spotReclaimRate,omitempty"`
+	// Kubeconfig, when set, makes the simulated cloud register a Node for
+	// each running instance, standing in for the kubelet. "in-cluster" uses
+	// the pod's service account.
+	Kubeconfig string `json:"kubeconfig,omitempty"`
+	// Kwok annotates registered Nodes so kwok keeps them Ready; default true.
+	Kwok *bool `json:"kwok,omitempty"`
+}
+
+// SimCapacity sets the capacity of matching offerings of the simulated
+// cloud. Empty fields match everything.
+type SimCapacity struct {
+	InstanceType string `json:"instanceType,omitempty"`
+	Location     string `json:"location,omitempty"`
+	CapacityType string `json:"capacityType,omitempty"`
+	Count        int    `json:"count"`
+}
+
+// Capacity policies: which capacity types a group orders, in which order.
+const (
+	PolicySpotOnly       = "spot-only"
+	PolicyOnDemandOnly   = "on-demand-only"
+	PolicyPreferSpot     = "prefer-spot"
+	PolicyPreferOnDemand = "prefer-on-demand"
+)
+
+// MIG strategies, as the NVIDIA device plugin names them.
+const (
+	MIGStrategySingle = "single"
+	MIGStrategyMixed  = "mixed"
+)
+
+// NodeGroup is one group of identical GPU nodes.
+type NodeGroup struct {
+	// Name is unique in the file; DNS-label rules, at most 40 characters.
+	Name string `json:"name"`
+	// Cloud names a section of clouds.
+	Cloud string `json:"cloud"`
+	// InstanceType is the cloud's type name.
+	InstanceType string `json:"instanceType"`
+	// Locations are tried in order.
+	Locations []string `json:"locations"`
+	// CapacityPolicy is one of spot-only, on-demand-only, prefer-spot,
+	// prefer-on-demand; default on-demand-only.
+	CapacityPolicy string `json:"capacityPolicy,omitempty"`
+	MinSize        int    `json:"minSize"`
+	MaxSize        int    `json:"maxSize"`
+	// Image is the cloud's image; empty means the cloud's default.
+	Image string `json:"image,omitempty"`
+	// DiskSizeGiB is the OS disk size; 0 means the cloud's default.
+	DiskSizeGiB int `json:"diskSizeGiB,omitempty"`
+	// Labels are added to the nodes and the template.
+	Labels map[string]string `json:"labels,omitempty"`
+	// Taints are registered with the nodes and put on the template.
+	Taints []corev1.Taint `json:"taints,omitempty"`
+	// MIG partitions every GPU of the group's nodes.
+	MIG *MIG `json:"mig,omitempty"`
+	// MaxHourlyCost caps the group's hourly spend; 0 = no cap.
+	MaxHourlyCost float64 `json:"maxHourlyCost,omitempty"`
+	// AutoscalingOptions overrides cluster-autoscaler's per-group options.
+	AutoscalingOptions *AutoscalingOptions `json:"autoscalingOptions,omitempty"`
+	// CloudOptions are cloud-specific settings passed to the cloud as they are.
+	CloudOptions map[string]string `json:"cloudOptions,omitempty"`
+}
+
+// MIG is a group's MIG partitioning.
+type MIG struct {
+	// Profile is a mig-parted config name, e.g. "all-1g.10gb" or "all-balanced".
+	Profile string `json:"profile"`
+	// Strategy is "single" or "mixed"; default "mixed".
+	Strategy string `json:"strategy,omitempty"`
+}
+
+// AutoscalingOptions are cluster-autoscaler's per-group options. Only the
+// fields set override; the rest keep cluster-autoscaler's defaults, which
+// the provider copies from the request.
+type AutoscalingOptions struct {
+	ScaleDownUtilizationThreshold    *float64         `json:"scaleDownUtilizationThreshold,omitempty"`
+	ScaleDownGPUUtilizationThreshold *float64         `json:"scaleDownGpuUtilizationThreshold,omitempty"`
+	ZeroOrMaxNodeScaling             *bool            `json:"zeroOrMaxNodeScaling,omitempty"`
+	IgnoreDaemonSetsUtilization      *bool            `json:"ignoreDaemonSetsUtilization,omitempty"`
+	ScaleDownUnneededTime            *metav1.Duration `json:"scaleDownUnneededTime,omitempty"`
+	ScaleDownUnreadyTime             *metav1.Duration `json:"scaleDownUnreadyTime,omitempty"`
+	MaxNodeProvisionTime             *metav1.Duration `json:"maxNodeProvisionTime,omitempty"`
+}
