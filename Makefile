@@ -1,0 +1,41 @@
+# gpuscaler developer targets. The two that matter:
+#   go run ./cmd/gpuscaler provider --config examples/sim-quickstart.yaml   (README, command 1)
+#   make test                                                                (README, command 2)
+
+GO ?= go
+STATICCHECK_VERSION ?= v0.8.2
+
+include Makefile.testbins.mk
+
+.PHONY: test test-unit lint fmt vet staticcheck bench build run
+
+## test: every test (unit, contract, e2e against a real kube-apiserver), with -race.
+## Builds etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok on first use.
+test: testbins
+	GPUSCALER_TESTBINS="$$($(GO) run ./hack/testbins)" $(GO) test -race -count=1 -timeout 30m ./...
+
+## test-unit: fast inner loop; tests that need the real cluster are skipped with -short.
+test-unit:
+	$(GO) test -race -short ./...
+
+## lint: gofmt, go vet and staticcheck.
+lint: fmt vet staticcheck
+
+fmt:
+	@out="$$(gofmt -l $$(git ls-files '*.go'))"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+vet:
+	$(GO) vet ./...
+
+staticcheck:
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+
+## bench: the Go benchmarks whose numbers are in docs/benchmarks.md.
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+build:
+	$(GO) build -o bin/gpuscaler ./cmd/gpuscaler
+
+run:
+	$(GO) run ./cmd/gpuscaler provider --config examples/sim-quickstart.yaml

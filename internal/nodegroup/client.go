@@ -1,0 +1,127 @@
+package nodegroup
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"golang.org/x/time/rate"
+	"k8s.io/utils/clock"
+
+	"github.com/gpuscaler/gpuscaler/internal/cloud"
+)
+
+// client wraps one cloud.Provider with the core's client-side rate limit,
+// a bound on concurrent creates, and metrics. Every cloud call of the core
+// goes through it.
+type client struct {
+	p       cloud.Provider
+	limiter *rate.Limiter
+	creates chan struct{}
+	clock   clock.Clock
+	metrics *metrics
+}
+
+func newClient(p cloud.Provider, rps float64, maxCreates int, clk clock.Clock, m *metrics) *client {
+	burst := int(rps)
+	if burst < 1 {
+		burst = 1
+	}
+	return &client{
+		p:       p,
+		limiter: rate.NewLimiter(rate.Limit(rps), burst),
+		creates: make(chan struct{}, maxCreates),
+		clock:   clk,
+		metrics: m,
+	}
+}
+
+func (c *client) observe(op string, start time.Time, err error) {
+	result := "ok"
+	if err != nil {
+		result = "error"
+		if class := cloud.Class(err); class != nil {
+			result = classLabel(class)
+		}
+	}
+	c.metrics.apiCalls.WithLabelValues(c.p.Name(), op, result).Inc()
+	c.metrics.apiLatency.WithLabelValues(c.p.Name(), op).Observe(c.clock.Since(start).Seconds())
+}
+
+func classLabel(class error) string {
+	switch {
+	case errors.Is(class, cloud.ErrCapacity):
+		return "capacity"
+	case errors.Is(class, cloud.ErrQuota):
+		return "quota"
+	case errors.Is(class, cloud.ErrNotFound):
+		return "not_found"
+	case errors.Is(class, cloud.ErrInvalid):
+		return "invalid"
+	case errors.Is(class, cloud.ErrOutcomeUnknown):
+		return "outcome_unknown"
+	default:
+		return "transient"
+	}
+}
+
+func (c *client) wait(ctx context.Context) error {
+	return c.limiter.Wait(ctx)
+}
+
+func (c *client) instanceTypes(ctx context.Context) ([]cloud.InstanceType, error) {
+	if err := c.wait(ctx); err != nil {
+		return nil, err
+	}
+	start := c.clock.Now()
+	out, err := c.p.InstanceTypes(ctx)
+	c.observe("instance_types", start, err)
+	return out, err
+}
+
+func (c *client) offerings(ctx context.Context) ([]cloud.Offering, error) {
+	if err := c.wait(ctx); err != nil {
+		return nil, err
+	}
+	start := c.clock.Now()
+	out, err := c.p.Offerings(ctx)
+	c.observe("offerings", start, err)
+	return out, err
+}
+
+func (c *client) list(ctx context.Context) ([]cloud.Instance, error) {
+	if err := c.wait(ctx); err != nil {
+		return nil, err
+	}
+	start := c.clock.Now()
+	out, err := c.p.List(ctx)
+	c.observe("list", start, err)
+	return out, err
+}
+
+// create orders one instance, holding one of the cloud's create slots.
+func (c *client) create(ctx context.Context, spec cloud.CreateSpec) (cloud.Instance, error) {
+	select {
+	case c.creates <- struct{}{}:
+	case <-ctx.Done():
+		return cloud.Instance{}, ctx.Err()
+	}
+	defer func() { <-c.creates }()
+	if err := c.wait(ctx); err != nil {
+		return cloud.Instance{}, err
+	}
+	start := c.clock.Now()
+	out, err := c.p.Create(ctx, spec)
+	c.observe("create", start, err)
+	return out, err
+}
+
+func (c *client) delete(ctx context.Context, inst cloud.Instance) error {
+	if err := c.wait(ctx); err != nil {
+		return err
+	}
+	start := c.clock.Now()
+	err := c.p.Delete(ctx, inst)
+	c.observe("delete", start, err)
+	return err
+}

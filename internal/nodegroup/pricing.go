@@ -1,0 +1,101 @@
+package nodegroup
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// NodePrice returns what a node costs between start and end: the price of
+// the offering its instance runs on, or, for a node the core has no
+// instance for (a template node), the group's cheapest offering, found by
+// the node-group label.
+func (m *Manager) NodePrice(providerID string, labels map[string]string, start, end time.Time) (float64, error) {
+	hours := end.Sub(start).Hours()
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if mem, ok := m.byProviderID[providerID]; ok && mem.price > 0 {
+		return mem.price * hours, nil
+	}
+	name := labels[LabelNodeGroup]
+	if mem, ok := m.byProviderID[providerID]; ok {
+		name = mem.group
+	}
+	g, ok := m.groups[name]
+	if !ok {
+		return 0, fmt.Errorf("%w: node %q (group label %q)", ErrNotInGroup, providerID, labels[LabelNodeGroup])
+	}
+	return m.minPriceLocked(g) * hours, nil
+}
+
+// PodPrice returns what running the pod costs between start and end: its
+// share of the cheapest group node it fits on, where the share is its
+// largest fraction of any resource it requests (GPUs included).
+func (m *Manager) PodPrice(pod *corev1.Pod, start, end time.Time) (float64, error) {
+	requests := podRequests(pod)
+	hours := end.Sub(start).Hours()
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	best := math.Inf(1)
+	for _, name := range m.order {
+		g := m.groups[name]
+		if g.itype.Name == "" {
+			continue
+		}
+		capacity, err := m.capacity(g)
+		if err != nil {
+			continue
+		}
+		alloc := allocatable(capacity)
+		share, fits := 0.0, true
+		for res, q := range requests {
+			a, ok := alloc[res]
+			if !ok || a.IsZero() {
+				fits = false
+				break
+			}
+			share = math.Max(share, float64(q.MilliValue())/float64(a.MilliValue()))
+		}
+		if !fits || share > 1 {
+			continue
+		}
+		best = math.Min(best, share*m.minPriceLocked(g))
+	}
+	if math.IsInf(best, 1) {
+		return 0, fmt.Errorf("pod %s/%s fits no node group", pod.Namespace, pod.Name)
+	}
+	return best * hours, nil
+}
+
+// podRequests sums a pod's container requests, taking the larger of the
+// sum and each init container, as the scheduler does.
+func podRequests(pod *corev1.Pod) corev1.ResourceList {
+	out := corev1.ResourceList{}
+	for _, c := range pod.Spec.Containers {
+		for res, q := range c.Resources.Requests {
+			cur := out[res]
+			cur.Add(q)
+			out[res] = cur
+		}
+	}
+	for _, c := range pod.Spec.InitContainers {
+		for res, q := range c.Resources.Requests {
+			if cur, ok := out[res]; !ok || q.Cmp(cur) > 0 {
+				out[res] = q.DeepCopy()
+			}
+		}
+	}
+	for res, q := range pod.Spec.Overhead {
+		cur := out[res]
+		cur.Add(q)
+		out[res] = cur
+	}
+	for res, q := range out {
+		if q.IsZero() {
+			delete(out, res)
+		}
+	}
+	return out
+}

@@ -1,0 +1,227 @@
+package nodegroup
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpuscaler/gpuscaler/internal/cloud"
+	"github.com/gpuscaler/gpuscaler/internal/gpu"
+)
+
+// Labels gpuscaler puts on every node it creates and on every template.
+const (
+	LabelNodeGroup    = "gpuscaler.dev/node-group"
+	LabelCapacityType = "gpuscaler.dev/capacity-type"
+	LabelCloud        = "gpuscaler.dev/cloud"
+)
+
+const (
+	defaultPods    = 110
+	defaultDiskGiB = 100
+)
+
+// templateCache holds a group's built template; it is reset when the
+// catalog changes.
+type templateCache struct {
+	node *corev1.Node
+}
+
+// Template returns the Node a new instance of the group will register as,
+// for scale-from-zero: capacity, allocatable, labels and taints. The caller
+// owns the returned copy.
+func (m *Manager) Template(name string) (*corev1.Node, error) {
+	m.mu.RLock()
+	g, ok := m.groups[name]
+	if ok && g.template.node != nil {
+		defer m.mu.RUnlock()
+		return g.template.node.DeepCopy(), nil
+	}
+	m.mu.RUnlock()
+	if !ok {
+		return nil, fmt.Errorf("%w: %q", ErrGroupNotFound, name)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if g.template.node == nil {
+		node, err := m.buildTemplate(g)
+		if err != nil {
+			return nil, err
+		}
+		g.template.node = node
+	}
+	return g.template.node.DeepCopy(), nil
+}
+
+// buildTemplate renders a group's template node.
+func (m *Manager) buildTemplate(g *group) (*corev1.Node, error) {
+	if g.itype.Name == "" {
+		return nil, fmt.Errorf("group %q: instance type %q not loaded from the catalog", g.cfg.Name, g.cfg.InstanceType)
+	}
+	capacity, err := m.capacity(g)
+	if err != nil {
+		return nil, err
+	}
+	cts := capacityTypes(g.cfg.CapacityPolicy)
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:   "template-" + g.cfg.Name,
+			Labels: m.nodeLabels(g, g.cfg.Locations[0], cts[0]),
+		},
+		Spec: corev1.NodeSpec{Taints: append([]corev1.Taint(nil), g.cfg.Taints...)},
+		Status: corev1.NodeStatus{
+			Capacity:    capacity,
+			Allocatable: allocatable(capacity),
+			Phase:       corev1.NodeRunning,
+			Conditions: []corev1.NodeCondition{
+				{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady"},
+				{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionFalse},
+				{Type: corev1.NodeDiskPressure, Status: corev1.ConditionFalse},
+				{Type: corev1.NodePIDPressure, Status: corev1.ConditionFalse},
+				{Type: corev1.NodeNetworkUnavailable, Status: corev1.ConditionFalse},
+			},
+		},
+	}
+	return node, nil
+}
+
+// capacity is what a node of the group advertises.
+func (m *Manager) capacity(g *group) (corev1.ResourceList, error) {
+	t := g.itype
+	disk := g.cfg.DiskSizeGiB
+	if disk == 0 {
+		disk = t.DiskGiB
+	}
+	if disk == 0 {
+		disk = defaultDiskGiB
+	}
+	rl := corev1.ResourceList{
+		corev1.ResourceCPU:              *resource.NewQuantity(int64(t.VCPUs), resource.DecimalSI),
+		corev1.ResourceMemory:           *resource.NewQuantity(int64(t.MemoryGiB)<<30, resource.BinarySI),
+		corev1.ResourceEphemeralStorage: *resource.NewQuantity(int64(disk)<<30, resource.BinarySI),
+		corev1.ResourcePods:             *resource.NewQuantity(defaultPods, resource.DecimalSI),
+	}
+	if t.GPUCount == 0 {
+		return rl, nil
+	}
+	if g.cfg.MIG == nil {
+		rl[gpu.ResourceGPU] = *resource.NewQuantity(int64(t.GPUCount), resource.DecimalSI)
+		return rl, nil
+	}
+	mig, err := gpu.MIGResources(t.GPUModel, g.cfg.MIG.Profile, g.cfg.MIG.Strategy, t.GPUCount)
+	if err != nil {
+		return nil, fmt.Errorf("group %q: %w", g.cfg.Name, err)
+	}
+	maps.Copy(rl, mig)
+	return rl, nil
+}
+
+// allocatable subtracts what the kubelet and system reserve, with the
+// tiered reservations managed Kubernetes services use, so a pod planned on
+// the template also fits on the real node.
+func allocatable(capacity corev1.ResourceList) corev1.ResourceList {
+	out := capacity.DeepCopy()
+	cpu := capacity.Cpu().MilliValue()
+	out[corev1.ResourceCPU] = *resource.NewMilliQuantity(cpu-reservedCPU(cpu), resource.DecimalSI)
+	mem := capacity.Memory().Value()
+	out[corev1.ResourceMemory] = *resource.NewQuantity(mem-reservedMemory(mem), resource.BinarySI)
+	disk := capacity.StorageEphemeral().Value()
+	out[corev1.ResourceEphemeralStorage] = *resource.NewQuantity(disk-disk/10, resource.BinarySI)
+	return out
+}
+
+// reservedCPU: 6% of the first core, 1% of the second, 0.5% of the next two,
+// 0.25% of the rest (in millicores).
+func reservedCPU(milli int64) int64 {
+	tiers := []struct{ upTo, permille int64 }{{1000, 60}, {2000, 10}, {4000, 5}, {1 << 62, 2}}
+	return tiered(milli, tiers)
+}
+
+// reservedMemory: 25% of the first 4 GiB, 20% of the next 4, 10% of the next
+// 8, 6% of the next 112, 2% of the rest, plus a 100 MiB eviction threshold.
+func reservedMemory(b int64) int64 {
+	const gi = int64(1) << 30
+	tiers := []struct{ upTo, permille int64 }{{4 * gi, 250}, {8 * gi, 200}, {16 * gi, 100}, {128 * gi, 60}, {1 << 62, 20}}
+	return tiered(b, tiers) + 100<<20
+}
+
+func tiered(v int64, tiers []struct{ upTo, permille int64 }) int64 {
+	var out, prev int64
+	for _, t := range tiers {
+		if v <= prev {
+			break
+		}
+		part := min(v, t.upTo) - prev
+		out += part * t.permille / 1000
+		prev = t.upTo
+	}
+	return out
+}
+
+// nodeLabels are the labels a node of the group registers with in one
+// location and capacity type; the template uses the first of each.
+func (m *Manager) nodeLabels(g *group, location string, ct cloud.CapacityType) map[string]string {
+	t := g.itype
+	arch := t.Arch
+	if arch == "" {
+		arch = "amd64"
+	}
+	l := map[string]string{
+		corev1.LabelArchStable:         arch,
+		corev1.LabelOSStable:           "linux",
+		corev1.LabelInstanceTypeStable: t.Name,
+		corev1.LabelTopologyRegion:     location,
+		corev1.LabelTopologyZone:       location,
+		LabelNodeGroup:                 g.cfg.Name,
+		LabelCapacityType:              string(ct),
+		LabelCloud:                     g.cfg.Cloud,
+	}
+	if t.GPUCount > 0 && g.gpuModel.Name != "" {
+		l[gpu.LabelAccelerator] = g.gpuModel.Accelerator
+		l[gpu.LabelSkyPilotAccelerator] = g.gpuModel.Accelerator
+		l[gpu.LabelProduct] = g.gpuModel.Product
+		l[gpu.LabelCount] = strconv.Itoa(t.GPUCount)
+		l[gpu.LabelMemory] = strconv.Itoa(g.gpuModel.MemoryMiB)
+		if key := m.cfg.Provider.GPULabel; key != "" {
+			l[key] = g.gpuModel.Accelerator
+		}
+		if g.cfg.MIG != nil {
+			l[gpu.LabelMIGConfig] = g.cfg.MIG.Profile
+			l[gpu.LabelMIGStrategy] = g.cfg.MIG.Strategy
+		}
+	}
+	maps.Copy(l, g.cfg.Labels)
+	return l
+}
+
+// spec builds the order for one member on one offering, with its rendered
+// startup script.
+func (m *Manager) spec(ctx context.Context, g *group, mem *member, k cloud.OfferingKey) (cloud.CreateSpec, error) {
+	m.mu.RLock()
+	spec := cloud.CreateSpec{
+		Name:         mem.name,
+		Group:        g.cfg.Name,
+		InstanceType: k.InstanceType,
+		Location:     k.Location,
+		CapacityType: k.CapacityType,
+		Image:        g.cfg.Image,
+		DiskGiB:      g.cfg.DiskSizeGiB,
+		Labels:       m.nodeLabels(g, k.Location, k.CapacityType),
+		Taints:       append([]corev1.Taint(nil), g.cfg.Taints...),
+		Options:      maps.Clone(g.cfg.CloudOptions),
+	}
+	m.mu.RUnlock()
+	if m.opts.Bootstrap != nil {
+		ud, err := m.opts.Bootstrap.UserData(ctx, spec)
+		if err != nil {
+			return cloud.CreateSpec{}, fmt.Errorf("render startup script for %s: %w", mem.name, err)
+		}
+		spec.UserData = ud
+	}
+	return spec, nil
+}
