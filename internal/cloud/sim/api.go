@@ -1,0 +1,182 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"maps"
+
+	"github.com/gpuscaler/gpuscaler/internal/cloud"
+)
+
+// call is the front door of every API operation: it counts the call, waits
+// the configured latency on the engine's clock, and rolls for a fault.
+func (e *Engine) call(ctx context.Context, op string) error {
+	e.mu.Lock()
+	e.calls[op]++
+	fault := e.faultRate > 0 && e.rng.Float64() < e.faultRate
+	e.mu.Unlock()
+	if e.latency > 0 {
+		select {
+		case <-ctx.Done():
+			return cloud.NewError(cloud.ErrTransient, op, ctx.Err())
+		case <-e.clock.After(e.latency):
+		}
+	}
+	if fault {
+		return cloud.Errorf(cloud.ErrTransient, op, "simulated fault: 503 service unavailable")
+	}
+	return nil
+}
+
+// InstanceTypes returns the catalog.
+func (e *Engine) InstanceTypes(ctx context.Context) ([]cloud.InstanceType, error) {
+	if err := e.call(ctx, "instance_types"); err != nil {
+		return nil, err
+	}
+	return e.Catalog(), nil
+}
+
+// Offerings returns every offering with its availability now.
+func (e *Engine) Offerings(ctx context.Context) ([]cloud.Offering, error) {
+	if err := e.call(ctx, "offerings"); err != nil {
+		return nil, err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.advanceLocked()
+	out := make([]cloud.Offering, 0, len(e.catalog)*len(e.locations)*2)
+	for _, t := range e.catalog {
+		for _, loc := range e.locations {
+			for _, ct := range []cloud.CapacityType{cloud.OnDemand, cloud.Spot} {
+				k := cloud.OfferingKey{InstanceType: t.Name, Location: loc, CapacityType: ct}
+				out = append(out, cloud.Offering{
+					InstanceType: t.Name, Location: loc, CapacityType: ct,
+					Available: e.used[k] < e.capacity[k],
+					Price:     t.Price(ct),
+				})
+			}
+		}
+	}
+	return out, nil
+}
+
+// List returns the instances of one cluster.
+func (e *Engine) List(ctx context.Context, cluster string) ([]cloud.Instance, error) {
+	if err := e.call(ctx, "list"); err != nil {
+		return nil, err
+	}
+	snap := e.snapshot(cluster)
+	out := make([]cloud.Instance, len(snap))
+	for i, in := range snap {
+		out[i] = in.Instance
+	}
+	return out, nil
+}
+
+// Create orders one instance for a cluster.
+func (e *Engine) Create(ctx context.Context, cluster string, spec cloud.CreateSpec) (cloud.Instance, error) {
+	if err := e.call(ctx, "create"); err != nil {
+		return cloud.Instance{}, err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.advanceLocked()
+	_, ok := e.types[spec.InstanceType]
+	switch {
+	case !ok:
+		return cloud.Instance{}, cloud.Errorf(cloud.ErrInvalid, "create", "instance type %q does not exist", spec.InstanceType)
+	case !e.validLocation(spec.Location):
+		return cloud.Instance{}, cloud.Errorf(cloud.ErrInvalid, "create", "location %q does not exist (have %s)", spec.Location, knownLocations(e))
+	case spec.CapacityType != cloud.Spot && spec.CapacityType != cloud.OnDemand:
+		return cloud.Instance{}, cloud.Errorf(cloud.ErrInvalid, "create", "capacity type %q is neither spot nor on-demand", spec.CapacityType)
+	case spec.Name == "":
+		return cloud.Instance{}, cloud.Errorf(cloud.ErrInvalid, "create", "instance name is required")
+	}
+	if _, exists := e.instances[spec.Name]; exists {
+		return cloud.Instance{}, cloud.Errorf(cloud.ErrInvalid, "create", "an instance named %q already exists", spec.Name)
+	}
+	k := cloud.OfferingKey{InstanceType: spec.InstanceType, Location: spec.Location, CapacityType: spec.CapacityType}
+	if e.used[k] >= e.capacity[k] {
+		return cloud.Instance{}, cloud.Errorf(cloud.ErrCapacity, "create",
+			"not enough resources to deploy %s (%s) in %s", spec.InstanceType, spec.CapacityType, spec.Location)
+	}
+	e.used[k]++
+	e.nextID++
+	now := e.clock.Now()
+	in := &instance{
+		Instance: cloud.Instance{
+			ID:           fmt.Sprintf("sim-%06d", e.nextID),
+			Name:         spec.Name,
+			ProviderID:   cloud.ProviderID("sim", spec.Name),
+			Group:        spec.Group,
+			InstanceType: spec.InstanceType,
+			Location:     spec.Location,
+			CapacityType: spec.CapacityType,
+			State:        cloud.StatePending,
+			CreatedAt:    now,
+			IP:           fmt.Sprintf("10.%d.%d.%d", 64+e.nextID>>16&63, e.nextID>>8&255, e.nextID&255),
+		},
+		cluster:  cluster,
+		labels:   maps.Clone(spec.Labels),
+		taints:   append(spec.Taints[:0:0], spec.Taints...),
+		userData: spec.UserData,
+		bootAt:   now.Add(e.bootDelay),
+	}
+
+	e.instances[spec.Name] = in
+	e.notifyLocked()
+	if e.unknownRate > 0 && e.rng.Float64() < e.unknownRate {
+		return cloud.Instance{}, cloud.Errorf(cloud.ErrOutcomeUnknown, "create", "simulated timeout after the order reached the cloud")
+	}
+	return in.Instance, nil
+}
+
+// Delete starts deleting one of a cluster's instances; an instance that is
+// gone, or never was, is success.
+func (e *Engine) Delete(ctx context.Context, cluster string, inst cloud.Instance) error {
+	if err := e.call(ctx, "delete"); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.advanceLocked()
+	in, ok := e.instances[inst.Name]
+	if !ok || in.cluster != cluster || in.State == cloud.StateDeleting {
+		return nil
+	}
+	in.State = cloud.StateDeleting
+	in.goneAt = e.clock.Now().Add(e.deleteDelay)
+	if e.deleteDelay == 0 {
+		e.removeLocked(in)
+		return nil
+	}
+	e.notifyLocked()
+	return nil
+}
+
+// Count returns how many instances the engine holds for a cluster, in any
+// state, without counting as an API call.
+func (e *Engine) Count(cluster string) int {
+	return len(e.snapshot(cluster))
+}
+
+// Instances returns a cluster's instances without counting as an API call.
+func (e *Engine) Instances(cluster string) []cloud.Instance {
+	snap := e.snapshot(cluster)
+	out := make([]cloud.Instance, len(snap))
+	for i, in := range snap {
+		out[i] = in.Instance
+	}
+	return out
+}
+
+// UserData returns the startup script an instance was ordered with.
+func (e *Engine) UserData(name string) (string, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	in, ok := e.instances[name]
+	if !ok {
+		return "", false
+	}
+	return in.userData, true
+}

@@ -1,0 +1,323 @@
+// Package sim is the simulated GPU cloud, gpuscaler's embedded default and
+// the working fake every test of the core runs against.
+//
+// An Engine holds the whole simulated world: a catalog, a finite capacity
+// per offering, instances moving from pending to running to gone on a clock
+// tests can drive, spot reclaims, API latency and injected faults, all
+// repeatable under a seed. A Cloud is one cluster's view of an Engine and
+// implements cloud.Provider. A Registrar stands in for the kubelets of
+// running instances by registering Nodes in a cluster.
+package sim
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/clock"
+
+	"github.com/gpuscaler/gpuscaler/internal/cloud"
+	"github.com/gpuscaler/gpuscaler/internal/config"
+)
+
+// Defaults for zero fields of config.SimConfig.
+const (
+	DefaultSeed        = 1
+	DefaultCapacity    = 10
+	DefaultBootDelay   = 20 * time.Second
+	DefaultDeleteDelay = 5 * time.Second
+)
+
+// Options are an Engine's collaborators and test knobs.
+type Options struct {
+	// Clock drives boots, deletes, reclaims and latency; default real.
+	Clock clock.WithTicker
+	// Catalog replaces DefaultCatalog.
+	Catalog []cloud.InstanceType
+	// OutcomeUnknownRate is the fraction (0..1) of creates that take effect
+	// but answer cloud.ErrOutcomeUnknown, as a request that timed out after
+	// it reached the cloud.
+	OutcomeUnknownRate float64
+}
+
+// Engine is the simulated cloud's state. It is safe for concurrent use.
+type Engine struct {
+	clock       clock.WithTicker
+	bootDelay   time.Duration
+	deleteDelay time.Duration
+	latency     time.Duration
+
+	mu             sync.Mutex
+	rng            *rand.Rand
+	faultRate      float64
+	unknownRate    float64
+	reclaimPerHour float64
+	locations      []string
+	catalog        []cloud.InstanceType
+	types          map[string]cloud.InstanceType
+	capacity       map[cloud.OfferingKey]int
+	used           map[cloud.OfferingKey]int
+	instances      map[string]*instance // by name
+	calls          map[string]int
+	nextID         int
+	changed        chan struct{}
+}
+
+// instance is one simulated machine.
+type instance struct {
+	cloud.Instance
+	cluster   string
+	labels    map[string]string
+	taints    []corev1.Taint
+	userData  string
+	bootAt    time.Time
+	goneAt    time.Time // set once deleting
+	reclaimAt time.Time // zero: never reclaimed
+}
+
+// NewEngine builds an engine from the sim section of the config.
+func NewEngine(cfg config.SimConfig, opts Options) (*Engine, error) {
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	seed := cfg.Seed
+	if seed == 0 {
+		seed = DefaultSeed
+	}
+	e := &Engine{
+		clock:          opts.Clock,
+		bootDelay:      durationOr(cfg.BootDelay, DefaultBootDelay),
+		deleteDelay:    durationOr(cfg.DeleteDelay, DefaultDeleteDelay),
+		latency:        durationOr(cfg.APILatency, 0),
+		rng:            rand.New(rand.NewPCG(uint64(seed), uint64(seed)^0x9e3779b97f4a7c15)),
+		faultRate:      cfg.FaultRate,
+		unknownRate:    opts.OutcomeUnknownRate,
+		reclaimPerHour: cfg.SpotReclaimRate,
+		locations:      cfg.Locations,
+		catalog:        opts.Catalog,
+		types:          map[string]cloud.InstanceType{},
+		capacity:       map[cloud.OfferingKey]int{},
+		used:           map[cloud.OfferingKey]int{},
+		instances:      map[string]*instance{},
+		calls:          map[string]int{},
+		changed:        make(chan struct{}),
+	}
+	if len(e.locations) == 0 {
+		e.locations = defaultLocations
+	}
+	if e.catalog == nil {
+		e.catalog = DefaultCatalog()
+	}
+	def := DefaultCapacity
+	if cfg.DefaultCapacity != nil {
+		def = *cfg.DefaultCapacity
+	}
+	for _, t := range e.catalog {
+		e.types[t.Name] = t
+		for _, loc := range e.locations {
+			for _, ct := range []cloud.CapacityType{cloud.OnDemand, cloud.Spot} {
+				e.capacity[cloud.OfferingKey{InstanceType: t.Name, Location: loc, CapacityType: ct}] = def
+			}
+		}
+	}
+	for i, c := range cfg.Capacity {
+		n := 0
+		for k := range e.capacity {
+			if (c.InstanceType == "" || c.InstanceType == k.InstanceType) &&
+				(c.Location == "" || c.Location == k.Location) &&
+				(c.CapacityType == "" || c.CapacityType == string(k.CapacityType)) {
+				e.capacity[k] = c.Count
+				n++
+			}
+		}
+		if n == 0 {
+			return nil, fmt.Errorf("clouds.sim.capacity[%d]: matches no offering (type %q, location %q, capacity type %q)",
+				i, c.InstanceType, c.Location, c.CapacityType)
+		}
+	}
+	return e, nil
+}
+
+func durationOr(d *metav1.Duration, def time.Duration) time.Duration {
+	if d == nil {
+		return def
+	}
+	return d.Duration
+}
+
+// Clock returns the engine's clock.
+func (e *Engine) Clock() clock.WithTicker { return e.clock }
+
+// Locations returns the simulated locations.
+func (e *Engine) Locations() []string { return append([]string(nil), e.locations...) }
+
+// Catalog returns the instance types.
+func (e *Engine) Catalog() []cloud.InstanceType {
+	return append([]cloud.InstanceType(nil), e.catalog...)
+}
+
+// SetCapacity sets how many instances an offering holds, to cause or lift
+// stock-outs at run time. Instances already running are not affected.
+func (e *Engine) SetCapacity(k cloud.OfferingKey, n int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.capacity[k] = n
+}
+
+// SetFaultRate changes the fraction of API calls that fail transiently.
+func (e *Engine) SetFaultRate(r float64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.faultRate = r
+}
+
+// SetOutcomeUnknownRate changes the fraction of creates that take effect
+// but answer cloud.ErrOutcomeUnknown.
+func (e *Engine) SetOutcomeUnknownRate(r float64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.unknownRate = r
+}
+
+// Calls returns how many API calls each operation has received.
+func (e *Engine) Calls() map[string]int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make(map[string]int, len(e.calls))
+	for k, v := range e.calls {
+		out[k] = v
+	}
+	return out
+}
+
+// Reclaim takes a running spot instance away at once, as the cloud does
+// when it needs the capacity back.
+func (e *Engine) Reclaim(name string) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.advanceLocked()
+	in, ok := e.instances[name]
+	if !ok {
+		return fmt.Errorf("reclaim %q: %w", name, cloud.ErrNotFound)
+	}
+	e.removeLocked(in)
+	return nil
+}
+
+// Changed returns a channel that is closed at the next change of any
+// instance; callers take a new channel after each close.
+func (e *Engine) Changed() <-chan struct{} {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.advanceLocked()
+	return e.changed
+}
+
+// NextEvent returns the time of the next scheduled boot, deletion or
+// reclaim, so watchers can wake up exactly then; ok is false when nothing is
+// scheduled.
+func (e *Engine) NextEvent() (time.Time, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var next time.Time
+	consider := func(t time.Time) {
+		if !t.IsZero() && (next.IsZero() || t.Before(next)) {
+			next = t
+		}
+	}
+	for _, in := range e.instances {
+		switch in.State {
+		case cloud.StatePending:
+			consider(in.bootAt)
+		case cloud.StateDeleting:
+			consider(in.goneAt)
+		case cloud.StateRunning:
+			consider(in.reclaimAt)
+		}
+	}
+	return next, !next.IsZero()
+}
+
+// notifyLocked wakes everyone waiting on Changed.
+func (e *Engine) notifyLocked() {
+	close(e.changed)
+	e.changed = make(chan struct{})
+}
+
+// advanceLocked moves every instance to where the clock says it is.
+func (e *Engine) advanceLocked() {
+	now := e.clock.Now()
+	changed := false
+	// Boot in name order, so the random draws follow the seed, not map order.
+	var booting []*instance
+	for _, in := range e.instances {
+		if in.State == cloud.StatePending && !now.Before(in.bootAt) {
+			booting = append(booting, in)
+		}
+	}
+	sort.Slice(booting, func(i, j int) bool { return booting[i].Name < booting[j].Name })
+	for _, in := range booting {
+		in.State = cloud.StateRunning
+		if in.CapacityType == cloud.Spot && e.reclaimPerHour > 0 {
+			hours := -math.Log(1-e.rng.Float64()) / e.reclaimPerHour
+			in.reclaimAt = in.bootAt.Add(time.Duration(hours * float64(time.Hour)))
+		}
+		changed = true
+	}
+	for _, in := range e.instances {
+		if in.State == cloud.StateRunning && !in.reclaimAt.IsZero() && !now.Before(in.reclaimAt) {
+			e.removeLocked(in)
+			changed = true
+			continue
+		}
+		if in.State == cloud.StateDeleting && !now.Before(in.goneAt) {
+			e.removeLocked(in)
+			changed = true
+		}
+	}
+	if changed {
+		e.notifyLocked()
+	}
+}
+
+// removeLocked makes an instance gone and frees its capacity.
+func (e *Engine) removeLocked(in *instance) {
+	delete(e.instances, in.Name)
+	k := cloud.OfferingKey{InstanceType: in.InstanceType, Location: in.Location, CapacityType: in.CapacityType}
+	e.used[k]--
+	e.notifyLocked()
+}
+
+// snapshot returns the cluster's instances, sorted by name.
+func (e *Engine) snapshot(cluster string) []*instance {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.advanceLocked()
+	var out []*instance
+	for _, in := range e.instances {
+		if in.cluster == cluster {
+			cp := *in
+			out = append(out, &cp)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// validLocation reports whether loc is a simulated location.
+func (e *Engine) validLocation(loc string) bool {
+	for _, l := range e.locations {
+		if l == loc {
+			return true
+		}
+	}
+	return false
+}
+
+func knownLocations(e *Engine) string { return strings.Join(e.locations, ", ") }

@@ -1,0 +1,271 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/gpuscaler/gpuscaler/internal/cloud"
+	"github.com/gpuscaler/gpuscaler/internal/config"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func newTestEngine(t *testing.T, cfg config.SimConfig, opts Options) (*Engine, *clocktesting.FakeClock) {
+	t.Helper()
+	clk := clocktesting.NewFakeClock(t0)
+	opts.Clock = clk
+	e, err := NewEngine(cfg, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e, clk
+}
+
+func spec(name string, ct cloud.CapacityType) cloud.CreateSpec {
+	return cloud.CreateSpec{Name: name, Group: "g", InstanceType: "1H100.80S.30V", Location: "FIN-01", CapacityType: ct}
+}
+
+func TestCapacityAndStockOut(t *testing.T) {
+	two := 2
+	e, clk := newTestEngine(t, config.SimConfig{DefaultCapacity: &two, DeleteDelay: &metav1.Duration{Duration: time.Second}}, Options{})
+	acct := e.Account("c1")
+	ctx := context.Background()
+	for i := range 2 {
+		if _, err := acct.Create(ctx, spec(fmt.Sprintf("n%d", i), cloud.OnDemand)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := acct.Create(ctx, spec("n2", cloud.OnDemand))
+	if !errors.Is(err, cloud.ErrCapacity) {
+		t.Fatalf("third create: %v, want capacity error", err)
+	}
+	// Spot is a separate pool.
+	if _, err := acct.Create(ctx, spec("s0", cloud.Spot)); err != nil {
+		t.Fatalf("spot create: %v", err)
+	}
+	key := cloud.OfferingKey{InstanceType: "1H100.80S.30V", Location: "FIN-01", CapacityType: cloud.OnDemand}
+	if available(t, acct, key) {
+		t.Fatal("full offering reported available")
+	}
+	if err := acct.Delete(ctx, cloud.Instance{Name: "n0"}); err != nil {
+		t.Fatal(err)
+	}
+	if available(t, acct, key) {
+		t.Fatal("capacity freed before the instance is gone")
+	}
+	clk.Step(time.Second)
+	if !available(t, acct, key) {
+		t.Fatal("capacity not freed after deletion")
+	}
+	if _, err := acct.Create(ctx, spec("n3", cloud.OnDemand)); err != nil {
+		t.Fatalf("create after free: %v", err)
+	}
+	e.SetCapacity(key, 0)
+	if available(t, acct, key) {
+		t.Fatal("SetCapacity(0) left the offering available")
+	}
+}
+
+func available(t *testing.T, c *Cloud, k cloud.OfferingKey) bool {
+	t.Helper()
+	offs, err := c.Offerings(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range offs {
+		if o.Key() == k {
+			return o.Available
+		}
+	}
+	t.Fatalf("offering %v not listed", k)
+	return false
+}
+
+func TestLifecycleOnFakeClock(t *testing.T) {
+	e, clk := newTestEngine(t, config.SimConfig{}, Options{})
+	acct := e.Account("c1")
+	ctx := context.Background()
+	in, err := acct.Create(ctx, spec("a", cloud.OnDemand))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in.State != cloud.StatePending || in.ProviderID != "sim://a" {
+		t.Fatalf("created %+v", in)
+	}
+	clk.Step(DefaultBootDelay - time.Millisecond)
+	if got := state(t, acct, "a"); got != cloud.StatePending {
+		t.Fatalf("before boot delay: %s", got)
+	}
+	clk.Step(time.Millisecond)
+	if got := state(t, acct, "a"); got != cloud.StateRunning {
+		t.Fatalf("after boot delay: %s", got)
+	}
+	if err := acct.Delete(ctx, in); err != nil {
+		t.Fatal(err)
+	}
+	if got := state(t, acct, "a"); got != cloud.StateDeleting {
+		t.Fatalf("after delete: %s", got)
+	}
+	clk.Step(DefaultDeleteDelay)
+	if got := state(t, acct, "a"); got != "" {
+		t.Fatalf("after delete delay: %s", got)
+	}
+	// Delete is idempotent.
+	if err := acct.Delete(ctx, in); err != nil {
+		t.Fatalf("second delete: %v", err)
+	}
+}
+
+func state(t *testing.T, c *Cloud, name string) cloud.InstanceState {
+	t.Helper()
+	insts, err := c.List(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range insts {
+		if in.Name == name {
+			return in.State
+		}
+	}
+	return ""
+}
+
+func TestOwnershipAndNames(t *testing.T) {
+	e, _ := newTestEngine(t, config.SimConfig{}, Options{})
+	a, b := e.Account("a"), e.Account("b")
+	ctx := context.Background()
+	if _, err := a.Create(ctx, spec("x", cloud.OnDemand)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Create(ctx, spec("y", cloud.OnDemand)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Create(ctx, spec("x", cloud.OnDemand)); !errors.Is(err, cloud.ErrInvalid) {
+		t.Fatalf("duplicate name: %v", err)
+	}
+	la, _ := a.List(ctx)
+	if len(la) != 1 || la[0].Name != "x" || la[0].Group != "g" {
+		t.Fatalf("cluster a lists %+v", la)
+	}
+	// Deleting another cluster's instance does nothing.
+	if err := a.Delete(ctx, cloud.Instance{Name: "y"}); err != nil {
+		t.Fatal(err)
+	}
+	if state(t, b, "y") != cloud.StatePending {
+		t.Fatal("cluster a deleted cluster b's instance")
+	}
+}
+
+func TestInvalidOrders(t *testing.T) {
+	e, _ := newTestEngine(t, config.SimConfig{}, Options{})
+	acct := e.Account("c")
+	for _, s := range []cloud.CreateSpec{
+		{Name: "a", InstanceType: "nope", Location: "FIN-01", CapacityType: cloud.OnDemand},
+		{Name: "a", InstanceType: "1V100.6V", Location: "MARS-01", CapacityType: cloud.OnDemand},
+		{Name: "a", InstanceType: "1V100.6V", Location: "FIN-01", CapacityType: "reserved"},
+		{Name: "", InstanceType: "1V100.6V", Location: "FIN-01", CapacityType: cloud.OnDemand},
+	} {
+		if _, err := acct.Create(context.Background(), s); !errors.Is(err, cloud.ErrInvalid) {
+			t.Errorf("%+v: %v, want invalid", s, err)
+		}
+	}
+}
+
+func TestFaultsAreSeededAndNearRate(t *testing.T) {
+	run := func(seed int64) []bool {
+		e, _ := newTestEngine(t, config.SimConfig{Seed: seed, FaultRate: 0.2}, Options{})
+		acct := e.Account("c")
+		out := make([]bool, 2000)
+		for i := range out {
+			_, err := acct.List(context.Background())
+			if err != nil && !errors.Is(err, cloud.ErrTransient) {
+				t.Fatalf("fault of wrong class: %v", err)
+			}
+			out[i] = err != nil
+		}
+		return out
+	}
+	a, b, c := run(7), run(7), run(8)
+	fails, same, differ := 0, true, false
+	for i := range a {
+		if a[i] {
+			fails++
+		}
+		same = same && a[i] == b[i]
+		differ = differ || a[i] != c[i]
+	}
+	if !same {
+		t.Error("same seed gave different faults")
+	}
+	if !differ {
+		t.Error("different seeds gave the same faults")
+	}
+	if rate := float64(fails) / float64(len(a)); rate < 0.17 || rate > 0.23 {
+		t.Errorf("fault rate %.3f, want about 0.2", rate)
+	}
+}
+
+func TestOutcomeUnknownCreateLands(t *testing.T) {
+	e, _ := newTestEngine(t, config.SimConfig{}, Options{OutcomeUnknownRate: 1})
+	acct := e.Account("c")
+	_, err := acct.Create(context.Background(), spec("u", cloud.OnDemand))
+	if !errors.Is(err, cloud.ErrOutcomeUnknown) {
+		t.Fatalf("err = %v", err)
+	}
+	if n := e.Count("c"); n != 1 {
+		t.Fatalf("%d instances, want the one that landed", n)
+	}
+}
+
+func TestSpotReclaimDeterministic(t *testing.T) {
+	run := func() []string {
+		e, clk := newTestEngine(t, config.SimConfig{Seed: 3, SpotReclaimRate: 0.5}, Options{})
+		acct := e.Account("c")
+		for i := range 8 {
+			s := spec(fmt.Sprintf("s%d", i), cloud.Spot)
+			if _, err := acct.Create(context.Background(), s); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var order []string
+		for range 48 * 6 {
+			clk.Step(10 * time.Minute)
+			for i := range 8 {
+				name := fmt.Sprintf("s%d", i)
+				if state(t, acct, name) == "" && !contains(order, name) {
+					order = append(order, name)
+				}
+			}
+		}
+		return order
+	}
+	a, b := run(), run()
+	if len(a) < 4 {
+		t.Fatalf("only %d of 8 spot instances reclaimed in 48h at 0.5/h", len(a))
+	}
+	if fmt.Sprint(a) != fmt.Sprint(b) {
+		t.Fatalf("reclaims differ under one seed: %v vs %v", a, b)
+	}
+}
+
+func contains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+func TestCapacityOverrideMustMatch(t *testing.T) {
+	_, err := NewEngine(config.SimConfig{Capacity: []config.SimCapacity{{InstanceType: "nope", Count: 1}}}, Options{})
+	if err == nil {
+		t.Fatal("override matching nothing accepted")
+	}
+}
