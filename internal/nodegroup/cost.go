@@ -5,6 +5,18 @@ import (
 	"math"
 )
 
+// usablePriceLocked is the cheapest hourly price among a group's offerings
+// that may be tried now; ok is false when none may.
+func (m *Manager) usablePriceLocked(g *group) (float64, bool) {
+	best := math.Inf(1)
+	for _, k := range candidates(g) {
+		if p, ok := m.usableLocked(g.cfg.Cloud, g, k); ok {
+			best = math.Min(best, p)
+		}
+	}
+	return best, !math.IsInf(best, 1)
+}
+
 // minPriceLocked is the cheapest hourly price among a group's offerings that
 // may be tried now, or among all of them when none may.
 func (m *Manager) minPriceLocked(g *group) float64 {

@@ -32,7 +32,8 @@ func (m *Manager) NodePrice(providerID string, labels map[string]string, start, 
 
 // PodPrice returns what running the pod costs between start and end: its
 // share of the cheapest group node it fits on, where the share is its
-// largest fraction of any resource it requests (GPUs included).
+// largest fraction of any resource it requests (GPUs included). Groups
+// with no offering available now are left out.
 func (m *Manager) PodPrice(pod *corev1.Pod, start, end time.Time) (float64, error) {
 	requests := podRequests(pod)
 	hours := end.Sub(start).Hours()
@@ -61,7 +62,9 @@ func (m *Manager) PodPrice(pod *corev1.Pod, start, end time.Time) (float64, erro
 		if !fits || share > 1 {
 			continue
 		}
-		best = math.Min(best, share*m.minPriceLocked(g))
+		if price, ok := m.usablePriceLocked(g); ok {
+			best = math.Min(best, share*price)
+		}
 	}
 	if math.IsInf(best, 1) {
 		return 0, fmt.Errorf("pod %s/%s fits no node group", pod.Namespace, pod.Name)

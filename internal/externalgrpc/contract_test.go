@@ -1,0 +1,435 @@
+package externalgrpc
+
+import (
+	"context"
+	"net"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	"log/slog"
+
+	"github.com/gpuscaler/gpuscaler/internal/cloud"
+	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
+	"github.com/gpuscaler/gpuscaler/internal/config"
+	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
+	pb "github.com/gpuscaler/gpuscaler/proto"
+)
+
+const contractConfig = `
+clusterName: contract
+sync: {period: 200ms, requestsPerSecond: 1000}
+clouds:
+  sim: {bootDelay: 100ms, deleteDelay: 50ms}
+nodeGroups:
+  - name: h100
+    cloud: sim
+    instanceType: 1H100.80S.30V
+    locations: [FIN-01, FIN-02]
+    capacityPolicy: prefer-spot
+    maxSize: 10
+    taints: [{key: nvidia.com/gpu, value: present, effect: NoSchedule}]
+    labels: {team: ml}
+  - name: mig
+    cloud: sim
+    instanceType: 8H100.80S.176V
+    locations: [FIN-03]
+    maxSize: 2
+    mig: {profile: all-1g.10gb, strategy: mixed}
+    autoscalingOptions: {scaleDownUnneededTime: 20m, scaleDownGpuUtilizationThreshold: 0.3}
+  - name: scarce
+    cloud: sim
+    instanceType: 1A100.22V
+    locations: [ICE-01]
+    capacityPolicy: spot-only
+    maxSize: 3
+`
+
+type fixture struct {
+	client pb.CloudProviderClient
+	engine *sim.Engine
+	mgr    *nodegroup.Manager
+}
+
+// newFixture serves the real core over the simulated cloud on a loopback
+// port and returns a client, as cluster-autoscaler would dial it.
+func newFixture(t *testing.T, doc string) *fixture {
+	t.Helper()
+	cfg, err := config.Parse([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	engine, err := sim.NewEngine(*cfg.Clouds.Sim, sim.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	engine.SetCapacity(cloud.OfferingKey{InstanceType: "1A100.22V", Location: "ICE-01", CapacityType: cloud.Spot}, 0)
+	log := slog.New(slog.DiscardHandler)
+	mgr, err := nodegroup.New(cfg, map[string]cloud.Provider{"sim": engine.Account(cfg.ClusterName)},
+		nodegroup.Options{Logger: log, Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := mgr.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := NewServer(mgr, Options{Logger: log, Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, lis) }()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		conn.Close()
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+		mgr.Wait()
+	})
+	return &fixture{client: pb.NewCloudProviderClient(conn), engine: engine, mgr: mgr}
+}
+
+func call(t *testing.T) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second) // cluster-autoscaler's default
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func wait(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestContractNodeGroupsAndLookup(t *testing.T) {
+	f := newFixture(t, contractConfig)
+	ctx := call(t)
+	groups, err := f.client.NodeGroups(ctx, &pb.NodeGroupsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, g := range groups.GetNodeGroups() {
+		ids = append(ids, g.GetId())
+		if g.GetMaxSize() == 0 || g.GetDebug() == "" {
+			t.Errorf("group %+v incomplete", g)
+		}
+	}
+	if !slices.Equal(ids, []string{"h100", "mig", "scarce"}) {
+		t.Fatalf("groups %v", ids)
+	}
+	if _, err := f.client.NodeGroupIncreaseSize(ctx, &pb.NodeGroupIncreaseSizeRequest{Id: "h100", Delta: 2}); err != nil {
+		t.Fatal(err)
+	}
+	// The target counts the orders in flight at once.
+	ts, err := f.client.NodeGroupTargetSize(ctx, &pb.NodeGroupTargetSizeRequest{Id: "h100"})
+	if err != nil || ts.GetTargetSize() != 2 {
+		t.Fatalf("target during scale-up = %v, %v", ts.GetTargetSize(), err)
+	}
+	nodes := instancesOf(t, f, "h100", 2)
+	// A fake node for an unregistered instance carries only its provider ID.
+	got, err := f.client.NodeGroupForNode(ctx, &pb.NodeGroupForNodeRequest{Node: &pb.ExternalGrpcNode{ProviderID: nodes[0].GetId(), Name: nodes[0].GetId()}})
+	if err != nil || got.GetNodeGroup().GetId() != "h100" {
+		t.Fatalf("NodeGroupForNode(managed) = %v, %v", got, err)
+	}
+	// Unmanaged nodes (control plane, other pools) get an empty group, not an error.
+	for _, pid := range []string{"", "kind://cp-0", "sim://not-ours"} {
+		got, err := f.client.NodeGroupForNode(ctx, &pb.NodeGroupForNodeRequest{Node: &pb.ExternalGrpcNode{ProviderID: pid, Name: "cp-0"}})
+		if err != nil || got.GetNodeGroup() == nil || got.GetNodeGroup().GetId() != "" {
+			t.Fatalf("NodeGroupForNode(%q) = %v, %v", pid, got, err)
+		}
+	}
+	if _, err := f.client.NodeGroupTargetSize(ctx, &pb.NodeGroupTargetSizeRequest{Id: "nope"}); status.Code(err) != codes.NotFound {
+		t.Fatalf("unknown group: %v", err)
+	}
+}
+
+// instancesOf waits until a group lists n instances and returns them.
+func instancesOf(t *testing.T, f *fixture, group string, n int) []*pb.Instance {
+	t.Helper()
+	var out []*pb.Instance
+	wait(t, "instances of "+group, func() bool {
+		resp, err := f.client.NodeGroupNodes(call(t), &pb.NodeGroupNodesRequest{Id: group})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = resp.GetInstances()
+		return len(out) == n
+	})
+	return out
+}
+
+// TestContractInstanceIDsAreProviderIDs registers the instances as Nodes
+// the way the simulated kubelet does and checks cluster-autoscaler's key
+// rule: instance id == node.spec.providerID.
+func TestContractInstanceIDsAreProviderIDs(t *testing.T) {
+	f := newFixture(t, contractConfig)
+	ctx := call(t)
+	if _, err := f.client.NodeGroupIncreaseSize(ctx, &pb.NodeGroupIncreaseSizeRequest{Id: "h100", Delta: 3}); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, "3 running", func() bool {
+		resp, _ := f.client.NodeGroupNodes(ctx, &pb.NodeGroupNodesRequest{Id: "h100"})
+		running := 0
+		for _, in := range resp.GetInstances() {
+			if in.GetStatus().GetInstanceState() == pb.InstanceStatus_instanceRunning {
+				running++
+			}
+		}
+		return running == 3
+	})
+	kube := fake.NewClientset()
+	reg := sim.NewRegistrar(f.engine.Account("contract"), kube, sim.RegistrarOptions{Logger: slog.New(slog.DiscardHandler)})
+	if err := reg.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	nodeList, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil || len(nodeList.Items) != 3 {
+		t.Fatalf("%d nodes registered, %v", len(nodeList.Items), err)
+	}
+	resp, _ := f.client.NodeGroupNodes(ctx, &pb.NodeGroupNodesRequest{Id: "h100"})
+	var ids []string
+	for _, in := range resp.GetInstances() {
+		ids = append(ids, in.GetId())
+	}
+	for _, n := range nodeList.Items {
+		if !slices.Contains(ids, n.Spec.ProviderID) {
+			t.Errorf("node %s providerID %q not among instance ids %v", n.Name, n.Spec.ProviderID, ids)
+		}
+		got, err := f.client.NodeGroupForNode(ctx, &pb.NodeGroupForNodeRequest{Node: &pb.ExternalGrpcNode{
+			ProviderID: n.Spec.ProviderID, Name: n.Name, Labels: n.Labels,
+		}})
+		if err != nil || got.GetNodeGroup().GetId() != "h100" {
+			t.Errorf("registered node %s resolves to %v, %v", n.Name, got, err)
+		}
+		if n.Labels["team"] != "ml" || n.Labels[nodegroup.LabelNodeGroup] != "h100" || len(n.Spec.Taints) != 1 {
+			t.Errorf("node %s registered without the template's labels or taints: %v %v", n.Name, n.Labels, n.Spec.Taints)
+		}
+		if q := n.Status.Allocatable["nvidia.com/gpu"]; q.Value() != 1 {
+			t.Errorf("node %s allocatable nvidia.com/gpu = %v", n.Name, q.String())
+		}
+	}
+}
+
+func TestContractTemplates(t *testing.T) {
+	f := newFixture(t, contractConfig)
+	ctx := call(t)
+	tests := []struct {
+		group string
+		res   corev1.ResourceName
+		want  int64
+	}{
+		{"h100", "nvidia.com/gpu", 1},
+		{"mig", "nvidia.com/mig-1g.10gb", 56},
+		{"scarce", "nvidia.com/gpu", 1},
+	}
+	for _, tt := range tests {
+		resp, err := f.client.NodeGroupTemplateNodeInfo(ctx, &pb.NodeGroupTemplateNodeInfoRequest{Id: tt.group})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.GetNodeBytes()) == 0 {
+			t.Fatalf("%s: empty nodeBytes", tt.group)
+		}
+		var node corev1.Node
+		if err := node.Unmarshal(resp.GetNodeBytes()); err != nil {
+			t.Fatalf("%s: %v", tt.group, err)
+		}
+		for _, rl := range []corev1.ResourceList{node.Status.Capacity, node.Status.Allocatable} {
+			if q := rl[tt.res]; q.Value() != tt.want {
+				t.Errorf("%s: %s = %s, want %d", tt.group, tt.res, q.String(), tt.want)
+			}
+		}
+		alloc := node.Status.Allocatable
+		if alloc.Cpu().Cmp(*node.Status.Capacity.Cpu()) >= 0 || alloc.Memory().Cmp(*node.Status.Capacity.Memory()) >= 0 {
+			t.Errorf("%s: allocatable does not subtract reservations", tt.group)
+		}
+		if alloc.Pods().Value() != 110 || alloc.StorageEphemeral().Cmp(resource.MustParse("1Gi")) < 0 {
+			t.Errorf("%s: pods or ephemeral storage missing: %v", tt.group, alloc)
+		}
+		for _, l := range []string{"kubernetes.io/arch", "kubernetes.io/os", "node.kubernetes.io/instance-type",
+			"topology.kubernetes.io/zone", "topology.kubernetes.io/region", "gpuscaler.dev/node-group",
+			"gpuscaler.dev/capacity-type", "gpuscaler.dev/accelerator", "nvidia.com/gpu.product", "nvidia.com/gpu.count"} {
+			if node.Labels[l] == "" {
+				t.Errorf("%s: template lacks label %s", tt.group, l)
+			}
+		}
+		if !isReady(node) {
+			t.Errorf("%s: template not Ready", tt.group)
+		}
+	}
+	var node corev1.Node
+	resp, _ := f.client.NodeGroupTemplateNodeInfo(ctx, &pb.NodeGroupTemplateNodeInfoRequest{Id: "mig"})
+	_ = node.Unmarshal(resp.GetNodeBytes())
+	if node.Labels["nvidia.com/mig.config"] != "all-1g.10gb" {
+		t.Errorf("MIG template labels %v", node.Labels)
+	}
+	resp, _ = f.client.NodeGroupTemplateNodeInfo(ctx, &pb.NodeGroupTemplateNodeInfoRequest{Id: "h100"})
+	_ = node.Unmarshal(resp.GetNodeBytes())
+	if len(node.Spec.Taints) != 1 || node.Spec.Taints[0].Key != "nvidia.com/gpu" || node.Labels["gpuscaler.dev/capacity-type"] != "spot" {
+		t.Errorf("h100 template taints %v labels %v", node.Spec.Taints, node.Labels)
+	}
+	if _, err := f.client.NodeGroupTemplateNodeInfo(ctx, &pb.NodeGroupTemplateNodeInfoRequest{Id: "nope"}); status.Code(err) != codes.NotFound {
+		t.Errorf("unknown group template: %v", err)
+	}
+}
+
+func isReady(n corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
+
+// TestContractStockOut: a stock-out is an instance error of class
+// out-of-resources, not an RPC error, and the failed slot can be deleted.
+func TestContractStockOut(t *testing.T) {
+	f := newFixture(t, contractConfig)
+	ctx := call(t)
+	if _, err := f.client.NodeGroupIncreaseSize(ctx, &pb.NodeGroupIncreaseSizeRequest{Id: "scarce", Delta: 1}); err != nil {
+		t.Fatalf("IncreaseSize must succeed and report the stock-out per instance: %v", err)
+	}
+	var failed *pb.Instance
+	wait(t, "a failed instance", func() bool {
+		insts := instancesOf(t, f, "scarce", 1)
+		failed = insts[0]
+		return failed.GetStatus().GetErrorInfo().GetErrorCode() != ""
+	})
+	st := failed.GetStatus()
+	if st.GetInstanceState() != pb.InstanceStatus_instanceCreating || st.GetErrorInfo().GetInstanceErrorClass() != 1 {
+		t.Fatalf("stock-out reported as %v", st)
+	}
+	if _, err := f.client.NodeGroupDeleteNodes(ctx, &pb.NodeGroupDeleteNodesRequest{Id: "scarce", Nodes: []*pb.ExternalGrpcNode{{
+		ProviderID: failed.GetId(), Name: failed.GetId(), Annotations: map[string]string{"k8s.io/cluster-autoscaler/fake-node-reason": "create-error"},
+	}}}); err != nil {
+		t.Fatal(err)
+	}
+	ts, _ := f.client.NodeGroupTargetSize(ctx, &pb.NodeGroupTargetSizeRequest{Id: "scarce"})
+	if ts.GetTargetSize() != 0 {
+		t.Fatalf("target after deleting the failed instance = %d", ts.GetTargetSize())
+	}
+}
+
+func TestContractDeleteAndDecrease(t *testing.T) {
+	f := newFixture(t, contractConfig)
+	ctx := call(t)
+	for _, g := range []string{"h100", "mig"} {
+		if _, err := f.client.NodeGroupIncreaseSize(ctx, &pb.NodeGroupIncreaseSizeRequest{Id: g, Delta: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h100 := instancesOf(t, f, "h100", 1)
+	mig := instancesOf(t, f, "mig", 1)
+	_, err := f.client.NodeGroupDeleteNodes(ctx, &pb.NodeGroupDeleteNodesRequest{Id: "h100", Nodes: []*pb.ExternalGrpcNode{{ProviderID: mig[0].GetId()}}})
+	if status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("deleting another group's node: %v", err)
+	}
+	if _, err := f.client.NodeGroupIncreaseSize(ctx, &pb.NodeGroupIncreaseSizeRequest{Id: "mig", Delta: 5}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("past maxSize: %v", err)
+	}
+	if _, err := f.client.NodeGroupDecreaseTargetSize(ctx, &pb.NodeGroupDecreaseTargetSizeRequest{Id: "h100", Delta: 1}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("positive decrease: %v", err)
+	}
+	if _, err := f.client.NodeGroupDeleteNodes(ctx, &pb.NodeGroupDeleteNodesRequest{Id: "h100", Nodes: []*pb.ExternalGrpcNode{{ProviderID: h100[0].GetId()}}}); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, "h100 empty at the cloud", func() bool {
+		for _, in := range f.engine.Instances("contract") {
+			if in.Group == "h100" {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+func TestContractOptionsPricingAndGPUs(t *testing.T) {
+	f := newFixture(t, contractConfig)
+	ctx := call(t)
+	defaults := &pb.NodeGroupAutoscalingOptions{
+		ScaleDownUtilizationThreshold:    0.5,
+		ScaleDownGpuUtilizationThreshold: 0.5,
+		IgnoreDaemonSetsUtilization:      true,
+		ScaleDownUnneededDuration:        durationpb.New(10 * time.Minute),
+		ScaleDownUnreadyDuration:         durationpb.New(20 * time.Minute),
+		MaxNodeProvisionDuration:         durationpb.New(15 * time.Minute),
+	}
+	if _, err := f.client.NodeGroupGetOptions(ctx, &pb.NodeGroupAutoscalingOptionsRequest{Id: "h100", Defaults: defaults}); status.Code(err) != codes.Unimplemented {
+		t.Fatalf("group without overrides: %v", err)
+	}
+	resp, err := f.client.NodeGroupGetOptions(ctx, &pb.NodeGroupAutoscalingOptionsRequest{Id: "mig", Defaults: defaults})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := resp.GetNodeGroupAutoscalingOptions()
+	if o.GetScaleDownUnneededDuration().AsDuration() != 20*time.Minute || o.GetScaleDownGpuUtilizationThreshold() != 0.3 {
+		t.Errorf("overrides not applied: %v", o)
+	}
+	if o.GetScaleDownUtilizationThreshold() != 0.5 || !o.GetIgnoreDaemonSetsUtilization() ||
+		o.GetMaxNodeProvisionDuration().AsDuration() != 15*time.Minute || o.GetScaleDownUnreadyDuration().AsDuration() != 20*time.Minute {
+		t.Errorf("defaults not carried over: %v", o)
+	}
+
+	label, err := f.client.GPULabel(ctx, &pb.GPULabelRequest{})
+	if err != nil || label.GetLabel() != "gpuscaler.dev/accelerator" {
+		t.Fatalf("GPULabel = %v, %v", label, err)
+	}
+	types, err := f.client.GetAvailableGPUTypes(ctx, &pb.GetAvailableGPUTypesRequest{})
+	if err != nil || len(types.GetGpuTypes()) != 2 || types.GetGpuTypes()["h100"] == nil || types.GetGpuTypes()["a100-80gb"] == nil {
+		t.Fatalf("GPU types = %v, %v", types, err)
+	}
+
+	// A template node is priced by its group label at the cheapest offering
+	// (spot 0.8015/h for h100); a running node at its own offering.
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	price, err := f.client.PricingNodePrice(ctx, &pb.PricingNodePriceRequest{
+		Node:           &pb.ExternalGrpcNode{Name: "template-node-for-h100-1", Labels: map[string]string{"gpuscaler.dev/node-group": "h100"}},
+		StartTimestamp: timestamppb.New(start), EndTimestamp: timestamppb.New(start.Add(2 * time.Hour)),
+	})
+	if err != nil || price.GetPrice() < 1.6029 || price.GetPrice() > 1.6031 {
+		t.Fatalf("template price = %v, %v", price.GetPrice(), err)
+	}
+	pod := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Resources: corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1"), corev1.ResourceCPU: resource.MustParse("2")},
+	}}}}}
+	b, _ := pod.Marshal()
+	pp, err := f.client.PricingPodPrice(ctx, &pb.PricingPodPriceRequest{PodBytes: b, StartTimestamp: timestamppb.New(start), EndTimestamp: timestamppb.New(start.Add(time.Hour))})
+	if err != nil || pp.GetPrice() < 0.8 || pp.GetPrice() > 0.81 {
+		t.Fatalf("pod price = %v, %v (want one whole 1-GPU spot node, 0.8015)", pp.GetPrice(), err)
+	}
+	if _, err := f.client.Refresh(ctx, &pb.RefreshRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.client.Cleanup(ctx, &pb.CleanupRequest{}); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,138 @@
+package externalgrpc
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"path"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
+	"github.com/gpuscaler/gpuscaler/internal/gpu"
+	pb "github.com/gpuscaler/gpuscaler/proto"
+)
+
+// Options configure a Server.
+type Options struct {
+	Logger *slog.Logger
+	// Registerer receives the gRPC metrics; nil registers nowhere.
+	Registerer prometheus.Registerer
+	// GPULabel is the node label key reported to cluster-autoscaler;
+	// default gpu.LabelAccelerator.
+	GPULabel string
+	// TLS enables mTLS when any file is set; then all three are required.
+	TLS TLSFiles
+}
+
+// Server is the gRPC server of the CloudProvider service.
+type Server struct {
+	grpc   *grpc.Server
+	health *health.Server
+	log    *slog.Logger
+}
+
+// NewServer builds the server over a core. It fails when the TLS files are
+// incomplete or unreadable.
+func NewServer(core Core, opts Options) (*Server, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.GPULabel == "" {
+		opts.GPULabel = gpu.LabelAccelerator
+	}
+	m := newMetrics(opts.Registerer)
+	serverOpts := []grpc.ServerOption{grpc.ChainUnaryInterceptor(observe(opts.Logger, m))}
+	if opts.TLS.Enabled() {
+		tc, err := opts.TLS.serverConfig()
+		if err != nil {
+			return nil, err
+		}
+		serverOpts = append(serverOpts, grpc.Creds(credentials.NewTLS(tc)))
+	}
+	s := &Server{grpc: grpc.NewServer(serverOpts...), health: health.NewServer(), log: opts.Logger}
+	pb.RegisterCloudProviderServer(s.grpc, &service{core: core, gpuLabel: opts.GPULabel})
+	healthpb.RegisterHealthServer(s.grpc, s.health)
+	return s, nil
+}
+
+// Serve serves on lis until ctx is done, then stops gracefully (in-flight
+// calls finish, for at most 10 seconds).
+func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
+	errc := make(chan error, 1)
+	go func() { errc <- s.grpc.Serve(lis) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	s.health.Shutdown()
+	stopped := make(chan struct{})
+	go func() {
+		s.grpc.GracefulStop()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		s.grpc.Stop()
+	}
+	if err := <-errc; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		return err
+	}
+	return nil
+}
+
+// metrics are the gRPC server's Prometheus series.
+type metrics struct {
+	requests *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpuscaler_grpc_requests_total",
+			Help: "cluster-autoscaler gRPC requests by method and status code.",
+		}, []string{"method", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "gpuscaler_grpc_request_duration_seconds",
+			Help:    "cluster-autoscaler gRPC request latency by method.",
+			Buckets: prometheus.ExponentialBuckets(0.00005, 2, 16),
+		}, []string{"method"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.requests, m.duration)
+	}
+	return m
+}
+
+// observe logs and measures every call.
+func observe(log *slog.Logger, m *metrics) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		start := time.Now()
+		resp, err := handler(ctx, req)
+		method := path.Base(info.FullMethod)
+		code := status.Code(err)
+		elapsed := time.Since(start)
+		m.requests.WithLabelValues(method, code.String()).Inc()
+		m.duration.WithLabelValues(method).Observe(elapsed.Seconds())
+		if log.Enabled(ctx, slog.LevelDebug) {
+			attrs := []any{"method", method, "code", code.String(), "duration", elapsed}
+			if g, ok := req.(interface{ GetId() string }); ok && g.GetId() != "" {
+				attrs = append(attrs, "group", g.GetId())
+			}
+			if err != nil {
+				attrs = append(attrs, "error", err)
+			}
+			log.Debug("grpc call", attrs...)
+		}
+		return resp, err
+	}
+}

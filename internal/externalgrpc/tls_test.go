@@ -1,0 +1,176 @@
+package externalgrpc
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"log/slog"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/gpuscaler/gpuscaler/internal/config"
+	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
+	pb "github.com/gpuscaler/gpuscaler/proto"
+)
+
+// ca is a throwaway certificate authority.
+type ca struct {
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+	pem  []byte
+}
+
+func newCA(t *testing.T, name string) *ca {
+	t.Helper()
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, _ := x509.ParseCertificate(der)
+	return &ca{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
+}
+
+// issue returns a PEM certificate and key signed by the CA.
+func (c *ca) issue(t *testing.T, cn string, serial int64, server bool) (certPEM, keyPEM []byte) {
+	t.Helper()
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: cn},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature,
+	}
+	if server {
+		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+		tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1")}
+		tmpl.DNSNames = []string{"ca-external-grpc-cloud-provider-service"}
+	} else {
+		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, c.cert, &key.PublicKey, c.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, _ := x509.MarshalECPrivateKey(key)
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb})
+}
+
+func write(t *testing.T, path string, data []byte) {
+	t.Helper()
+	if err := os.WriteFile(path+".tmp", data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(path+".tmp", path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// staticCore answers NodeGroups for the TLS tests; the wire under test is TLS.
+type staticCore struct{ Core }
+
+func (staticCore) Groups() []nodegroup.Info { return []nodegroup.Info{{Name: "g", MaxSize: 1}} }
+func (staticCore) AutoscalingOptions(string) (*config.AutoscalingOptions, bool) {
+	return nil, false
+}
+
+func TestMTLS(t *testing.T) {
+	dir := t.TempDir()
+	root, other := newCA(t, "gpuscaler-ca"), newCA(t, "stranger-ca")
+	files := TLSFiles{CertFile: filepath.Join(dir, "tls.crt"), KeyFile: filepath.Join(dir, "tls.key"), CACertFile: filepath.Join(dir, "ca.crt")}
+	sc, sk := root.issue(t, "server", 2, true)
+	write(t, files.CertFile, sc)
+	write(t, files.KeyFile, sk)
+	write(t, files.CACertFile, root.pem)
+
+	srv, err := NewServer(staticCore{}, Options{Logger: slog.New(slog.DiscardHandler), TLS: files})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, lis) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	dial := func(serverCA *ca, clientCert, clientKey []byte) error {
+		pool := x509.NewCertPool()
+		pool.AddCert(serverCA.cert)
+		tc := &tls.Config{RootCAs: pool, ServerName: "ca-external-grpc-cloud-provider-service", MinVersion: tls.VersionTLS12}
+		if clientCert != nil {
+			pair, err := tls.X509KeyPair(clientCert, clientKey)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.Certificates = []tls.Certificate{pair}
+		}
+		conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(credentials.NewTLS(tc)))
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		cctx, ccancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer ccancel()
+		_, err = pb.NewCloudProviderClient(conn).NodeGroups(cctx, &pb.NodeGroupsRequest{})
+		return err
+	}
+
+	cc, ck := root.issue(t, "cluster-autoscaler", 3, false)
+	if err := dial(root, cc, ck); err != nil {
+		t.Fatalf("client with a certificate from the CA: %v", err)
+	}
+	if err := dial(root, nil, nil); err == nil {
+		t.Fatal("client without a certificate was served")
+	}
+	oc, ok := other.issue(t, "intruder", 4, false)
+	if err := dial(root, oc, ok); err == nil {
+		t.Fatal("client with a certificate from another CA was served")
+	}
+
+	// Rotation: a new CA and server pair on disk are used without a restart.
+	rotated := newCA(t, "gpuscaler-ca-2")
+	sc2, sk2 := rotated.issue(t, "server", 5, true)
+	time.Sleep(10 * time.Millisecond) // a new modification time
+	write(t, files.CertFile, sc2)
+	write(t, files.KeyFile, sk2)
+	write(t, files.CACertFile, rotated.pem)
+	cc2, ck2 := rotated.issue(t, "cluster-autoscaler", 6, false)
+	if err := dial(rotated, cc2, ck2); err != nil {
+		t.Fatalf("after rotation: %v", err)
+	}
+	if err := dial(root, cc, ck); err == nil {
+		t.Fatal("old CA still trusted after rotation")
+	}
+}
+
+func TestIncompleteTLS(t *testing.T) {
+	_, err := NewServer(staticCore{}, Options{TLS: TLSFiles{CertFile: "a.crt"}})
+	if err == nil {
+		t.Fatal("incomplete TLS accepted")
+	}
+	for _, want := range []string{"key", "CA cert"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %q", err, want)
+		}
+	}
+}
