@@ -1,0 +1,202 @@
+// Package testenv gives tests a real, small Kubernetes cluster: etcd,
+// kube-apiserver and, on request, kube-controller-manager, kube-scheduler
+// and kwok (which plays the kubelets of fake Nodes). Everything runs as
+// local processes on free loopback ports, from binaries hack/testbins
+// builds, and is torn down when the test ends, passed or failed.
+package testenv
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+// Options choose the components beyond etcd and kube-apiserver.
+type Options struct {
+	// ControllerManager runs kube-controller-manager: node lifecycle (it
+	// lifts the not-ready taint), garbage collection, service accounts.
+	ControllerManager bool
+	// Scheduler runs kube-scheduler, so pods are bound to nodes.
+	Scheduler bool
+	// Kwok runs kwok for Nodes annotated kwok.x-k8s.io/node=fake: it keeps
+	// them Ready and moves the pods bound to them to Running.
+	Kwok bool
+	// CRDDirs are folders of CustomResourceDefinition YAML files to apply.
+	CRDDirs []string
+}
+
+// Env is a running cluster.
+type Env struct {
+	// Config reaches the API server as cluster admin.
+	Config *rest.Config
+	// Client is a clientset for Config.
+	Client kubernetes.Interface
+	// Kubeconfig is the path of a kubeconfig file for Config, for
+	// subprocesses.
+	Kubeconfig string
+	// Dir is the environment's temporary folder.
+	Dir string
+
+	t     testing.TB
+	bins  string
+	mu    sync.Mutex
+	procs []*process
+	logs  []namedLog
+}
+
+type namedLog struct{ name, path string }
+
+// startTimeout bounds the start of the whole environment.
+const startTimeout = 3 * time.Minute
+
+// Start runs a cluster for the test and registers its teardown. It fails
+// the test if a component cannot start. Under `go test -short` (the quick
+// inner loop, `make test-unit`) the test is skipped; `make test` and CI
+// never pass -short.
+func Start(t testing.TB, opts Options) *Env {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("needs a real cluster: run without -short (make test)")
+	}
+	dir, err := os.MkdirTemp("", "gpuscaler-testenv-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &Env{Dir: dir, t: t, bins: binDir(t)}
+	t.Cleanup(e.stop)
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	if err := e.start(ctx, opts); err != nil {
+		t.Fatalf("test cluster: %v", err)
+	}
+	return e
+}
+
+func (e *Env) start(ctx context.Context, opts Options) error {
+	etcdURL, err := e.startEtcd(ctx)
+	if err != nil {
+		return err
+	}
+	if err := e.startAPIServer(ctx, etcdURL); err != nil {
+		return err
+	}
+	if opts.ControllerManager {
+		if err := e.startControllerManager(ctx); err != nil {
+			return err
+		}
+	}
+	if opts.Scheduler {
+		if err := e.startScheduler(ctx); err != nil {
+			return err
+		}
+	}
+	if opts.Kwok {
+		if err := e.startKwok(ctx); err != nil {
+			return err
+		}
+	}
+	for _, d := range opts.CRDDirs {
+		if err := e.applyCRDs(ctx, d); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// AddLog adds a log file to the dump printed when the test fails, for
+// components the test runs itself (gpuscaler, for one).
+func (e *Env) AddLog(name, path string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.logs = append(e.logs, namedLog{name, path})
+}
+
+// PIDs returns the process IDs of the running components.
+func (e *Env) PIDs() []int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make([]int, len(e.procs))
+	for i, p := range e.procs {
+		out[i] = p.cmd.Process.Pid
+	}
+	return out
+}
+
+// run starts a component and records it for teardown and log dumps.
+func (e *Env) run(name string, bin string, args ...string) (*process, error) {
+	logPath := filepath.Join(e.Dir, name+".log")
+	p, err := startProcess(name, logPath, filepath.Join(e.bins, bin), args...)
+	if err != nil {
+		return nil, err
+	}
+	e.mu.Lock()
+	e.procs = append(e.procs, p)
+	e.logs = append(e.logs, namedLog{name, logPath})
+	e.mu.Unlock()
+	return p, nil
+}
+
+// stop dumps the logs of a failed test, then ends every process (last
+// started first) and removes the folder.
+func (e *Env) stop() {
+	e.mu.Lock()
+	procs, logs := e.procs, e.logs
+	e.mu.Unlock()
+	if e.t.Failed() {
+		for _, l := range logs {
+			e.t.Logf("---- %s log (last 150 lines) ----\n%s", l.name, tail(l.path, 150))
+		}
+	}
+	for i := len(procs) - 1; i >= 0; i-- {
+		procs[i].stop(10 * time.Second)
+	}
+	if os.Getenv("GPUSCALER_TESTENV_KEEP") == "" {
+		_ = os.RemoveAll(e.Dir)
+	} else {
+		e.t.Logf("test cluster folder kept: %s", e.Dir)
+	}
+}
+
+// freePort returns a loopback port nothing listens on now.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// waitFor polls check until it succeeds, the process dies, or ctx ends.
+func waitFor(ctx context.Context, p *process, what string, check func(context.Context) error) error {
+	var last error
+	for {
+		if ok, err := p.exited(); ok {
+			return fmt.Errorf("%s exited while waiting for %s: %v\n%s", p.name, what, err, tail(p.log, 40))
+		}
+		if last = check(ctx); last == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: timed out waiting for %s: %v\n%s", p.name, what, last, tail(p.log, 40))
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func randomToken() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

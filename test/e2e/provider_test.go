@@ -1,0 +1,290 @@
+// Package e2e runs gpuscaler against a real cluster: etcd, kube-apiserver,
+// kube-controller-manager, kube-scheduler and kwok from internal/testenv.
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/gpuscaler/gpuscaler/internal/testenv"
+	pb "github.com/gpuscaler/gpuscaler/proto"
+)
+
+// TestProviderScalesGPUNodes drives the provider the way cluster-autoscaler
+// does and checks the result in the cluster: a GPU group goes from 0 to 3
+// nodes, three pending GPU pods run on them, and back to 0 with nothing left
+// at the cloud.
+func TestProviderScalesGPUNodes(t *testing.T) {
+	env := testenv.Start(t, testenv.Options{ControllerManager: true, Scheduler: true, Kwok: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+
+	grpcAddr, metricsAddr := loopback(t), loopback(t)
+	cfgPath := filepath.Join(t.TempDir(), "config.yaml")
+	writeFile(t, cfgPath, fmt.Sprintf(`
+clusterName: e2e
+provider: {listenAddress: %q}
+metrics: {address: %q}
+sync: {period: 2s}
+clouds:
+  sim: {bootDelay: 2s, deleteDelay: 1s, kubeconfig: %q}
+nodeGroups:
+  - name: h100
+    cloud: sim
+    instanceType: 1H100.80S.30V
+    locations: [FIN-01]
+    maxSize: 5
+    taints: [{key: nvidia.com/gpu, value: present, effect: NoSchedule}]
+`, grpcAddr, metricsAddr, env.Kubeconfig))
+	startProvider(t, env, cfgPath, metricsAddr)
+
+	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ca := pb.NewCloudProviderClient(conn)
+
+	// Three pending pods that each want one GPU.
+	pods := env.Client.CoreV1().Pods("default")
+	for i := range 3 {
+		if _, err := pods.Create(ctx, gpuPod(fmt.Sprintf("train-%d", i)), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// One cluster-autoscaler loop: refresh, list groups, read the template
+	// (scale from zero), and scale up.
+	rpc(t, func(c context.Context) error { _, err := ca.Refresh(c, &pb.RefreshRequest{}); return err })
+	groups, err := ca.NodeGroups(ctx, &pb.NodeGroupsRequest{})
+	if err != nil || len(groups.GetNodeGroups()) != 1 || groups.GetNodeGroups()[0].GetId() != "h100" {
+		t.Fatalf("NodeGroups = %v, %v", groups, err)
+	}
+	tmpl, err := ca.NodeGroupTemplateNodeInfo(ctx, &pb.NodeGroupTemplateNodeInfoRequest{Id: "h100"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var node corev1.Node
+	if err := node.Unmarshal(tmpl.GetNodeBytes()); err != nil {
+		t.Fatal(err)
+	}
+	if q := node.Status.Allocatable["nvidia.com/gpu"]; q.Value() != 1 {
+		t.Fatalf("template nvidia.com/gpu = %s", q.String())
+	}
+	rpc(t, func(c context.Context) error {
+		_, err := ca.NodeGroupIncreaseSize(c, &pb.NodeGroupIncreaseSizeRequest{Id: "h100", Delta: 3})
+		return err
+	})
+
+	waitFor(t, ctx, "3 Ready GPU nodes without the not-ready taint", func() bool { return len(readyGPUNodes(ctx, env.Client)) == 3 })
+	waitFor(t, ctx, "3 pods Running on the new nodes", func() bool {
+		list, err := pods.List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false
+		}
+		running := 0
+		for _, p := range list.Items {
+			if p.Status.Phase == corev1.PodRunning && p.Spec.NodeName != "" {
+				running++
+			}
+		}
+		return running == 3
+	})
+
+	// Instance ids are the Nodes' provider IDs, and every node resolves to its group.
+	nodes := readyGPUNodes(ctx, env.Client)
+	insts, err := ca.NodeGroupNodes(ctx, &pb.NodeGroupNodesRequest{Id: "h100"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, in := range insts.GetInstances() {
+		ids = append(ids, in.GetId())
+	}
+	var toDelete []*pb.ExternalGrpcNode
+	for _, n := range nodes {
+		if !slices.Contains(ids, n.Spec.ProviderID) {
+			t.Errorf("node %s (%s) is not among the group's instances %v", n.Name, n.Spec.ProviderID, ids)
+		}
+		g, err := ca.NodeGroupForNode(ctx, &pb.NodeGroupForNodeRequest{Node: &pb.ExternalGrpcNode{ProviderID: n.Spec.ProviderID, Name: n.Name}})
+		if err != nil || g.GetNodeGroup().GetId() != "h100" {
+			t.Errorf("NodeGroupForNode(%s) = %v, %v", n.Name, g, err)
+		}
+		toDelete = append(toDelete, &pb.ExternalGrpcNode{ProviderID: n.Spec.ProviderID, Name: n.Name})
+	}
+
+	// Scale down: the work ends, cluster-autoscaler deletes the nodes.
+	for i := range 3 {
+		if err := pods.Delete(ctx, fmt.Sprintf("train-%d", i), metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rpc(t, func(c context.Context) error {
+		_, err := ca.NodeGroupDeleteNodes(c, &pb.NodeGroupDeleteNodesRequest{Id: "h100", Nodes: toDelete})
+		return err
+	})
+	waitFor(t, ctx, "the nodes to disappear", func() bool {
+		list, err := env.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		return err == nil && len(list.Items) == 0
+	})
+	waitFor(t, ctx, "no instance left at the cloud", func() bool {
+		insts, err := ca.NodeGroupNodes(ctx, &pb.NodeGroupNodesRequest{Id: "h100"})
+		return err == nil && len(insts.GetInstances()) == 0
+	})
+	ts, err := ca.NodeGroupTargetSize(ctx, &pb.NodeGroupTargetSizeRequest{Id: "h100"})
+	if err != nil || ts.GetTargetSize() != 0 {
+		t.Fatalf("target = %v, %v", ts.GetTargetSize(), err)
+	}
+}
+
+func gpuPod(name string) *corev1.Pod {
+	one := resource.MustParse("1")
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{Name: "cuda", Image: "cuda", Resources: corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{"nvidia.com/gpu": one}, Limits: corev1.ResourceList{"nvidia.com/gpu": one},
+			}}},
+			Tolerations: []corev1.Toleration{{Key: "nvidia.com/gpu", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
+		},
+	}
+}
+
+// readyGPUNodes returns the Ready nodes with a GPU and no not-ready taint.
+func readyGPUNodes(ctx context.Context, kube kubernetes.Interface) []corev1.Node {
+	list, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil
+	}
+	var out []corev1.Node
+	for _, n := range list.Items {
+		q := n.Status.Allocatable["nvidia.com/gpu"]
+		if q.Value() < 1 || hasTaint(n, corev1.TaintNodeNotReady) || !ready(n) {
+			continue
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+func hasTaint(n corev1.Node, key string) bool {
+	for _, t := range n.Spec.Taints {
+		if t.Key == key {
+			return true
+		}
+	}
+	return false
+}
+
+func ready(n corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// startProvider runs `gpuscaler provider` as its own process, with its log
+// in the cluster's failure dump, and waits until it is ready.
+func startProvider(t *testing.T, env *testenv.Env, cfgPath, metricsAddr string) {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "gpuscaler")
+	build := exec.Command("go", "build", "-o", bin, "github.com/gpuscaler/gpuscaler/cmd/gpuscaler")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build gpuscaler: %v\n%s", err, out)
+	}
+	logPath := filepath.Join(env.Dir, "gpuscaler.log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env.AddLog("gpuscaler", logPath)
+	cmd := exec.Command(bin, "provider", "--config", cfgPath, "--log-format", "text", "--log-level", "debug")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait(); logf.Close() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get("http://" + metricsAddr + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		select {
+		case err := <-exited:
+			t.Fatalf("gpuscaler exited: %v", err)
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("gpuscaler not ready after 30s")
+		}
+	}
+}
+
+// rpc makes one call with cluster-autoscaler's default 5 s timeout.
+func rpc(t *testing.T, f func(context.Context) error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := f(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
+	t.Helper()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("timed out waiting for %s", what)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+func loopback(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func writeFile(t *testing.T, path, data string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
