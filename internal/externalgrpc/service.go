@@ -24,6 +24,7 @@ import (
 // *nodegroup.Manager implements it.
 type Core interface {
 	Groups() []nodegroup.Info
+	Group(name string) (nodegroup.Info, bool)
 	GroupForProviderID(providerID string) (group string, ok bool)
 	TargetSize(group string) (int, error)
 	IncreaseSize(ctx context.Context, group string, delta int) error
@@ -66,12 +67,11 @@ func (s *service) NodeGroupForNode(_ context.Context, req *pb.NodeGroupForNodeRe
 	if !ok {
 		return &pb.NodeGroupForNodeResponse{NodeGroup: &pb.NodeGroup{}}, nil
 	}
-	for _, g := range s.core.Groups() {
-		if g.Name == name {
-			return &pb.NodeGroupForNodeResponse{NodeGroup: toNodeGroup(g)}, nil
-		}
+	g, ok := s.core.Group(name)
+	if !ok {
+		return &pb.NodeGroupForNodeResponse{NodeGroup: &pb.NodeGroup{}}, nil
 	}
-	return &pb.NodeGroupForNodeResponse{NodeGroup: &pb.NodeGroup{}}, nil
+	return &pb.NodeGroupForNodeResponse{NodeGroup: toNodeGroup(g)}, nil
 }
 
 // PricingNodePrice prices a node (or template node) over a period.

@@ -87,6 +87,9 @@ func write(t *testing.T, path string, data []byte) {
 type staticCore struct{ Core }
 
 func (staticCore) Groups() []nodegroup.Info { return []nodegroup.Info{{Name: "g", MaxSize: 1}} }
+func (staticCore) Group(string) (nodegroup.Info, bool) {
+	return nodegroup.Info{Name: "g", MaxSize: 1}, true
+}
 func (staticCore) AutoscalingOptions(string) (*config.AutoscalingOptions, bool) {
 	return nil, false
 }

@@ -151,12 +151,14 @@ func (r *Registrar) ensure(ctx context.Context, in *instance, node *corev1.Node)
 		node = created
 		r.opts.Logger.Info("node registered", "node", in.Name, "providerID", in.ProviderID)
 	}
-	if len(node.Status.Capacity) > 0 && (r.opts.Kwok || isReady(node)) {
-		return nil
-	}
 	capacity, err := r.capacity(in)
 	if err != nil {
 		return err
+	}
+	// kwok fills in capacity of its own for a Node that has none; the
+	// instance's real capacity (GPUs above all) must win.
+	if advertises(node, capacity) && (r.opts.Kwok || isReady(node)) {
+		return nil
 	}
 	node = node.DeepCopy()
 	node.Status.Capacity = capacity
@@ -174,6 +176,22 @@ func (r *Registrar) ensure(ctx context.Context, in *instance, node *corev1.Node)
 		return fmt.Errorf("set status of node %s: %w", in.Name, err)
 	}
 	return nil
+}
+
+// advertises reports whether a Node's capacity and allocatable both hold
+// exactly the given resources.
+func advertises(n *corev1.Node, want corev1.ResourceList) bool {
+	for _, have := range []corev1.ResourceList{n.Status.Capacity, n.Status.Allocatable} {
+		if len(have) != len(want) {
+			return false
+		}
+		for name, q := range want {
+			if h, ok := have[name]; !ok || h.Cmp(q) != 0 {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 func isReady(n *corev1.Node) bool {
