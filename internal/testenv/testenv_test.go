@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 )
 
 // TestClusterRunsGPUPods registers a Node the way a kubelet would and
@@ -34,8 +35,17 @@ func TestClusterRunsGPUPods(t *testing.T) {
 		corev1.ResourceCPU: resource.MustParse("8"), corev1.ResourceMemory: resource.MustParse("32Gi"),
 		corev1.ResourcePods: resource.MustParse("110"), "nvidia.com/gpu": resource.MustParse("1"),
 	}
-	node.Status.Capacity, node.Status.Allocatable = rl, rl
-	if _, err := nodes.UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
+	// kwok may patch the new Node first; set its capacity on the latest version.
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		node, err := nodes.Get(ctx, node.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		node.Status.Capacity, node.Status.Allocatable = rl, rl
+		_, err = nodes.UpdateStatus(ctx, node, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	poll(t, ctx, "node Ready without the not-ready taint", func() bool {
