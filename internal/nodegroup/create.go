@@ -228,7 +228,7 @@ func (m *Manager) created(_ context.Context, g *group, mem *member, inst cloud.I
 	if mem.cancelled {
 		m.log.Info("deleting instance withdrawn during its create", "group", g.cfg.Name, "instance", inst.Name)
 		mem.phase = phaseDeleting
-		m.goDelete(g.cfg.Cloud, mem, inst)
+		m.goDelete(g.cfg.Cloud, inst)
 		return
 	}
 	mem.phase = phaseCreated
@@ -260,7 +260,7 @@ func (m *Manager) failLocked(g *group, mem *member, code string, class ErrorClas
 // goDelete deletes an instance in the background, retrying until the cloud
 // confirms or the manager stops. The member is dropped once the cloud's list
 // no longer shows the instance (see sync).
-func (m *Manager) goDelete(cloudName string, mem *member, inst cloud.Instance) {
+func (m *Manager) goDelete(cloudName string, inst cloud.Instance) {
 	c := m.clients[cloudName]
 	m.wg.Add(1)
 	go func() {

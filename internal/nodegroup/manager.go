@@ -59,8 +59,8 @@ type Manager struct {
 	unavailable map[string]map[cloud.OfferingKey]time.Time
 	// offerings caches each cloud's last Offerings answer.
 	offerings map[string]map[cloud.OfferingKey]cloud.Offering
-	// leakSeen records when an ownerless or unregistered instance was first seen.
-	leakSeen map[string]time.Time
+	// leaks tracks ownerless and unregistered instances.
+	leaks map[leakKey]*leak
 	// lastSync is when each cloud's last successful list started.
 	lastSync map[string]time.Time
 
@@ -115,6 +115,20 @@ type member struct {
 	errClass  ErrorClass
 }
 
+// leakKey names an instance suspected of being leaked.
+type leakKey struct {
+	cloud, name string
+	// unregistered: in a group, but its Node never joined; otherwise the
+	// instance belongs to no configured group.
+	unregistered bool
+}
+
+// leak is what is known of a suspected leak.
+type leak struct {
+	first    time.Time
+	reported bool
+}
+
 // New builds a Manager for a validated configuration and one Provider per
 // configured cloud, keyed by cloud name.
 func New(cfg *config.Config, providers map[string]cloud.Provider, opts Options) (*Manager, error) {
@@ -135,7 +149,7 @@ func New(cfg *config.Config, providers map[string]cloud.Provider, opts Options) 
 		byProviderID: map[string]*member{},
 		unavailable:  map[string]map[cloud.OfferingKey]time.Time{},
 		offerings:    map[string]map[cloud.OfferingKey]cloud.Offering{},
-		leakSeen:     map[string]time.Time{},
+		leaks:        map[leakKey]*leak{},
 		lastSync:     map[string]time.Time{},
 		syncNow:      map[string]chan struct{}{},
 	}

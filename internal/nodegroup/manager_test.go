@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
 )
@@ -356,4 +358,37 @@ nodeGroups:
 	if n, _ := h.mgr.TargetSize("g"); n != 0 {
 		t.Fatalf("target = %d after the unregistered instance was deleted", n)
 	}
+}
+
+func TestLeakedInstancesReportedOnce(t *testing.T) {
+	doc := baseConfig + `
+leakedInstances: {gracePeriod: 5m, action: report}
+nodeGroups:
+  - {name: g, cloud: sim, instanceType: 1V100.6V, locations: [FIN-01], maxSize: 5}
+`
+	h := newHarness(t, doc, sim.Options{}, Options{})
+	if _, err := h.acct.Create(context.Background(), cloud.CreateSpec{
+		Name: "orphan-1", Group: "removed-group", InstanceType: "1V100.6V", Location: "FIN-01", CapacityType: cloud.OnDemand,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("the leak reported", func() bool {
+		return counterValue(h.mgr.metrics.leaked.WithLabelValues("sim", "report")) == 1
+	})
+	h.clk.Step(30 * time.Minute)
+	time.Sleep(20 * time.Millisecond)
+	if n := counterValue(h.mgr.metrics.leaked.WithLabelValues("sim", "report")); n != 1 {
+		t.Fatalf("leak counted %v times", n)
+	}
+	if h.engine.Count("test") != 1 {
+		t.Fatal("report-only leak was deleted")
+	}
+}
+
+func counterValue(c interface{ Write(*dto.Metric) error }) float64 {
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		return -1
+	}
+	return m.GetCounter().GetValue()
 }

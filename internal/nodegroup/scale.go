@@ -125,14 +125,14 @@ func (m *Manager) removeLocked(ctx context.Context, g *group, mem *member) {
 			return
 		}
 		mem.phase = phaseDeleting
-		m.goDelete(g.cfg.Cloud, mem, *mem.inst)
+		m.goDelete(g.cfg.Cloud, *mem.inst)
 	case phaseCreating:
 		mem.cancelled = true
 		mem.phase = phaseDeleting
 	case phaseCreated:
 		mem.phase = phaseDeleting
 		inst := *mem.inst
-		m.goDelete(g.cfg.Cloud, mem, inst)
+		m.goDelete(g.cfg.Cloud, inst)
 	}
 }
 

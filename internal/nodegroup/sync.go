@@ -186,34 +186,36 @@ func (m *Manager) foldLocked(g *group, listed map[string]cloud.Instance, start t
 }
 
 // gracedLocked returns the ownerless instances seen for longer than the
-// grace period, and forgets the ones no longer listed.
+// grace period that still need action (deletion, or a first report), and
+// forgets the ones no longer listed.
 func (m *Manager) gracedLocked(cloudName string, ownerless []cloud.Instance) []cloud.Instance {
 	now := m.clock.Now()
 	var out []cloud.Instance
 	current := map[string]bool{}
 	for _, in := range ownerless {
-		key := cloudName + "/" + in.Name
-		current[key] = true
-		first, ok := m.leakSeen[key]
+		key := leakKey{cloud: cloudName, name: in.Name}
+		current[in.Name] = true
+		l, ok := m.leaks[key]
 		if !ok {
-			m.leakSeen[key] = now
+			m.leaks[key] = &leak{first: now}
 			m.log.Warn("instance owned by this cluster belongs to no configured group", "cloud", cloudName, "instance", in.Name, "group", in.Group)
 			continue
 		}
-		if now.Sub(first) >= m.cfg.LeakedInstances.GracePeriod.Duration {
+		if now.Sub(l.first) >= m.cfg.LeakedInstances.GracePeriod.Duration && !l.reported {
 			out = append(out, in)
+			l.reported = m.cfg.LeakedInstances.Action == config.LeakActionReport
 		}
 	}
-	for key := range m.leakSeen {
-		if len(key) > len(cloudName) && key[:len(cloudName)+1] == cloudName+"/" && !current[key] && !isUnregisteredKey(key) {
-			delete(m.leakSeen, key)
+	for key := range m.leaks {
+		if key.cloud == cloudName && !key.unregistered && !current[key.name] {
+			delete(m.leaks, key)
 		}
 	}
 	return out
 }
 
-// unregisteredLocked deletes (or reports) the running instances whose Node
-// never registered within the grace period; a deleted one leaves its
+// unregisteredLocked deletes (or reports once) the running instances whose
+// Node never registered within the grace period; a deleted one leaves its
 // group's target, so a broken bootstrap does not buy GPUs in a loop.
 func (m *Manager) unregisteredLocked(cloudName string) {
 	if m.opts.Registered == nil {
@@ -221,35 +223,39 @@ func (m *Manager) unregisteredLocked(cloudName string) {
 	}
 	now := m.clock.Now()
 	grace := m.cfg.LeakedInstances.GracePeriod.Duration
+	live := map[string]bool{}
 	for _, name := range m.order {
 		g := m.groups[name]
 		if g.cfg.Cloud != cloudName {
 			continue
 		}
 		for _, mem := range g.members {
+			live[mem.name] = true
 			if !mem.running() || now.Sub(mem.createdAt) < grace || m.opts.Registered(mem.providerID) {
 				continue
 			}
-			m.log.Warn("instance never registered as a node", "group", name, "instance", mem.name, "age", now.Sub(mem.createdAt).String())
+			key := leakKey{cloud: cloudName, name: mem.name, unregistered: true}
 			if m.cfg.LeakedInstances.Action == config.LeakActionReport {
-				key := "unregistered/" + mem.name
-				if _, seen := m.leakSeen[key]; !seen {
-					m.leakSeen[key] = now
+				if _, seen := m.leaks[key]; !seen {
+					m.leaks[key] = &leak{first: now, reported: true}
 					m.metrics.leaked.WithLabelValues(cloudName, config.LeakActionReport).Inc()
+					m.log.Warn("instance never registered as a node (report only)", "group", name, "instance", mem.name, "age", now.Sub(mem.createdAt).String())
 				}
 				continue
 			}
+			m.log.Warn("deleting instance that never registered as a node", "group", name, "instance", mem.name, "age", now.Sub(mem.createdAt).String())
 			m.metrics.leaked.WithLabelValues(cloudName, config.LeakActionDelete).Inc()
 			mem.phase = phaseDeleting
 			g.target--
-			m.goDelete(cloudName, mem, *mem.inst)
+			m.goDelete(cloudName, *mem.inst)
 			m.updateGaugesLocked(g)
 		}
 	}
-}
-
-func isUnregisteredKey(key string) bool {
-	return len(key) > len("unregistered/") && key[:len("unregistered/")] == "unregistered/"
+	for key := range m.leaks {
+		if key.cloud == cloudName && key.unregistered && !live[key.name] {
+			delete(m.leaks, key)
+		}
+	}
 }
 
 // handleLeaks deletes or reports ownerless instances past their grace.
@@ -262,7 +268,6 @@ func (m *Manager) handleLeaks(cloudName string, leaked []cloud.Instance) {
 			continue
 		}
 		m.log.Warn("deleting leaked instance", "cloud", cloudName, "instance", in.Name, "group", in.Group)
-		mem := &member{name: in.Name, inst: &in}
-		m.goDelete(cloudName, mem, in)
+		m.goDelete(cloudName, in)
 	}
 }
