@@ -1,0 +1,112 @@
+package verda
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+
+	"github.com/gpuscaler/gpuscaler/internal/cloud"
+)
+
+// ListInstances returns every instance of the account not yet deleted.
+func (c *Client) ListInstances(ctx context.Context) ([]Instance, error) {
+	var out []Instance
+	return out, c.do(ctx, call{op: "list", method: http.MethodGet, path: "/instances", idempotent: true}, &out)
+}
+
+// GetInstance returns one instance.
+func (c *Client) GetInstance(ctx context.Context, id string) (Instance, error) {
+	var out Instance
+	return out, c.do(ctx, call{op: "get", method: http.MethodGet, path: "/instances/" + url.PathEscape(id), idempotent: true}, &out)
+}
+
+// CreateInstance orders an instance and returns its id. When the answer is
+// lost after the order may have been taken, it looks the instance up by
+// hostname instead of ordering again, and returns cloud.ErrOutcomeUnknown
+// only if that look-up fails too.
+func (c *Client) CreateInstance(ctx context.Context, req CreateRequest) (string, error) {
+	var id string
+	err := c.do(ctx, call{op: "create", method: http.MethodPost, path: "/instances", body: req}, &id)
+	if !errors.Is(err, cloud.ErrOutcomeUnknown) {
+		return id, err
+	}
+	c.log.Warn("verda: create outcome unknown; looking the instance up by hostname", "hostname", req.Hostname, "error", err)
+	insts, lerr := c.ListInstances(ctx)
+	if lerr != nil {
+		return "", fmt.Errorf("%w (look-up failed: %v)", err, lerr)
+	}
+	for _, in := range insts {
+		if in.Hostname == req.Hostname {
+			return in.ID, nil
+		}
+	}
+	// The API has no such instance: the order was not taken.
+	return "", cloud.NewError(cloud.ErrTransient, "create", fmt.Errorf("order lost before it was taken: %w", err))
+}
+
+// DeleteInstances deletes instances; volumeIDs nil keeps the API default
+// (the OS volume goes, other volumes are detached).
+func (c *Client) DeleteInstances(ctx context.Context, ids []string, volumeIDs []string) error {
+	body := ActionRequest{Action: "delete", ID: ids, VolumeIDs: volumeIDs}
+	return c.do(ctx, call{op: "delete", method: http.MethodPut, path: "/instances", body: body, idempotent: true}, nil)
+}
+
+// InstanceTypes returns the catalog.
+func (c *Client) InstanceTypes(ctx context.Context) ([]InstanceType, error) {
+	var out []InstanceType
+	return out, c.do(ctx, call{op: "instance_types", method: http.MethodGet, path: "/instance-types", idempotent: true}, &out)
+}
+
+// Availability returns which types can be ordered now in each location.
+func (c *Client) Availability(ctx context.Context, spot bool) ([]Availability, error) {
+	var out []Availability
+	q := url.Values{"is_spot": {strconv.FormatBool(spot)}}
+	return out, c.do(ctx, call{op: "availability", method: http.MethodGet, path: "/instance-availability", query: q, idempotent: true}, &out)
+}
+
+// Locations returns the datacenters.
+func (c *Client) Locations(ctx context.Context) ([]Location, error) {
+	var out []Location
+	return out, c.do(ctx, call{op: "locations", method: http.MethodGet, path: "/locations", idempotent: true}, &out)
+}
+
+// CreateScript stores a startup script and returns its id.
+func (c *Client) CreateScript(ctx context.Context, name, script string) (string, error) {
+	var id string
+	body := map[string]string{"name": name, "script": script}
+	return id, c.do(ctx, call{op: "create_script", method: http.MethodPost, path: "/scripts", body: body}, &id)
+}
+
+// ListScripts returns the stored startup scripts (page by page).
+func (c *Client) ListScripts(ctx context.Context) ([]Script, error) {
+	var all []Script
+	for page := 1; ; page++ {
+		var out []Script
+		q := url.Values{"page": {strconv.Itoa(page)}, "pageSize": {"100"}}
+		if err := c.do(ctx, call{op: "list_scripts", method: http.MethodGet, path: "/scripts", query: q, idempotent: true}, &out); err != nil {
+			return nil, err
+		}
+		all = append(all, out...)
+		if len(out) < 100 {
+			return all, nil
+		}
+	}
+}
+
+// DeleteScript deletes a startup script; one already gone is success.
+func (c *Client) DeleteScript(ctx context.Context, id string) error {
+	err := c.do(ctx, call{op: "delete_script", method: http.MethodDelete, path: "/scripts/" + url.PathEscape(id), idempotent: true}, nil)
+	if errors.Is(err, cloud.ErrNotFound) {
+		return nil
+	}
+	return err
+}
+
+// ListSSHKeys returns the account's SSH keys.
+func (c *Client) ListSSHKeys(ctx context.Context) ([]SSHKey, error) {
+	var out []SSHKey
+	return out, c.do(ctx, call{op: "list_ssh_keys", method: http.MethodGet, path: "/sshkeys", idempotent: true}, &out)
+}

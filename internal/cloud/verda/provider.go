@@ -1,0 +1,393 @@
+package verda
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gpuscaler/gpuscaler/internal/cloud"
+)
+
+// Name is Verda's name in provider IDs and config.
+const Name = "verda"
+
+// LegacyScheme is the provider-ID scheme the DataCrunch autoscaler wrote.
+const LegacyScheme = "datacrunch"
+
+// Keys of a node group's cloudOptions that the Verda backend reads.
+const (
+	OptionSSHKeyIDs         = "sshKeyIDs"         // comma-separated
+	OptionContract          = "contract"          // LONG_TERM, PAY_AS_YOU_GO, SPOT
+	OptionPricing           = "pricing"           // FIXED_PRICE, DYNAMIC_PRICE
+	OptionStartupScriptID   = "startupScriptID"   // a stored script, used when gpuscaler renders none
+	OptionOnSpotDiscontinue = "onSpotDiscontinue" // keep_detached, move_to_trash, delete_permanently
+)
+
+const (
+	catalogTTL     = 10 * time.Minute
+	scriptSweepTTL = 10 * time.Minute
+	defaultImage   = "ubuntu-24.04-cuda-12.8-open-docker"
+)
+
+// Options configure the Verda backend.
+type Options struct {
+	// ClusterName marks the instances this cluster owns.
+	ClusterName string
+	// Image is used when a group names none.
+	Image string
+	// SSHKeyIDs are used when a group names none.
+	SSHKeyIDs []string
+	Logger    *slog.Logger
+}
+
+// Cloud is a Verda account as a cloud.Provider.
+type Cloud struct {
+	api  *Client
+	opts Options
+	log  *slog.Logger
+
+	mu        sync.Mutex
+	catalog   []cloud.InstanceType
+	catalogAt time.Time
+	// scripts maps hostnames to the per-instance startup script uploaded
+	// for them, deleted once the instance runs or is gone.
+	scripts   map[string]string
+	creating  map[string]bool
+	lastSweep time.Time
+}
+
+var _ cloud.Provider = (*Cloud)(nil)
+
+// New returns the backend over a client.
+func New(api *Client, opts Options) *Cloud {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Image == "" {
+		opts.Image = defaultImage
+	}
+	return &Cloud{api: api, opts: opts, log: opts.Logger, scripts: map[string]string{}, creating: map[string]bool{}}
+}
+
+// Name returns "verda".
+func (c *Cloud) Name() string { return Name }
+
+// InstanceTypes returns the catalog, cached for ten minutes.
+func (c *Cloud) InstanceTypes(ctx context.Context) ([]cloud.InstanceType, error) {
+	c.mu.Lock()
+	if c.catalog != nil && time.Since(c.catalogAt) < catalogTTL {
+		defer c.mu.Unlock()
+		return append([]cloud.InstanceType(nil), c.catalog...), nil
+	}
+	c.mu.Unlock()
+	raw, err := c.api.InstanceTypes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]cloud.InstanceType, 0, len(raw))
+	for _, t := range raw {
+		out = append(out, convertType(t))
+	}
+	c.mu.Lock()
+	c.catalog, c.catalogAt = out, time.Now()
+	c.mu.Unlock()
+	return append([]cloud.InstanceType(nil), out...), nil
+}
+
+// convertType maps an API instance type to the catalog entry.
+func convertType(t InstanceType) cloud.InstanceType {
+	gpus := t.GPU.NumberOfGPUs
+	perGPU := 0
+	if gpus > 0 {
+		perGPU = t.GPUMemory.SizeInGigabytes / gpus
+	}
+	return cloud.InstanceType{
+		Name: t.InstanceType, GPUModel: gpuModel(t.InstanceType, perGPU), GPUCount: gpus, GPUMemoryGiB: perGPU,
+		VCPUs: t.CPU.NumberOfCores, MemoryGiB: t.Memory.SizeInGigabytes, DiskGiB: t.Storage.SizeInGigabytes,
+		Arch: "amd64", OnDemandPrice: float64(t.PricePerHour), SpotPrice: float64(t.SpotPrice),
+	}
+}
+
+// gpuModel maps a type name ("8H100.80S.176V") and per-GPU memory to a key
+// of internal/gpu; "" for CPU types and unknown GPUs.
+func gpuModel(typeName string, memGB int) string {
+	family := strings.SplitN(strings.TrimLeft(typeName, "0123456789"), ".", 2)[0]
+	switch family {
+	case "H100":
+		return "H100-80GB"
+	case "H200":
+		return "H200-141GB"
+	case "A100":
+		if memGB > 0 && memGB <= 40 || strings.Contains(typeName, ".40S.") {
+			return "A100-40GB"
+		}
+		return "A100-80GB"
+	case "V100":
+		return "V100-16GB"
+	case "B200", "B300", "GB300", "L40S", "RTX6000ADA", "A6000", "RTXPRO6000":
+		return family
+	}
+	return ""
+}
+
+// Offerings returns every catalog type in every location, available where
+// the availability endpoints list it now.
+func (c *Cloud) Offerings(ctx context.Context) ([]cloud.Offering, error) {
+	types, err := c.InstanceTypes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []cloud.Offering
+	for _, ct := range []cloud.CapacityType{cloud.OnDemand, cloud.Spot} {
+		avail, err := c.api.Availability(ctx, ct == cloud.Spot)
+		if err != nil {
+			return nil, err
+		}
+		for _, loc := range avail {
+			now := map[string]bool{}
+			for _, t := range loc.Availabilities {
+				now[t] = true
+			}
+			for _, t := range types {
+				if ct == cloud.Spot && t.SpotPrice == 0 {
+					continue
+				}
+				out = append(out, cloud.Offering{
+					InstanceType: t.Name, Location: loc.LocationCode, CapacityType: ct,
+					Available: now[t.Name], Price: t.Price(ct),
+				})
+			}
+		}
+	}
+	return out, nil
+}
+
+// description marks an instance as owned by a cluster and group.
+func description(cluster, group string) string {
+	return fmt.Sprintf("gpuscaler cluster=%s group=%s", cluster, group)
+}
+
+// owner parses description; ok is false for instances of other clusters.
+func owner(desc, cluster string) (group string, ok bool) {
+	var c, g string
+	if _, err := fmt.Sscanf(desc, "gpuscaler cluster=%s group=%s", &c, &g); err != nil || c != cluster {
+		return "", false
+	}
+	return g, true
+}
+
+// List returns the cluster's instances and deletes the startup scripts of
+// instances that run or are gone.
+func (c *Cloud) List(ctx context.Context) ([]cloud.Instance, error) {
+	raw, err := c.api.ListInstances(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []cloud.Instance
+	pending := map[string]bool{}
+	for _, in := range raw {
+		group, ok := owner(in.Description, c.opts.ClusterName)
+		if !ok {
+			continue
+		}
+		inst := convertInstance(in, group)
+		if inst.State == cloud.StatePending {
+			pending[in.Hostname] = true
+		}
+		out = append(out, inst)
+	}
+	c.cleanScripts(ctx, pending)
+	return out, nil
+}
+
+func convertInstance(in Instance, group string) cloud.Instance {
+	ct := cloud.OnDemand
+	if in.IsSpot || in.Contract == "SPOT" {
+		ct = cloud.Spot
+	}
+	out := cloud.Instance{
+		ID: in.ID, Name: in.Hostname, ProviderID: cloud.ProviderID(Name, in.Hostname),
+		Aliases: []string{cloud.ProviderID(Name, in.ID), cloud.ProviderID(LegacyScheme, in.ID)},
+		Group:   group, InstanceType: in.InstanceType, Location: in.Location, CapacityType: ct,
+		CreatedAt: in.CreatedAt,
+	}
+	if in.IP != nil {
+		out.IP = *in.IP
+	}
+	switch in.Status {
+	case StatusRunning:
+		out.State = cloud.StateRunning
+	case StatusDeleting, StatusDiscontinued, StatusOffline:
+		out.State = cloud.StateDeleting
+	case StatusError, StatusNoCapacity, StatusNotFound:
+		out.State, out.Error = cloud.StateFailed, "instance status "+in.Status
+	default:
+		out.State = cloud.StatePending
+	}
+	return out
+}
+
+// scriptName names the per-instance script, so a sweep can find leftovers.
+func (c *Cloud) scriptName(hostname string) string {
+	return "gpuscaler-" + c.opts.ClusterName + "-" + hostname
+}
+
+// cleanScripts deletes the scripts of instances no longer pending, and
+// every few minutes sweeps the account for scripts this cluster left behind
+// (after a restart, say): the account holds at most 100.
+func (c *Cloud) cleanScripts(ctx context.Context, pending map[string]bool) {
+	c.mu.Lock()
+	done := map[string]string{}
+	for host, id := range c.scripts {
+		if !pending[host] && !c.creating[host] {
+			done[host] = id
+		}
+	}
+	sweep := time.Since(c.lastSweep) > scriptSweepTTL
+	if sweep {
+		c.lastSweep = time.Now()
+	}
+	c.mu.Unlock()
+	for host, id := range done {
+		if err := c.api.DeleteScript(ctx, id); err != nil {
+			c.log.Warn("verda: could not delete a startup script; will retry", "hostname", host, "error", err)
+			continue
+		}
+		c.mu.Lock()
+		delete(c.scripts, host)
+		c.mu.Unlock()
+	}
+	if !sweep {
+		return
+	}
+	scripts, err := c.api.ListScripts(ctx)
+	if err != nil {
+		c.log.Warn("verda: script sweep failed", "error", err)
+		return
+	}
+	prefix := c.scriptName("")
+	for _, s := range scripts {
+		host, ours := strings.CutPrefix(s.Name, prefix)
+		c.mu.Lock()
+		busy := pending[host] || c.creating[host]
+		c.mu.Unlock()
+		if !ours || busy {
+			continue
+		}
+		if err := c.api.DeleteScript(ctx, s.ID); err != nil {
+			c.log.Warn("verda: could not delete a leftover startup script", "script", s.Name, "error", err)
+		}
+	}
+}
+
+// Create uploads the instance's startup script (if it has one) and orders
+// the instance. The script is deleted once the instance runs, or at once if
+// the order fails.
+func (c *Cloud) Create(ctx context.Context, spec cloud.CreateSpec) (cloud.Instance, error) {
+	req := CreateRequest{
+		InstanceType: spec.InstanceType, Image: spec.Image, Hostname: spec.Name,
+		Description: description(c.opts.ClusterName, spec.Group), LocationCode: spec.Location,
+		SSHKeyIDs: c.opts.SSHKeyIDs, IsSpot: spec.CapacityType == cloud.Spot,
+		Contract: spec.Options[OptionContract], Pricing: spec.Options[OptionPricing],
+		Tags: []Tag{{Key: "gpuscaler-cluster", Value: c.opts.ClusterName}, {Key: "gpuscaler-group", Value: spec.Group}},
+	}
+	if req.Image == "" {
+		req.Image = c.opts.Image
+	}
+	if ids := spec.Options[OptionSSHKeyIDs]; ids != "" {
+		req.SSHKeyIDs = strings.Split(ids, ",")
+	}
+	if req.SSHKeyIDs == nil {
+		req.SSHKeyIDs = []string{}
+	}
+	if req.IsSpot && req.Contract == "" {
+		req.Contract = "SPOT"
+	}
+	if spec.DiskGiB > 0 || req.IsSpot {
+		req.OSVolume = &OSVolume{Name: spec.Name + "-os", Size: spec.DiskGiB}
+		if req.OSVolume.Size == 0 {
+			req.OSVolume.Size = 100
+		}
+		if req.IsSpot {
+			req.OSVolume.OnSpotDiscontinue = "delete_permanently"
+			if v := spec.Options[OptionOnSpotDiscontinue]; v != "" {
+				req.OSVolume.OnSpotDiscontinue = v
+			}
+		}
+	}
+	c.mu.Lock()
+	c.creating[spec.Name] = true
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		delete(c.creating, spec.Name)
+		c.mu.Unlock()
+	}()
+	var scriptID string
+	switch {
+	case spec.UserData != "":
+		id, err := c.api.CreateScript(ctx, c.scriptName(spec.Name), spec.UserData)
+		if err != nil {
+			return cloud.Instance{}, fmt.Errorf("upload startup script: %w", err)
+		}
+		scriptID = id
+		req.StartupScriptID = &id
+	case spec.Options[OptionStartupScriptID] != "":
+		id := spec.Options[OptionStartupScriptID]
+		req.StartupScriptID = &id
+	}
+	id, err := c.api.CreateInstance(ctx, req)
+	if err != nil {
+		if scriptID != "" && !errors.Is(err, cloud.ErrOutcomeUnknown) {
+			if derr := c.api.DeleteScript(context.WithoutCancel(ctx), scriptID); derr != nil {
+				c.log.Warn("verda: could not delete the script of a failed order; the sweep will", "error", derr)
+			}
+		} else if scriptID != "" {
+			c.trackScript(spec.Name, scriptID)
+		}
+		return cloud.Instance{}, err
+	}
+	if scriptID != "" {
+		c.trackScript(spec.Name, scriptID)
+	}
+	return cloud.Instance{
+		ID: id, Name: spec.Name, ProviderID: cloud.ProviderID(Name, spec.Name),
+		Aliases: []string{cloud.ProviderID(Name, id), cloud.ProviderID(LegacyScheme, id)},
+		Group:   spec.Group, InstanceType: spec.InstanceType, Location: spec.Location, CapacityType: spec.CapacityType,
+		State: cloud.StatePending, CreatedAt: time.Now(),
+	}, nil
+}
+
+func (c *Cloud) trackScript(host, id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.scripts[host] = id
+}
+
+// Delete deletes an instance and its OS volume; gone is success.
+func (c *Cloud) Delete(ctx context.Context, inst cloud.Instance) error {
+	id := inst.ID
+	if id == "" {
+		insts, err := c.api.ListInstances(ctx)
+		if err != nil {
+			return err
+		}
+		for _, in := range insts {
+			if in.Hostname == inst.Name {
+				id = in.ID
+			}
+		}
+		if id == "" {
+			return nil
+		}
+	}
+	err := c.api.DeleteInstances(ctx, []string{id}, nil)
+	if errors.Is(err, cloud.ErrNotFound) {
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,326 @@
+// Package verdatest is an in-process fake of the Verda REST API, built on
+// the simulated cloud's engine so that capacity, boot times and stock-outs
+// have one source of truth. It follows the API's documented shapes, status
+// codes and quirks: expiring bearer tokens and 401s, create answering 202
+// with a bare id, statuses moving ordered → provisioning → running, delete
+// taking "id" as a string or an array, /sshkeys and /ssh-keys, is_spot and
+// isSpot, string prices, {code,message} errors, 503 "Not enough resources"
+// and 400 "... limit exceeded".
+package verdatest
+
+import (
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
+)
+
+// account is the engine account every fake instance lives in.
+const account = "verda-account"
+
+// Options configure a Server.
+type Options struct {
+	ClientID, ClientSecret string
+	// TokenTTL is the access token lifetime (expires_in); default 1h.
+	TokenTTL time.Duration
+	// InstanceLimit is the account's instance quota; default 1000.
+	InstanceLimit int
+	// ScriptLimit is the startup-script quota; default 100, as documented.
+	ScriptLimit int
+}
+
+// Server is the fake API. Its URL is Server.URL.
+type Server struct {
+	*httptest.Server
+	engine *sim.Engine
+	acct   *sim.Cloud
+	opts   Options
+
+	mu        sync.Mutex
+	tokens    map[string]time.Time // access token -> expiry
+	refreshes map[string]bool
+	meta      map[string]*meta   // instance id -> what the engine does not keep
+	byName    map[string]string  // hostname -> instance id
+	scripts   map[string]*script // by id
+	calls     map[string]int
+	faults    []fault
+	latency   time.Duration
+	hangNext  map[string]time.Duration
+}
+
+type meta struct {
+	id, hostname, description, image, contract, pricing string
+	scriptID                                            *string
+	sshKeyIDs                                           []string
+	tags                                                []tag
+	createdAt                                           time.Time
+	pendingSince                                        time.Time
+}
+
+type tag struct {
+	Key   string `json:"key"`
+	Value string `json:"value,omitempty"`
+}
+
+type script struct {
+	ID        string `json:"id"`
+	Name      string `json:"name"`
+	Script    string `json:"script"`
+	CreatedAt string `json:"created_at"`
+}
+
+type fault struct {
+	method, path string
+	status       int
+	body         string
+}
+
+// New starts a fake API over a simulated engine.
+func New(engine *sim.Engine, opts Options) *Server {
+	if opts.TokenTTL == 0 {
+		opts.TokenTTL = time.Hour
+	}
+	if opts.InstanceLimit == 0 {
+		opts.InstanceLimit = 1000
+	}
+	if opts.ScriptLimit == 0 {
+		opts.ScriptLimit = 100
+	}
+	s := &Server{
+		engine: engine, acct: engine.Account(account), opts: opts,
+		tokens: map[string]time.Time{}, refreshes: map[string]bool{}, meta: map[string]*meta{},
+		byName: map[string]string{}, scripts: map[string]*script{}, calls: map[string]int{}, hangNext: map[string]time.Duration{},
+	}
+	s.Server = httptest.NewServer(http.HandlerFunc(s.serve))
+	return s
+}
+
+// Engine returns the simulated engine behind the API.
+func (s *Server) Engine() *sim.Engine { return s.engine }
+
+// FailNext makes the next request matching method and path prefix answer
+// with status and body instead of being served.
+func (s *Server) FailNext(method, pathPrefix string, status int, body string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.faults = append(s.faults, fault{method, pathPrefix, status, body})
+}
+
+// HangNext makes the next request with method and path prefix take effect,
+// then wait d before answering, as a request whose answer times out.
+func (s *Server) HangNext(method, pathPrefix string, d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.hangNext[method+" "+pathPrefix] = d
+}
+
+// SetLatency adds a delay to every request.
+func (s *Server) SetLatency(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.latency = d
+}
+
+// ExpireTokens invalidates every access token, as their expiry would.
+func (s *Server) ExpireTokens() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.tokens = map[string]time.Time{}
+}
+
+// Calls returns the number of requests per "METHOD /path-pattern".
+func (s *Server) Calls() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]int, len(s.calls))
+	for k, v := range s.calls {
+		out[k] = v
+	}
+	return out
+}
+
+// ScriptCount returns how many startup scripts the account holds.
+func (s *Server) ScriptCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.scripts)
+}
+
+// Scripts returns the stored scripts' contents.
+func (s *Server) Scripts() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for _, sc := range s.scripts {
+		out = append(out, sc.Script)
+	}
+	return out
+}
+
+func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	path := strings.TrimPrefix(r.URL.Path, "/v1")
+	s.mu.Lock()
+	s.calls[r.Method+" "+pattern(path)]++
+	latency := s.latency
+	var injected *fault
+	for i, f := range s.faults {
+		if f.method == r.Method && strings.HasPrefix(path, f.path) {
+			injected = &f
+			s.faults = append(s.faults[:i], s.faults[i+1:]...)
+			break
+		}
+	}
+	var hang time.Duration
+	for k, d := range s.hangNext {
+		if strings.HasPrefix(r.Method+" "+path, k) {
+			hang = d
+			delete(s.hangNext, k)
+			break
+		}
+	}
+	s.mu.Unlock()
+	if latency > 0 {
+		time.Sleep(latency)
+	}
+	if injected != nil {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(injected.status)
+		_, _ = w.Write([]byte(injected.body))
+		return
+	}
+	if hang > 0 {
+		rec := httptest.NewRecorder()
+		s.route(rec, r, path)
+		time.Sleep(hang) // the client gives up first; the effect stays
+		for k, v := range rec.Header() {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(rec.Code)
+		_, _ = w.Write(rec.Body.Bytes())
+		return
+	}
+	s.route(w, r, path)
+}
+
+// pattern folds ids out of a path for call counting.
+func pattern(path string) string {
+	parts := strings.Split(path, "/")
+	if len(parts) > 2 && (parts[1] == "instances" || parts[1] == "scripts" || parts[1] == "sshkeys" || parts[1] == "ssh-keys") {
+		parts[2] = "{id}"
+	}
+	return strings.Join(parts, "/")
+}
+
+func (s *Server) route(w http.ResponseWriter, r *http.Request, path string) {
+	if path == "/oauth2/token" && r.Method == http.MethodPost {
+		s.token(w, r)
+		return
+	}
+	if !s.authorized(r) {
+		apiError(w, http.StatusUnauthorized, "unauthorized_request", "Invalid or expired access token")
+		return
+	}
+	switch {
+	case path == "/instances" && r.Method == http.MethodGet:
+		s.listInstances(w, r)
+	case path == "/instances" && r.Method == http.MethodPost:
+		s.createInstance(w, r)
+	case path == "/instances" && r.Method == http.MethodPut:
+		s.action(w, r)
+	case strings.HasPrefix(path, "/instances/") && r.Method == http.MethodGet:
+		s.getInstance(w, strings.TrimPrefix(path, "/instances/"))
+	case path == "/instance-types" && r.Method == http.MethodGet:
+		s.instanceTypes(w)
+	case path == "/instance-availability" && r.Method == http.MethodGet:
+		s.availability(w, r, "")
+	case strings.HasPrefix(path, "/instance-availability/") && r.Method == http.MethodGet:
+		s.availability(w, r, strings.TrimPrefix(path, "/instance-availability/"))
+	case path == "/locations" && r.Method == http.MethodGet:
+		s.locations(w)
+	case path == "/scripts" || strings.HasPrefix(path, "/scripts/"):
+		s.scriptsAPI(w, r, strings.TrimPrefix(strings.TrimPrefix(path, "/scripts"), "/"))
+	case path == "/sshkeys" || path == "/ssh-keys":
+		writeJSON(w, http.StatusOK, []map[string]string{{"id": "12345dc1-a5d2-4972-ae4e-d429115d055b", "name": "ops", "key": "ssh-ed25519 AAAA ops", "fingerprint": "SHA256:fake"}})
+	default:
+		apiError(w, http.StatusNotFound, "not_found", "no route "+r.Method+" "+path)
+	}
+}
+
+func (s *Server) token(w http.ResponseWriter, r *http.Request) {
+	var req map[string]string
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		apiError(w, http.StatusBadRequest, "invalid_request", "not valid json")
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch req["grant_type"] {
+	case "client_credentials":
+		if req["client_id"] != s.opts.ClientID || req["client_secret"] != s.opts.ClientSecret {
+			apiError(w, http.StatusUnauthorized, "unauthorized_request", "Invalid client id or client secret")
+			return
+		}
+	case "refresh_token":
+		if !s.refreshes[req["refresh_token"]] {
+			apiError(w, http.StatusUnauthorized, "unauthorized_request", "Invalid refresh token")
+			return
+		}
+		delete(s.refreshes, req["refresh_token"])
+	default:
+		apiError(w, http.StatusBadRequest, "invalid_request", "unsupported grant type")
+		return
+	}
+	access, refresh := newID(), newID()
+	s.tokens[access] = time.Now().Add(s.opts.TokenTTL)
+	s.refreshes[refresh] = true
+	writeJSON(w, http.StatusOK, map[string]any{
+		"access_token": access, "refresh_token": refresh, "token_type": "Bearer",
+		"expires_in": int(s.opts.TokenTTL.Seconds()), "scope": "cloud-api-v1",
+	})
+}
+
+func (s *Server) authorized(r *http.Request) bool {
+	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	exp, ok := s.tokens[tok]
+	return ok && time.Now().Before(exp)
+}
+
+func apiError(w http.ResponseWriter, status int, code, msg string) {
+	writeJSON(w, status, map[string]string{"code": code, "message": msg})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func newID() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:])
+}
+
+func isSpot(r *http.Request) bool {
+	q := r.URL.Query()
+	v := q.Get("is_spot")
+	if v == "" {
+		v = q.Get("isSpot")
+	}
+	b, _ := strconv.ParseBool(v)
+	return b
+}
