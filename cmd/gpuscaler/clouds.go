@@ -18,6 +18,7 @@ import (
 
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
+	"github.com/gpuscaler/gpuscaler/internal/cloud/verda"
 	"github.com/gpuscaler/gpuscaler/internal/config"
 )
 
@@ -50,6 +51,22 @@ func buildClouds(ctx context.Context, cfg *config.Config, log *slog.Logger) (*cl
 			out.background = append(out.background, reg.Run)
 			out.registered = nodeIndex(ctx, kube, &out.background)
 		}
+	}
+	if v := cfg.Clouds.Verda; v != nil {
+		id, secret, err := verda.Credentials(os.Getenv, v.ClientIDFile, v.ClientSecretFile)
+		if err != nil {
+			return nil, fmt.Errorf("clouds.verda: %w", err)
+		}
+		api, err := verda.NewClient(verda.ClientOptions{
+			BaseURL: v.BaseURL, ClientID: id, ClientSecret: secret,
+			RequestsPerSecond: cfg.Sync.RequestsPerSecond, Logger: log.With("cloud", verda.Name),
+		})
+		if err != nil {
+			return nil, fmt.Errorf("clouds.verda: %w", err)
+		}
+		out.providers[verda.Name] = verda.New(api, verda.Options{
+			ClusterName: cfg.ClusterName, Image: v.Image, SSHKeyIDs: v.SSHKeyIDs, Logger: log.With("cloud", verda.Name),
+		})
 	}
 	return out, nil
 }

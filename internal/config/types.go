@@ -94,7 +94,27 @@ const (
 
 // Clouds holds one optional section per supported cloud.
 type Clouds struct {
-	Sim *SimConfig `json:"sim,omitempty"`
+	Sim   *SimConfig   `json:"sim,omitempty"`
+	Verda *VerdaConfig `json:"verda,omitempty"`
+}
+
+// VerdaConfig configures a Verda (formerly DataCrunch) account. The API
+// credentials are never in this file: they come from the files named here,
+// or else from the environment (VERDA_CLIENT_ID and VERDA_CLIENT_SECRET, or
+// DATACRUNCH_CLIENT_ID and DATACRUNCH_CLIENT_SECRET).
+type VerdaConfig struct {
+	// BaseURL of the API; default https://api.verda.com/v1 (accounts made
+	// before the rename may use https://api.datacrunch.io/v1).
+	BaseURL string `json:"baseURL,omitempty"`
+	// ClientIDFile and ClientSecretFile hold the API credentials, for
+	// example from a mounted Secret.
+	ClientIDFile     string `json:"clientIDFile,omitempty"`
+	ClientSecretFile string `json:"clientSecretFile,omitempty"`
+	// Image is the OS image of groups that name none; default
+	// ubuntu-24.04-cuda-12.8-open-docker.
+	Image string `json:"image,omitempty"`
+	// SSHKeyIDs are put on instances of groups that name none.
+	SSHKeyIDs []string `json:"sshKeyIDs,omitempty"`
 }
 
 // SimConfig configures the simulated cloud.
@@ -180,6 +200,10 @@ type NodeGroup struct {
 	AutoscalingOptions *AutoscalingOptions `json:"autoscalingOptions,omitempty"`
 	// CloudOptions are cloud-specific settings passed to the cloud as they are.
 	CloudOptions map[string]string `json:"cloudOptions,omitempty"`
+	// OverrideNumGPUs replaces the instance type's GPU count in the template
+	// (nvidia.com/gpu), for setups the MIG table does not describe; prefer
+	// mig. Kept for users of the DataCrunch autoscaler's override_num_gpus.
+	OverrideNumGPUs *int `json:"overrideNumGPUs,omitempty"`
 }
 
 // MIG is a group's MIG partitioning.

@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"net"
+	"net/url"
 	"slices"
 	"strings"
 
@@ -134,10 +135,18 @@ func nonNegative(p *field.Path, d *metav1.Duration) field.ErrorList {
 }
 
 func validateClouds(p *field.Path, c Clouds) field.ErrorList {
-	if c.Sim == nil {
-		return field.ErrorList{field.Required(p, "configure at least one cloud (sim)")}
+	if c.Sim == nil && c.Verda == nil {
+		return field.ErrorList{field.Required(p, "configure at least one cloud (sim, verda)")}
 	}
 	var errs field.ErrorList
+	if v := c.Verda; v != nil && v.BaseURL != "" {
+		if u, err := url.Parse(v.BaseURL); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+			errs = append(errs, field.Invalid(p.Child("verda", "baseURL"), v.BaseURL, "must be an http(s) URL"))
+		}
+	}
+	if c.Sim == nil {
+		return errs
+	}
 	sp := p.Child("sim")
 	s := c.Sim
 	if s.FaultRate < 0 || s.FaultRate >= 1 {
@@ -191,8 +200,12 @@ func validateGroup(p *field.Path, g *NodeGroup, c *Config) field.ErrorList {
 		if c.Clouds.Sim == nil {
 			errs = append(errs, field.Invalid(p.Child("cloud"), g.Cloud, "clouds.sim is not configured"))
 		}
+	case "verda":
+		if c.Clouds.Verda == nil {
+			errs = append(errs, field.Invalid(p.Child("cloud"), g.Cloud, "clouds.verda is not configured"))
+		}
 	default:
-		errs = append(errs, field.NotSupported(p.Child("cloud"), g.Cloud, []string{"sim"}))
+		errs = append(errs, field.NotSupported(p.Child("cloud"), g.Cloud, []string{"sim", "verda"}))
 	}
 	if g.InstanceType == "" {
 		errs = append(errs, field.Required(p.Child("instanceType"), ""))
@@ -222,6 +235,12 @@ func validateGroup(p *field.Path, g *NodeGroup, c *Config) field.ErrorList {
 	}
 	if g.DiskSizeGiB < 0 {
 		errs = append(errs, field.Invalid(p.Child("diskSizeGiB"), g.DiskSizeGiB, "must be >= 0"))
+	}
+	if g.OverrideNumGPUs != nil && *g.OverrideNumGPUs < 1 {
+		errs = append(errs, field.Invalid(p.Child("overrideNumGPUs"), *g.OverrideNumGPUs, "must be >= 1"))
+	}
+	if g.OverrideNumGPUs != nil && g.MIG != nil {
+		errs = append(errs, field.Forbidden(p.Child("overrideNumGPUs"), "set either mig or overrideNumGPUs, not both"))
 	}
 	if g.MaxHourlyCost < 0 {
 		errs = append(errs, field.Invalid(p.Child("maxHourlyCost"), g.MaxHourlyCost, "must be >= 0"))

@@ -30,7 +30,7 @@ func (m *Manager) syncLoop(ctx context.Context, cloudName string, c *client) {
 			select {
 			case <-ctx.Done():
 				return
-			case <-m.clock.After(minSyncGap):
+			case <-m.clock.After(min(minSyncGap, m.cfg.Sync.Period.Duration)):
 			}
 		}
 		if n%catalogEvery == 0 {

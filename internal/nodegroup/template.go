@@ -110,7 +110,11 @@ func (m *Manager) capacity(g *group) (corev1.ResourceList, error) {
 		return rl, nil
 	}
 	if g.cfg.MIG == nil {
-		rl[gpu.ResourceGPU] = *resource.NewQuantity(int64(t.GPUCount), resource.DecimalSI)
+		n := t.GPUCount
+		if g.cfg.OverrideNumGPUs != nil {
+			n = *g.cfg.OverrideNumGPUs
+		}
+		rl[gpu.ResourceGPU] = *resource.NewQuantity(int64(n), resource.DecimalSI)
 		return rl, nil
 	}
 	mig, err := gpu.MIGResources(t.GPUModel, g.cfg.MIG.Profile, g.cfg.MIG.Strategy, t.GPUCount)

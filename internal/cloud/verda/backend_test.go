@@ -1,0 +1,228 @@
+package verda_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpuscaler/gpuscaler/internal/cloud"
+	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
+	"github.com/gpuscaler/gpuscaler/internal/cloud/verda"
+	"github.com/gpuscaler/gpuscaler/internal/cloud/verda/verdatest"
+	"github.com/gpuscaler/gpuscaler/internal/config"
+	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
+)
+
+const secret = "verda-secret-never-logged"
+
+// syncBuffer is a log sink safe for concurrent writers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// userData stands in for bootstrap: every instance gets a script holding a
+// join token.
+type userData struct{}
+
+func (userData) UserData(_ context.Context, spec cloud.CreateSpec) (string, error) {
+	return "#!/bin/bash\nJOIN_TOKEN=join-token-for-" + spec.Name + "\nk3s agent --token \"$JOIN_TOKEN\"\n", nil
+}
+
+type backend struct {
+	fake *verdatest.Server
+	api  *verda.Client
+	mgr  *nodegroup.Manager
+	logs *syncBuffer
+}
+
+func newBackend(t *testing.T, groupYAML string) *backend {
+	t.Helper()
+	engine, err := sim.NewEngine(config.SimConfig{
+		BootDelay: &metav1.Duration{Duration: 10 * time.Millisecond}, DeleteDelay: &metav1.Duration{Duration: 10 * time.Millisecond},
+	}, sim.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake := verdatest.New(engine, verdatest.Options{ClientID: "id", ClientSecret: secret})
+	t.Cleanup(fake.Close)
+	cfg, err := config.Parse([]byte(`
+clusterName: prod
+sync: {period: 50ms, requestsPerSecond: 2000}
+clouds:
+  verda: {}
+nodeGroups:
+` + groupYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncBuffer{}
+	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	api, err := verda.NewClient(verda.ClientOptions{BaseURL: fake.URL + "/v1", ClientID: "id", ClientSecret: secret,
+		RequestsPerSecond: 2000, RetryBase: time.Millisecond, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prov := verda.New(api, verda.Options{ClusterName: "prod", Logger: log})
+	mgr, err := nodegroup.New(cfg, map[string]cloud.Provider{"verda": prov},
+		nodegroup.Options{Logger: log, Registerer: prometheus.NewRegistry(), Bootstrap: userData{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := mgr.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		mgr.Wait()
+		if strings.Contains(logs.String(), secret) || strings.Contains(logs.String(), "join-token-for-") {
+			t.Errorf("a secret reached the logs")
+		}
+	})
+	return &backend{fake: fake, api: api, mgr: mgr, logs: logs}
+}
+
+func (b *backend) wait(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s\n%s", what, b.logs.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func (b *backend) running(t *testing.T, group string) []nodegroup.Instance {
+	insts, err := b.mgr.Instances(group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []nodegroup.Instance
+	for _, in := range insts {
+		if in.State == nodegroup.StateRunning {
+			out = append(out, in)
+		}
+	}
+	return out
+}
+
+func TestSpotStockOutFallsBackUnderPreferSpot(t *testing.T) {
+	b := newBackend(t, `  - {name: gpu, cloud: verda, instanceType: 1H100.80S.30V, locations: [FIN-01], capacityPolicy: prefer-spot, maxSize: 3}`)
+	// The availability answer said spot was there; the order gets a 503.
+	b.fake.Engine().SetCapacity(cloud.OfferingKey{InstanceType: "1H100.80S.30V", Location: "FIN-01", CapacityType: cloud.Spot}, 0)
+	if err := b.mgr.IncreaseSize(context.Background(), "gpu", 1); err != nil {
+		t.Fatal(err)
+	}
+	b.wait(t, "a running on-demand node", func() bool { return len(b.running(t, "gpu")) == 1 })
+	in := b.running(t, "gpu")[0]
+	if in.CapacityType != string(cloud.OnDemand) || !strings.HasPrefix(in.ProviderID, "verda://gpu-") {
+		t.Fatalf("instance %+v", in)
+	}
+	if b.fake.Calls()["POST /instances"] != 2 {
+		t.Fatalf("want one spot order (503) and one on-demand order, got %v", b.fake.Calls())
+	}
+	// The seed systems' provider IDs name the same instance.
+	insts, _ := b.api.ListInstances(context.Background())
+	for _, pid := range []string{"verda://" + insts[0].ID, "datacrunch://" + insts[0].ID} {
+		if g, ok := b.mgr.GroupForProviderID(pid); !ok || g != "gpu" {
+			t.Errorf("GroupForProviderID(%s) = %q, %v", pid, g, ok)
+		}
+	}
+}
+
+func TestSpotOnlyFailsCleanly(t *testing.T) {
+	b := newBackend(t, `  - {name: gpu, cloud: verda, instanceType: 1H100.80S.30V, locations: [FIN-01, FIN-02], capacityPolicy: spot-only, maxSize: 3}`)
+	for _, loc := range []string{"FIN-01", "FIN-02"} {
+		b.fake.Engine().SetCapacity(cloud.OfferingKey{InstanceType: "1H100.80S.30V", Location: loc, CapacityType: cloud.Spot}, 0)
+	}
+	if err := b.mgr.IncreaseSize(context.Background(), "gpu", 1); err != nil {
+		t.Fatal(err)
+	}
+	b.wait(t, "the out-of-resources error", func() bool {
+		insts, _ := b.mgr.Instances("gpu")
+		return len(insts) == 1 && insts[0].ErrorClass == nodegroup.ErrorClassOutOfResources
+	})
+	if n := b.fake.Engine().Count("verda-account"); n != 0 {
+		t.Fatalf("%d instances ordered", n)
+	}
+	if n := b.fake.ScriptCount(); n != 0 {
+		t.Fatalf("%d scripts left after failed orders", n)
+	}
+}
+
+// TestScriptsNeverLeak runs 100 scale cycles; every per-instance startup
+// script is deleted once its instance runs, and none is left at the end.
+func TestScriptsNeverLeak(t *testing.T) {
+	b := newBackend(t, `  - {name: gpu, cloud: verda, instanceType: 1V100.6V, locations: [FIN-01], maxSize: 3}`)
+	ctx := context.Background()
+	maxScripts := 0
+	for cycle := range 100 {
+		if err := b.mgr.IncreaseSize(ctx, "gpu", 2); err != nil {
+			t.Fatalf("cycle %d: %v", cycle, err)
+		}
+		b.wait(t, fmt.Sprintf("cycle %d up", cycle), func() bool { return len(b.running(t, "gpu")) == 2 })
+		maxScripts = max(maxScripts, b.fake.ScriptCount())
+		var ids []string
+		for _, in := range b.running(t, "gpu") {
+			ids = append(ids, in.ProviderID)
+		}
+		if err := b.mgr.DeleteNodes(ctx, "gpu", ids); err != nil {
+			t.Fatalf("cycle %d: %v", cycle, err)
+		}
+		b.wait(t, fmt.Sprintf("cycle %d down", cycle), func() bool {
+			insts, _ := b.mgr.Instances("gpu")
+			return len(insts) == 0
+		})
+	}
+	b.wait(t, "no script left", func() bool { return b.fake.ScriptCount() == 0 })
+	if maxScripts > 2 {
+		t.Errorf("up to %d scripts held at once for 2 instances", maxScripts)
+	}
+	if n := b.fake.Calls()["POST /scripts"]; n != 200 {
+		t.Errorf("%d scripts uploaded for 200 instances", n)
+	}
+}
+
+func TestLeftoverScriptsAreSwept(t *testing.T) {
+	engine, _ := sim.NewEngine(config.SimConfig{}, sim.Options{})
+	fake := verdatest.New(engine, verdatest.Options{ClientID: "id", ClientSecret: secret})
+	defer fake.Close()
+	api, _ := verda.NewClient(verda.ClientOptions{BaseURL: fake.URL + "/v1", ClientID: "id", ClientSecret: secret})
+	ctx := context.Background()
+	if _, err := api.CreateScript(ctx, "gpuscaler-prod-gpu-0123456789", "#!/bin/bash\nJOIN_TOKEN=x\n"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := api.CreateScript(ctx, "someone-elses-script", "#!/bin/bash\n"); err != nil {
+		t.Fatal(err)
+	}
+	prov := verda.New(api, verda.Options{ClusterName: "prod"})
+	if _, err := prov.List(ctx); err != nil {
+		t.Fatal(err)
+	}
+	scripts := fake.Scripts()
+	if len(scripts) != 1 || strings.Contains(scripts[0], "JOIN_TOKEN") {
+		t.Fatalf("after the sweep: %q", scripts)
+	}
+}
