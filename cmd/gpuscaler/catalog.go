@@ -16,23 +16,32 @@ import (
 )
 
 func newCatalogCommand() *cobra.Command {
-	var configPath, cloudName string
+	var src source
+	var cloudName string
 	var gpuOnly bool
 	cmd := &cobra.Command{
 		Use:   "catalog",
 		Short: "List a cloud's instance types: GPUs, prices, and where each can be had now",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			getenv, err := envWithDotEnv(".env")
+			if err != nil {
+				return err
+			}
 			cfg := &config.Config{ClusterName: "catalog", Clouds: config.Clouds{Sim: &config.SimConfig{}}}
-			if configPath != "" {
-				var err error
-				if cfg, err = config.Load(configPath); err != nil {
+			switch {
+			case src.configPath != "" || len(src.nodes) > 0:
+				if cfg, err = src.load(getenv); err != nil {
 					return err
 				}
-			} else {
+			case cloudName == "verda":
+				// Credentials from the environment are all a catalog needs.
+				cfg.Clouds = config.Clouds{Verda: &config.VerdaConfig{}}
+				config.SetDefaults(cfg)
+			default:
 				config.SetDefaults(cfg)
 			}
-			cs, err := buildClouds(cmd.Context(), cfg, slog.New(slog.DiscardHandler))
+			cs, err := buildClouds(cmd.Context(), cfg, getenv, slog.New(slog.DiscardHandler))
 			if err != nil {
 				return err
 			}
@@ -43,7 +52,7 @@ func newCatalogCommand() *cobra.Command {
 			return printCatalog(cmd.Context(), cmd.OutOrStdout(), p, gpuOnly)
 		},
 	}
-	cmd.Flags().StringVarP(&configPath, "config", "c", "", "config file naming the cloud accounts (default: the simulated cloud)")
+	src.addFlags(cmd)
 	cmd.Flags().StringVar(&cloudName, "cloud", "sim", "cloud to list")
 	cmd.Flags().BoolVar(&gpuOnly, "gpu-only", false, "list GPU instance types only")
 	return cmd

@@ -34,7 +34,7 @@ type clouds struct {
 }
 
 // buildClouds builds one Provider per configured cloud.
-func buildClouds(ctx context.Context, cfg *config.Config, log *slog.Logger) (*clouds, error) {
+func buildClouds(ctx context.Context, cfg *config.Config, getenv func(string) string, log *slog.Logger) (*clouds, error) {
 	out := &clouds{providers: map[string]cloud.Provider{}}
 	if s := cfg.Clouds.Sim; s != nil {
 		acct, err := sim.New(*s, cfg.ClusterName, sim.Options{})
@@ -53,19 +53,32 @@ func buildClouds(ctx context.Context, cfg *config.Config, log *slog.Logger) (*cl
 		}
 	}
 	if v := cfg.Clouds.Verda; v != nil {
-		id, secret, err := verda.Credentials(os.Getenv, v.ClientIDFile, v.ClientSecretFile)
+		id, secret, err := verda.Credentials(getenv, v.ClientIDFile, v.ClientSecretFile)
 		if err != nil {
 			return nil, fmt.Errorf("clouds.verda: %w", err)
 		}
+		baseURL := v.BaseURL
+		if baseURL == "" {
+			baseURL = getenv("VERDA_BASE_URL") // as the Verda autoscaler reads it
+		}
 		api, err := verda.NewClient(verda.ClientOptions{
-			BaseURL: v.BaseURL, ClientID: id, ClientSecret: secret,
+			BaseURL: baseURL, ClientID: id, ClientSecret: secret,
 			RequestsPerSecond: cfg.Sync.RequestsPerSecond, Logger: log.With("cloud", verda.Name),
 		})
 		if err != nil {
 			return nil, fmt.Errorf("clouds.verda: %w", err)
 		}
+		var legacy []string
+		if v.AdoptLegacyInstances {
+			for _, g := range cfg.NodeGroups {
+				if g.Cloud == verda.Name {
+					legacy = append(legacy, g.Name)
+				}
+			}
+		}
 		out.providers[verda.Name] = verda.New(api, verda.Options{
-			ClusterName: cfg.ClusterName, Image: v.Image, SSHKeyIDs: v.SSHKeyIDs, Logger: log.With("cloud", verda.Name),
+			ClusterName: cfg.ClusterName, Image: v.Image, SSHKeyIDs: v.SSHKeyIDs, LegacyGroups: legacy,
+			Logger: log.With("cloud", verda.Name),
 		})
 	}
 	return out, nil

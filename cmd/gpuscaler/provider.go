@@ -22,39 +22,50 @@ import (
 )
 
 func newProviderCommand(g *globalFlags) *cobra.Command {
-	var configPath string
+	var src source
+	var metricsAddr string
 	cmd := &cobra.Command{
 		Use:   "provider",
 		Short: "Serve the cluster-autoscaler external gRPC cloud provider",
 		Long: `provider serves the cluster-autoscaler external gRPC CloudProvider API over the node groups of
 the config file. Run cluster-autoscaler with --cloud-provider=externalgrpc and a --cloud-config whose
-address points here. The config is validated before anything starts.`,
+address points here. The config is validated before anything starts.
+
+Users of the DataCrunch autoscaler keep their --nodes flags and DATACRUNCH_* variables; users of
+the Verda gRPC provider keep their config.yaml, .env file and --config/--port/--log-level flags.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := g.logger(cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
-			cfg, err := config.Load(configPath)
+			getenv, err := envWithDotEnv(".env")
 			if err != nil {
 				return err
 			}
-			return runProvider(cmd.Context(), cfg, log)
+			cfg, err := src.load(getenv)
+			if err != nil {
+				return err
+			}
+			if metricsAddr != "" {
+				cfg.Metrics.Address = metricsAddr
+			}
+			return runProvider(cmd.Context(), cfg, getenv, log)
 		},
 	}
-	cmd.Flags().StringVarP(&configPath, "config", "c", "", "path of the config file (required)")
-	_ = cmd.MarkFlagRequired("config")
+	src.addFlags(cmd)
+	cmd.Flags().StringVar(&metricsAddr, "metrics-address", "", "overrides metrics.address (host:port, or 0 to turn it off)")
 	return cmd
 }
 
 // runProvider runs the provider until ctx is done.
-func runProvider(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
+func runProvider(ctx context.Context, cfg *config.Config, getenv func(string) string, log *slog.Logger) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	clouds, err := buildClouds(ctx, cfg, log)
+	clouds, err := buildClouds(ctx, cfg, getenv, log)
 	if err != nil {
 		return err
 	}

@@ -37,6 +37,7 @@ func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 		newProviderCommand(g),
 		newValidateCommand(),
 		newCatalogCommand(),
+		newConfigCommand(),
 		newVersionCommand(),
 	)
 	return root

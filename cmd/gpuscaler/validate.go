@@ -10,28 +10,31 @@ import (
 )
 
 func newValidateCommand() *cobra.Command {
-	var configPath string
+	var src source
 	cmd := &cobra.Command{
 		Use:   "validate",
 		Short: "Check a config file and print every problem with its field path",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := config.Load(configPath)
+			getenv, err := envWithDotEnv(".env")
+			if err != nil {
+				return err
+			}
+			cfg, err := src.load(getenv)
 			var ve *config.ValidationError
 			if errors.As(err, &ve) {
 				for _, fe := range ve.Errs {
 					fmt.Fprintln(cmd.ErrOrStderr(), fe.Error())
 				}
-				return fmt.Errorf("%s: %d errors", configPath, len(ve.Errs))
+				return fmt.Errorf("%d errors", len(ve.Errs))
 			}
 			if err != nil {
 				return err
 			}
-			_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s: valid (%d node groups)\n", configPath, len(cfg.NodeGroups))
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "valid (%d node groups)\n", len(cfg.NodeGroups))
 			return err
 		},
 	}
-	cmd.Flags().StringVarP(&configPath, "config", "c", "", "path of the config file (required)")
-	_ = cmd.MarkFlagRequired("config")
+	src.addFlags(cmd)
 	return cmd
 }

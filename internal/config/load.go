@@ -57,9 +57,18 @@ func Parse(data []byte) (*Config, error) {
 	if len(strict) > 0 {
 		return nil, fmt.Errorf("decode config: %w", errors.Join(strict...))
 	}
-	SetDefaults(&cfg)
-	if errs := Validate(&cfg); len(errs) > 0 {
-		return nil, &ValidationError{Errs: errs}
+	if err := Complete(&cfg); err != nil {
+		return nil, err
 	}
 	return &cfg, nil
+}
+
+// Complete applies defaults to a config built in code (by an importer, say)
+// and validates it; the error is a *ValidationError.
+func Complete(cfg *Config) error {
+	SetDefaults(cfg)
+	if errs := Validate(cfg); len(errs) > 0 {
+		return &ValidationError{Errs: errs}
+	}
+	return nil
 }

@@ -115,6 +115,11 @@ type VerdaConfig struct {
 	Image string `json:"image,omitempty"`
 	// SSHKeyIDs are put on instances of groups that name none.
 	SSHKeyIDs []string `json:"sshKeyIDs,omitempty"`
+	// AdoptLegacyInstances takes over instances the DataCrunch and Verda
+	// autoscalers created: those whose description is a group's name, or
+	// whose hostname is "<group>-<8 hex>". Set it when migrating in place;
+	// only for accounts no other cluster scales.
+	AdoptLegacyInstances bool `json:"adoptLegacyInstances,omitempty"`
 }
 
 // SimConfig configures the simulated cloud.

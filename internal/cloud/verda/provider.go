@@ -2,6 +2,7 @@ package verda
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -25,6 +26,9 @@ const (
 	OptionPricing           = "pricing"           // FIXED_PRICE, DYNAMIC_PRICE
 	OptionStartupScriptID   = "startupScriptID"   // a stored script, used when gpuscaler renders none
 	OptionOnSpotDiscontinue = "onSpotDiscontinue" // keep_detached, move_to_trash, delete_permanently
+	// OptionStartupScriptBase64 is a static startup script (base64), uploaded
+	// per instance and deleted after boot when gpuscaler renders none.
+	OptionStartupScriptBase64 = "startupScriptBase64"
 )
 
 const (
@@ -41,7 +45,11 @@ type Options struct {
 	Image string
 	// SSHKeyIDs are used when a group names none.
 	SSHKeyIDs []string
-	Logger    *slog.Logger
+	// LegacyGroups, when set, adopts instances the seed autoscalers made for
+	// these groups: description equal to the group name (DataCrunch), or
+	// hostname "<group>-<8 hex>" (ca-verda).
+	LegacyGroups []string
+	Logger       *slog.Logger
 }
 
 // Cloud is a Verda account as a cloud.Provider.
@@ -192,6 +200,9 @@ func (c *Cloud) List(ctx context.Context) ([]cloud.Instance, error) {
 	for _, in := range raw {
 		group, ok := owner(in.Description, c.opts.ClusterName)
 		if !ok {
+			group, ok = c.legacyOwner(in)
+		}
+		if !ok {
 			continue
 		}
 		inst := convertInstance(in, group)
@@ -202,6 +213,19 @@ func (c *Cloud) List(ctx context.Context) ([]cloud.Instance, error) {
 	}
 	c.cleanScripts(ctx, pending)
 	return out, nil
+}
+
+// legacyOwner finds the group of an instance a seed autoscaler created.
+func (c *Cloud) legacyOwner(in Instance) (string, bool) {
+	for _, g := range c.opts.LegacyGroups {
+		if in.Description == g {
+			return g, true
+		}
+		if suffix, ok := strings.CutPrefix(in.Hostname, g+"-"); ok && len(suffix) == 8 && strings.Trim(suffix, "0123456789abcdef") == "" {
+			return g, true
+		}
+	}
+	return "", false
 }
 
 func convertInstance(in Instance, group string) cloud.Instance {
@@ -328,9 +352,17 @@ func (c *Cloud) Create(ctx context.Context, spec cloud.CreateSpec) (cloud.Instan
 		c.mu.Unlock()
 	}()
 	var scriptID string
+	userData := spec.UserData
+	if userData == "" && spec.Options[OptionStartupScriptBase64] != "" {
+		b, err := base64.StdEncoding.DecodeString(spec.Options[OptionStartupScriptBase64])
+		if err != nil {
+			return cloud.Instance{}, cloud.Errorf(cloud.ErrInvalid, "create", "%s is not base64", OptionStartupScriptBase64)
+		}
+		userData = string(b)
+	}
 	switch {
-	case spec.UserData != "":
-		id, err := c.api.CreateScript(ctx, c.scriptName(spec.Name), spec.UserData)
+	case userData != "":
+		id, err := c.api.CreateScript(ctx, c.scriptName(spec.Name), userData)
 		if err != nil {
 			return cloud.Instance{}, fmt.Errorf("upload startup script: %w", err)
 		}

@@ -1,0 +1,37 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+	"sigs.k8s.io/yaml"
+)
+
+func newConfigCommand() *cobra.Command {
+	cmd := &cobra.Command{Use: "config", Short: "Work with config files"}
+	var src source
+	convert := &cobra.Command{
+		Use:   "convert",
+		Short: "Print the native config equivalent to a DataCrunch (--nodes + DATACRUNCH_CLUSTER_CONFIG*) or ca-verda (config.yaml) setup",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			getenv, err := envWithDotEnv(".env")
+			if err != nil {
+				return err
+			}
+			cfg, err := src.load(getenv)
+			if err != nil {
+				return err
+			}
+			out, err := yaml.Marshal(cfg)
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "# Converted by gpuscaler config convert; credentials stay in VERDA_CLIENT_ID/VERDA_CLIENT_SECRET (or DATACRUNCH_*).\n%s", out)
+			return err
+		},
+	}
+	src.addFlags(convert)
+	cmd.AddCommand(convert)
+	return cmd
+}

@@ -1,0 +1,141 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
+	"github.com/gpuscaler/gpuscaler/internal/cloud/verda/verdatest"
+	"github.com/gpuscaler/gpuscaler/internal/config"
+	pb "github.com/gpuscaler/gpuscaler/proto"
+)
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestCAVerdaUserSwitches runs the provider the way a ca-verda user would:
+// their config.yaml, credentials in .env, --config --port --log-level. It
+// scales a group over the fake Verda API and checks that no secret reaches
+// the (debug) logs.
+func TestCAVerdaUserSwitches(t *testing.T) {
+	const secret = "ca-verda-secret-0123456789"
+	engine, err := sim.NewEngine(config.SimConfig{BootDelay: &metav1.Duration{Duration: 50 * time.Millisecond}}, sim.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake := verdatest.New(engine, verdatest.Options{ClientID: "ca-verda-id", ClientSecret: secret})
+	defer fake.Close()
+
+	dir := t.TempDir()
+	data, err := os.ReadFile("../../internal/config/seedconfig/testdata/ca-verda-readme.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The README's script id is a placeholder; this account has no scripts.
+	data = bytes.ReplaceAll(data, []byte(`    startup_script_id: "your-startup-script-id"  # Script to join K8s cluster`+"\n"), nil)
+	write := func(name, content string) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("config.yaml", string(data))
+	write(".env", "VERDA_CLIENT_ID=ca-verda-id\nVERDA_CLIENT_SECRET="+secret+"\nVERDA_BASE_URL="+fake.URL+"/v1\n")
+	wd, _ := os.Getwd()
+	if err := os.Chdir(dir); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = os.Chdir(wd) }()
+
+	port := freePort(t)
+	logs := &lockedBuffer{}
+	root := newRootCommand(logs, logs)
+	root.SetArgs([]string{"provider", "--config", "config.yaml", "--port", fmt.Sprint(port), "--log-level", "DEBUG", "--log-format", "text", "--metrics-address", "127.0.0.1:0"})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- root.ExecuteContext(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("provider: %v", err)
+		}
+		if strings.Contains(logs.String(), secret) {
+			t.Errorf("the client secret is in the logs:\n%s", logs.String())
+		}
+	}()
+
+	conn, err := grpc.NewClient(fmt.Sprintf("127.0.0.1:%d", port), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ca := pb.NewCloudProviderClient(conn)
+	var groups *pb.NodeGroupsResponse
+	eventually(t, "the provider to serve", func() bool {
+		c, cc := context.WithTimeout(context.Background(), time.Second)
+		defer cc()
+		groups, err = ca.NodeGroups(c, &pb.NodeGroupsRequest{})
+		return err == nil
+	})
+	if len(groups.GetNodeGroups()) != 1 || groups.GetNodeGroups()[0].GetId() != "gpu-workers" || groups.GetNodeGroups()[0].GetMaxSize() != 10 {
+		t.Fatalf("groups = %v", groups)
+	}
+	if _, err := ca.NodeGroupIncreaseSize(ctx, &pb.NodeGroupIncreaseSizeRequest{Id: "gpu-workers", Delta: 1}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the instance ordered", func() bool {
+		resp, err := ca.NodeGroupNodes(ctx, &pb.NodeGroupNodesRequest{Id: "gpu-workers"})
+		return err == nil && len(resp.GetInstances()) == 1 && strings.HasPrefix(resp.GetInstances()[0].GetId(), "verda://gpu-workers-") &&
+			engine.Count("verda-account") == 1
+	})
+	insts := engine.Instances("verda-account")
+	if len(insts) != 1 || insts[0].Location != "FIN-03" {
+		t.Fatalf("instances at the fake: %+v", insts)
+	}
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}

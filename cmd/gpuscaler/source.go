@@ -1,0 +1,87 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpuscaler/gpuscaler/internal/config"
+	"github.com/gpuscaler/gpuscaler/internal/config/seedconfig"
+)
+
+// source is where a command's configuration comes from: a native config
+// file, a ca-verda config.yaml, or DataCrunch-style --nodes flags with the
+// cluster config in DATACRUNCH_CLUSTER_CONFIG*.
+type source struct {
+	configPath  string
+	nodes       []string
+	clusterName string
+	port        int
+}
+
+func (s *source) addFlags(cmd *cobra.Command) {
+	cmd.Flags().StringVarP(&s.configPath, "config", "c", "", "config file: gpuscaler's own, or a ca-verda config.yaml (node_groups)")
+	cmd.Flags().StringArrayVar(&s.nodes, "nodes", nil,
+		"DataCrunch-style node group min:max:instance-type:region:name (repeatable); pool settings come from DATACRUNCH_CLUSTER_CONFIG_JSON, DATACRUNCH_CLUSTER_CONFIG or DATACRUNCH_CLUSTER_CONFIG_FILE")
+	cmd.Flags().StringVar(&s.clusterName, "cluster-name", "gpuscaler", "cluster name for imported configs (native files name their own)")
+	cmd.Flags().IntVar(&s.port, "port", 0, "gRPC port; overrides provider.listenAddress (as ca-verda's --port)")
+}
+
+// load reads, imports, defaults and validates the configuration.
+func (s *source) load(getenv func(string) string) (*config.Config, error) {
+	var cfg *config.Config
+	switch {
+	case s.configPath != "" && len(s.nodes) > 0:
+		return nil, errors.New("give --config or --nodes, not both")
+	case s.configPath != "":
+		data, err := os.ReadFile(s.configPath)
+		if err != nil {
+			return nil, fmt.Errorf("read config: %w", err)
+		}
+		if !seedconfig.IsCAVerda(data) {
+			cfg, err = config.Parse(data)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", s.configPath, err)
+			}
+			break
+		}
+		if cfg, err = seedconfig.FromCAVerda(s.clusterName, data); err != nil {
+			return nil, fmt.Errorf("%s: %w", s.configPath, err)
+		}
+	case len(s.nodes) > 0:
+		data, _, _, err := seedconfig.DataCrunchEnv(getenv)
+		if err != nil {
+			return nil, err
+		}
+		if cfg, err = seedconfig.FromDataCrunch(s.clusterName, s.nodes, data); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, errors.New("--config (or DataCrunch-style --nodes) is required")
+	}
+	if s.port != 0 {
+		cfg.Provider.ListenAddress = fmt.Sprintf(":%d", s.port)
+	}
+	if err := config.Complete(cfg); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// envWithDotEnv returns a getenv that falls back to ./.env, where ca-verda
+// users keep VERDA_CLIENT_ID and VERDA_CLIENT_SECRET. The process
+// environment wins.
+func envWithDotEnv(path string) (func(string) string, error) {
+	dot, err := seedconfig.DotEnv(path)
+	if err != nil {
+		return nil, err
+	}
+	return func(k string) string {
+		if v, ok := os.LookupEnv(k); ok {
+			return v
+		}
+		return dot[k]
+	}, nil
+}
