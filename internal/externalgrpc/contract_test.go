@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,6 +23,8 @@ import (
 
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
+	"github.com/gpuscaler/gpuscaler/internal/cloud/verda"
+	"github.com/gpuscaler/gpuscaler/internal/cloud/verda/verdatest"
 	"github.com/gpuscaler/gpuscaler/internal/config"
 	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
 	pb "github.com/gpuscaler/gpuscaler/proto"
@@ -60,12 +63,30 @@ type fixture struct {
 	client pb.CloudProviderClient
 	engine *sim.Engine
 	mgr    *nodegroup.Manager
+	// account is the engine account the backend's instances live in.
+	account string
 }
 
-// newFixture serves the real core over the simulated cloud on a loopback
-// port and returns a client, as cluster-autoscaler would dial it.
-func newFixture(t *testing.T, doc string) *fixture {
+// backends are the clouds the contract tests run against: the simulated
+// cloud directly, and Verda's backend over its fake REST API (itself on a
+// simulated engine).
+var backends = []string{"sim", "verda"}
+
+// forEachBackend runs a contract test once per backend.
+func forEachBackend(t *testing.T, test func(t *testing.T, backend string)) {
+	for _, b := range backends {
+		t.Run(b, func(t *testing.T) { test(t, b) })
+	}
+}
+
+// newFixture serves the real core over a backend on a loopback port and
+// returns a client, as cluster-autoscaler would dial it.
+func newFixture(t *testing.T, doc, backend string) *fixture {
 	t.Helper()
+	if backend == "verda" {
+		doc = strings.ReplaceAll(doc, "cloud: sim", "cloud: verda")
+		doc = strings.Replace(doc, "clouds:\n", "clouds:\n  verda: {}\n", 1)
+	}
 	cfg, err := config.Parse([]byte(doc))
 	if err != nil {
 		t.Fatal(err)
@@ -76,7 +97,19 @@ func newFixture(t *testing.T, doc string) *fixture {
 	}
 	engine.SetCapacity(cloud.OfferingKey{InstanceType: "1A100.22V", Location: "ICE-01", CapacityType: cloud.Spot}, 0)
 	log := slog.New(slog.DiscardHandler)
-	mgr, err := nodegroup.New(cfg, map[string]cloud.Provider{"sim": engine.Account(cfg.ClusterName)},
+	f := &fixture{engine: engine, account: cfg.ClusterName}
+	var prov cloud.Provider = engine.Account(cfg.ClusterName)
+	if backend == "verda" {
+		fake := verdatest.New(engine, verdatest.Options{ClientID: "id", ClientSecret: "secret"})
+		t.Cleanup(fake.Close)
+		api, err := verda.NewClient(verda.ClientOptions{BaseURL: fake.URL + "/v1", ClientID: "id", ClientSecret: "secret",
+			RequestsPerSecond: 1000, RetryBase: time.Millisecond, Logger: log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		prov, f.account = verda.New(api, verda.Options{ClusterName: cfg.ClusterName, Logger: log}), "verda-account"
+	}
+	mgr, err := nodegroup.New(cfg, map[string]cloud.Provider{backend: prov},
 		nodegroup.Options{Logger: log, Registerer: prometheus.NewRegistry()})
 	if err != nil {
 		t.Fatal(err)
@@ -107,7 +140,8 @@ func newFixture(t *testing.T, doc string) *fixture {
 		}
 		mgr.Wait()
 	})
-	return &fixture{client: pb.NewCloudProviderClient(conn), engine: engine, mgr: mgr}
+	f.client, f.mgr = pb.NewCloudProviderClient(conn), mgr
+	return f
 }
 
 func call(t *testing.T) context.Context {
@@ -129,46 +163,48 @@ func wait(t *testing.T, what string, cond func() bool) {
 }
 
 func TestContractNodeGroupsAndLookup(t *testing.T) {
-	f := newFixture(t, contractConfig)
-	ctx := call(t)
-	groups, err := f.client.NodeGroups(ctx, &pb.NodeGroupsRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ids []string
-	for _, g := range groups.GetNodeGroups() {
-		ids = append(ids, g.GetId())
-		if g.GetMaxSize() == 0 || g.GetDebug() == "" {
-			t.Errorf("group %+v incomplete", g)
+	forEachBackend(t, func(t *testing.T, backend string) {
+		f := newFixture(t, contractConfig, backend)
+		ctx := call(t)
+		groups, err := f.client.NodeGroups(ctx, &pb.NodeGroupsRequest{})
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	if !slices.Equal(ids, []string{"h100", "mig", "scarce"}) {
-		t.Fatalf("groups %v", ids)
-	}
-	if _, err := f.client.NodeGroupIncreaseSize(ctx, &pb.NodeGroupIncreaseSizeRequest{Id: "h100", Delta: 2}); err != nil {
-		t.Fatal(err)
-	}
-	// The target counts the orders in flight at once.
-	ts, err := f.client.NodeGroupTargetSize(ctx, &pb.NodeGroupTargetSizeRequest{Id: "h100"})
-	if err != nil || ts.GetTargetSize() != 2 {
-		t.Fatalf("target during scale-up = %v, %v", ts.GetTargetSize(), err)
-	}
-	nodes := instancesOf(t, f, "h100", 2)
-	// A fake node for an unregistered instance carries only its provider ID.
-	got, err := f.client.NodeGroupForNode(ctx, &pb.NodeGroupForNodeRequest{Node: &pb.ExternalGrpcNode{ProviderID: nodes[0].GetId(), Name: nodes[0].GetId()}})
-	if err != nil || got.GetNodeGroup().GetId() != "h100" {
-		t.Fatalf("NodeGroupForNode(managed) = %v, %v", got, err)
-	}
-	// Unmanaged nodes (control plane, other pools) get an empty group, not an error.
-	for _, pid := range []string{"", "kind://cp-0", "sim://not-ours"} {
-		got, err := f.client.NodeGroupForNode(ctx, &pb.NodeGroupForNodeRequest{Node: &pb.ExternalGrpcNode{ProviderID: pid, Name: "cp-0"}})
-		if err != nil || got.GetNodeGroup() == nil || got.GetNodeGroup().GetId() != "" {
-			t.Fatalf("NodeGroupForNode(%q) = %v, %v", pid, got, err)
+		var ids []string
+		for _, g := range groups.GetNodeGroups() {
+			ids = append(ids, g.GetId())
+			if g.GetMaxSize() == 0 || g.GetDebug() == "" {
+				t.Errorf("group %+v incomplete", g)
+			}
 		}
-	}
-	if _, err := f.client.NodeGroupTargetSize(ctx, &pb.NodeGroupTargetSizeRequest{Id: "nope"}); status.Code(err) != codes.NotFound {
-		t.Fatalf("unknown group: %v", err)
-	}
+		if !slices.Equal(ids, []string{"h100", "mig", "scarce"}) {
+			t.Fatalf("groups %v", ids)
+		}
+		if _, err := f.client.NodeGroupIncreaseSize(ctx, &pb.NodeGroupIncreaseSizeRequest{Id: "h100", Delta: 2}); err != nil {
+			t.Fatal(err)
+		}
+		// The target counts the orders in flight at once.
+		ts, err := f.client.NodeGroupTargetSize(ctx, &pb.NodeGroupTargetSizeRequest{Id: "h100"})
+		if err != nil || ts.GetTargetSize() != 2 {
+			t.Fatalf("target during scale-up = %v, %v", ts.GetTargetSize(), err)
+		}
+		nodes := instancesOf(t, f, "h100", 2)
+		// A fake node for an unregistered instance carries only its provider ID.
+		got, err := f.client.NodeGroupForNode(ctx, &pb.NodeGroupForNodeRequest{Node: &pb.ExternalGrpcNode{ProviderID: nodes[0].GetId(), Name: nodes[0].GetId()}})
+		if err != nil || got.GetNodeGroup().GetId() != "h100" {
+			t.Fatalf("NodeGroupForNode(managed) = %v, %v", got, err)
+		}
+		// Unmanaged nodes (control plane, other pools) get an empty group, not an error.
+		for _, pid := range []string{"", "kind://cp-0", "sim://not-ours"} {
+			got, err := f.client.NodeGroupForNode(ctx, &pb.NodeGroupForNodeRequest{Node: &pb.ExternalGrpcNode{ProviderID: pid, Name: "cp-0"}})
+			if err != nil || got.GetNodeGroup() == nil || got.GetNodeGroup().GetId() != "" {
+				t.Fatalf("NodeGroupForNode(%q) = %v, %v", pid, got, err)
+			}
+		}
+		if _, err := f.client.NodeGroupTargetSize(ctx, &pb.NodeGroupTargetSizeRequest{Id: "nope"}); status.Code(err) != codes.NotFound {
+			t.Fatalf("unknown group: %v", err)
+		}
+	})
 }
 
 // instancesOf waits until a group lists n instances and returns them.
@@ -190,7 +226,7 @@ func instancesOf(t *testing.T, f *fixture, group string, n int) []*pb.Instance {
 // the way the simulated kubelet does and checks cluster-autoscaler's key
 // rule: instance id == node.spec.providerID.
 func TestContractInstanceIDsAreProviderIDs(t *testing.T) {
-	f := newFixture(t, contractConfig)
+	f := newFixture(t, contractConfig, "sim")
 	ctx := call(t)
 	if _, err := f.client.NodeGroupIncreaseSize(ctx, &pb.NodeGroupIncreaseSizeRequest{Id: "h100", Delta: 3}); err != nil {
 		t.Fatal(err)
@@ -239,66 +275,68 @@ func TestContractInstanceIDsAreProviderIDs(t *testing.T) {
 }
 
 func TestContractTemplates(t *testing.T) {
-	f := newFixture(t, contractConfig)
-	ctx := call(t)
-	tests := []struct {
-		group string
-		res   corev1.ResourceName
-		want  int64
-	}{
-		{"h100", "nvidia.com/gpu", 1},
-		{"mig", "nvidia.com/mig-1g.10gb", 56},
-		{"scarce", "nvidia.com/gpu", 1},
-	}
-	for _, tt := range tests {
-		resp, err := f.client.NodeGroupTemplateNodeInfo(ctx, &pb.NodeGroupTemplateNodeInfoRequest{Id: tt.group})
-		if err != nil {
-			t.Fatal(err)
+	forEachBackend(t, func(t *testing.T, backend string) {
+		f := newFixture(t, contractConfig, backend)
+		ctx := call(t)
+		tests := []struct {
+			group string
+			res   corev1.ResourceName
+			want  int64
+		}{
+			{"h100", "nvidia.com/gpu", 1},
+			{"mig", "nvidia.com/mig-1g.10gb", 56},
+			{"scarce", "nvidia.com/gpu", 1},
 		}
-		if len(resp.GetNodeBytes()) == 0 {
-			t.Fatalf("%s: empty nodeBytes", tt.group)
+		for _, tt := range tests {
+			resp, err := f.client.NodeGroupTemplateNodeInfo(ctx, &pb.NodeGroupTemplateNodeInfoRequest{Id: tt.group})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(resp.GetNodeBytes()) == 0 {
+				t.Fatalf("%s: empty nodeBytes", tt.group)
+			}
+			var node corev1.Node
+			if err := node.Unmarshal(resp.GetNodeBytes()); err != nil {
+				t.Fatalf("%s: %v", tt.group, err)
+			}
+			for _, rl := range []corev1.ResourceList{node.Status.Capacity, node.Status.Allocatable} {
+				if q := rl[tt.res]; q.Value() != tt.want {
+					t.Errorf("%s: %s = %s, want %d", tt.group, tt.res, q.String(), tt.want)
+				}
+			}
+			alloc := node.Status.Allocatable
+			if alloc.Cpu().Cmp(*node.Status.Capacity.Cpu()) >= 0 || alloc.Memory().Cmp(*node.Status.Capacity.Memory()) >= 0 {
+				t.Errorf("%s: allocatable does not subtract reservations", tt.group)
+			}
+			if alloc.Pods().Value() != 110 || alloc.StorageEphemeral().Cmp(resource.MustParse("1Gi")) < 0 {
+				t.Errorf("%s: pods or ephemeral storage missing: %v", tt.group, alloc)
+			}
+			for _, l := range []string{"kubernetes.io/arch", "kubernetes.io/os", "node.kubernetes.io/instance-type",
+				"topology.kubernetes.io/zone", "topology.kubernetes.io/region", "gpuscaler.dev/node-group",
+				"gpuscaler.dev/capacity-type", "gpuscaler.dev/accelerator", "nvidia.com/gpu.product", "nvidia.com/gpu.count"} {
+				if node.Labels[l] == "" {
+					t.Errorf("%s: template lacks label %s", tt.group, l)
+				}
+			}
+			if !isReady(node) {
+				t.Errorf("%s: template not Ready", tt.group)
+			}
 		}
 		var node corev1.Node
-		if err := node.Unmarshal(resp.GetNodeBytes()); err != nil {
-			t.Fatalf("%s: %v", tt.group, err)
+		resp, _ := f.client.NodeGroupTemplateNodeInfo(ctx, &pb.NodeGroupTemplateNodeInfoRequest{Id: "mig"})
+		_ = node.Unmarshal(resp.GetNodeBytes())
+		if node.Labels["nvidia.com/mig.config"] != "all-1g.10gb" {
+			t.Errorf("MIG template labels %v", node.Labels)
 		}
-		for _, rl := range []corev1.ResourceList{node.Status.Capacity, node.Status.Allocatable} {
-			if q := rl[tt.res]; q.Value() != tt.want {
-				t.Errorf("%s: %s = %s, want %d", tt.group, tt.res, q.String(), tt.want)
-			}
+		resp, _ = f.client.NodeGroupTemplateNodeInfo(ctx, &pb.NodeGroupTemplateNodeInfoRequest{Id: "h100"})
+		_ = node.Unmarshal(resp.GetNodeBytes())
+		if len(node.Spec.Taints) != 1 || node.Spec.Taints[0].Key != "nvidia.com/gpu" || node.Labels["gpuscaler.dev/capacity-type"] != "spot" {
+			t.Errorf("h100 template taints %v labels %v", node.Spec.Taints, node.Labels)
 		}
-		alloc := node.Status.Allocatable
-		if alloc.Cpu().Cmp(*node.Status.Capacity.Cpu()) >= 0 || alloc.Memory().Cmp(*node.Status.Capacity.Memory()) >= 0 {
-			t.Errorf("%s: allocatable does not subtract reservations", tt.group)
+		if _, err := f.client.NodeGroupTemplateNodeInfo(ctx, &pb.NodeGroupTemplateNodeInfoRequest{Id: "nope"}); status.Code(err) != codes.NotFound {
+			t.Errorf("unknown group template: %v", err)
 		}
-		if alloc.Pods().Value() != 110 || alloc.StorageEphemeral().Cmp(resource.MustParse("1Gi")) < 0 {
-			t.Errorf("%s: pods or ephemeral storage missing: %v", tt.group, alloc)
-		}
-		for _, l := range []string{"kubernetes.io/arch", "kubernetes.io/os", "node.kubernetes.io/instance-type",
-			"topology.kubernetes.io/zone", "topology.kubernetes.io/region", "gpuscaler.dev/node-group",
-			"gpuscaler.dev/capacity-type", "gpuscaler.dev/accelerator", "nvidia.com/gpu.product", "nvidia.com/gpu.count"} {
-			if node.Labels[l] == "" {
-				t.Errorf("%s: template lacks label %s", tt.group, l)
-			}
-		}
-		if !isReady(node) {
-			t.Errorf("%s: template not Ready", tt.group)
-		}
-	}
-	var node corev1.Node
-	resp, _ := f.client.NodeGroupTemplateNodeInfo(ctx, &pb.NodeGroupTemplateNodeInfoRequest{Id: "mig"})
-	_ = node.Unmarshal(resp.GetNodeBytes())
-	if node.Labels["nvidia.com/mig.config"] != "all-1g.10gb" {
-		t.Errorf("MIG template labels %v", node.Labels)
-	}
-	resp, _ = f.client.NodeGroupTemplateNodeInfo(ctx, &pb.NodeGroupTemplateNodeInfoRequest{Id: "h100"})
-	_ = node.Unmarshal(resp.GetNodeBytes())
-	if len(node.Spec.Taints) != 1 || node.Spec.Taints[0].Key != "nvidia.com/gpu" || node.Labels["gpuscaler.dev/capacity-type"] != "spot" {
-		t.Errorf("h100 template taints %v labels %v", node.Spec.Taints, node.Labels)
-	}
-	if _, err := f.client.NodeGroupTemplateNodeInfo(ctx, &pb.NodeGroupTemplateNodeInfoRequest{Id: "nope"}); status.Code(err) != codes.NotFound {
-		t.Errorf("unknown group template: %v", err)
-	}
+	})
 }
 
 func isReady(n corev1.Node) bool {
@@ -313,123 +351,129 @@ func isReady(n corev1.Node) bool {
 // TestContractStockOut: a stock-out is an instance error of class
 // out-of-resources, not an RPC error, and the failed slot can be deleted.
 func TestContractStockOut(t *testing.T) {
-	f := newFixture(t, contractConfig)
-	ctx := call(t)
-	if _, err := f.client.NodeGroupIncreaseSize(ctx, &pb.NodeGroupIncreaseSizeRequest{Id: "scarce", Delta: 1}); err != nil {
-		t.Fatalf("IncreaseSize must succeed and report the stock-out per instance: %v", err)
-	}
-	var failed *pb.Instance
-	wait(t, "a failed instance", func() bool {
-		insts := instancesOf(t, f, "scarce", 1)
-		failed = insts[0]
-		return failed.GetStatus().GetErrorInfo().GetErrorCode() != ""
+	forEachBackend(t, func(t *testing.T, backend string) {
+		f := newFixture(t, contractConfig, backend)
+		ctx := call(t)
+		if _, err := f.client.NodeGroupIncreaseSize(ctx, &pb.NodeGroupIncreaseSizeRequest{Id: "scarce", Delta: 1}); err != nil {
+			t.Fatalf("IncreaseSize must succeed and report the stock-out per instance: %v", err)
+		}
+		var failed *pb.Instance
+		wait(t, "a failed instance", func() bool {
+			insts := instancesOf(t, f, "scarce", 1)
+			failed = insts[0]
+			return failed.GetStatus().GetErrorInfo().GetErrorCode() != ""
+		})
+		st := failed.GetStatus()
+		if st.GetInstanceState() != pb.InstanceStatus_instanceCreating || st.GetErrorInfo().GetInstanceErrorClass() != 1 {
+			t.Fatalf("stock-out reported as %v", st)
+		}
+		if _, err := f.client.NodeGroupDeleteNodes(ctx, &pb.NodeGroupDeleteNodesRequest{Id: "scarce", Nodes: []*pb.ExternalGrpcNode{{
+			ProviderID: failed.GetId(), Name: failed.GetId(), Annotations: map[string]string{"k8s.io/cluster-autoscaler/fake-node-reason": "create-error"},
+		}}}); err != nil {
+			t.Fatal(err)
+		}
+		ts, _ := f.client.NodeGroupTargetSize(ctx, &pb.NodeGroupTargetSizeRequest{Id: "scarce"})
+		if ts.GetTargetSize() != 0 {
+			t.Fatalf("target after deleting the failed instance = %d", ts.GetTargetSize())
+		}
 	})
-	st := failed.GetStatus()
-	if st.GetInstanceState() != pb.InstanceStatus_instanceCreating || st.GetErrorInfo().GetInstanceErrorClass() != 1 {
-		t.Fatalf("stock-out reported as %v", st)
-	}
-	if _, err := f.client.NodeGroupDeleteNodes(ctx, &pb.NodeGroupDeleteNodesRequest{Id: "scarce", Nodes: []*pb.ExternalGrpcNode{{
-		ProviderID: failed.GetId(), Name: failed.GetId(), Annotations: map[string]string{"k8s.io/cluster-autoscaler/fake-node-reason": "create-error"},
-	}}}); err != nil {
-		t.Fatal(err)
-	}
-	ts, _ := f.client.NodeGroupTargetSize(ctx, &pb.NodeGroupTargetSizeRequest{Id: "scarce"})
-	if ts.GetTargetSize() != 0 {
-		t.Fatalf("target after deleting the failed instance = %d", ts.GetTargetSize())
-	}
 }
 
 func TestContractDeleteAndDecrease(t *testing.T) {
-	f := newFixture(t, contractConfig)
-	ctx := call(t)
-	for _, g := range []string{"h100", "mig"} {
-		if _, err := f.client.NodeGroupIncreaseSize(ctx, &pb.NodeGroupIncreaseSizeRequest{Id: g, Delta: 1}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	h100 := instancesOf(t, f, "h100", 1)
-	mig := instancesOf(t, f, "mig", 1)
-	_, err := f.client.NodeGroupDeleteNodes(ctx, &pb.NodeGroupDeleteNodesRequest{Id: "h100", Nodes: []*pb.ExternalGrpcNode{{ProviderID: mig[0].GetId()}}})
-	if status.Code(err) != codes.FailedPrecondition {
-		t.Fatalf("deleting another group's node: %v", err)
-	}
-	if _, err := f.client.NodeGroupIncreaseSize(ctx, &pb.NodeGroupIncreaseSizeRequest{Id: "mig", Delta: 5}); status.Code(err) != codes.InvalidArgument {
-		t.Fatalf("past maxSize: %v", err)
-	}
-	if _, err := f.client.NodeGroupDecreaseTargetSize(ctx, &pb.NodeGroupDecreaseTargetSizeRequest{Id: "h100", Delta: 1}); status.Code(err) != codes.InvalidArgument {
-		t.Fatalf("positive decrease: %v", err)
-	}
-	if _, err := f.client.NodeGroupDeleteNodes(ctx, &pb.NodeGroupDeleteNodesRequest{Id: "h100", Nodes: []*pb.ExternalGrpcNode{{ProviderID: h100[0].GetId()}}}); err != nil {
-		t.Fatal(err)
-	}
-	wait(t, "h100 empty at the cloud", func() bool {
-		for _, in := range f.engine.Instances("contract") {
-			if in.Group == "h100" {
-				return false
+	forEachBackend(t, func(t *testing.T, backend string) {
+		f := newFixture(t, contractConfig, backend)
+		ctx := call(t)
+		for _, g := range []string{"h100", "mig"} {
+			if _, err := f.client.NodeGroupIncreaseSize(ctx, &pb.NodeGroupIncreaseSizeRequest{Id: g, Delta: 1}); err != nil {
+				t.Fatal(err)
 			}
 		}
-		return true
+		h100 := instancesOf(t, f, "h100", 1)
+		mig := instancesOf(t, f, "mig", 1)
+		_, err := f.client.NodeGroupDeleteNodes(ctx, &pb.NodeGroupDeleteNodesRequest{Id: "h100", Nodes: []*pb.ExternalGrpcNode{{ProviderID: mig[0].GetId()}}})
+		if status.Code(err) != codes.FailedPrecondition {
+			t.Fatalf("deleting another group's node: %v", err)
+		}
+		if _, err := f.client.NodeGroupIncreaseSize(ctx, &pb.NodeGroupIncreaseSizeRequest{Id: "mig", Delta: 5}); status.Code(err) != codes.InvalidArgument {
+			t.Fatalf("past maxSize: %v", err)
+		}
+		if _, err := f.client.NodeGroupDecreaseTargetSize(ctx, &pb.NodeGroupDecreaseTargetSizeRequest{Id: "h100", Delta: 1}); status.Code(err) != codes.InvalidArgument {
+			t.Fatalf("positive decrease: %v", err)
+		}
+		if _, err := f.client.NodeGroupDeleteNodes(ctx, &pb.NodeGroupDeleteNodesRequest{Id: "h100", Nodes: []*pb.ExternalGrpcNode{{ProviderID: h100[0].GetId()}}}); err != nil {
+			t.Fatal(err)
+		}
+		wait(t, "h100 empty at the cloud", func() bool {
+			for _, in := range f.engine.Instances(f.account) {
+				if in.Group == "h100" {
+					return false
+				}
+			}
+			return true
+		})
 	})
 }
 
 func TestContractOptionsPricingAndGPUs(t *testing.T) {
-	f := newFixture(t, contractConfig)
-	ctx := call(t)
-	defaults := &pb.NodeGroupAutoscalingOptions{
-		ScaleDownUtilizationThreshold:    0.5,
-		ScaleDownGpuUtilizationThreshold: 0.5,
-		IgnoreDaemonSetsUtilization:      true,
-		ScaleDownUnneededDuration:        durationpb.New(10 * time.Minute),
-		ScaleDownUnreadyDuration:         durationpb.New(20 * time.Minute),
-		MaxNodeProvisionDuration:         durationpb.New(15 * time.Minute),
-	}
-	if _, err := f.client.NodeGroupGetOptions(ctx, &pb.NodeGroupAutoscalingOptionsRequest{Id: "h100", Defaults: defaults}); status.Code(err) != codes.Unimplemented {
-		t.Fatalf("group without overrides: %v", err)
-	}
-	resp, err := f.client.NodeGroupGetOptions(ctx, &pb.NodeGroupAutoscalingOptionsRequest{Id: "mig", Defaults: defaults})
-	if err != nil {
-		t.Fatal(err)
-	}
-	o := resp.GetNodeGroupAutoscalingOptions()
-	if o.GetScaleDownUnneededDuration().AsDuration() != 20*time.Minute || o.GetScaleDownGpuUtilizationThreshold() != 0.3 {
-		t.Errorf("overrides not applied: %v", o)
-	}
-	if o.GetScaleDownUtilizationThreshold() != 0.5 || !o.GetIgnoreDaemonSetsUtilization() ||
-		o.GetMaxNodeProvisionDuration().AsDuration() != 15*time.Minute || o.GetScaleDownUnreadyDuration().AsDuration() != 20*time.Minute {
-		t.Errorf("defaults not carried over: %v", o)
-	}
+	forEachBackend(t, func(t *testing.T, backend string) {
+		f := newFixture(t, contractConfig, backend)
+		ctx := call(t)
+		defaults := &pb.NodeGroupAutoscalingOptions{
+			ScaleDownUtilizationThreshold:    0.5,
+			ScaleDownGpuUtilizationThreshold: 0.5,
+			IgnoreDaemonSetsUtilization:      true,
+			ScaleDownUnneededDuration:        durationpb.New(10 * time.Minute),
+			ScaleDownUnreadyDuration:         durationpb.New(20 * time.Minute),
+			MaxNodeProvisionDuration:         durationpb.New(15 * time.Minute),
+		}
+		if _, err := f.client.NodeGroupGetOptions(ctx, &pb.NodeGroupAutoscalingOptionsRequest{Id: "h100", Defaults: defaults}); status.Code(err) != codes.Unimplemented {
+			t.Fatalf("group without overrides: %v", err)
+		}
+		resp, err := f.client.NodeGroupGetOptions(ctx, &pb.NodeGroupAutoscalingOptionsRequest{Id: "mig", Defaults: defaults})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := resp.GetNodeGroupAutoscalingOptions()
+		if o.GetScaleDownUnneededDuration().AsDuration() != 20*time.Minute || o.GetScaleDownGpuUtilizationThreshold() != 0.3 {
+			t.Errorf("overrides not applied: %v", o)
+		}
+		if o.GetScaleDownUtilizationThreshold() != 0.5 || !o.GetIgnoreDaemonSetsUtilization() ||
+			o.GetMaxNodeProvisionDuration().AsDuration() != 15*time.Minute || o.GetScaleDownUnreadyDuration().AsDuration() != 20*time.Minute {
+			t.Errorf("defaults not carried over: %v", o)
+		}
 
-	label, err := f.client.GPULabel(ctx, &pb.GPULabelRequest{})
-	if err != nil || label.GetLabel() != "gpuscaler.dev/accelerator" {
-		t.Fatalf("GPULabel = %v, %v", label, err)
-	}
-	types, err := f.client.GetAvailableGPUTypes(ctx, &pb.GetAvailableGPUTypesRequest{})
-	if err != nil || len(types.GetGpuTypes()) != 2 || types.GetGpuTypes()["h100"] == nil || types.GetGpuTypes()["a100-80gb"] == nil {
-		t.Fatalf("GPU types = %v, %v", types, err)
-	}
+		label, err := f.client.GPULabel(ctx, &pb.GPULabelRequest{})
+		if err != nil || label.GetLabel() != "gpuscaler.dev/accelerator" {
+			t.Fatalf("GPULabel = %v, %v", label, err)
+		}
+		types, err := f.client.GetAvailableGPUTypes(ctx, &pb.GetAvailableGPUTypesRequest{})
+		if err != nil || len(types.GetGpuTypes()) != 2 || types.GetGpuTypes()["h100"] == nil || types.GetGpuTypes()["a100-80gb"] == nil {
+			t.Fatalf("GPU types = %v, %v", types, err)
+		}
 
-	// A template node is priced by its group label at the cheapest offering
-	// (spot 0.8015/h for h100); a running node at its own offering.
-	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	price, err := f.client.PricingNodePrice(ctx, &pb.PricingNodePriceRequest{
-		Node:           &pb.ExternalGrpcNode{Name: "template-node-for-h100-1", Labels: map[string]string{"gpuscaler.dev/node-group": "h100"}},
-		StartTimestamp: timestamppb.New(start), EndTimestamp: timestamppb.New(start.Add(2 * time.Hour)),
+		// A template node is priced by its group label at the cheapest offering
+		// (spot 0.8015/h for h100); a running node at its own offering.
+		start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+		price, err := f.client.PricingNodePrice(ctx, &pb.PricingNodePriceRequest{
+			Node:           &pb.ExternalGrpcNode{Name: "template-node-for-h100-1", Labels: map[string]string{"gpuscaler.dev/node-group": "h100"}},
+			StartTimestamp: timestamppb.New(start), EndTimestamp: timestamppb.New(start.Add(2 * time.Hour)),
+		})
+		if err != nil || price.GetPrice() < 1.6029 || price.GetPrice() > 1.6031 {
+			t.Fatalf("template price = %v, %v", price.GetPrice(), err)
+		}
+		pod := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1"), corev1.ResourceCPU: resource.MustParse("2")},
+		}}}}}
+		b, _ := pod.Marshal()
+		pp, err := f.client.PricingPodPrice(ctx, &pb.PricingPodPriceRequest{PodBytes: b, StartTimestamp: timestamppb.New(start), EndTimestamp: timestamppb.New(start.Add(time.Hour))})
+		if err != nil || pp.GetPrice() < 0.8 || pp.GetPrice() > 0.81 {
+			t.Fatalf("pod price = %v, %v (want one whole 1-GPU spot node, 0.8015)", pp.GetPrice(), err)
+		}
+		if _, err := f.client.Refresh(ctx, &pb.RefreshRequest{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.client.Cleanup(ctx, &pb.CleanupRequest{}); err != nil {
+			t.Fatal(err)
+		}
 	})
-	if err != nil || price.GetPrice() < 1.6029 || price.GetPrice() > 1.6031 {
-		t.Fatalf("template price = %v, %v", price.GetPrice(), err)
-	}
-	pod := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Resources: corev1.ResourceRequirements{
-		Requests: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1"), corev1.ResourceCPU: resource.MustParse("2")},
-	}}}}}
-	b, _ := pod.Marshal()
-	pp, err := f.client.PricingPodPrice(ctx, &pb.PricingPodPriceRequest{PodBytes: b, StartTimestamp: timestamppb.New(start), EndTimestamp: timestamppb.New(start.Add(time.Hour))})
-	if err != nil || pp.GetPrice() < 0.8 || pp.GetPrice() > 0.81 {
-		t.Fatalf("pod price = %v, %v (want one whole 1-GPU spot node, 0.8015)", pp.GetPrice(), err)
-	}
-	if _, err := f.client.Refresh(ctx, &pb.RefreshRequest{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.client.Cleanup(ctx, &pb.CleanupRequest{}); err != nil {
-		t.Fatal(err)
-	}
 }
