@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/gpuscaler/gpuscaler/internal/cloud"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/verda/verdatest"
 	"github.com/gpuscaler/gpuscaler/internal/config"
@@ -138,4 +139,41 @@ func freePort(t *testing.T) int {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
+}
+
+func TestCatalogVerda(t *testing.T) {
+	engine, err := sim.NewEngine(config.SimConfig{}, sim.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	engine.SetCapacity(cloudKey("1H100.80S.30V", "ICE-01", "spot"), 0)
+	fake := verdatest.New(engine, verdatest.Options{ClientID: "id", ClientSecret: "catalog-secret"})
+	defer fake.Close()
+	t.Setenv("VERDA_CLIENT_ID", "id")
+	t.Setenv("VERDA_CLIENT_SECRET", "catalog-secret")
+	t.Setenv("VERDA_BASE_URL", fake.URL+"/v1")
+	var out bytes.Buffer
+	root := newRootCommand(&out, &out)
+	root.SetArgs([]string{"catalog", "--cloud", "verda", "--gpu-only"})
+	if err := root.Execute(); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	var line string
+	for _, l := range strings.Split(out.String(), "\n") {
+		if strings.HasPrefix(l, "1H100.80S.30V ") {
+			line = l
+		}
+	}
+	for _, want := range []string{"1x H100-80GB", "2.2900", "0.8015", "FIN-01,FIN-02,FIN-03,ICE-01", "FIN-01,FIN-02,FIN-03 "} {
+		if !strings.Contains(line+" ", want) {
+			t.Errorf("catalog line %q lacks %q", line, want)
+		}
+	}
+	if strings.Contains(out.String(), "CPU.4V.16G") {
+		t.Error("--gpu-only listed a CPU type")
+	}
+}
+
+func cloudKey(t, loc, ct string) cloud.OfferingKey {
+	return cloud.OfferingKey{InstanceType: t, Location: loc, CapacityType: cloud.CapacityType(ct)}
 }

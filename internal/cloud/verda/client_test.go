@@ -156,6 +156,22 @@ func TestTokenExpiryMidRun(t *testing.T) {
 	}
 }
 
+func TestRefreshFallsBackToCredentials(t *testing.T) {
+	f := newFixture(t, verdatest.Options{}, ClientOptions{})
+	ctx := context.Background()
+	if _, err := f.client.ListInstances(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f.fake.RevokeRefreshTokens()
+	if _, err := f.client.ListInstances(ctx); err != nil {
+		t.Fatalf("after refresh tokens were revoked: %v", err)
+	}
+	// sign-in, refresh (refused), sign-in again
+	if n := f.fake.Calls()["POST /oauth2/token"]; n != 3 {
+		t.Fatalf("%d token requests, want 3", n)
+	}
+}
+
 func TestTokenRenewedBeforeExpiry(t *testing.T) {
 	// A 20 s token is inside the 30 s renewal margin: every call renews it,
 	// with the refresh token, before the API ever answers 401.

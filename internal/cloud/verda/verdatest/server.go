@@ -135,6 +135,15 @@ func (s *Server) ExpireTokens() {
 	s.tokens = map[string]time.Time{}
 }
 
+// RevokeRefreshTokens invalidates every refresh token (and access token),
+// so clients must sign in with their credentials again.
+func (s *Server) RevokeRefreshTokens() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.tokens = map[string]time.Time{}
+	s.refreshes = map[string]bool{}
+}
+
 // Calls returns the number of requests per "METHOD /path-pattern".
 func (s *Server) Calls() map[string]int {
 	s.mu.Lock()
