@@ -24,6 +24,7 @@ const (
 	DefaultSimCapacity          = 10
 	DefaultSimBootDelay         = 20 * time.Second
 	DefaultSimDeleteDelay       = 5 * time.Second
+	DefaultBootstrapTokenTTL    = time.Hour
 )
 
 // DefaultSimLocations are the simulated cloud's locations when none are set.
@@ -66,6 +67,10 @@ func SetDefaults(c *Config) {
 		setString(&g.CapacityPolicy, DefaultCapacityPolicy)
 		if g.MIG != nil {
 			setString(&g.MIG.Strategy, DefaultMIGStrategy)
+		}
+		if b := g.Bootstrap; b != nil {
+			setString(&b.Delivery, DeliveryInline)
+			setDuration(&b.TokenTTL, DefaultBootstrapTokenTTL)
 		}
 	}
 }

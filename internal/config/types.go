@@ -24,6 +24,12 @@ type Config struct {
 	// LeakedInstances configures the clean-up of owned instances that never
 	// registered or belong to no group.
 	LeakedInstances LeakedInstancesConfig `json:"leakedInstances,omitempty"`
+	// ScriptServer configures the startup-script server.
+	ScriptServer ScriptServerConfig `json:"scriptServer,omitempty"`
+	// Kubeconfig reaches the cluster for bootstrap tokens, join Secrets and
+	// node registration checks; "in-cluster" uses the pod's service account.
+	// Empty: no cluster access.
+	Kubeconfig string `json:"kubeconfig,omitempty"`
 	// Clouds configures each cloud account in use.
 	Clouds Clouds `json:"clouds"`
 	// NodeGroups are the groups gpuscaler scales.
@@ -205,10 +211,81 @@ type NodeGroup struct {
 	AutoscalingOptions *AutoscalingOptions `json:"autoscalingOptions,omitempty"`
 	// CloudOptions are cloud-specific settings passed to the cloud as they are.
 	CloudOptions map[string]string `json:"cloudOptions,omitempty"`
+	// Bootstrap renders the startup script the group's nodes join with;
+	// without it instances boot with no gpuscaler-rendered script (the
+	// cloud's own, for example Verda's startupScriptID, may still join them).
+	Bootstrap *Bootstrap `json:"bootstrap,omitempty"`
 	// OverrideNumGPUs replaces the instance type's GPU count in the template
 	// (nvidia.com/gpu), for setups the MIG table does not describe; prefer
 	// mig. Kept for users of the DataCrunch autoscaler's override_num_gpus.
 	OverrideNumGPUs *int `json:"overrideNumGPUs,omitempty"`
+}
+
+// Bootstrap methods.
+const (
+	BootstrapK3s     = "k3s"
+	BootstrapKubeadm = "kubeadm"
+	BootstrapCustom  = "custom"
+)
+
+// Delivery modes of a rendered startup script.
+const (
+	// DeliveryInline puts the script in the cloud's user data or script
+	// store; gpuscaler deletes the cloud's copy once the instance runs.
+	DeliveryInline = "inline"
+	// DeliveryServer gives the cloud only a stub with a one-time token; the
+	// node fetches its script from the script server.
+	DeliveryServer = "server"
+)
+
+// Bootstrap configures how a group's nodes join the cluster.
+type Bootstrap struct {
+	// Method is k3s, kubeadm or custom.
+	Method string `json:"method"`
+	// Server is what nodes join: the k3s server URL (https://host:6443) or
+	// the kubeadm API endpoint (host:6443).
+	Server string `json:"server,omitempty"`
+	// TokenSecretRef names the Secret key holding the join token (a k3s
+	// token, or a long-lived kubeadm token).
+	TokenSecretRef *SecretKeyRef `json:"tokenSecretRef,omitempty"`
+	// MintToken creates a kubeadm bootstrap token per node in kube-system,
+	// valid for TokenTTL and deleted once the node registers.
+	MintToken bool `json:"mintToken,omitempty"`
+	// TokenTTL is the lifetime of minted tokens and script-server links;
+	// default 1h.
+	TokenTTL *metav1.Duration `json:"tokenTTL,omitempty"`
+	// CACertHash pins the cluster CA for kubeadm ("sha256:<hex>").
+	CACertHash string `json:"caCertHash,omitempty"`
+	// TemplateFile is the user's own text/template (method custom).
+	TemplateFile string `json:"templateFile,omitempty"`
+	// KubeletExtraArgs are added to the kubelet's flags.
+	KubeletExtraArgs []string `json:"kubeletExtraArgs,omitempty"`
+	// Delivery is inline (default) or server.
+	Delivery string `json:"delivery,omitempty"`
+	// MIGManager leaves MIG partitioning to NVIDIA's mig-manager (the node
+	// gets the nvidia.com/mig.config label); by default the script enables
+	// MIG and creates the instances itself with nvidia-smi.
+	MIGManager bool `json:"migManager,omitempty"`
+}
+
+// SecretKeyRef names one key of a Secret.
+type SecretKeyRef struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	Key       string `json:"key"`
+}
+
+// ScriptServerConfig configures the startup-script server, which hands
+// each node its rendered script once, over HTTP(S).
+type ScriptServerConfig struct {
+	// ListenAddress is host:port; empty runs no server.
+	ListenAddress string `json:"listenAddress,omitempty"`
+	// URL is the server's base URL as nodes reach it, e.g. https://scripts.example.com:8443.
+	URL string `json:"url,omitempty"`
+	// TLS serves HTTPS with the certificate and key (caCertFile unused).
+	TLS TLSConfig `json:"tls,omitempty"`
+	// BindToInstanceIP hands a script only to the instance's own address.
+	BindToInstanceIP bool `json:"bindToInstanceIP,omitempty"`
 }
 
 // MIG is a group's MIG partitioning.

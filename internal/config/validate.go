@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -256,6 +257,9 @@ func validateGroup(p *field.Path, g *NodeGroup, c *Config) field.ErrorList {
 			errs = append(errs, field.NotSupported(mp.Child("strategy"), s, []string{MIGStrategySingle, MIGStrategyMixed}))
 		}
 	}
+	if b := g.Bootstrap; b != nil {
+		errs = append(errs, validateBootstrap(p.Child("bootstrap"), b, c)...)
+	}
 	if o := g.AutoscalingOptions; o != nil {
 		errs = append(errs, validateOptions(p.Child("autoscalingOptions"), o)...)
 	}
@@ -324,6 +328,60 @@ func validateOptions(p *field.Path, o *AutoscalingOptions) field.ErrorList {
 	errs = append(errs, nonNegative(p.Child("scaleDownUnneededTime"), o.ScaleDownUnneededTime)...)
 	errs = append(errs, nonNegative(p.Child("scaleDownUnreadyTime"), o.ScaleDownUnreadyTime)...)
 	errs = append(errs, positive(p.Child("maxNodeProvisionTime"), o.MaxNodeProvisionTime)...)
+	slices.SortFunc(errs, func(a, b *field.Error) int { return strings.Compare(a.Field, b.Field) })
+	return errs
+}
+
+var caCertHash = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+
+func validateBootstrap(p *field.Path, b *Bootstrap, c *Config) field.ErrorList {
+	var errs field.ErrorList
+	methods := []string{BootstrapK3s, BootstrapKubeadm, BootstrapCustom}
+	if !slices.Contains(methods, b.Method) {
+		errs = append(errs, field.NotSupported(p.Child("method"), b.Method, methods))
+	}
+	if b.Method != BootstrapCustom && b.Server == "" {
+		errs = append(errs, field.Required(p.Child("server"), "the endpoint nodes join"))
+	}
+	if b.Method == BootstrapK3s && b.Server != "" && !strings.HasPrefix(b.Server, "https://") {
+		errs = append(errs, field.Invalid(p.Child("server"), b.Server, "k3s joins an https:// URL"))
+	}
+	if b.TokenSecretRef == nil && !b.MintToken && b.Method != BootstrapCustom {
+		errs = append(errs, field.Required(p.Child("tokenSecretRef"), "name the join token's Secret (or set mintToken for kubeadm)"))
+	}
+	if b.TokenSecretRef != nil && b.MintToken {
+		errs = append(errs, field.Forbidden(p.Child("mintToken"), "set tokenSecretRef or mintToken, not both"))
+	}
+	if b.MintToken && b.Method == BootstrapK3s {
+		errs = append(errs, field.Forbidden(p.Child("mintToken"), "k3s joins with its server token; use tokenSecretRef"))
+	}
+	if r := b.TokenSecretRef; r != nil {
+		rp := p.Child("tokenSecretRef")
+		for name, v := range map[string]string{"namespace": r.Namespace, "name": r.Name, "key": r.Key} {
+			if v == "" {
+				errs = append(errs, field.Required(rp.Child(name), ""))
+			}
+		}
+	}
+	if b.Method == BootstrapKubeadm && !caCertHash.MatchString(b.CACertHash) {
+		errs = append(errs, field.Invalid(p.Child("caCertHash"), b.CACertHash, "kubeadm needs the CA pin, sha256:<64 hex>"))
+	}
+	if b.Method == BootstrapCustom && b.TemplateFile == "" {
+		errs = append(errs, field.Required(p.Child("templateFile"), "the custom method renders your template"))
+	}
+	if b.Method != BootstrapCustom && b.TemplateFile != "" {
+		errs = append(errs, field.Forbidden(p.Child("templateFile"), "only the custom method takes a template"))
+	}
+	switch b.Delivery {
+	case DeliveryInline:
+	case DeliveryServer:
+		if c.ScriptServer.URL == "" || c.ScriptServer.ListenAddress == "" {
+			errs = append(errs, field.Required(field.NewPath("scriptServer", "url"), "delivery: server needs scriptServer.url and scriptServer.listenAddress"))
+		}
+	default:
+		errs = append(errs, field.NotSupported(p.Child("delivery"), b.Delivery, []string{DeliveryInline, DeliveryServer}))
+	}
+	errs = append(errs, positive(p.Child("tokenTTL"), b.TokenTTL)...)
 	slices.SortFunc(errs, func(a, b *field.Error) int { return strings.Compare(a.Field, b.Field) })
 	return errs
 }

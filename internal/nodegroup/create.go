@@ -116,6 +116,7 @@ func (m *Manager) create(ctx context.Context, cloudName string, g *group, mem *m
 		if done {
 			return
 		}
+		m.release(ctx, mem.name)
 		if errors.Is(err, cloud.ErrCapacity) {
 			m.log.Info("offering stocked out, trying the next", "group", g.cfg.Name, "offering", k.String(), "error", err)
 			m.mu.Lock()
@@ -236,7 +237,15 @@ func (m *Manager) created(_ context.Context, g *group, mem *member, inst cloud.I
 	m.updateGaugesLocked(g)
 }
 
+// release tells the bootstrapper an order for name did not go through.
+func (m *Manager) release(ctx context.Context, name string) {
+	if r, ok := m.opts.Bootstrap.(Releaser); ok {
+		r.Release(context.WithoutCancel(ctx), name)
+	}
+}
+
 func (m *Manager) fail(g *group, mem *member, code string, class ErrorClass, msg string) {
+	m.release(m.ctx, mem.name)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.failLocked(g, mem, code, class, msg)

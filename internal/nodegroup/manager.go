@@ -39,6 +39,13 @@ type Bootstrapper interface {
 	UserData(ctx context.Context, spec cloud.CreateSpec) (string, error)
 }
 
+// Releaser is implemented by Bootstrappers that hold something per
+// instance (a minted join token, a script on the script server); Release is
+// called when an order for the instance did not go through.
+type Releaser interface {
+	Release(ctx context.Context, name string)
+}
+
 // Manager is the node-group core. Reads answer from memory; cloud calls run
 // in the background. Create it with New, then call Start.
 type Manager struct {

@@ -106,7 +106,7 @@ func (e *Env) startAPIServer(ctx context.Context, etcdURL string) error {
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file="+pubPath, "--service-account-signing-key-file="+keyPath,
 		"--service-cluster-ip-range=10.0.0.0/24", "--disable-admission-plugins=ServiceAccount",
-		"--allow-privileged=true", "--v=1")
+		"--allow-privileged=true", "--enable-bootstrap-token-auth=true", "--v=1")
 	if err != nil {
 		return err
 	}

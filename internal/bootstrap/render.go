@@ -1,0 +1,186 @@
+// Package bootstrap renders the startup script each node joins the cluster
+// with: its provider ID, labels and taints (exactly those of the group's
+// template), its MIG setup, and how it joins (k3s, kubeadm, or the user's
+// own template). It also holds the join credentials (a Secret's token, or
+// a per-node kubeadm bootstrap token) and the script server that hands a
+// script to its node once.
+package bootstrap
+
+import (
+	"bytes"
+	"embed"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"text/template"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/gpuscaler/gpuscaler/internal/config"
+	"github.com/gpuscaler/gpuscaler/internal/gpu"
+)
+
+//go:embed templates/*.tmpl
+var templateFS embed.FS
+
+// Vars are what a template sees. The documented variables of custom
+// templates are these fields.
+type Vars struct {
+	// ProviderID is the node's spec.providerID ("verda://gpu-0a1b2c3d4e").
+	ProviderID string
+	// NodeName is the node and host name.
+	NodeName string
+	Cloud    string
+	Group    string
+	// Labels are the node's labels; LabelsArg is them as the kubelet's
+	// --node-labels value (k=v,k=v, sorted).
+	Labels    map[string]string
+	LabelsArg string
+	// Taints are the node's taints; TaintsArg is them as the kubelet's
+	// --register-with-taints value (k=v:Effect,...).
+	Taints    []corev1.Taint
+	TaintsArg string
+	// KubeletExtraArgs are extra kubelet flags from the config.
+	KubeletExtraArgs []string
+	// JoinEndpoint, JoinToken and CACertHash are how the node joins.
+	JoinEndpoint string
+	JoinToken    string
+	CACertHash   string
+	// MIG is set for MIG groups.
+	MIG *MIGVars
+}
+
+// MIGVars describe a node's MIG partitioning.
+type MIGVars struct {
+	Profile  string
+	Strategy string
+	GPUs     int
+	LastGPU  int
+	// Instances is nvidia-smi's -cgi list for one GPU ("1g.10gb,1g.10gb,...").
+	Instances string
+	// Commands: the script runs nvidia-smi; otherwise mig-manager applies
+	// the profile from the nvidia.com/mig.config label.
+	Commands bool
+}
+
+// templates are the parsed built-in templates.
+type templates struct {
+	k3s, kubeadm, stub *template.Template
+}
+
+var funcs = template.FuncMap{"shq": shellQuote}
+
+func parseBuiltins() (*templates, error) {
+	parse := func(name string) (*template.Template, error) {
+		return template.New(name).Funcs(funcs).Option("missingkey=error").
+			ParseFS(templateFS, "templates/"+name, "templates/mig.tmpl")
+	}
+	k3s, err := parse("k3s.sh.tmpl")
+	if err != nil {
+		return nil, err
+	}
+	kubeadm, err := parse("kubeadm.sh.tmpl")
+	if err != nil {
+		return nil, err
+	}
+	stub, err := parse("stub.sh.tmpl")
+	if err != nil {
+		return nil, err
+	}
+	return &templates{k3s: k3s, kubeadm: kubeadm, stub: stub}, nil
+}
+
+// parseCustom reads a user's template; it may use {{template "mig" .}}.
+func parseCustom(path string) (*template.Template, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("bootstrap template: %w", err)
+	}
+	t, err := template.New("mig.tmpl").Funcs(funcs).Option("missingkey=error").ParseFS(templateFS, "templates/mig.tmpl")
+	if err != nil {
+		return nil, err
+	}
+	if _, err := t.New("custom").Parse(string(data)); err != nil {
+		return nil, fmt.Errorf("bootstrap template %s: %w", path, err)
+	}
+	return t.Lookup("custom"), nil
+}
+
+// execute renders a template.
+func execute(t *template.Template, v any) (string, error) {
+	var buf bytes.Buffer
+	if err := t.Execute(&buf, v); err != nil {
+		return "", fmt.Errorf("render %s: %w", t.Name(), err)
+	}
+	return buf.String(), nil
+}
+
+// labelsArg renders labels as the kubelet's --node-labels value.
+func labelsArg(labels map[string]string) string {
+	keys := make([]string, 0, len(labels))
+	for k := range labels {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k + "=" + labels[k]
+	}
+	return strings.Join(parts, ",")
+}
+
+// taintsArg renders taints as the kubelet's --register-with-taints value.
+func taintsArg(taints []corev1.Taint) string {
+	parts := make([]string, len(taints))
+	for i, t := range taints {
+		parts[i] = t.Key + "=" + t.Value + ":" + string(t.Effect)
+	}
+	return strings.Join(parts, ",")
+}
+
+// migVars derives the MIG setup from a node's labels.
+func migVars(labels map[string]string, b *config.Bootstrap) (*MIGVars, error) {
+	profile := labels[gpu.LabelMIGConfig]
+	if profile == "" {
+		return nil, nil
+	}
+	var model gpu.Model
+	for _, m := range gpu.Models() {
+		if m.Accelerator == labels[gpu.LabelAccelerator] {
+			model = m
+		}
+	}
+	if model.Name == "" {
+		return nil, fmt.Errorf("MIG profile %q on a node whose GPU model is unknown", profile)
+	}
+	devs, err := gpu.MIGDevices(model.Name, profile)
+	if err != nil {
+		return nil, err
+	}
+	var inst []string
+	names := make([]string, 0, len(devs))
+	for d := range devs {
+		names = append(names, d)
+	}
+	sort.Strings(names)
+	for _, d := range names {
+		for range devs[d] {
+			inst = append(inst, d)
+		}
+	}
+	gpus := 0
+	if _, err := fmt.Sscan(labels[gpu.LabelCount], &gpus); err != nil || gpus < 1 {
+		return nil, fmt.Errorf("MIG node without a GPU count label")
+	}
+	strategy := labels[gpu.LabelMIGStrategy]
+	return &MIGVars{
+		Profile: profile, Strategy: strategy, GPUs: gpus, LastGPU: gpus - 1,
+		Instances: strings.Join(inst, ","), Commands: !b.MIGManager && len(inst) > 0,
+	}, nil
+}
+
+// shellQuote quotes a string for POSIX shells.
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}

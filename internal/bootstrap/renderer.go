@@ -1,0 +1,174 @@
+package bootstrap
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"text/template"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/clock"
+
+	"github.com/gpuscaler/gpuscaler/internal/cloud"
+	"github.com/gpuscaler/gpuscaler/internal/config"
+)
+
+// Format is how user data reaches a cloud.
+type Format string
+
+// User data formats.
+const (
+	// FormatScript is a shell script (Verda, the simulated cloud).
+	FormatScript Format = "script"
+	// FormatCloudInit is a #cloud-config document (Scaleway).
+	FormatCloudInit Format = "cloud-init"
+)
+
+// Options are a Renderer's collaborators.
+type Options struct {
+	// Kube reads join-token Secrets and mints bootstrap tokens; needed only
+	// by groups that use them.
+	Kube kubernetes.Interface
+	// Server and ServerURL serve scripts of groups with delivery: server.
+	Server    *Server
+	ServerURL string
+	// Formats chooses the user-data format per cloud; default script.
+	Formats map[string]Format
+	Clock   clock.Clock
+	Logger  *slog.Logger
+}
+
+// Renderer renders each instance's user data; it implements the node-group
+// core's Bootstrapper.
+type Renderer struct {
+	opts   Options
+	groups map[string]config.NodeGroup
+	tpl    *templates
+	custom map[string]*template.Template
+}
+
+// New prepares the templates of every group with a bootstrap section.
+func New(cfg *config.Config, opts Options) (*Renderer, error) {
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	tpl, err := parseBuiltins()
+	if err != nil {
+		return nil, err
+	}
+	r := &Renderer{opts: opts, groups: map[string]config.NodeGroup{}, tpl: tpl, custom: map[string]*template.Template{}}
+	var errs []error
+	for i, g := range cfg.NodeGroups {
+		b := g.Bootstrap
+		if b == nil {
+			continue
+		}
+		r.groups[g.Name] = g
+		if b.Method == config.BootstrapCustom {
+			t, err := parseCustom(b.TemplateFile)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("nodeGroups[%d].bootstrap.templateFile: %w", i, err))
+				continue
+			}
+			r.custom[g.Name] = t
+		}
+		if (b.TokenSecretRef != nil || b.MintToken) && opts.Kube == nil {
+			errs = append(errs, fmt.Errorf("nodeGroups[%d].bootstrap: join tokens need cluster access (set kubeconfig)", i))
+		}
+		if b.Delivery == config.DeliveryServer && (opts.Server == nil || opts.ServerURL == "") {
+			errs = append(errs, fmt.Errorf("nodeGroups[%d].bootstrap.delivery: server needs the script server", i))
+		}
+	}
+	return r, errors.Join(errs...)
+}
+
+// UserData renders one instance's startup script (or the stub that fetches
+// it), in the format of the instance's cloud. Groups without a bootstrap
+// section get none.
+func (r *Renderer) UserData(ctx context.Context, spec cloud.CreateSpec) (string, error) {
+	g, ok := r.groups[spec.Group]
+	if !ok {
+		return "", nil
+	}
+	b := g.Bootstrap
+	v := Vars{
+		ProviderID: cloud.ProviderID(g.Cloud, spec.Name), NodeName: spec.Name, Cloud: g.Cloud, Group: g.Name,
+		Labels: spec.Labels, LabelsArg: labelsArg(spec.Labels), Taints: spec.Taints, TaintsArg: taintsArg(spec.Taints),
+		KubeletExtraArgs: b.KubeletExtraArgs, JoinEndpoint: b.Server, CACertHash: b.CACertHash,
+	}
+	mig, err := migVars(spec.Labels, b)
+	if err != nil {
+		return "", err
+	}
+	v.MIG = mig
+	switch {
+	case b.TokenSecretRef != nil:
+		if v.JoinToken, err = secretToken(ctx, r.opts.Kube, b.TokenSecretRef); err != nil {
+			return "", err
+		}
+	case b.MintToken:
+		if v.JoinToken, err = mintToken(ctx, r.opts.Kube, spec.Name, b.TokenTTL.Duration, r.opts.Clock.Now()); err != nil {
+			return "", err
+		}
+	}
+	var t *template.Template
+	switch b.Method {
+	case config.BootstrapK3s:
+		t = r.tpl.k3s
+	case config.BootstrapKubeadm:
+		t = r.tpl.kubeadm
+	default:
+		t = r.custom[g.Name]
+	}
+	script, err := execute(t, v)
+	if err != nil {
+		r.Release(ctx, spec.Name)
+		return "", err
+	}
+	if b.Delivery == config.DeliveryServer {
+		token, err := r.opts.Server.Register(spec.Name, script, b.TokenTTL.Duration)
+		if err != nil {
+			r.Release(ctx, spec.Name)
+			return "", err
+		}
+		url := strings.TrimRight(r.opts.ServerURL, "/") + ScriptPath + token
+		if script, err = execute(r.tpl.stub, struct{ NodeName, URL string }{spec.Name, url}); err != nil {
+			return "", err
+		}
+	}
+	if r.opts.Formats[g.Cloud] == FormatCloudInit {
+		return CloudInit(script), nil
+	}
+	return script, nil
+}
+
+// Release withdraws what was prepared for an instance whose order failed:
+// its minted token and its script on the server.
+func (r *Renderer) Release(ctx context.Context, node string) {
+	if r.opts.Server != nil {
+		r.opts.Server.Forget(node)
+	}
+	if r.opts.Kube == nil {
+		return
+	}
+	if err := deleteTokens(ctx, r.opts.Kube, node); err != nil {
+		r.opts.Logger.Warn("could not delete the join token of a failed order; it expires on its own", "node", node, "error", err)
+	}
+}
+
+// CloudInit wraps a script as cloud-init user data: written root-only,
+// run once, then removed.
+func CloudInit(script string) string {
+	var b strings.Builder
+	b.WriteString("#cloud-config\nwrite_files:\n  - path: /run/gpuscaler/bootstrap.sh\n    owner: root:root\n    permissions: '0700'\n    content: |\n")
+	for _, line := range strings.Split(strings.TrimRight(script, "\n"), "\n") {
+		b.WriteString("      " + line + "\n")
+	}
+	b.WriteString("runcmd:\n  - [bash, -c, 'bash /run/gpuscaler/bootstrap.sh; rc=$?; rm -f /run/gpuscaler/bootstrap.sh; exit $rc']\n")
+	return b.String()
+}

@@ -1,0 +1,143 @@
+package bootstrap
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/utils/clock"
+)
+
+// ScriptPath is where the script server serves: ScriptPath + <token>.
+const ScriptPath = "/v1/scripts/"
+
+// ServerOptions configure a script Server.
+type ServerOptions struct {
+	Clock  clock.Clock
+	Logger *slog.Logger
+	// InstanceIP, when set, restricts each script to its instance's own
+	// address (as the cloud reports it); ok false means not known yet.
+	InstanceIP func(node string) (ip string, ok bool)
+}
+
+// Server hands each node its rendered script once, before a deadline, to
+// whoever presents the one-time token the node's stub carries. It keeps
+// only a hash of each token, and never logs tokens or scripts.
+type Server struct {
+	opts    ServerOptions
+	mu      sync.Mutex
+	entries map[string]*entry // by token hash
+}
+
+type entry struct {
+	node    string
+	script  string
+	expires time.Time
+}
+
+// NewServer returns an empty script server; it is an http.Handler.
+func NewServer(opts ServerOptions) *Server {
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	return &Server{opts: opts, entries: map[string]*entry{}}
+}
+
+func hashToken(token string) string {
+	sum := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(sum[:])
+}
+
+// Register stores a node's script and returns the one-time token for it.
+func (s *Server) Register(node, script string, ttl time.Duration) (string, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	token := base64.RawURLEncoding.EncodeToString(b)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.entries[hashToken(token)] = &entry{node: node, script: script, expires: s.opts.Clock.Now().Add(ttl)}
+	return token, nil
+}
+
+// Forget drops whatever is stored for a node (its order failed).
+func (s *Server) Forget(node string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, e := range s.entries {
+		if e.node == node {
+			delete(s.entries, k)
+		}
+	}
+}
+
+// Pending returns how many scripts wait to be fetched, expired ones dropped.
+func (s *Server) Pending() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.opts.Clock.Now()
+	for k, e := range s.entries {
+		if now.After(e.expires) {
+			delete(s.entries, k)
+		}
+	}
+	return len(s.entries)
+}
+
+// ServeHTTP answers GET ScriptPath<token> with the script, once. Every
+// refusal is the same 404 with no content, so a wrong, used or expired
+// token reveals nothing.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	token, ok := strings.CutPrefix(r.URL.Path, ScriptPath)
+	if r.Method != http.MethodGet || !ok || token == "" {
+		http.NotFound(w, r)
+		return
+	}
+	remote, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		remote = r.RemoteAddr
+	}
+	key := hashToken(token)
+	s.mu.Lock()
+	e, found := s.entries[key]
+	reason := ""
+	switch {
+	case !found:
+		reason = "unknown or used token"
+	case s.opts.Clock.Now().After(e.expires):
+		reason = "expired token"
+		delete(s.entries, key)
+	case s.opts.InstanceIP != nil:
+		if ip, known := s.opts.InstanceIP(e.node); !known || ip != remote {
+			reason = "request not from the instance's address"
+		}
+	}
+	if reason == "" {
+		delete(s.entries, key) // one use
+	}
+	s.mu.Unlock()
+	if reason != "" {
+		node := ""
+		if found {
+			node = e.node
+		}
+		s.opts.Logger.Warn("startup script refused", "node", node, "remote", remote, "reason", reason)
+		http.NotFound(w, r)
+		return
+	}
+	s.opts.Logger.Info("startup script handed out", "node", e.node, "remote", remote)
+	w.Header().Set("Content-Type", "text/x-shellscript")
+	w.Header().Set("Cache-Control", "no-store")
+	_, _ = w.Write([]byte(e.script))
+}

@@ -1,0 +1,131 @@
+package bootstrap
+
+import (
+	"bytes"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+const script = "#!/bin/bash\nJOIN_TOKEN=very-secret-join-token\n"
+
+func fetch(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func TestScriptServer(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	var logs bytes.Buffer
+	var ipMu sync.Mutex
+	ips := map[string]string{"node-a": "127.0.0.1", "node-b": "10.9.9.9"}
+	srv := NewServer(ServerOptions{Clock: clk, Logger: slog.New(slog.NewTextHandler(&logs, nil)), InstanceIP: func(n string) (string, bool) {
+		ipMu.Lock()
+		defer ipMu.Unlock()
+		ip, ok := ips[n]
+		return ip, ok
+	}})
+	hs := httptest.NewServer(srv)
+	defer hs.Close()
+
+	tokA, _ := srv.Register("node-a", script, time.Hour)
+	if code, body := fetch(t, hs.URL+ScriptPath+tokA); code != 200 || body != script {
+		t.Fatalf("first fetch: %d %q", code, body)
+	}
+	if code, body := fetch(t, hs.URL+ScriptPath+tokA); code != 404 || strings.Contains(body, "JOIN") {
+		t.Fatalf("second fetch: %d %q", code, body)
+	}
+	// Guessed token.
+	if code, body := fetch(t, hs.URL+ScriptPath+"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"); code != 404 || strings.Contains(body, "JOIN") {
+		t.Fatalf("guessed token: %d %q", code, body)
+	}
+	// Wrong IP: node-b's instance is at 10.9.9.9, the request comes from loopback.
+	tokB, _ := srv.Register("node-b", script, time.Hour)
+	if code, body := fetch(t, hs.URL+ScriptPath+tokB); code != 404 || strings.Contains(body, "JOIN") {
+		t.Fatalf("wrong IP: %d %q", code, body)
+	}
+	// Expired.
+	tokC, _ := srv.Register("node-a", script, time.Minute)
+	clk.Step(2 * time.Minute)
+	if code, body := fetch(t, hs.URL+ScriptPath+tokC); code != 404 || strings.Contains(body, "JOIN") {
+		t.Fatalf("expired: %d %q", code, body)
+	}
+	for _, tok := range []string{tokA, tokB, tokC} {
+		if strings.Contains(logs.String(), tok) {
+			t.Fatal("a token reached the logs")
+		}
+	}
+	if strings.Contains(logs.String(), "very-secret") {
+		t.Fatal("script content reached the logs")
+	}
+	if !strings.Contains(logs.String(), "startup script handed out") || !strings.Contains(logs.String(), "request not from the instance's address") {
+		t.Fatalf("hand-outs and refusals are not logged:\n%s", logs.String())
+	}
+}
+
+func TestScriptServerOneWinnerUnderConcurrency(t *testing.T) {
+	srv := NewServer(ServerOptions{Logger: slog.New(slog.DiscardHandler)})
+	hs := httptest.NewServer(srv)
+	defer hs.Close()
+	tok, _ := srv.Register("node", script, time.Hour)
+	var wins atomic.Int32
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, err := http.Get(hs.URL + ScriptPath + tok)
+			if err != nil {
+				return
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode == 200 && string(b) == script {
+				wins.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if wins.Load() != 1 {
+		t.Fatalf("%d fetches got the script, want exactly 1", wins.Load())
+	}
+	if srv.Pending() != 0 {
+		t.Fatal("the fetched script is still held")
+	}
+}
+
+func TestServerDeliveryRendersStub(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.NodeGroups[0].Bootstrap.Delivery = "server"
+	srv := NewServer(ServerOptions{Logger: slog.New(slog.DiscardHandler)})
+	hs := httptest.NewServer(srv)
+	defer hs.Close()
+	r, err := New(cfg, Options{Kube: secrets(), Server: srv, ServerURL: hs.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stub := render(t, r, "k3s-plain")
+	if strings.Contains(stub, k3sToken) || !strings.Contains(stub, hs.URL+ScriptPath) {
+		t.Fatalf("stub:\n%s", stub)
+	}
+	url := stub[strings.Index(stub, hs.URL):]
+	url = strings.TrimRight(url[:strings.IndexAny(url, "'\n")], "'")
+	if code, body := fetch(t, url); code != 200 || !strings.Contains(body, k3sToken) {
+		t.Fatalf("the stub's link gave %d %q", code, body)
+	}
+	r.Release(t.Context(), "k3s-plain-0123456789")
+}

@@ -1,0 +1,99 @@
+package bootstrap
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	authv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/gpuscaler/gpuscaler/internal/testenv"
+)
+
+// TestMintedTokensOnARealAPIServer mints per-node kubeadm bootstrap tokens
+// on a real kube-apiserver, proves one authenticates as a bootstrapper, and
+// checks they are deleted once their node registers or its order fails.
+func TestMintedTokensOnARealAPIServer(t *testing.T) {
+	env := testenv.Start(t, testenv.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cfg := testConfig(t)
+	b := cfg.NodeGroups[2].Bootstrap
+	b.TokenSecretRef, b.MintToken = nil, true
+	var logs bytes.Buffer
+	r, err := New(cfg, Options{Kube: env.Client, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	script, err := r.UserData(ctx, spec("kubeadm-plain"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	secrets, err := env.Client.CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{LabelSelector: LabelNode + "=kubeadm-plain-0123456789"})
+	if err != nil || len(secrets.Items) != 1 {
+		t.Fatalf("minted secrets: %v, %v", secrets, err)
+	}
+	s := secrets.Items[0]
+	exp, err := time.Parse(time.RFC3339, string(s.Data["expiration"]))
+	if s.Type != corev1.SecretTypeBootstrapToken || err != nil || time.Until(exp) > time.Hour || time.Until(exp) < 55*time.Minute {
+		t.Fatalf("token secret %s type %s expiration %s", s.Name, s.Type, s.Data["expiration"])
+	}
+	token := string(s.Data["token-id"]) + "." + string(s.Data["token-secret"])
+	if !strings.Contains(script, `token: "`+token+`"`) {
+		t.Fatal("the script does not carry the minted token")
+	}
+	// The token is a real credential: the API server authenticates it.
+	bootCfg := rest.CopyConfig(env.Config)
+	bootCfg.BearerToken = token
+	bootClient, err := kubernetes.NewForConfig(bootCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	review, err := bootClient.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("the minted token does not authenticate: %v", err)
+	}
+	if u := review.Status.UserInfo.Username; u != "system:bootstrap:"+string(s.Data["token-id"]) {
+		t.Fatalf("authenticated as %q", u)
+	}
+
+	// Not registered yet: the reaper keeps it.
+	if n, err := ReapTokens(ctx, env.Client, time.Now()); err != nil || n != 0 {
+		t.Fatalf("reaped %d, %v before registration", n, err)
+	}
+	if _, err := env.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "kubeadm-plain-0123456789"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := ReapTokens(ctx, env.Client, time.Now()); err != nil || n != 1 {
+		t.Fatalf("reaped %d, %v after registration", n, err)
+	}
+
+	// A failed order releases its token at once.
+	other := spec("kubeadm-plain")
+	other.Name = "kubeadm-plain-ffffffffff"
+	if _, err := r.UserData(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	r.Release(ctx, other.Name)
+	left, _ := env.Client.CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{LabelSelector: LabelManagedBy + "=gpuscaler"})
+	if len(left.Items) != 0 {
+		t.Fatalf("%d tokens left", len(left.Items))
+	}
+	// An expired token goes even if its node never came.
+	if _, err := r.UserData(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := ReapTokens(ctx, env.Client, time.Now().Add(2*time.Hour)); err != nil || n != 1 {
+		t.Fatalf("reaped %d, %v past expiry", n, err)
+	}
+	if strings.Contains(logs.String(), string(s.Data["token-secret"])) {
+		t.Fatal("a token secret reached the logs")
+	}
+}
