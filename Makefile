@@ -7,12 +7,16 @@ STATICCHECK_VERSION ?= v0.8.2
 
 include Makefile.testbins.mk
 
-.PHONY: test test-unit lint fmt vet staticcheck bench build run
+.PHONY: test test-unit lint fmt vet staticcheck bench build run tools
 
 ## test: every test (unit, contract, e2e against a real kube-apiserver), with -race.
 ## Builds etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok on first use.
-test: testbins
+test: tools testbins
 	GPUSCALER_TESTBINS="$$($(GO) run ./hack/testbins)" $(GO) test -race -count=1 -timeout 30m ./...
+
+## tools: system tools Go cannot build (shellcheck), from Debian's packages.
+tools:
+	@./hack/install-tools.sh
 
 ## test-unit: fast inner loop; tests that need the real cluster are skipped with -short.
 test-unit:

@@ -31,11 +31,21 @@ type clouds struct {
 	// registered reports whether a Node with a provider ID joined the
 	// cluster; nil when gpuscaler has no cluster access.
 	registered func(providerID string) bool
+	// kube reaches the cluster named by the config's kubeconfig; nil without.
+	kube kubernetes.Interface
 }
 
 // buildClouds builds one Provider per configured cloud.
 func buildClouds(ctx context.Context, cfg *config.Config, getenv func(string) string, log *slog.Logger) (*clouds, error) {
 	out := &clouds{providers: map[string]cloud.Provider{}}
+	if cfg.Kubeconfig != "" {
+		kube, err := kubeClient(cfg.Kubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("kubeconfig: %w", err)
+		}
+		out.kube = kube
+		out.registered = nodeIndex(ctx, kube, &out.background)
+	}
 	if s := cfg.Clouds.Sim; s != nil {
 		acct, err := sim.New(*s, cfg.ClusterName, sim.Options{})
 		if err != nil {
@@ -49,7 +59,9 @@ func buildClouds(ctx context.Context, cfg *config.Config, getenv func(string) st
 			}
 			reg := sim.NewRegistrar(acct, kube, sim.RegistrarOptions{Kwok: *s.Kwok, Logger: log.With("component", "sim-registrar")})
 			out.background = append(out.background, reg.Run)
-			out.registered = nodeIndex(ctx, kube, &out.background)
+			if out.registered == nil {
+				out.registered = nodeIndex(ctx, kube, &out.background)
+			}
 		}
 	}
 	if v := cfg.Clouds.Verda; v != nil {

@@ -69,10 +69,19 @@ func runProvider(ctx context.Context, cfg *config.Config, getenv func(string) st
 	if err != nil {
 		return err
 	}
-	mgr, err := nodegroup.New(cfg, clouds.providers, nodegroup.Options{Logger: log, Registerer: reg, Registered: clouds.registered})
+	boot, err := newBootstrap(cfg, clouds, log)
 	if err != nil {
 		return err
 	}
+	opts := nodegroup.Options{Logger: log, Registerer: reg, Registered: clouds.registered}
+	if boot.renderer != nil {
+		opts.Bootstrap = boot.renderer
+	}
+	mgr, err := nodegroup.New(cfg, clouds.providers, opts)
+	if err != nil {
+		return err
+	}
+	boot.instanceIP = mgr.InstanceIP
 
 	var ready atomic.Bool
 	eg, ctx := errgroup.WithContext(ctx)
@@ -90,7 +99,7 @@ func runProvider(ctx context.Context, cfg *config.Config, getenv func(string) st
 		_ = eg.Wait()
 		return fmt.Errorf("start node groups: %w", err)
 	}
-	for _, run := range clouds.background {
+	for _, run := range append(clouds.background, boot.background...) {
 		eg.Go(func() error { return run(ctx) })
 	}
 

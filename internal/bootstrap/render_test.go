@@ -30,6 +30,7 @@ func testConfig(t *testing.T) *config.Config {
 	t.Helper()
 	cfg, err := config.Parse([]byte(`
 clusterName: test
+kubeconfig: in-cluster
 clouds: {sim: {}}
 nodeGroups:
   - name: k3s-plain

@@ -76,6 +76,11 @@ func TestInvalidFields(t *testing.T) {
 		{"no cloud", "clouds:\n  sim: {}", "clouds: {}", "clouds: Required"},
 		{"leak action", "clusterName: test", "clusterName: test\nleakedInstances: {action: ignore}", "leakedInstances.action"},
 		{"sync period", "clusterName: test", "clusterName: test\nsync: {period: -1s}", "sync.period"},
+		{"bootstrap method", "maxSize: 3", "maxSize: 3\n    bootstrap: {method: ansible}", "nodeGroups[0].bootstrap.method"},
+		{"bootstrap kubeconfig", "maxSize: 3", "maxSize: 3\n    bootstrap: {method: k3s, server: \"https://a:6443\", tokenSecretRef: {namespace: ns, name: sec, key: tok}}", "kubeconfig: Required"},
+		{"kubeadm ca hash", "maxSize: 3", "maxSize: 3\n    bootstrap: {method: kubeadm, server: \"a:6443\", mintToken: true, caCertHash: md5:1}", "nodeGroups[0].bootstrap.caCertHash"},
+		{"k3s server", "maxSize: 3", "maxSize: 3\n    bootstrap: {method: k3s, server: \"a:6443\", tokenSecretRef: {namespace: ns, name: sec, key: tok}}", "nodeGroups[0].bootstrap.server"},
+		{"server delivery", "maxSize: 3", "maxSize: 3\n    bootstrap: {method: custom, templateFile: t, delivery: server}", "scriptServer.url"},
 		{"global cost", "clusterName: test", "clusterName: test\nmaxHourlyCost: -3", "maxHourlyCost"},
 	}
 	for _, tt := range tests {

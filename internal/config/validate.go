@@ -43,6 +43,23 @@ func Validate(c *Config) field.ErrorList {
 		}
 	}
 	errs = append(errs, validateSync(field.NewPath("sync"), c.Sync)...)
+	if ss := c.ScriptServer; ss.ListenAddress != "" || ss.URL != "" {
+		sp := field.NewPath("scriptServer")
+		errs = append(errs, validateAddress(sp.Child("listenAddress"), ss.ListenAddress)...)
+		if u, err := url.Parse(ss.URL); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+			errs = append(errs, field.Invalid(sp.Child("url"), ss.URL, "must be the http(s) URL nodes reach the server at"))
+		}
+		if (ss.TLS.CertFile == "") != (ss.TLS.KeyFile == "") {
+			errs = append(errs, field.Required(sp.Child("tls"), "certFile and keyFile go together"))
+		}
+	}
+	for i, g := range c.NodeGroups {
+		if b := g.Bootstrap; b != nil && (b.TokenSecretRef != nil || b.MintToken) && c.Kubeconfig == "" {
+			errs = append(errs, field.Required(field.NewPath("kubeconfig"),
+				fmt.Sprintf("nodeGroups[%d].bootstrap reads or mints join tokens in the cluster; use in-cluster in a pod", i)))
+			break
+		}
+	}
 	if c.MaxHourlyCost < 0 {
 		errs = append(errs, field.Invalid(field.NewPath("maxHourlyCost"), c.MaxHourlyCost, "must be >= 0"))
 	}

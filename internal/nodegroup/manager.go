@@ -379,6 +379,19 @@ func (mem *member) view() Instance {
 	return in
 }
 
+// InstanceIP returns the address the cloud reports for an instance, by
+// name; ok is false for names the core does not know or that have none yet.
+func (m *Manager) InstanceIP(name string) (string, bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	for _, g := range m.groups {
+		if mem, ok := g.members[name]; ok && mem.inst != nil && mem.inst.IP != "" {
+			return mem.inst.IP, true
+		}
+	}
+	return "", false
+}
+
 // AutoscalingOptions returns a group's cluster-autoscaler option overrides.
 func (m *Manager) AutoscalingOptions(name string) (*config.AutoscalingOptions, bool) {
 	m.mu.RLock()
