@@ -90,7 +90,8 @@ func buildClouds(ctx context.Context, cfg *config.Config, getenv func(string) st
 		}
 		out.providers[verda.Name] = verda.New(api, verda.Options{
 			ClusterName: cfg.ClusterName, Image: v.Image, SSHKeyIDs: v.SSHKeyIDs, LegacyGroups: legacy,
-			Logger: log.With("cloud", verda.Name),
+			ScriptFetchURL: v.StartupScriptFetchURL,
+			Logger:         log.With("cloud", verda.Name),
 		})
 	}
 	return out, nil

@@ -58,6 +58,7 @@ func (s *source) load(getenv func(string) string) (*config.Config, error) {
 		if cfg, err = seedconfig.FromDataCrunch(s.clusterName, s.nodes, data); err != nil {
 			return nil, err
 		}
+		cfg.Clouds.Verda.StartupScriptFetchURL = getenv("DATACRUNCH_STARTUP_SCRIPT_FETCH_URL")
 	default:
 		return nil, errors.New("--config (or DataCrunch-style --nodes) is required")
 	}

@@ -126,6 +126,12 @@ type VerdaConfig struct {
 	// whose hostname is "<group>-<8 hex>". Set it when migrating in place;
 	// only for accounts no other cluster scales.
 	AdoptLegacyInstances bool `json:"adoptLegacyInstances,omitempty"`
+	// StartupScriptFetchURL is the DataCrunch autoscaler's script server
+	// (DATACRUNCH_STARTUP_SCRIPT_FETCH_URL): for groups without a bootstrap
+	// section, gpuscaler POSTs to it before each order and boots the
+	// instance with the stored script whose ID it answers, then deletes
+	// that script once the instance runs.
+	StartupScriptFetchURL string `json:"startupScriptFetchURL,omitempty"`
 }
 
 // SimConfig configures the simulated cloud.

@@ -162,6 +162,11 @@ func validateClouds(p *field.Path, c Clouds) field.ErrorList {
 			errs = append(errs, field.Invalid(p.Child("verda", "baseURL"), v.BaseURL, "must be an http(s) URL"))
 		}
 	}
+	if v := c.Verda; v != nil && v.StartupScriptFetchURL != "" {
+		if u, err := url.Parse(v.StartupScriptFetchURL); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+			errs = append(errs, field.Invalid(p.Child("verda", "startupScriptFetchURL"), v.StartupScriptFetchURL, "must be an http(s) URL"))
+		}
+	}
 	if c.Sim == nil {
 		return errs
 	}

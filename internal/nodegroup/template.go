@@ -21,11 +21,6 @@ const (
 	LabelCloud        = "gpuscaler.dev/cloud"
 )
 
-const (
-	defaultPods    = 110
-	defaultDiskGiB = 100
-)
-
 // templateCache holds a group's built template; it is reset when the
 // catalog changes.
 type templateCache struct {
@@ -93,19 +88,7 @@ func (m *Manager) buildTemplate(g *group) (*corev1.Node, error) {
 // capacity is what a node of the group advertises.
 func (m *Manager) capacity(g *group) (corev1.ResourceList, error) {
 	t := g.itype
-	disk := g.cfg.DiskSizeGiB
-	if disk == 0 {
-		disk = t.DiskGiB
-	}
-	if disk == 0 {
-		disk = defaultDiskGiB
-	}
-	rl := corev1.ResourceList{
-		corev1.ResourceCPU:              *resource.NewQuantity(int64(t.VCPUs), resource.DecimalSI),
-		corev1.ResourceMemory:           *resource.NewQuantity(int64(t.MemoryGiB)<<30, resource.BinarySI),
-		corev1.ResourceEphemeralStorage: *resource.NewQuantity(int64(disk)<<30, resource.BinarySI),
-		corev1.ResourcePods:             *resource.NewQuantity(defaultPods, resource.DecimalSI),
-	}
+	rl := cloud.NodeResources(t, g.cfg.DiskSizeGiB)
 	if t.GPUCount == 0 {
 		return rl, nil
 	}

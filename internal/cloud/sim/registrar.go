@@ -30,8 +30,6 @@ const (
 
 const (
 	registrarResync = 10 * time.Second
-	nodePods        = 110
-	nodeDiskGiB     = 100
 )
 
 // RegistrarOptions configure a Registrar.
@@ -209,16 +207,7 @@ func (r *Registrar) capacity(in *instance) (corev1.ResourceList, error) {
 	if !ok {
 		return nil, fmt.Errorf("instance %s: type %q not in catalog", in.Name, in.InstanceType)
 	}
-	disk := t.DiskGiB
-	if disk == 0 {
-		disk = nodeDiskGiB
-	}
-	rl := corev1.ResourceList{
-		corev1.ResourceCPU:              *resource.NewQuantity(int64(t.VCPUs), resource.DecimalSI),
-		corev1.ResourceMemory:           *resource.NewQuantity(int64(t.MemoryGiB)<<30, resource.BinarySI),
-		corev1.ResourceEphemeralStorage: *resource.NewQuantity(int64(disk)<<30, resource.BinarySI),
-		corev1.ResourcePods:             *resource.NewQuantity(nodePods, resource.DecimalSI),
-	}
+	rl := cloud.NodeResources(t, 0)
 	if t.GPUCount == 0 {
 		return rl, nil
 	}

@@ -5,8 +5,11 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -227,5 +230,58 @@ func TestLeftoverScriptsAreSwept(t *testing.T) {
 	scripts := fake.Scripts()
 	if len(scripts) != 1 || strings.Contains(scripts[0], "JOIN_TOKEN") {
 		t.Fatalf("after the sweep: %q", scripts)
+	}
+}
+
+// TestDataCrunchScriptFetchURL keeps DATACRUNCH_STARTUP_SCRIPT_FETCH_URL
+// working: a script server in the DataCrunch autoscaler's style stores a
+// script at the cloud and answers its ID; the instance boots with it, and
+// gpuscaler deletes it once the instance runs.
+func TestDataCrunchScriptFetchURL(t *testing.T) {
+	engine, err := sim.NewEngine(config.SimConfig{BootDelay: &metav1.Duration{Duration: 10 * time.Millisecond}}, sim.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake := verdatest.New(engine, verdatest.Options{ClientID: "id", ClientSecret: secret})
+	defer fake.Close()
+	api, err := verda.NewClient(verda.ClientOptions{BaseURL: fake.URL + "/v1", ClientID: "id", ClientSecret: secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var posts atomic.Int32
+	scripts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || r.URL.Path != "/script" {
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		posts.Add(1)
+		id, err := api.CreateScript(r.Context(), fmt.Sprintf("dc-%d", posts.Load()), "#!/bin/bash\nK3S_TOKEN=x k3s agent\n")
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		_, _ = w.Write([]byte(id + "\n"))
+	}))
+	defer scripts.Close()
+	prov := verda.New(api, verda.Options{ClusterName: "prod", ScriptFetchURL: scripts.URL + "/script"})
+	ctx := context.Background()
+	inst, err := prov.Create(ctx, cloud.CreateSpec{Name: "gpu-nodes-0123456789", Group: "gpu-nodes", InstanceType: "1V100.6V",
+		Location: "FIN-01", CapacityType: cloud.OnDemand})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := api.GetInstance(ctx, inst.ID)
+	if err != nil || got.StartupScriptID == nil || posts.Load() != 1 {
+		t.Fatalf("instance %+v (%v), %d script requests", got, err, posts.Load())
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for fake.ScriptCount() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the fetched script is still stored after boot")
+		}
+		if _, err := prov.List(ctx); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

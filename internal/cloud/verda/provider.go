@@ -5,7 +5,9 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
 	"strings"
 	"sync"
 	"time"
@@ -49,7 +51,13 @@ type Options struct {
 	// these groups: description equal to the group name (DataCrunch), or
 	// hostname "<group>-<8 hex>" (ca-verda).
 	LegacyGroups []string
-	Logger       *slog.Logger
+	// ScriptFetchURL, when set, is asked (POST) for a stored startup
+	// script's ID before each order that carries no script of its own, as
+	// the DataCrunch autoscaler did with DATACRUNCH_STARTUP_SCRIPT_FETCH_URL.
+	ScriptFetchURL string
+	// HTTPClient calls ScriptFetchURL; default one with a 30 s timeout.
+	HTTPClient *http.Client
+	Logger     *slog.Logger
 }
 
 // Cloud is a Verda account as a cloud.Provider.
@@ -371,6 +379,13 @@ func (c *Cloud) Create(ctx context.Context, spec cloud.CreateSpec) (cloud.Instan
 	case spec.Options[OptionStartupScriptID] != "":
 		id := spec.Options[OptionStartupScriptID]
 		req.StartupScriptID = &id
+	case c.opts.ScriptFetchURL != "":
+		id, err := c.fetchScriptID(ctx)
+		if err != nil {
+			return cloud.Instance{}, err
+		}
+		scriptID = id
+		req.StartupScriptID = &id
 	}
 	id, err := c.api.CreateInstance(ctx, req)
 	if err != nil {
@@ -392,6 +407,33 @@ func (c *Cloud) Create(ctx context.Context, spec cloud.CreateSpec) (cloud.Instan
 		Group:   spec.Group, InstanceType: spec.InstanceType, Location: spec.Location, CapacityType: spec.CapacityType,
 		State: cloud.StatePending, CreatedAt: time.Now(),
 	}, nil
+}
+
+// fetchScriptID asks the DataCrunch-style script server to store a fresh
+// script and answer its ID.
+func (c *Cloud) fetchScriptID(ctx context.Context) (string, error) {
+	hc := c.opts.HTTPClient
+	if hc == nil {
+		hc = &http.Client{Timeout: 30 * time.Second}
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.opts.ScriptFetchURL, nil)
+	if err != nil {
+		return "", cloud.NewError(cloud.ErrInvalid, "fetch_script", err)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return "", cloud.NewError(cloud.ErrTransient, "fetch_script", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if err != nil {
+		return "", cloud.NewError(cloud.ErrTransient, "fetch_script", err)
+	}
+	id := strings.Trim(strings.TrimSpace(string(body)), `"`)
+	if resp.StatusCode != http.StatusOK || id == "" {
+		return "", cloud.Errorf(cloud.ErrTransient, "fetch_script", "script server answered %s", resp.Status)
+	}
+	return id, nil
 }
 
 func (c *Cloud) trackScript(host, id string) {
