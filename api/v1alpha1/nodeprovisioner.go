@@ -1,0 +1,105 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+// NodeProvisioner sizes a GPU pool made of one or more node groups of the
+// config file (across clouds, in fallback order) so that GPU utilization
+// stays within a band and a warm buffer of idle GPU nodes is kept.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:scope=Cluster,shortName=np
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Groups",type=string,JSONPath=`.spec.nodeGroups`
+// +kubebuilder:printcolumn:name="Nodes",type=integer,JSONPath=`.status.nodes`
+// +kubebuilder:printcolumn:name="GPU util %",type=integer,JSONPath=`.status.gpuUtilizationPercent`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type NodeProvisioner struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   NodeProvisionerSpec   `json:"spec"`
+	Status NodeProvisionerStatus `json:"status,omitempty"`
+}
+
+// GroupOrder is how a pool picks among its node groups.
+// +kubebuilder:validation:Enum=Ordered;CheapestFirst
+type GroupOrder string
+
+// Group orders.
+const (
+	// GroupOrderOrdered tries the groups in the order listed.
+	GroupOrderOrdered GroupOrder = "Ordered"
+	// GroupOrderCheapestFirst tries the cheapest available offering first.
+	GroupOrderCheapestFirst GroupOrder = "CheapestFirst"
+)
+
+// NodeProvisionerSpec is the desired shape of the pool.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.minGPUUtilizationPercent) || !has(self.maxGPUUtilizationPercent) || self.minGPUUtilizationPercent < self.maxGPUUtilizationPercent",message="minGPUUtilizationPercent must be below maxGPUUtilizationPercent"
+// +kubebuilder:validation:XValidation:rule="!has(self.minNodes) || !has(self.maxNodes) || self.minNodes <= self.maxNodes",message="minNodes must not exceed maxNodes"
+type NodeProvisionerSpec struct {
+	// NodeGroups are names of node groups in gpuscaler's config, tried in
+	// this order (or cheapest first). A group belongs to at most one pool
+	// and is then not served to cluster-autoscaler.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=20
+	// +listType=set
+	NodeGroups []string `json:"nodeGroups"`
+
+	// GroupOrder is Ordered (default) or CheapestFirst.
+	// +kubebuilder:default=Ordered
+	// +optional
+	GroupOrder GroupOrder `json:"groupOrder,omitempty"`
+
+	// MinGPUUtilizationPercent: below it, idle nodes beyond the buffer are
+	// removed after ScaleDownDelay.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	// +optional
+	MinGPUUtilizationPercent *int32 `json:"minGPUUtilizationPercent,omitempty"`
+
+	// MaxGPUUtilizationPercent: above it, nodes are added before the pool is full.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	// +optional
+	MaxGPUUtilizationPercent *int32 `json:"maxGPUUtilizationPercent,omitempty"`
+
+	// MinUnutilizedGPUNodes is the warm buffer: GPU nodes kept with no GPU requested.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	MinUnutilizedGPUNodes *int32 `json:"minUnutilizedGPUNodes,omitempty"`
+
+	// ScaleDownDelay is how long a node must be unneeded before it goes.
+	// +kubebuilder:default="10m"
+	// +optional
+	ScaleDownDelay *metav1.Duration `json:"scaleDownDelay,omitempty"`
+
+	// MinNodes and MaxNodes bound the pool's size across its groups.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	MinNodes *int32 `json:"minNodes,omitempty"`
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	MaxNodes *int32 `json:"maxNodes,omitempty"`
+
+	// MaxHourlyCost caps the pool's hourly spend, a decimal in the clouds'
+	// currency ("25", "12.50").
+	// +kubebuilder:validation:Pattern=`^[0-9]+(\.[0-9]+)?$`
+	// +optional
+	MaxHourlyCost string `json:"maxHourlyCost,omitempty"`
+}
+
+// NodeProvisionerList is a list of NodeProvisioners.
+//
+// +kubebuilder:object:root=true
+type NodeProvisionerList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []NodeProvisioner `json:"items"`
+}
+
+var _ runtime.Object = (*NodeProvisioner)(nil)
