@@ -71,7 +71,7 @@ type Cloud struct {
 	catalogAt time.Time
 	// scripts maps hostnames to the per-instance startup script uploaded
 	// for them, deleted once the instance runs or is gone.
-	scripts   map[string]string
+	scripts   map[string]trackedScript
 	creating  map[string]bool
 	lastSweep time.Time
 }
@@ -86,7 +86,7 @@ func New(api *Client, opts Options) *Cloud {
 	if opts.Image == "" {
 		opts.Image = defaultImage
 	}
-	return &Cloud{api: api, opts: opts, log: opts.Logger, scripts: map[string]string{}, creating: map[string]bool{}}
+	return &Cloud{api: api, opts: opts, log: opts.Logger, scripts: map[string]trackedScript{}, creating: map[string]bool{}}
 }
 
 // Name returns "verda".
@@ -199,12 +199,13 @@ func owner(desc, cluster string) (group string, ok bool) {
 // List returns the cluster's instances and deletes the startup scripts of
 // instances that run or are gone.
 func (c *Cloud) List(ctx context.Context) ([]cloud.Instance, error) {
+	start := time.Now()
 	raw, err := c.api.ListInstances(ctx)
 	if err != nil {
 		return nil, err
 	}
 	var out []cloud.Instance
-	pending := map[string]bool{}
+	states := map[string]cloud.InstanceState{}
 	for _, in := range raw {
 		group, ok := owner(in.Description, c.opts.ClusterName)
 		if !ok {
@@ -214,12 +215,10 @@ func (c *Cloud) List(ctx context.Context) ([]cloud.Instance, error) {
 			continue
 		}
 		inst := convertInstance(in, group)
-		if inst.State == cloud.StatePending {
-			pending[in.Hostname] = true
-		}
+		states[in.Hostname] = inst.State
 		out = append(out, inst)
 	}
-	c.cleanScripts(ctx, pending)
+	c.cleanScripts(ctx, start, states)
 	return out, nil
 }
 
@@ -268,15 +267,35 @@ func (c *Cloud) scriptName(hostname string) string {
 	return "gpuscaler-" + c.opts.ClusterName + "-" + hostname
 }
 
-// cleanScripts deletes the scripts of instances no longer pending, and
-// every few minutes sweeps the account for scripts this cluster left behind
-// (after a restart, say): the account holds at most 100.
-func (c *Cloud) cleanScripts(ctx context.Context, pending map[string]bool) {
+// trackedScript is a per-instance script and when it was recorded.
+type trackedScript struct {
+	id    string
+	since time.Time
+	// seen: a list has shown the instance; its absence now means it is gone.
+	seen bool
+}
+
+// scriptGrace is how long an order may stay invisible in the instance list
+// before its script is taken for an order that never landed.
+const scriptGrace = time.Minute
+
+// cleanScripts deletes the scripts of instances that left the pending
+// state (the script has been handed to the machine) or that a list started
+// well after the order does not show; and every few minutes it sweeps the
+// account for scripts this cluster left behind (after a restart, say): the
+// account holds at most 100.
+func (c *Cloud) cleanScripts(ctx context.Context, listStart time.Time, states map[string]cloud.InstanceState) {
 	c.mu.Lock()
 	done := map[string]string{}
-	for host, id := range c.scripts {
-		if !pending[host] && !c.creating[host] {
-			done[host] = id
+	for host, ts := range c.scripts {
+		st, listed := states[host]
+		switch {
+		case c.creating[host]:
+		case listed && st == cloud.StatePending:
+			ts.seen = true
+			c.scripts[host] = ts
+		case listed, ts.seen, ts.since.Before(listStart.Add(-scriptGrace)):
+			done[host] = ts.id
 		}
 	}
 	sweep := time.Since(c.lastSweep) > scriptSweepTTL
@@ -305,7 +324,8 @@ func (c *Cloud) cleanScripts(ctx context.Context, pending map[string]bool) {
 	for _, s := range scripts {
 		host, ours := strings.CutPrefix(s.Name, prefix)
 		c.mu.Lock()
-		busy := pending[host] || c.creating[host]
+		_, tracked := c.scripts[host]
+		busy := tracked || c.creating[host] || states[host] == cloud.StatePending
 		c.mu.Unlock()
 		if !ours || busy {
 			continue
@@ -439,7 +459,7 @@ func (c *Cloud) fetchScriptID(ctx context.Context) (string, error) {
 func (c *Cloud) trackScript(host, id string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.scripts[host] = id
+	c.scripts[host] = trackedScript{id: id, since: time.Now()}
 }
 
 // Delete deletes an instance and its OS volume; gone is success.
