@@ -85,6 +85,9 @@ func TestClusterRunsGPUPods(t *testing.T) {
 // TestNoProcessOutlivesTheEnv starts an environment in a subtest, lets it
 // clean up, and checks that no component is left running.
 func TestNoProcessOutlivesTheEnv(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs a real cluster: run without -short (make test)")
+	}
 	var pids []int
 	var dir string
 	t.Run("env", func(t *testing.T) {
