@@ -1,0 +1,55 @@
+package plan
+
+import (
+	corev1 "k8s.io/api/core/v1"
+)
+
+// SafeToEvictAnnotation is cluster-autoscaler's per-pod opt-out of scale-down.
+const SafeToEvictAnnotation = "cluster-autoscaler.kubernetes.io/safe-to-evict"
+
+// Snapshot builds the pool's Nodes from cluster objects. groupOf names a
+// node's group, "" for nodes outside the pool. A node is coming while it is
+// not Ready or advertises no GPU yet; removable when only DaemonSet pods
+// (or finished pods) run on it and none says safe-to-evict "false".
+func Snapshot(nodes []*corev1.Node, pods []*corev1.Pod, groupOf func(*corev1.Node) string) []Node {
+	byName := make(map[string]int, len(nodes))
+	out := make([]Node, 0, len(nodes))
+	for _, n := range nodes {
+		g := groupOf(n)
+		if g == "" {
+			continue
+		}
+		gpus := GPUEquivalents(n.Status.Allocatable)
+		byName[n.Name] = len(out)
+		out = append(out, Node{Name: n.Name, Group: g, GPUs: gpus, Coming: !ready(n) || gpus == 0, Removable: true})
+	}
+	for _, p := range pods {
+		i, ok := byName[p.Spec.NodeName]
+		if !ok || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		out[i].Requested += GPUEquivalents(Requests(p))
+		if p.Annotations[SafeToEvictAnnotation] == "false" || !isDaemonSetPod(p) {
+			out[i].Removable = false
+		}
+	}
+	return out
+}
+
+func ready(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func isDaemonSetPod(p *corev1.Pod) bool {
+	for _, o := range p.OwnerReferences {
+		if o.Kind == "DaemonSet" && o.Controller != nil && *o.Controller {
+			return true
+		}
+	}
+	return false
+}
