@@ -47,6 +47,11 @@ type Node struct {
 	// (safe-to-evict: "false"), or it runs other non-DaemonSet pods.
 	Requested float64
 	Removable bool
+	// Object and Free, when set, let pending pods be placed on the node's
+	// free resources: a pod the scheduler found no room for a moment ago
+	// may fit a node that became Ready since, and must not buy another.
+	Object *corev1.Node
+	Free   corev1.ResourceList
 }
 
 // Plan is the outcome.
@@ -73,11 +78,15 @@ func (p Plan) Utilization() float64 {
 	return p.Requested / p.Allocatable
 }
 
-// bin is a node being planned: a coming node or a new one.
+// bin is a node pods can be planned onto: a ready node with room, a coming
+// node, or a new one.
 type bin struct {
 	group int
+	node  *corev1.Node // what admission is checked against
 	free  corev1.ResourceList
 	used  bool
+	// existing: a ready node; it does not count as new or as buffer.
+	existing bool
 }
 
 // Compute plans one pool: place the pending pods (on coming nodes first,
@@ -102,8 +111,10 @@ func Compute(pool Pool, nodes []Node, pending []*corev1.Pod) Plan {
 		if n.Coming && ok {
 			alloc = gpusOf[gi]
 			if tmpl := pool.Groups[gi].Template; tmpl != nil && n.Requested == 0 {
-				bins = append(bins, &bin{group: gi, free: tmpl.Status.Allocatable.DeepCopy()})
+				bins = append(bins, &bin{group: gi, node: tmpl, free: tmpl.Status.Allocatable.DeepCopy()})
 			}
+		} else if ok && n.Object != nil && GPUEquivalents(n.Free) > 0 {
+			bins = append(bins, &bin{group: gi, node: n.Object, free: n.Free.DeepCopy(), existing: true})
 		}
 		p.Allocatable += alloc
 		p.Requested += n.Requested
@@ -124,7 +135,7 @@ func Compute(pool Pool, nodes []Node, pending []*corev1.Pod) Plan {
 		if p.Reason == "" {
 			p.Reason = reason
 		}
-		b := &bin{group: gi, free: g.Template.Status.Allocatable.DeepCopy()}
+		b := &bin{group: gi, node: g.Template, free: g.Template.Status.Allocatable.DeepCopy()}
 		bins = append(bins, b)
 		return b
 	}
@@ -141,7 +152,7 @@ func Compute(pool Pool, nodes []Node, pending []*corev1.Pod) Plan {
 		req := reqs[pod]
 		placed := false
 		for _, b := range bins {
-			if fitsRequests(req, b.free) && admits(pod, pool.Groups[b.group].Template) {
+			if fitsRequests(req, b.free) && admits(pod, b.node) {
 				subtract(b.free, req)
 				b.used, placed = true, true
 				break
@@ -163,6 +174,8 @@ func Compute(pool Pool, nodes []Node, pending []*corev1.Pod) Plan {
 		}
 		planned += GPUEquivalents(req)
 	}
+	// Pods planned onto ready nodes make them busy, not idle: they are
+	// already in the utilization and buffer counts through Requested below.
 
 	// 2. The utilization band: add capacity while above the maximum.
 	alloc, requested := p.Allocatable, p.Requested+planned
@@ -188,7 +201,7 @@ func Compute(pool Pool, nodes []Node, pending []*corev1.Pod) Plan {
 
 	// 3. The warm buffer: nodes with nothing requested, new empty ones included.
 	for _, b := range bins {
-		if !b.used {
+		if !b.used && !b.existing {
 			idle++
 		}
 	}

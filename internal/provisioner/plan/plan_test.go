@@ -18,7 +18,9 @@ func template(res corev1.ResourceList, labels map[string]string, taints ...corev
 	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.NodeSpec{Taints: taints}, Status: corev1.NodeStatus{Allocatable: alloc}}
 }
 
-func gpus(n string) corev1.ResourceList { return corev1.ResourceList{"nvidia.com/gpu": resource.MustParse(n)} }
+func gpus(n string) corev1.ResourceList {
+	return corev1.ResourceList{"nvidia.com/gpu": resource.MustParse(n)}
+}
 
 func pod(name string, req corev1.ResourceList, mut ...func(*corev1.Pod)) *corev1.Pod {
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ml"},
@@ -124,6 +126,11 @@ func TestCompute(t *testing.T) {
 			}),
 			add: map[string]int{"tainted": 1}, reason: "pending",
 		},
+		{
+			name: "a pending pod that fits a ready node buys nothing", pool: Pool{Groups: []Group{eight}},
+			nodes:   []Node{{Name: "n1", Group: "h100x8", GPUs: 8, Requested: 6, Object: eight.Template, Free: gpus("2")}},
+			pending: pods(2, gpus("1")), add: map[string]int{},
+		},
 		{name: "too big for any node", pool: Pool{Groups: []Group{one}}, pending: pods(1, gpus("2")), add: map[string]int{}, unplaced: 1},
 	}
 	for _, tt := range tests {
@@ -178,6 +185,12 @@ func TestSnapshot(t *testing.T) {
 		}
 		return "g"
 	})
+	if got[0].Object == nil || GPUEquivalents(got[0].Free) != 8 || got[1].Object != nil {
+		t.Fatalf("free room: ready %v %v, starting %v", got[0].Object != nil, got[0].Free, got[1].Object != nil)
+	}
+	for i := range got {
+		got[i].Object, got[i].Free = nil, nil
+	}
 	want := []Node{
 		{Name: "ready", Group: "g", GPUs: 8, Removable: true},
 		{Name: "driver-starting", Group: "g", GPUs: 0, Coming: true, Removable: true},

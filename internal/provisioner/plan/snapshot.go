@@ -9,7 +9,7 @@ const SafeToEvictAnnotation = "cluster-autoscaler.kubernetes.io/safe-to-evict"
 
 // Snapshot builds the pool's Nodes from cluster objects. groupOf names a
 // node's group, "" for nodes outside the pool. A node is coming while it is
-// not Ready or advertises no GPU yet; removable when only DaemonSet pods
+// not Ready, still carries a start-up taint, or advertises no GPU yet; removable when only DaemonSet pods
 // (or finished pods) run on it and none says safe-to-evict "false".
 func Snapshot(nodes []*corev1.Node, pods []*corev1.Pod, groupOf func(*corev1.Node) string) []Node {
 	byName := make(map[string]int, len(nodes))
@@ -21,19 +21,43 @@ func Snapshot(nodes []*corev1.Node, pods []*corev1.Pod, groupOf func(*corev1.Nod
 		}
 		gpus := GPUEquivalents(n.Status.Allocatable)
 		byName[n.Name] = len(out)
-		out = append(out, Node{Name: n.Name, Group: g, GPUs: gpus, Coming: !ready(n) || gpus == 0, Removable: true})
+		coming := !ready(n) || gpus == 0 || starting(n)
+		node := Node{Name: n.Name, Group: g, GPUs: gpus, Coming: coming, Removable: true}
+		if !coming && !n.Spec.Unschedulable {
+			node.Object, node.Free = n, n.Status.Allocatable.DeepCopy()
+		}
+		out = append(out, node)
 	}
 	for _, p := range pods {
 		i, ok := byName[p.Spec.NodeName]
 		if !ok || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
 		}
-		out[i].Requested += GPUEquivalents(Requests(p))
+		req := Requests(p)
+		out[i].Requested += GPUEquivalents(req)
+		if out[i].Free != nil {
+			subtract(out[i].Free, req)
+		}
 		if p.Annotations[SafeToEvictAnnotation] == "false" || !isDaemonSetPod(p) {
 			out[i].Removable = false
 		}
 	}
 	return out
+}
+
+// startupTaints are put on nodes until the control plane has seen them
+// ready; a node carrying one is still coming.
+var startupTaints = []string{corev1.TaintNodeNotReady, corev1.TaintNodeUnreachable, "node.cloudprovider.kubernetes.io/uninitialized"}
+
+func starting(n *corev1.Node) bool {
+	for _, t := range n.Spec.Taints {
+		for _, k := range startupTaints {
+			if t.Key == k {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func ready(n *corev1.Node) bool {

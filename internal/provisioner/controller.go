@@ -1,0 +1,258 @@
+// Package provisioner is the NodeProvisioner controller: it sizes GPU pools
+// made of the config's node groups by pending GPU pods, a GPU utilization
+// band and a warm buffer, through the node-group core. The decision itself
+// is in plan; this package gathers the cluster's state, carries the plan
+// out and reports it in the status and in Events.
+package provisioner
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/gpuscaler/gpuscaler/api/v1alpha1"
+	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
+	"github.com/gpuscaler/gpuscaler/internal/provisioner/plan"
+)
+
+// Core is what the controller needs from the node-group core;
+// *nodegroup.Manager implements it.
+type Core interface {
+	Group(name string) (nodegroup.Info, bool)
+	TargetSize(group string) (int, error)
+	IncreaseSize(ctx context.Context, group string, delta int) error
+	Instances(group string) ([]nodegroup.Instance, error)
+	Template(group string) (*corev1.Node, error)
+}
+
+// resync bounds how long the controller goes without looking, whatever
+// the events.
+const resync = 15 * time.Second
+
+// Reconciler reconciles NodeProvisioners.
+type Reconciler struct {
+	Client   client.Client
+	Core     Core
+	Recorder record.EventRecorder
+	Logger   *slog.Logger
+}
+
+// SetupWithManager registers the controller: NodeProvisioners, and every
+// Pod and Node change, which may change any pool's demand.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	all := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
+		var list v1alpha1.NodeProvisionerList
+		if err := r.Client.List(ctx, &list); err != nil {
+			return nil
+		}
+		out := make([]reconcile.Request, len(list.Items))
+		for i, np := range list.Items {
+			out[i] = reconcile.Request{NamespacedName: types.NamespacedName{Name: np.Name}}
+		}
+		return out
+	})
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&v1alpha1.NodeProvisioner{}).
+		Watches(&corev1.Pod{}, all).
+		Watches(&corev1.Node{}, all).
+		Named("nodeprovisioner").
+		Complete(r)
+}
+
+// Reconcile plans one pool and orders what the plan adds.
+func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	var np v1alpha1.NodeProvisioner
+	if err := r.Client.Get(ctx, req.NamespacedName, &np); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	pool, err := r.pool(&np)
+	if err != nil {
+		r.Recorder.Event(&np, corev1.EventTypeWarning, "InvalidGroups", err.Error())
+		return r.setStatus(ctx, &np, nil, plan.Plan{}, err)
+	}
+	var nodes corev1.NodeList
+	if err := r.Client.List(ctx, &nodes); err != nil {
+		return reconcile.Result{}, err
+	}
+	var pods corev1.PodList
+	if err := r.Client.List(ctx, &pods); err != nil {
+		return reconcile.Result{}, err
+	}
+	inPool := map[string]bool{}
+	for _, g := range np.Spec.NodeGroups {
+		inPool[g] = true
+	}
+	nodePtrs := make([]*corev1.Node, len(nodes.Items))
+	for i := range nodes.Items {
+		nodePtrs[i] = &nodes.Items[i]
+	}
+	podPtrs := make([]*corev1.Pod, 0, len(pods.Items))
+	var pending []*corev1.Pod
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		podPtrs = append(podPtrs, p)
+		if unschedulable(p) && plan.WantsGPU(p) {
+			pending = append(pending, p)
+		}
+	}
+	snapshot := plan.Snapshot(nodePtrs, podPtrs, func(n *corev1.Node) string {
+		if g := n.Labels[nodegroup.LabelNodeGroup]; inPool[g] {
+			return g
+		}
+		return ""
+	})
+	// Instances ordered but not registered yet are capacity on the way.
+	registered := map[string]bool{}
+	for _, n := range snapshot {
+		registered[n.Name] = true
+	}
+	for _, g := range pool.Groups {
+		insts, _ := r.Core.Instances(g.Name)
+		for _, in := range insts {
+			if !registered[in.Name] && in.ErrorCode == "" && in.State != nodegroup.StateDeleting {
+				snapshot = append(snapshot, plan.Node{Name: in.Name, Group: g.Name, Coming: true})
+			}
+		}
+	}
+	p := plan.Compute(pool, snapshot, pending)
+	r.Logger.Debug("plan", "pool", np.Name, "nodes", len(snapshot), "pending", len(pending), "add", p.Add, "reason", p.Reason, "unplaced", len(p.Unplaced))
+	for _, g := range pool.Groups {
+		n := p.Add[g.Name]
+		if n == 0 {
+			continue
+		}
+		if err := r.Core.IncreaseSize(ctx, g.Name, n); err != nil {
+			r.Recorder.Eventf(&np, corev1.EventTypeWarning, "ScaleUpFailed", "group %s: %v", g.Name, err)
+			continue
+		}
+		r.Recorder.Eventf(&np, corev1.EventTypeNormal, "ScaleUp", "group %s +%d (%s)", g.Name, n, p.Reason)
+		r.Logger.Info("scale up", "pool", np.Name, "group", g.Name, "delta", n, "reason", p.Reason)
+		now := metav1.Now()
+		np.Status.LastScaleTime = &now
+	}
+	return r.setStatus(ctx, &np, &pool, p, nil)
+}
+
+// pool turns the spec and the core's groups into the planner's input.
+func (r *Reconciler) pool(np *v1alpha1.NodeProvisioner) (plan.Pool, error) {
+	s := np.Spec
+	pool := plan.Pool{}
+	if s.MinGPUUtilizationPercent != nil {
+		pool.MinUtilization = float64(*s.MinGPUUtilizationPercent) / 100
+	}
+	if s.MaxGPUUtilizationPercent != nil {
+		pool.MaxUtilization = float64(*s.MaxGPUUtilizationPercent) / 100
+	}
+	if s.MinUnutilizedGPUNodes != nil {
+		pool.Buffer = int(*s.MinUnutilizedGPUNodes)
+	}
+	if s.MinNodes != nil {
+		pool.MinNodes = int(*s.MinNodes)
+	}
+	if s.MaxNodes != nil {
+		pool.MaxNodes = int(*s.MaxNodes)
+	}
+	for _, name := range s.NodeGroups {
+		info, ok := r.Core.Group(name)
+		if !ok {
+			return pool, fmt.Errorf("node group %q is not in gpuscaler's config", name)
+		}
+		tmpl, err := r.Core.Template(name)
+		if err != nil {
+			return pool, err
+		}
+		target, _ := r.Core.TargetSize(name)
+		pool.Groups = append(pool.Groups, plan.Group{
+			Name: name, Template: tmpl, Nodes: target, MaxSize: info.MaxSize, Unavailable: r.stockedOut(name),
+		})
+	}
+	return pool, nil
+}
+
+// stockedOut reports whether the group's last orders failed for capacity.
+func (r *Reconciler) stockedOut(group string) bool {
+	insts, err := r.Core.Instances(group)
+	if err != nil {
+		return false
+	}
+	return slices.ContainsFunc(insts, func(in nodegroup.Instance) bool { return in.ErrorClass == nodegroup.ErrorClassOutOfResources })
+}
+
+// unschedulable reports whether the scheduler gave up on the pod for now.
+func unschedulable(p *corev1.Pod) bool {
+	if p.Spec.NodeName != "" || p.DeletionTimestamp != nil {
+		return false
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+			return true
+		}
+	}
+	return false
+}
+
+// setStatus writes what the reconcile saw and did.
+func (r *Reconciler) setStatus(ctx context.Context, np *v1alpha1.NodeProvisioner, pool *plan.Pool, p plan.Plan, planErr error) (reconcile.Result, error) {
+	st := &np.Status
+	st.ObservedGeneration = np.Generation
+	alloc := resource.MustParse(strconv.FormatFloat(p.Allocatable, 'f', 3, 64))
+	req := resource.MustParse(strconv.FormatFloat(p.Requested, 'f', 3, 64))
+	st.GPUsAllocatable, st.GPUsRequested = &alloc, &req
+	st.GPUUtilizationPercent = int32(p.Utilization()*100 + 0.5)
+	added := 0
+	st.Groups = st.Groups[:0]
+	unavailable := []string{}
+	if pool != nil {
+		st.Nodes = 0
+		for _, g := range pool.Groups {
+			added += p.Add[g.Name]
+			target, _ := r.Core.TargetSize(g.Name)
+			st.Groups = append(st.Groups, v1alpha1.GroupStatus{Name: g.Name, CurrentSize: int32(g.Nodes), TargetSize: int32(target), CapacityUnavailable: g.Unavailable})
+			st.Nodes += int32(g.Nodes)
+			if g.Unavailable {
+				unavailable = append(unavailable, g.Name)
+			}
+		}
+	}
+	cond := func(t string, ok bool, reason, msg string) {
+		s := metav1.ConditionFalse
+		if ok {
+			s = metav1.ConditionTrue
+		}
+		apimeta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: t, Status: s, Reason: reason, Message: msg, ObservedGeneration: np.Generation})
+	}
+	if planErr != nil {
+		cond(v1alpha1.ConditionReady, false, "InvalidGroups", planErr.Error())
+	} else {
+		cond(v1alpha1.ConditionReady, true, "Reconciled", "")
+	}
+	cond(v1alpha1.ConditionScalingUp, added > 0, scaleUpReasons[p.Reason], fmt.Sprintf("%d nodes ordered", added))
+	cond(v1alpha1.ConditionCapacityUnavailable, len(unavailable) > 0, "StockOut", fmt.Sprintf("stocked out: %v", unavailable))
+	if err := r.Client.Status().Update(ctx, np); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	return reconcile.Result{RequeueAfter: resync}, nil
+}
+
+// scaleUpReasons are the ScalingUp condition's reasons by plan reason.
+var scaleUpReasons = map[string]string{
+	"":            "Steady",
+	"pending":     "PendingPods",
+	"utilization": "AboveUtilizationBand",
+	"buffer":      "WarmBuffer",
+	"minNodes":    "MinNodes",
+}
