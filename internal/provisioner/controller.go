@@ -18,7 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -47,7 +47,7 @@ const resync = 15 * time.Second
 type Reconciler struct {
 	Client   client.Client
 	Core     Core
-	Recorder record.EventRecorder
+	Recorder events.EventRecorder
 	Logger   *slog.Logger
 }
 
@@ -81,7 +81,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	pool, err := r.pool(&np)
 	if err != nil {
-		r.Recorder.Event(&np, corev1.EventTypeWarning, "InvalidGroups", err.Error())
+		r.Recorder.Eventf(&np, nil, corev1.EventTypeWarning, "InvalidGroups", "Plan", "%v", err)
 		return r.setStatus(ctx, &np, nil, plan.Plan{}, err)
 	}
 	var nodes corev1.NodeList
@@ -136,10 +136,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			continue
 		}
 		if err := r.Core.IncreaseSize(ctx, g.Name, n); err != nil {
-			r.Recorder.Eventf(&np, corev1.EventTypeWarning, "ScaleUpFailed", "group %s: %v", g.Name, err)
+			r.Recorder.Eventf(&np, nil, corev1.EventTypeWarning, "ScaleUpFailed", "ScaleUp", "group %s: %v", g.Name, err)
 			continue
 		}
-		r.Recorder.Eventf(&np, corev1.EventTypeNormal, "ScaleUp", "group %s +%d (%s)", g.Name, n, p.Reason)
+		r.Recorder.Eventf(&np, nil, corev1.EventTypeNormal, "ScaledUp", "ScaleUp", "group %s +%d (%s)", g.Name, n, p.Reason)
 		r.Logger.Info("scale up", "pool", np.Name, "group", g.Name, "delta", n, "reason", p.Reason)
 		now := metav1.Now()
 		np.Status.LastScaleTime = &now

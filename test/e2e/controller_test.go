@@ -73,7 +73,7 @@ nodeGroups:
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &provisioner.Reconciler{Client: mgr.GetClient(), Core: core, Recorder: mgr.GetEventRecorderFor("gpuscaler"), Logger: log}
+	r := &provisioner.Reconciler{Client: mgr.GetClient(), Core: core, Recorder: mgr.GetEventRecorder("gpuscaler"), Logger: log}
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
