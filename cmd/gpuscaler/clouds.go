@@ -97,9 +97,9 @@ func buildClouds(ctx context.Context, cfg *config.Config, getenv func(string) st
 	return out, nil
 }
 
-// kubeClient builds a client from a kubeconfig path, or the pod's service
-// account for "in-cluster".
-func kubeClient(path string) (kubernetes.Interface, error) {
+// restConfig reads a kubeconfig path, or the pod's service account for
+// "in-cluster".
+func restConfig(path string) (*rest.Config, error) {
 	var rc *rest.Config
 	var err error
 	if path == "in-cluster" {
@@ -115,6 +115,15 @@ func kubeClient(path string) (kubernetes.Interface, error) {
 		return nil, err
 	}
 	rc.UserAgent = "gpuscaler"
+	return rc, nil
+}
+
+// kubeClient builds a clientset from a kubeconfig path or "in-cluster".
+func kubeClient(path string) (kubernetes.Interface, error) {
+	rc, err := restConfig(path)
+	if err != nil {
+		return nil, err
+	}
 	return kubernetes.NewForConfig(rc)
 }
 

@@ -35,6 +35,7 @@ func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 	root.PersistentFlags().StringVar(&g.logFormat, "log-format", "auto", "log format: json, text, or auto (text on a terminal, JSON otherwise)")
 	root.AddCommand(
 		newProviderCommand(g),
+		newControllerCommand(g),
 		newValidateCommand(),
 		newCatalogCommand(),
 		newConfigCommand(),

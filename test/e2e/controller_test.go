@@ -4,17 +4,21 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/dynamic"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/yaml"
 
 	"github.com/gpuscaler/gpuscaler/api/v1alpha1"
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
@@ -109,11 +113,66 @@ nodeGroups:
 	if n := engine.Count("e2e"); n != 5 {
 		t.Fatalf("%d instances ordered for 5 one-GPU pods", n)
 	}
+	waitFor(t, ctx, "a ScaledUp event", func() bool {
+		evs, err := env.Client.EventsV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "regarding.name=gpus"})
+		if err != nil {
+			return false
+		}
+		for _, e := range evs.Items {
+			if e.Reason == "ScaledUp" {
+				return true
+			}
+		}
+		return false
+	})
 	waitFor(t, ctx, "the status to report the pool", func() bool {
 		var got v1alpha1.NodeProvisioner
 		if err := kube.Get(ctx, client.ObjectKey{Name: "gpus"}, &got); err != nil {
 			return false
 		}
 		return got.Status.Nodes == 5 && got.Status.GPUUtilizationPercent == 100 && len(got.Status.Conditions) > 0
+	})
+}
+
+// TestControllerCommand runs `gpuscaler controller` as a process against
+// the cluster: a NodeProvisioner and a pending GPU pod get a node.
+func TestControllerCommand(t *testing.T) {
+	env := testenv.Start(t, testenv.Options{ControllerManager: true, Scheduler: true, Kwok: true, CRDDirs: []string{"../../deploy/crds"}})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	metricsAddr := loopback(t)
+	cfgPath := filepath.Join(t.TempDir(), "config.yaml")
+	writeFile(t, cfgPath, fmt.Sprintf(`
+clusterName: ctl
+kubeconfig: %q
+metrics: {address: %q}
+sync: {period: 1s}
+clouds:
+  sim: {bootDelay: 1s, kubeconfig: %q}
+nodeGroups:
+  - {name: l40s, cloud: sim, instanceType: 1L40S.20V, locations: [FIN-02], maxSize: 3}
+`, env.Kubeconfig, metricsAddr, env.Kubeconfig))
+	startGPUScaler(t, env, metricsAddr, "controller", "--config", cfgPath, "--leader-elect=false")
+	var obj map[string]any
+	if err := yaml.Unmarshal([]byte("apiVersion: gpuscaler.dev/v1alpha1\nkind: NodeProvisioner\nmetadata: {name: l40s}\nspec: {nodeGroups: [l40s]}\n"), &obj); err != nil {
+		t.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dyn.Resource(v1alpha1.GroupVersion.WithResource("nodeprovisioners")).Create(ctx, &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.Client.CoreV1().Pods("default").Create(ctx, gpuPod("infer"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "the pod Running on a new L40S node", func() bool {
+		p, err := env.Client.CoreV1().Pods("default").Get(ctx, "infer", metav1.GetOptions{})
+		if err != nil || p.Status.Phase != corev1.PodRunning {
+			return false
+		}
+		n, err := env.Client.CoreV1().Nodes().Get(ctx, p.Spec.NodeName, metav1.GetOptions{})
+		return err == nil && n.Labels["node.kubernetes.io/instance-type"] == "1L40S.20V"
 	})
 }

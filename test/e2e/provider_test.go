@@ -204,6 +204,13 @@ func ready(n corev1.Node) bool {
 // in the cluster's failure dump, and waits until it is ready.
 func startProvider(t *testing.T, env *testenv.Env, cfgPath, metricsAddr string) {
 	t.Helper()
+	startGPUScaler(t, env, metricsAddr, "provider", "--config", cfgPath)
+}
+
+// startGPUScaler runs a gpuscaler subcommand as its own process and waits
+// until its /readyz answers.
+func startGPUScaler(t *testing.T, env *testenv.Env, metricsAddr string, args ...string) {
+	t.Helper()
 	bin := filepath.Join(t.TempDir(), "gpuscaler")
 	build := exec.Command("go", "build", "-o", bin, "github.com/gpuscaler/gpuscaler/cmd/gpuscaler")
 	if out, err := build.CombinedOutput(); err != nil {
@@ -215,7 +222,7 @@ func startProvider(t *testing.T, env *testenv.Env, cfgPath, metricsAddr string) 
 		t.Fatal(err)
 	}
 	env.AddLog("gpuscaler", logPath)
-	cmd := exec.Command(bin, "provider", "--config", cfgPath, "--log-format", "text", "--log-level", "debug")
+	cmd := exec.Command(bin, append(args, "--log-format", "text", "--log-level", "debug")...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
