@@ -130,7 +130,7 @@ func runController(ctx context.Context, cfg *config.Config, getenv func(string) 
 	if err != nil {
 		return err
 	}
-	r := &provisioner.Reconciler{Client: mgr.GetClient(), Core: core, Recorder: mgr.GetEventRecorder("gpuscaler"), Logger: log.With("controller", "nodeprovisioner")}
+	r := &provisioner.Reconciler{Client: mgr.GetClient(), Core: core, Deleter: core, Recorder: mgr.GetEventRecorder("gpuscaler"), Logger: log.With("controller", "nodeprovisioner")}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return err
 	}

@@ -45,8 +45,10 @@ const resync = 15 * time.Second
 
 // Reconciler reconciles NodeProvisioners.
 type Reconciler struct {
-	Client   client.Client
-	Core     Core
+	Client client.Client
+	Core   Core
+	// Deleter removes instances at scale-down (the core, too).
+	Deleter  Deleter
 	Recorder events.EventRecorder
 	Logger   *slog.Logger
 }
@@ -144,7 +146,31 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		now := metav1.Now()
 		np.Status.LastScaleTime = &now
 	}
-	return r.setStatus(ctx, &np, &pool, p, nil)
+	scalingDown := false
+	if len(p.Add) == 0 {
+		scalingDown = r.scaleDown(ctx, &np, p.Remove, nodes.Items, pods.Items)
+		if scalingDown {
+			now := metav1.Now()
+			np.Status.LastScaleTime = &now
+		}
+	}
+	apimeta.SetStatusCondition(&np.Status.Conditions, metav1.Condition{
+		Type: v1alpha1.ConditionScalingDown, Status: conditionStatus(len(p.Remove) > 0), Reason: "IdleNodes",
+		Message: fmt.Sprintf("%d idle nodes beyond the buffer", len(p.Remove)), ObservedGeneration: np.Generation,
+	})
+	res, err := r.setStatus(ctx, &np, &pool, p, nil)
+	if len(p.Remove) > 0 && np.Spec.ScaleDownDelay != nil && np.Spec.ScaleDownDelay.Duration < res.RequeueAfter {
+		// Come back when the first unneeded node is due.
+		res.RequeueAfter = max(np.Spec.ScaleDownDelay.Duration, time.Second)
+	}
+	return res, err
+}
+
+func conditionStatus(b bool) metav1.ConditionStatus {
+	if b {
+		return metav1.ConditionTrue
+	}
+	return metav1.ConditionFalse
 }
 
 // pool turns the spec and the core's groups into the planner's input.

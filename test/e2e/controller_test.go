@@ -10,13 +10,16 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/dynamic"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	crconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/yaml"
 
@@ -29,23 +32,25 @@ import (
 	"github.com/gpuscaler/gpuscaler/internal/testenv"
 )
 
-// TestNodeProvisionerScalesFromZero: five pending pods that each want one
-// GPU make a NodeProvisioner over a 1-GPU group order five nodes, which
-// register, and the pods run.
-func TestNodeProvisionerScalesFromZero(t *testing.T) {
-	env := testenv.Start(t, testenv.Options{ControllerManager: true, Scheduler: true, Kwok: true, CRDDirs: []string{"../../deploy/crds"}})
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	log := slog.New(slog.DiscardHandler)
+// controllerEnv is a real cluster with the core, the simulated kubelet and
+// the NodeProvisioner controller running in the test process.
+type controllerEnv struct {
+	env    *testenv.Env
+	engine *sim.Engine
+	kube   client.Client
+}
 
+func startController(t *testing.T, ctx context.Context, groups string) *controllerEnv {
+	t.Helper()
+	env := testenv.Start(t, testenv.Options{ControllerManager: true, Scheduler: true, Kwok: true, CRDDirs: []string{"../../deploy/crds"}})
+	log := slog.New(slog.DiscardHandler)
 	cfg, err := config.Parse([]byte(`
 clusterName: e2e
 sync: {period: 1s}
 clouds:
   sim: {bootDelay: 1s, deleteDelay: 1s}
 nodeGroups:
-  - {name: h100, cloud: sim, instanceType: 1H100.80S.30V, locations: [FIN-01], maxSize: 10}
-`))
+` + groups))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,13 +64,12 @@ nodeGroups:
 		t.Fatal(err)
 	}
 	runCtx, stop := context.WithCancel(ctx)
-	defer func() { stop(); core.Wait() }()
+	t.Cleanup(func() { stop(); core.Wait() })
 	if err := core.Start(runCtx); err != nil {
 		t.Fatal(err)
 	}
 	reg := sim.NewRegistrar(acct, env.Client, sim.RegistrarOptions{Kwok: true, Logger: log})
 	go func() { _ = reg.Run(runCtx) }()
-
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
@@ -73,20 +77,32 @@ nodeGroups:
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
-	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
+	skip := true // several managers live in one test process
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"},
+		Controller: crconfig.Controller{SkipNameValidation: &skip}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &provisioner.Reconciler{Client: mgr.GetClient(), Core: core, Recorder: mgr.GetEventRecorder("gpuscaler"), Logger: log}
+	r := &provisioner.Reconciler{Client: mgr.GetClient(), Core: core, Deleter: core, Recorder: mgr.GetEventRecorder("gpuscaler"), Logger: log}
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
 	go func() { _ = mgr.Start(runCtx) }()
-
 	kube, err := client.New(env.Config, client.Options{Scheme: scheme})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return &controllerEnv{env: env, engine: engine, kube: kube}
+}
+
+// TestNodeProvisionerScalesFromZero: five pending pods that each want one
+// GPU make a NodeProvisioner over a 1-GPU group order five nodes, which
+// register, and the pods run.
+func TestNodeProvisionerScalesFromZero(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c := startController(t, ctx, "  - {name: h100, cloud: sim, instanceType: 1H100.80S.30V, locations: [FIN-01], maxSize: 10}\n")
+	env, engine, kube := c.env, c.engine, c.kube
 	np := &v1alpha1.NodeProvisioner{ObjectMeta: metav1.ObjectMeta{Name: "gpus"}, Spec: v1alpha1.NodeProvisionerSpec{NodeGroups: []string{"h100"}}}
 	if err := kube.Create(ctx, np); err != nil {
 		t.Fatal(err)
@@ -175,4 +191,175 @@ nodeGroups:
 		n, err := env.Client.CoreV1().Nodes().Get(ctx, p.Spec.NodeName, metav1.GetOptions{})
 		return err == nil && n.Labels["node.kubernetes.io/instance-type"] == "1L40S.20V"
 	})
+}
+
+// nodeCount counts the Nodes of a group.
+func nodeCount(ctx context.Context, c *controllerEnv, group string) int {
+	list, err := c.env.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: "gpuscaler.dev/node-group=" + group})
+	if err != nil {
+		return -1
+	}
+	return len(list.Items)
+}
+
+func createNP(t *testing.T, ctx context.Context, c *controllerEnv, np *v1alpha1.NodeProvisioner) {
+	t.Helper()
+	if err := c.kube.Create(ctx, np); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestWarmBufferAndScaleDown: with a buffer of one, three GPU pods run on
+// three nodes plus one idle; when the work ends the busy nodes go after the
+// delay and the buffer stays.
+func TestWarmBufferAndScaleDown(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c := startController(t, ctx, "  - {name: h100, cloud: sim, instanceType: 1H100.80S.30V, locations: [FIN-01], maxSize: 10}\n")
+	one := int32(1)
+	createNP(t, ctx, c, &v1alpha1.NodeProvisioner{ObjectMeta: metav1.ObjectMeta{Name: "buffered"}, Spec: v1alpha1.NodeProvisionerSpec{
+		NodeGroups: []string{"h100"}, MinUnutilizedGPUNodes: &one, ScaleDownDelay: &metav1.Duration{Duration: 2 * time.Second}}})
+	pods := c.env.Client.CoreV1().Pods("default")
+	for i := range 3 {
+		if _, err := pods.Create(ctx, gpuPod(fmt.Sprintf("job-%d", i)), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, ctx, "3 pods running and one idle node", func() bool {
+		list, _ := pods.List(ctx, metav1.ListOptions{})
+		running := 0
+		for _, p := range list.Items {
+			if p.Status.Phase == corev1.PodRunning {
+				running++
+			}
+		}
+		return running == 3 && len(readyGPUNodes(ctx, c.env.Client)) == 4
+	})
+	for i := range 3 {
+		if err := pods.Delete(ctx, fmt.Sprintf("job-%d", i), metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, ctx, "the pool to shrink to its buffer", func() bool {
+		return nodeCount(ctx, c, "h100") == 1 && c.engine.Count("e2e") == 1
+	})
+	// It stays there.
+	time.Sleep(5 * time.Second)
+	if n := nodeCount(ctx, c, "h100"); n != 1 {
+		t.Fatalf("%d nodes after the buffer settled", n)
+	}
+}
+
+// TestScaleDownSafety: a PodDisruptionBudget that allows no eviction keeps
+// its node; a safe-to-evict "false" pod keeps its node; and a node marked
+// unneeded is unmarked when a new pod lands on it during the delay.
+func TestScaleDownSafety(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	c := startController(t, ctx, "  - {name: a, cloud: sim, instanceType: 1H100.80S.30V, locations: [FIN-01], maxSize: 5}\n"+
+		"  - {name: b, cloud: sim, instanceType: 1A100.22V, locations: [FIN-01], maxSize: 5}\n"+
+		"  - {name: c, cloud: sim, instanceType: 1L40S.20V, locations: [FIN-01], maxSize: 5}\n")
+	pods := c.env.Client.CoreV1().Pods("default")
+	// One node per group, each made by one GPU pod.
+	for _, g := range []string{"a", "b", "c"} {
+		createNP(t, ctx, c, &v1alpha1.NodeProvisioner{ObjectMeta: metav1.ObjectMeta{Name: "np-" + g}, Spec: v1alpha1.NodeProvisionerSpec{
+			NodeGroups: []string{g}, ScaleDownDelay: &metav1.Duration{Duration: map[string]time.Duration{"a": 2 * time.Second, "b": 2 * time.Second, "c": 20 * time.Second}[g]}}})
+		p := gpuPod("gpu-" + g)
+		p.Spec.NodeSelector = map[string]string{"gpuscaler.dev/node-group": g}
+		if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nodeOf := map[string]string{}
+	waitFor(t, ctx, "the three GPU pods running", func() bool {
+		for _, g := range []string{"a", "b", "c"} {
+			p, err := pods.Get(ctx, "gpu-"+g, metav1.GetOptions{})
+			if err != nil || p.Status.Phase != corev1.PodRunning {
+				return false
+			}
+			nodeOf[g] = p.Spec.NodeName
+		}
+		return true
+	})
+	// A guard pod under a PDB that allows no eviction on a's node, and a
+	// safe-to-evict "false" pod on b's node.
+	guard := cpuPod("guard", nodeOf["a"], map[string]string{"app": "guard"}, nil)
+	pinned := cpuPod("pinned", nodeOf["b"], nil, map[string]string{"cluster-autoscaler.kubernetes.io/safe-to-evict": "false"})
+	for _, p := range []*corev1.Pod{guard, pinned} {
+		if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	minAvailable := intstr.FromInt32(1)
+	if _, err := c.env.Client.PolicyV1().PodDisruptionBudgets("default").Create(ctx, &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: "guard"},
+		Spec:       policyv1.PodDisruptionBudgetSpec{MinAvailable: &minAvailable, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "guard"}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "guard and pinned pods running", func() bool {
+		for _, n := range []string{"guard", "pinned"} {
+			p, err := pods.Get(ctx, n, metav1.GetOptions{})
+			if err != nil || p.Status.Phase != corev1.PodRunning {
+				return false
+			}
+		}
+		return true
+	})
+	// The GPU work ends everywhere.
+	for _, g := range []string{"a", "b", "c"} {
+		if err := pods.Delete(ctx, "gpu-"+g, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// c's node is marked unneeded; a new GPU pod lands on it before its 20 s delay ends.
+	waitFor(t, ctx, "c's node marked unneeded", func() bool { return hasTaintKey(ctx, c, nodeOf["c"], provisioner.TaintUnneeded) })
+	back := gpuPod("gpu-c-again")
+	back.Spec.NodeSelector = map[string]string{"gpuscaler.dev/node-group": "c"}
+	back.Spec.Tolerations = append(back.Spec.Tolerations, corev1.Toleration{Key: provisioner.TaintUnneeded, Operator: corev1.TolerationOpExists})
+	if _, err := pods.Create(ctx, back, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "c's node unmarked once the new pod runs there", func() bool {
+		p, err := pods.Get(ctx, "gpu-c-again", metav1.GetOptions{})
+		return err == nil && p.Spec.NodeName == nodeOf["c"] && !hasTaintKey(ctx, c, nodeOf["c"], provisioner.TaintUnneeded)
+	})
+	waitFor(t, ctx, "a blocked scale-down event for a's node", func() bool {
+		evs, err := c.env.Client.EventsV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "regarding.name=np-a"})
+		if err != nil {
+			return false
+		}
+		for _, e := range evs.Items {
+			if e.Reason == "ScaleDownBlocked" {
+				return true
+			}
+		}
+		return false
+	})
+	// Well past both delays, a's and b's nodes are still there.
+	time.Sleep(6 * time.Second)
+	for _, g := range []string{"a", "b", "c"} {
+		if n := nodeCount(ctx, c, g); n != 1 {
+			t.Errorf("group %s has %d nodes, want its node kept", g, n)
+		}
+	}
+	if hasTaintKey(ctx, c, nodeOf["b"], provisioner.TaintUnneeded) {
+		t.Error("the node of a safe-to-evict=false pod was marked unneeded")
+	}
+}
+
+func cpuPod(name, node string, labels, annotations map[string]string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels, Annotations: annotations},
+		Spec: corev1.PodSpec{
+			NodeSelector: map[string]string{"kubernetes.io/hostname": node},
+			Containers:   []corev1.Container{{Name: "c", Image: "busybox"}},
+			Tolerations:  []corev1.Toleration{{Key: provisioner.TaintUnneeded, Operator: corev1.TolerationOpExists}},
+		},
+	}
+}
+
+func hasTaintKey(ctx context.Context, c *controllerEnv, node, key string) bool {
+	n, err := c.env.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	return err == nil && hasTaint(*n, key)
 }

@@ -194,7 +194,7 @@ func TestSnapshot(t *testing.T) {
 	want := []Node{
 		{Name: "ready", Group: "g", GPUs: 8, Removable: true},
 		{Name: "driver-starting", Group: "g", GPUs: 0, Coming: true, Removable: true},
-		{Name: "not-ready", Group: "g", GPUs: 8, Coming: true, Requested: 3},
+		{Name: "not-ready", Group: "g", GPUs: 8, Coming: true, Requested: 3, Removable: true},
 		{Name: "pinned", Group: "g", GPUs: 8},
 	}
 	if !reflect.DeepEqual(got, want) {

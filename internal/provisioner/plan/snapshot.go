@@ -9,8 +9,10 @@ const SafeToEvictAnnotation = "cluster-autoscaler.kubernetes.io/safe-to-evict"
 
 // Snapshot builds the pool's Nodes from cluster objects. groupOf names a
 // node's group, "" for nodes outside the pool. A node is coming while it is
-// not Ready, still carries a start-up taint, or advertises no GPU yet; removable when only DaemonSet pods
-// (or finished pods) run on it and none says safe-to-evict "false".
+// not Ready, still carries a start-up taint, or advertises no GPU yet. It
+// is removable unless a pod on it says safe-to-evict "false"; its other
+// pods would be drained through the Eviction API, which honours
+// PodDisruptionBudgets.
 func Snapshot(nodes []*corev1.Node, pods []*corev1.Pod, groupOf func(*corev1.Node) string) []Node {
 	byName := make(map[string]int, len(nodes))
 	out := make([]Node, 0, len(nodes))
@@ -38,7 +40,7 @@ func Snapshot(nodes []*corev1.Node, pods []*corev1.Pod, groupOf func(*corev1.Nod
 		if out[i].Free != nil {
 			subtract(out[i].Free, req)
 		}
-		if p.Annotations[SafeToEvictAnnotation] == "false" || !isDaemonSetPod(p) {
+		if p.Annotations[SafeToEvictAnnotation] == "false" {
 			out[i].Removable = false
 		}
 	}
@@ -64,15 +66,6 @@ func ready(n *corev1.Node) bool {
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady {
 			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
-func isDaemonSetPod(p *corev1.Pod) bool {
-	for _, o := range p.OwnerReferences {
-		if o.Kind == "DaemonSet" && o.Controller != nil && *o.Controller {
-			return true
 		}
 	}
 	return false

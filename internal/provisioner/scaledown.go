@@ -1,0 +1,161 @@
+package provisioner
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gpuscaler/gpuscaler/api/v1alpha1"
+)
+
+// TaintUnneeded marks a node the controller plans to remove; its value is
+// the Unix time the node became unneeded. PreferNoSchedule keeps new pods
+// away without stranding pods that need it.
+const TaintUnneeded = "gpuscaler.dev/unneeded"
+
+// Deleter is what scale-down needs from the core; *nodegroup.Manager
+// implements it.
+type Deleter interface {
+	DeleteNodes(ctx context.Context, group string, providerIDs []string) error
+}
+
+// scaleDown marks the plan's removable nodes unneeded, unmarks the ones no
+// longer in the plan, and drains and deletes those unneeded for longer than
+// the pool's delay. It returns whether it changed anything.
+func (r *Reconciler) scaleDown(ctx context.Context, np *v1alpha1.NodeProvisioner, remove []string, nodes []corev1.Node, pods []corev1.Pod) bool {
+	delay := 10 * time.Minute
+	if np.Spec.ScaleDownDelay != nil {
+		delay = np.Spec.ScaleDownDelay.Duration
+	}
+	doomed := map[string]bool{}
+	for _, n := range remove {
+		doomed[n] = true
+	}
+	inPool := map[string]bool{}
+	for _, g := range np.Spec.NodeGroups {
+		inPool[g] = true
+	}
+	changed := false
+	now := time.Now()
+	for i := range nodes {
+		n := &nodes[i]
+		group := n.Labels["gpuscaler.dev/node-group"]
+		if !inPool[group] {
+			continue
+		}
+		since, marked := unneededSince(n)
+		switch {
+		case !doomed[n.Name] && marked:
+			// Demand came back first.
+			if err := r.setUnneeded(ctx, n, nil); err == nil {
+				r.Recorder.Eventf(np, n, corev1.EventTypeNormal, "ScaleDownCancelled", "ScaleDown", "node %s is needed again", n.Name)
+				changed = true
+			}
+		case doomed[n.Name] && !marked:
+			if err := r.setUnneeded(ctx, n, &now); err == nil {
+				r.Recorder.Eventf(np, n, corev1.EventTypeNormal, "NodeUnneeded", "ScaleDown", "node %s is unneeded; it goes in %s unless demand returns", n.Name, delay)
+				changed = true
+			}
+		case doomed[n.Name] && now.Sub(since) >= delay:
+			if r.drainAndDelete(ctx, np, n, group, pods) {
+				changed = true
+			}
+		}
+	}
+	return changed
+}
+
+// unneededSince reads the time a node was marked unneeded.
+func unneededSince(n *corev1.Node) (time.Time, bool) {
+	for _, t := range n.Spec.Taints {
+		if t.Key == TaintUnneeded {
+			sec, err := strconv.ParseInt(t.Value, 10, 64)
+			if err != nil {
+				return time.Time{}, true
+			}
+			return time.Unix(sec, 0), true
+		}
+	}
+	return time.Time{}, false
+}
+
+// setUnneeded adds (at) or removes (nil) the unneeded taint.
+func (r *Reconciler) setUnneeded(ctx context.Context, n *corev1.Node, at *time.Time) error {
+	patch := client.MergeFrom(n.DeepCopy())
+	var taints []corev1.Taint
+	for _, t := range n.Spec.Taints {
+		if t.Key != TaintUnneeded {
+			taints = append(taints, t)
+		}
+	}
+	if at != nil {
+		taints = append(taints, corev1.Taint{Key: TaintUnneeded, Value: strconv.FormatInt(at.Unix(), 10), Effect: corev1.TaintEffectPreferNoSchedule})
+	}
+	n.Spec.Taints = taints
+	return r.Client.Patch(ctx, n, patch)
+}
+
+// drainAndDelete cordons the node, evicts its pods through the Eviction API
+// (so PodDisruptionBudgets hold), and once none is left deletes the
+// instance and the Node. A refused eviction uncordons the node and leaves it
+// for a later try.
+func (r *Reconciler) drainAndDelete(ctx context.Context, np *v1alpha1.NodeProvisioner, n *corev1.Node, group string, pods []corev1.Pod) bool {
+	if !n.Spec.Unschedulable {
+		patch := client.MergeFrom(n.DeepCopy())
+		n.Spec.Unschedulable = true
+		if err := r.Client.Patch(ctx, n, patch); err != nil {
+			return false
+		}
+	}
+	left := 0
+	for i := range pods {
+		p := &pods[i]
+		if p.Spec.NodeName != n.Name || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed || isDaemonSetPod(p) || isMirrorPod(p) {
+			continue
+		}
+		left++
+		ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace}}
+		err := r.Client.SubResource("eviction").Create(ctx, p, ev)
+		if err == nil || apierrors.IsNotFound(err) {
+			continue
+		}
+		r.Recorder.Eventf(np, n, corev1.EventTypeWarning, "ScaleDownBlocked", "ScaleDown", "eviction of %s/%s refused: %v", p.Namespace, p.Name, err)
+		patch := client.MergeFrom(n.DeepCopy())
+		n.Spec.Unschedulable = false
+		_ = r.Client.Patch(ctx, n, patch)
+		return true
+	}
+	if left > 0 {
+		return true // evictions under way; delete on a later pass
+	}
+	if err := r.Deleter.DeleteNodes(ctx, group, []string{n.Spec.ProviderID}); err != nil {
+		r.Recorder.Eventf(np, n, corev1.EventTypeWarning, "ScaleDownFailed", "ScaleDown", "delete %s: %v", n.Name, err)
+		return false
+	}
+	if err := r.Client.Delete(ctx, n); err != nil && !apierrors.IsNotFound(err) {
+		r.Logger.Warn("node object not deleted; its instance is gone", "node", n.Name, "error", err)
+	}
+	r.Recorder.Eventf(np, n, corev1.EventTypeNormal, "ScaledDown", "ScaleDown", "node %s of group %s removed", n.Name, group)
+	r.Logger.Info("scale down", "pool", np.Name, "group", group, "node", n.Name)
+	return true
+}
+
+func isDaemonSetPod(p *corev1.Pod) bool {
+	for _, o := range p.OwnerReferences {
+		if o.Kind == "DaemonSet" && o.Controller != nil && *o.Controller {
+			return true
+		}
+	}
+	return false
+}
+
+func isMirrorPod(p *corev1.Pod) bool {
+	_, ok := p.Annotations[corev1.MirrorPodAnnotationKey]
+	return ok
+}
