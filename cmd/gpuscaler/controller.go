@@ -81,7 +81,7 @@ func runController(ctx context.Context, cfg *config.Config, getenv func(string) 
 		return err
 	}
 	reg := prometheus.NewRegistry()
-	opts := nodegroup.Options{Logger: log, Registerer: reg, Registered: clouds.registered}
+	opts := nodegroup.Options{Logger: log, Registerer: reg, Registered: clouds.registered, Manage: managedBy(cfg, config.ManagedByNodeProvisioner)}
 	if boot.renderer != nil {
 		opts.Bootstrap = boot.renderer
 	}

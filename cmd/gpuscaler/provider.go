@@ -73,7 +73,7 @@ func runProvider(ctx context.Context, cfg *config.Config, getenv func(string) st
 	if err != nil {
 		return err
 	}
-	opts := nodegroup.Options{Logger: log, Registerer: reg, Registered: clouds.registered}
+	opts := nodegroup.Options{Logger: log, Registerer: reg, Registered: clouds.registered, Manage: managedBy(cfg, config.ManagedByClusterAutoscaler)}
 	if boot.renderer != nil {
 		opts.Bootstrap = boot.renderer
 	}
@@ -158,4 +158,13 @@ func serveHTTP(ctx context.Context, srv *http.Server, lis net.Listener) error {
 		_ = srv.Shutdown(shutdown)
 		return nil
 	}
+}
+
+// managedBy selects the groups one owner scales.
+func managedBy(cfg *config.Config, owner string) func(string) bool {
+	owned := map[string]bool{}
+	for _, g := range cfg.NodeGroups {
+		owned[g.Name] = g.ManagedBy == owner
+	}
+	return func(group string) bool { return owned[group] }
 }

@@ -81,6 +81,7 @@ func TestInvalidFields(t *testing.T) {
 		{"kubeadm ca hash", "maxSize: 3", "maxSize: 3\n    bootstrap: {method: kubeadm, server: \"a:6443\", mintToken: true, caCertHash: md5:1}", "nodeGroups[0].bootstrap.caCertHash"},
 		{"k3s server", "maxSize: 3", "maxSize: 3\n    bootstrap: {method: k3s, server: \"a:6443\", tokenSecretRef: {namespace: ns, name: sec, key: tok}}", "nodeGroups[0].bootstrap.server"},
 		{"server delivery", "maxSize: 3", "maxSize: 3\n    bootstrap: {method: custom, templateFile: t, delivery: server}", "scriptServer.url"},
+		{"owner", "maxSize: 3", "maxSize: 3\n    managedBy: karpenter", "nodeGroups[0].managedBy"},
 		{"global cost", "clusterName: test", "clusterName: test\nmaxHourlyCost: -3", "maxHourlyCost"},
 	}
 	for _, tt := range tests {

@@ -65,6 +65,7 @@ func SetDefaults(c *Config) {
 	for i := range c.NodeGroups {
 		g := &c.NodeGroups[i]
 		setString(&g.CapacityPolicy, DefaultCapacityPolicy)
+		setString(&g.ManagedBy, ManagedByClusterAutoscaler)
 		if g.MIG != nil {
 			setString(&g.MIG.Strategy, DefaultMIGStrategy)
 		}

@@ -217,6 +217,11 @@ type NodeGroup struct {
 	AutoscalingOptions *AutoscalingOptions `json:"autoscalingOptions,omitempty"`
 	// CloudOptions are cloud-specific settings passed to the cloud as they are.
 	CloudOptions map[string]string `json:"cloudOptions,omitempty"`
+	// ManagedBy says who scales the group: cluster-autoscaler (through
+	// gpuscaler provider; the default) or node-provisioner (gpuscaler
+	// controller, for groups named in NodeProvisioners). A group has one
+	// owner; the other process leaves its instances alone.
+	ManagedBy string `json:"managedBy,omitempty"`
 	// Bootstrap renders the startup script the group's nodes join with;
 	// without it instances boot with no gpuscaler-rendered script (the
 	// cloud's own, for example Verda's startupScriptID, may still join them).
@@ -226,6 +231,12 @@ type NodeGroup struct {
 	// mig. Kept for users of the DataCrunch autoscaler's override_num_gpus.
 	OverrideNumGPUs *int `json:"overrideNumGPUs,omitempty"`
 }
+
+// Owners of a node group.
+const (
+	ManagedByClusterAutoscaler = "cluster-autoscaler"
+	ManagedByNodeProvisioner   = "node-provisioner"
+)
 
 // Bootstrap methods.
 const (

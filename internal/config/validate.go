@@ -248,6 +248,9 @@ func validateGroup(p *field.Path, g *NodeGroup, c *Config) field.ErrorList {
 	if !slices.Contains(policies, g.CapacityPolicy) {
 		errs = append(errs, field.NotSupported(p.Child("capacityPolicy"), g.CapacityPolicy, policies))
 	}
+	if owners := []string{ManagedByClusterAutoscaler, ManagedByNodeProvisioner}; !slices.Contains(owners, g.ManagedBy) {
+		errs = append(errs, field.NotSupported(p.Child("managedBy"), g.ManagedBy, owners))
+	}
 	if g.MinSize < 0 {
 		errs = append(errs, field.Invalid(p.Child("minSize"), g.MinSize, "must be >= 0"))
 	}

@@ -32,6 +32,11 @@ type Options struct {
 	// Bootstrap renders the startup script of each instance before it is
 	// ordered; nil orders instances with no user data.
 	Bootstrap Bootstrapper
+	// Manage selects the groups this Manager scales; nil means all. The
+	// instances of the other configured groups are left alone (another
+	// process, the cluster-autoscaler provider or the NodeProvisioner
+	// controller, owns them) and are never taken for leaks.
+	Manage func(group string) bool
 }
 
 // Bootstrapper renders the user data an instance boots with.
@@ -60,6 +65,8 @@ type Manager struct {
 
 	mu     sync.RWMutex
 	groups map[string]*group
+	// foreign are configured groups another process manages.
+	foreign map[string]bool
 	// byProviderID indexes every member (and its aliases) by provider ID.
 	byProviderID map[string]*member
 	// unavailable holds stocked-out offerings per cloud until the time given.
@@ -78,7 +85,9 @@ type Manager struct {
 
 // group is one node group's state.
 type group struct {
-	cfg      config.NodeGroup
+	cfg config.NodeGroup
+	// index is the group's position in the config file, for error paths.
+	index    int
 	itype    cloud.InstanceType
 	gpuModel gpu.Model
 	target   int
@@ -153,6 +162,7 @@ func New(cfg *config.Config, providers map[string]cloud.Provider, opts Options) 
 		opts:         opts,
 		clients:      map[string]*client{},
 		groups:       map[string]*group{},
+		foreign:      map[string]bool{},
 		byProviderID: map[string]*member{},
 		unavailable:  map[string]map[cloud.OfferingKey]time.Time{},
 		offerings:    map[string]map[cloud.OfferingKey]cloud.Offering{},
@@ -165,11 +175,15 @@ func New(cfg *config.Config, providers map[string]cloud.Provider, opts Options) 
 		m.unavailable[name] = map[cloud.OfferingKey]time.Time{}
 		m.syncNow[name] = make(chan struct{}, 1)
 	}
-	for _, g := range cfg.NodeGroups {
+	for i, g := range cfg.NodeGroups {
 		if _, ok := m.clients[g.Cloud]; !ok {
 			return nil, fmt.Errorf("node group %q: cloud %q has no provider", g.Name, g.Cloud)
 		}
-		m.groups[g.Name] = &group{cfg: g, members: map[string]*member{}}
+		if opts.Manage != nil && !opts.Manage(g.Name) {
+			m.foreign[g.Name] = true
+			continue
+		}
+		m.groups[g.Name] = &group{cfg: g, index: i, members: map[string]*member{}}
 		m.order = append(m.order, g.Name)
 	}
 	return m, nil
@@ -223,8 +237,9 @@ func (m *Manager) loadCatalog(ctx context.Context, cloudName string, c *client) 
 	var errs []error
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for i, name := range m.order {
+	for _, name := range m.order {
 		g := m.groups[name]
+		i := g.index
 		if g.cfg.Cloud != cloudName {
 			continue
 		}

@@ -392,3 +392,29 @@ func counterValue(c interface{ Write(*dto.Metric) error }) float64 {
 	}
 	return m.GetCounter().GetValue()
 }
+
+// TestManageLeavesOtherGroupsAlone: a Manager that scales only some groups
+// keeps the others' min size to their owner and never takes their
+// instances for leaks.
+func TestManageLeavesOtherGroupsAlone(t *testing.T) {
+	doc := baseConfig + `
+leakedInstances: {gracePeriod: 1m}
+nodeGroups:
+  - {name: mine, cloud: sim, instanceType: 1V100.6V, locations: [FIN-01], maxSize: 5}
+  - {name: theirs, cloud: sim, instanceType: 1V100.6V, locations: [FIN-01], minSize: 2, maxSize: 5}
+`
+	h := newHarness(t, doc, sim.Options{}, Options{Manage: func(g string) bool { return g == "mine" }})
+	if _, err := h.acct.Create(context.Background(), cloud.CreateSpec{
+		Name: "theirs-0", Group: "theirs", InstanceType: "1V100.6V", Location: "FIN-01", CapacityType: cloud.OnDemand,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	h.clk.Step(10 * time.Minute)
+	time.Sleep(100 * time.Millisecond)
+	if n := len(h.cloudInstances()["theirs"]); n != 1 {
+		t.Fatalf("the other owner's group has %d instances, want its 1 untouched", n)
+	}
+	if _, err := h.mgr.TargetSize("theirs"); !errors.Is(err, ErrGroupNotFound) {
+		t.Fatalf("a group managed elsewhere is served here: %v", err)
+	}
+}

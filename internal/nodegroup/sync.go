@@ -107,7 +107,7 @@ func (m *Manager) syncCloud(ctx context.Context, cloudName string, c *client, in
 	}
 	// Whatever is left is owned by the cluster but by no configured group.
 	for _, in := range listed {
-		if in.State != cloud.StateDeleting {
+		if in.State != cloud.StateDeleting && !m.foreign[in.Group] {
 			leaked = append(leaked, in)
 		}
 	}

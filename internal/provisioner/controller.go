@@ -195,7 +195,7 @@ func (r *Reconciler) pool(np *v1alpha1.NodeProvisioner) (plan.Pool, error) {
 	for _, name := range s.NodeGroups {
 		info, ok := r.Core.Group(name)
 		if !ok {
-			return pool, fmt.Errorf("node group %q is not in gpuscaler's config", name)
+			return pool, fmt.Errorf("node group %q is not in gpuscaler's config with managedBy: node-provisioner", name)
 		}
 		tmpl, err := r.Core.Template(name)
 		if err != nil {

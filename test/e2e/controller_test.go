@@ -166,7 +166,7 @@ sync: {period: 1s}
 clouds:
   sim: {bootDelay: 1s, kubeconfig: %q}
 nodeGroups:
-  - {name: l40s, cloud: sim, instanceType: 1L40S.20V, locations: [FIN-02], maxSize: 3}
+  - {name: l40s, cloud: sim, instanceType: 1L40S.20V, locations: [FIN-02], maxSize: 3, managedBy: node-provisioner}
 `, env.Kubeconfig, metricsAddr, env.Kubeconfig))
 	startGPUScaler(t, env, metricsAddr, "controller", "--config", cfgPath, "--leader-elect=false")
 	var obj map[string]any
