@@ -9,8 +9,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -45,6 +45,11 @@ const resync = 15 * time.Second
 
 // Reconciler reconciles NodeProvisioners.
 type Reconciler struct {
+	mu sync.Mutex
+	// unavailable holds groups that stocked out, until when they are
+	// skipped for new demand.
+	unavailable map[string]time.Time
+
 	Client client.Client
 	Core   Core
 	// Deleter removes instances at scale-down (the core, too).
@@ -81,7 +86,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err := r.Client.Get(ctx, req.NamespacedName, &np); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
-	pool, err := r.pool(&np)
+	pool, err := r.pool(ctx, &np)
 	if err != nil {
 		r.Recorder.Eventf(&np, nil, corev1.EventTypeWarning, "InvalidGroups", "Plan", "%v", err)
 		return r.setStatus(ctx, &np, nil, plan.Plan{}, err)
@@ -174,7 +179,7 @@ func conditionStatus(b bool) metav1.ConditionStatus {
 }
 
 // pool turns the spec and the core's groups into the planner's input.
-func (r *Reconciler) pool(np *v1alpha1.NodeProvisioner) (plan.Pool, error) {
+func (r *Reconciler) pool(ctx context.Context, np *v1alpha1.NodeProvisioner) (plan.Pool, error) {
 	s := np.Spec
 	pool := plan.Pool{}
 	if s.MinGPUUtilizationPercent != nil {
@@ -203,19 +208,46 @@ func (r *Reconciler) pool(np *v1alpha1.NodeProvisioner) (plan.Pool, error) {
 		}
 		target, _ := r.Core.TargetSize(name)
 		pool.Groups = append(pool.Groups, plan.Group{
-			Name: name, Template: tmpl, Nodes: target, MaxSize: info.MaxSize, Unavailable: r.stockedOut(name),
+			Name: name, Template: tmpl, Nodes: target, MaxSize: info.MaxSize, Unavailable: r.stockedOut(ctx, name),
 		})
 	}
 	return pool, nil
 }
 
-// stockedOut reports whether the group's last orders failed for capacity.
-func (r *Reconciler) stockedOut(group string) bool {
+// stockOutBackoff is how long a stocked-out group gets no new demand.
+const stockOutBackoff = 5 * time.Minute
+
+// stockedOut reports whether the group stocked out lately. Orders that
+// failed are withdrawn from the core (their slots deleted), and a stock-out
+// among them sends new demand to the next group for a while.
+func (r *Reconciler) stockedOut(ctx context.Context, group string) bool {
 	insts, err := r.Core.Instances(group)
 	if err != nil {
 		return false
 	}
-	return slices.ContainsFunc(insts, func(in nodegroup.Instance) bool { return in.ErrorClass == nodegroup.ErrorClassOutOfResources })
+	var failed []string
+	out := false
+	for _, in := range insts {
+		if in.ErrorCode == "" {
+			continue
+		}
+		failed = append(failed, in.ProviderID)
+		out = out || in.ErrorClass == nodegroup.ErrorClassOutOfResources
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.unavailable == nil {
+		r.unavailable = map[string]time.Time{}
+	}
+	if out {
+		r.unavailable[group] = time.Now().Add(stockOutBackoff)
+	}
+	if len(failed) > 0 && r.Deleter != nil {
+		if err := r.Deleter.DeleteNodes(ctx, group, failed); err != nil {
+			r.Logger.Warn("could not withdraw failed orders", "group", group, "error", err)
+		}
+	}
+	return time.Now().Before(r.unavailable[group])
 }
 
 // unschedulable reports whether the scheduler gave up on the pod for now.

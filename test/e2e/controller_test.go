@@ -363,3 +363,95 @@ func hasTaintKey(ctx context.Context, c *controllerEnv, node, key string) bool {
 	n, err := c.env.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 	return err == nil && hasTaint(*n, key)
 }
+
+// TestPoolDecisions: the utilization band adds a node before the pool is
+// full; a stocked-out group hands its demand to the next and says so; MIG
+// pods scale a MIG group by devices per node.
+func TestPoolDecisions(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	c := startController(t, ctx, ""+
+		"  - {name: big, cloud: sim, instanceType: 8H100.80S.176V, locations: [FIN-03], maxSize: 3}\n"+
+		"  - {name: first, cloud: sim, instanceType: 1H100.80S.30V, locations: [FIN-01], maxSize: 3}\n"+
+		"  - {name: second, cloud: sim, instanceType: 1H100.80S.30V, locations: [FIN-02], maxSize: 3}\n"+
+		"  - {name: mig, cloud: sim, instanceType: 1A100.22V, locations: [ICE-01], maxSize: 3, mig: {profile: all-1g.10gb}}\n")
+	c.engine.SetCapacity(cloud.OfferingKey{InstanceType: "1H100.80S.30V", Location: "FIN-01", CapacityType: cloud.OnDemand}, 0)
+	eighty := int32(80)
+	for name, groups := range map[string][]string{"band": {"big"}, "fallback": {"first", "second"}, "mig": {"mig"}} {
+		spec := v1alpha1.NodeProvisionerSpec{NodeGroups: groups}
+		if name == "band" {
+			spec.MaxGPUUtilizationPercent = &eighty
+		}
+		createNP(t, ctx, c, &v1alpha1.NodeProvisioner{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec})
+	}
+	pods := c.env.Client.CoreV1().Pods("default")
+	create := func(name, group string, res corev1.ResourceName) {
+		p := gpuPod(name)
+		p.Spec.NodeSelector = map[string]string{"gpuscaler.dev/node-group": group}
+		if res != "nvidia.com/gpu" {
+			q := p.Spec.Containers[0].Resources.Requests["nvidia.com/gpu"]
+			p.Spec.Containers[0].Resources = corev1.ResourceRequirements{Requests: corev1.ResourceList{res: q}, Limits: corev1.ResourceList{res: q}}
+		}
+		if group == "first" {
+			p.Spec.NodeSelector = nil
+			p.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+				NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{
+					Key: "gpuscaler.dev/node-group", Operator: corev1.NodeSelectorOpIn, Values: []string{"first", "second"}}}}}}}}
+		}
+		if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	running := func(prefix string) int {
+		list, _ := pods.List(ctx, metav1.ListOptions{})
+		n := 0
+		for _, p := range list.Items {
+			if len(p.Name) >= len(prefix) && p.Name[:len(prefix)] == prefix && p.Status.Phase == corev1.PodRunning {
+				n++
+			}
+		}
+		return n
+	}
+
+	// Band: 6 of 8 GPUs requested (75 %) needs one node; the 7th pod (87.5 %) adds a second.
+	for i := range 6 {
+		create(fmt.Sprintf("band-%d", i), "big", "nvidia.com/gpu")
+	}
+	// MIG: ten 1g.10gb pods on 7-device nodes need two nodes.
+	for i := range 10 {
+		create(fmt.Sprintf("mig-%d", i), "mig", "nvidia.com/mig-1g.10gb")
+	}
+	// Fallback: the first group is stocked out.
+	create("fallback-0", "first", "nvidia.com/gpu")
+
+	waitFor(t, ctx, "6 band pods and 10 MIG pods running", func() bool { return running("band-") == 6 && running("mig-") == 10 })
+	if n := nodeCount(ctx, c, "big"); n != 1 {
+		t.Fatalf("the band group has %d nodes at 75%%, want 1", n)
+	}
+	if n := nodeCount(ctx, c, "mig"); n != 2 {
+		t.Fatalf("the MIG group has %d nodes for 10 devices at 7 per node, want 2", n)
+	}
+	create("band-6", "big", "nvidia.com/gpu")
+	waitFor(t, ctx, "a second node once requests pass 80%", func() bool { return running("band-") == 7 && nodeCount(ctx, c, "big") == 2 })
+
+	waitFor(t, ctx, "the fallback pod running in the second group", func() bool {
+		p, err := pods.Get(ctx, "fallback-0", metav1.GetOptions{})
+		if err != nil || p.Status.Phase != corev1.PodRunning {
+			return false
+		}
+		n, err := c.env.Client.CoreV1().Nodes().Get(ctx, p.Spec.NodeName, metav1.GetOptions{})
+		return err == nil && n.Labels["gpuscaler.dev/node-group"] == "second"
+	})
+	waitFor(t, ctx, "CapacityUnavailable for the first group", func() bool {
+		var np v1alpha1.NodeProvisioner
+		if err := c.kube.Get(ctx, client.ObjectKey{Name: "fallback"}, &np); err != nil {
+			return false
+		}
+		for _, g := range np.Status.Groups {
+			if g.Name == "first" && g.CapacityUnavailable {
+				return true
+			}
+		}
+		return false
+	})
+}
