@@ -102,3 +102,26 @@ func podRequests(pod *corev1.Pod) corev1.ResourceList {
 	}
 	return out
 }
+
+// GroupPrice returns the hourly price of the next instance of a group: its
+// cheapest offering available now; ok is false when none is.
+func (m *Manager) GroupPrice(name string) (float64, bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	g, ok := m.groups[name]
+	if !ok {
+		return 0, false
+	}
+	return m.usablePriceLocked(g)
+}
+
+// GroupSpend returns a group's hourly spend now.
+func (m *Manager) GroupSpend(name string) float64 {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	g, ok := m.groups[name]
+	if !ok {
+		return 0
+	}
+	return m.spendLocked(g, nil)
+}

@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sort"
 	"strconv"
 	"sync"
 	"time"
@@ -37,6 +38,8 @@ type Core interface {
 	IncreaseSize(ctx context.Context, group string, delta int) error
 	Instances(group string) ([]nodegroup.Instance, error)
 	Template(group string) (*corev1.Node, error)
+	GroupPrice(group string) (float64, bool)
+	GroupSpend(group string) float64
 }
 
 // resync bounds how long the controller goes without looking, whatever
@@ -108,11 +111,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		nodePtrs[i] = &nodes.Items[i]
 	}
 	podPtrs := make([]*corev1.Pod, 0, len(pods.Items))
+	earlier, err := r.earlierPools(ctx, &np)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
 	var pending []*corev1.Pod
 	for i := range pods.Items {
 		p := &pods.Items[i]
 		podPtrs = append(podPtrs, p)
-		if unschedulable(p) && plan.WantsGPU(p) {
+		if unschedulable(p) && plan.WantsGPU(p) && !claimed(p, earlier) {
 			pending = append(pending, p)
 		}
 	}
@@ -207,9 +214,22 @@ func (r *Reconciler) pool(ctx context.Context, np *v1alpha1.NodeProvisioner) (pl
 			return pool, err
 		}
 		target, _ := r.Core.TargetSize(name)
+		price, ok := r.Core.GroupPrice(name)
 		pool.Groups = append(pool.Groups, plan.Group{
-			Name: name, Template: tmpl, Nodes: target, MaxSize: info.MaxSize, Unavailable: r.stockedOut(ctx, name),
+			Name: name, Template: tmpl, Nodes: target, MaxSize: info.MaxSize,
+			Unavailable: r.stockedOut(ctx, name) || !ok, Price: price, Spend: r.Core.GroupSpend(name),
 		})
+	}
+	if s.MaxHourlyCost != "" {
+		cost, err := strconv.ParseFloat(s.MaxHourlyCost, 64)
+		if err != nil {
+			return pool, fmt.Errorf("maxHourlyCost %q: %w", s.MaxHourlyCost, err)
+		}
+		pool.MaxHourlyCost = cost
+	}
+	if s.GroupOrder == v1alpha1.GroupOrderCheapestFirst {
+		// Cheapest offering available now first; ties keep the listed order.
+		sort.SliceStable(pool.Groups, func(i, j int) bool { return pool.Groups[i].Price < pool.Groups[j].Price })
 	}
 	return pool, nil
 }
@@ -304,6 +324,38 @@ func (r *Reconciler) setStatus(ctx context.Context, np *v1alpha1.NodeProvisioner
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	return reconcile.Result{RequeueAfter: resync}, nil
+}
+
+// earlierPools returns the templates of the groups of the pools that come
+// before this one (by name): a pending pod one of them can take is theirs,
+// so two pools never scale up for the same pod.
+func (r *Reconciler) earlierPools(ctx context.Context, np *v1alpha1.NodeProvisioner) ([]*corev1.Node, error) {
+	var list v1alpha1.NodeProvisionerList
+	if err := r.Client.List(ctx, &list); err != nil {
+		return nil, err
+	}
+	var out []*corev1.Node
+	for _, other := range list.Items {
+		if other.Name >= np.Name {
+			continue
+		}
+		for _, g := range other.Spec.NodeGroups {
+			if tmpl, err := r.Core.Template(g); err == nil {
+				out = append(out, tmpl)
+			}
+		}
+	}
+	return out, nil
+}
+
+// claimed reports whether a template of an earlier pool fits the pod.
+func claimed(p *corev1.Pod, earlier []*corev1.Node) bool {
+	for _, tmpl := range earlier {
+		if plan.Fits(p, tmpl) {
+			return true
+		}
+	}
+	return false
 }
 
 // scaleUpReasons are the ScalingUp condition's reasons by plan reason.

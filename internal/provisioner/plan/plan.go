@@ -17,6 +17,10 @@ type Group struct {
 	// Unavailable marks a group whose offerings are all stocked out now;
 	// new demand goes to the next group.
 	Unavailable bool
+	// Price is the hourly price of the group's next node; Spend what its
+	// nodes cost per hour now. Both matter only with Pool.MaxHourlyCost.
+	Price float64
+	Spend float64
 }
 
 // Pool is a NodeProvisioner's targets over its groups.
@@ -30,6 +34,8 @@ type Pool struct {
 	// MinNodes and MaxNodes bound the pool; MaxNodes 0 means no bound.
 	MinNodes int
 	MaxNodes int
+	// MaxHourlyCost caps the pool's spend; 0 means no cap.
+	MaxHourlyCost float64
 }
 
 // Node is one existing node of the pool as the controller saw it.
@@ -123,15 +129,21 @@ func Compute(pool Pool, nodes []Node, pending []*corev1.Pod) Plan {
 		}
 	}
 	total := len(nodes)
+	spend := 0.0
+	for _, g := range pool.Groups {
+		spend += g.Spend
+	}
 	room := func(gi int) bool {
 		g := pool.Groups[gi]
 		return !g.Unavailable && g.Template != nil && g.Nodes+p.Add[g.Name] < g.MaxSize &&
-			(pool.MaxNodes == 0 || total < pool.MaxNodes)
+			(pool.MaxNodes == 0 || total < pool.MaxNodes) &&
+			(pool.MaxHourlyCost == 0 || spend+g.Price <= pool.MaxHourlyCost+1e-9)
 	}
 	add := func(gi int, reason string) *bin {
 		g := pool.Groups[gi]
 		p.Add[g.Name]++
 		total++
+		spend += g.Price
 		if p.Reason == "" {
 			p.Reason = reason
 		}

@@ -131,6 +131,10 @@ func TestCompute(t *testing.T) {
 			nodes:   []Node{{Name: "n1", Group: "h100x8", GPUs: 8, Requested: 6, Object: eight.Template, Free: gpus("2")}},
 			pending: pods(2, gpus("1")), add: map[string]int{},
 		},
+		{
+			name: "the pool's cost cap stops additions", pool: Pool{Groups: []Group{{Name: "h100", Template: one.Template, MaxSize: 10, Price: 2.29, Spend: 2.29}}, MaxHourlyCost: 7},
+			pending: pods(4, gpus("1")), add: map[string]int{"h100": 2}, unplaced: 2, reason: "pending",
+		},
 		{name: "too big for any node", pool: Pool{Groups: []Group{one}}, pending: pods(1, gpus("2")), add: map[string]int{}, unplaced: 1},
 	}
 	for _, tt := range tests {
