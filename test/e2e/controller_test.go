@@ -40,7 +40,7 @@ type controllerEnv struct {
 	kube   client.Client
 }
 
-func startController(t *testing.T, ctx context.Context, groups string) *controllerEnv {
+func startController(t testing.TB, ctx context.Context, groups string) *controllerEnv {
 	t.Helper()
 	env := testenv.Start(t, testenv.Options{ControllerManager: true, Scheduler: true, Kwok: true, CRDDirs: []string{"../../deploy/crds"}})
 	log := slog.New(slog.DiscardHandler)
