@@ -129,9 +129,9 @@ func runProvider(ctx context.Context, cfg *config.Config, getenv func(string) st
 
 // opsHandler serves /metrics, /healthz (the process is up) and /readyz
 // (the node groups were rebuilt and the gRPC server is serving).
-func opsHandler(reg *prometheus.Registry, ready *atomic.Bool) http.Handler {
+func opsHandler(g prometheus.Gatherer, ready *atomic.Bool) http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
 	})

@@ -29,6 +29,16 @@ func (s *source) addFlags(cmd *cobra.Command) {
 	cmd.Flags().IntVar(&s.port, "port", 0, "gRPC port; overrides provider.listenAddress (as ca-verda's --port)")
 }
 
+// imported reports whether the configuration comes from a seed format
+// (which has no reload).
+func (s *source) imported() bool {
+	if len(s.nodes) > 0 {
+		return true
+	}
+	data, err := os.ReadFile(s.configPath)
+	return err == nil && seedconfig.IsCAVerda(data)
+}
+
 // load reads, imports, defaults and validates the configuration.
 func (s *source) load(getenv func(string) string) (*config.Config, error) {
 	var cfg *config.Config

@@ -3,6 +3,7 @@ package externalgrpc
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"path"
@@ -47,7 +48,10 @@ func NewServer(core Core, opts Options) (*Server, error) {
 	if opts.GPULabel == "" {
 		opts.GPULabel = gpu.LabelAccelerator
 	}
-	m := newMetrics(opts.Registerer)
+	m, err := newMetrics(opts.Registerer)
+	if err != nil {
+		return nil, err
+	}
 	serverOpts := []grpc.ServerOption{grpc.ChainUnaryInterceptor(observe(opts.Logger, m))}
 	if opts.TLS.Enabled() {
 		tc, err := opts.TLS.serverConfig()
@@ -95,7 +99,7 @@ type metrics struct {
 	duration *prometheus.HistogramVec
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics {
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gpuscaler_grpc_requests_total",
@@ -108,9 +112,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"method"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.requests, m.duration)
+		for _, c := range []prometheus.Collector{m.requests, m.duration} {
+			if err := reg.Register(c); err != nil {
+				return nil, fmt.Errorf("register gRPC metrics: %w", err)
+			}
+		}
 	}
-	return m
+	return m, nil
 }
 
 // observe logs and measures every call.

@@ -196,6 +196,9 @@ func (s *service) NodeGroupTemplateNodeInfo(_ context.Context, req *pb.NodeGroup
 	if err != nil {
 		return nil, toStatus(err)
 	}
+	if node == nil {
+		return nil, status.Errorf(codes.Internal, "node group %q has no template", req.GetId())
+	}
 	b, err := node.Marshal()
 	if err != nil || len(b) == 0 {
 		return nil, status.Errorf(codes.Internal, "serialize template of %q: %v", req.GetId(), err)

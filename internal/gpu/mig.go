@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -133,29 +132,4 @@ func MIGResources(model, profile, strategy string, gpus int) (corev1.ResourceLis
 		out[MIGResourceName(d)] = *resource.NewQuantity(int64(n*gpus), resource.DecimalSI)
 	}
 	return out, nil
-}
-
-// MIGResourceName returns the mixed-strategy resource of a MIG device:
-// "1g.10gb" -> "nvidia.com/mig-1g.10gb".
-func MIGResourceName(device string) corev1.ResourceName {
-	return corev1.ResourceName(MIGResourcePrefix + device)
-}
-
-// GPUFraction returns how much of one whole GPU one unit of a resource is:
-// 1 for nvidia.com/gpu, compute slices / 7 for a MIG device
-// (nvidia.com/mig-3g.40gb is 3/7). ok is false for resources that are not GPUs.
-func GPUFraction(name corev1.ResourceName) (float64, bool) {
-	if name == ResourceGPU {
-		return 1, true
-	}
-	dev, ok := strings.CutPrefix(string(name), MIGResourcePrefix)
-	if !ok {
-		return 0, false
-	}
-	slices, _, ok := strings.Cut(dev, "g.")
-	n, err := strconv.Atoi(slices)
-	if !ok || err != nil || n < 1 || n > 7 {
-		return 0, false
-	}
-	return float64(n) / 7, true
 }

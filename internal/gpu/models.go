@@ -3,32 +3,7 @@
 // and templates carry.
 package gpu
 
-import (
-	"sort"
-
-	corev1 "k8s.io/api/core/v1"
-)
-
-// Resource and label names.
-const (
-	// ResourceGPU is the whole-GPU extended resource of the NVIDIA device plugin.
-	ResourceGPU corev1.ResourceName = "nvidia.com/gpu"
-	// LabelAccelerator names the GPU model in short form ("h100"); it is also
-	// the default GPU label cluster-autoscaler is told about.
-	LabelAccelerator = "gpuscaler.dev/accelerator"
-	// LabelProduct, LabelCount and LabelMemory are GPU Feature Discovery's labels.
-	LabelProduct = "nvidia.com/gpu.product"
-	LabelCount   = "nvidia.com/gpu.count"
-	LabelMemory  = "nvidia.com/gpu.memory"
-	// LabelMIGConfig selects a mig-parted configuration for mig-manager.
-	LabelMIGConfig = "nvidia.com/mig.config"
-	// LabelMIGStrategy is the device plugin's MIG strategy on the node.
-	LabelMIGStrategy = "nvidia.com/mig.strategy"
-	// LabelSkyPilotAccelerator lets SkyPilot's generic Kubernetes mode find GPUs.
-	LabelSkyPilotAccelerator = "skypilot.co/accelerator"
-	// MIGResourcePrefix prefixes the per-profile resources of the mixed strategy.
-	MIGResourcePrefix = "nvidia.com/mig-"
-)
+import "sort"
 
 // Model is one GPU model.
 type Model struct {

@@ -168,7 +168,7 @@ clouds:
 nodeGroups:
   - {name: l40s, cloud: sim, instanceType: 1L40S.20V, locations: [FIN-02], maxSize: 3, managedBy: node-provisioner}
 `, env.Kubeconfig, metricsAddr, env.Kubeconfig))
-	startGPUScaler(t, env, metricsAddr, "controller", "--config", cfgPath, "--leader-elect=false")
+	startGPUScaler(t, env, metricsAddr, "controller", "--config", cfgPath, "--leader-elect=false", "--config-reload-period=500ms")
 	var obj map[string]any
 	if err := yaml.Unmarshal([]byte("apiVersion: gpuscaler.dev/v1alpha1\nkind: NodeProvisioner\nmetadata: {name: l40s}\nspec: {nodeGroups: [l40s]}\n"), &obj); err != nil {
 		t.Fatal(err)
@@ -190,6 +190,48 @@ nodeGroups:
 		}
 		n, err := env.Client.CoreV1().Nodes().Get(ctx, p.Spec.NodeName, metav1.GetOptions{})
 		return err == nil && n.Labels["node.kubernetes.io/instance-type"] == "1L40S.20V"
+	})
+
+	// An invalid config is refused: an Event says so and the old one stays.
+	writeFile(t, cfgPath, "clusterName: ctl\nnodeGroups: [{name: broken}]\n")
+	waitFor(t, ctx, "a ConfigRejected event", func() bool {
+		evs, err := env.Client.EventsV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "regarding.name=l40s"})
+		if err != nil {
+			return false
+		}
+		for _, e := range evs.Items {
+			if e.Reason == "ConfigRejected" {
+				return true
+			}
+		}
+		return false
+	})
+	// A valid change is picked up without a restart: a new group serves a new pool.
+	writeFile(t, cfgPath, fmt.Sprintf(`
+clusterName: ctl
+kubeconfig: %q
+metrics: {address: %q}
+sync: {period: 1s}
+clouds:
+  sim: {bootDelay: 1s, kubeconfig: %q}
+nodeGroups:
+  - {name: l40s, cloud: sim, instanceType: 1L40S.20V, locations: [FIN-02], maxSize: 3, managedBy: node-provisioner}
+  - {name: v100, cloud: sim, instanceType: 1V100.6V, locations: [FIN-01], maxSize: 3, managedBy: node-provisioner}
+`, env.Kubeconfig, metricsAddr, env.Kubeconfig))
+	if err := yaml.Unmarshal([]byte("apiVersion: gpuscaler.dev/v1alpha1\nkind: NodeProvisioner\nmetadata: {name: v100}\nspec: {nodeGroups: [v100]}\n"), &obj); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dyn.Resource(v1alpha1.GroupVersion.WithResource("nodeprovisioners")).Create(ctx, &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	small := gpuPod("small")
+	small.Spec.NodeSelector = map[string]string{"gpuscaler.dev/node-group": "v100"}
+	if _, err := env.Client.CoreV1().Pods("default").Create(ctx, small, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "the pod of the new group's pool running", func() bool {
+		p, err := env.Client.CoreV1().Pods("default").Get(ctx, "small", metav1.GetOptions{})
+		return err == nil && p.Status.Phase == corev1.PodRunning
 	})
 }
 

@@ -86,7 +86,7 @@ nodeGroups:
 	if err != nil {
 		t.Fatal(err)
 	}
-	prov := verda.New(api, verda.Options{ClusterName: "prod", Logger: log})
+	prov := verda.New(api, verda.Options{ClusterName: "prod", Logger: log, ScriptGrace: 2 * time.Second})
 	mgr, err := nodegroup.New(cfg, map[string]cloud.Provider{"verda": prov},
 		nodegroup.Options{Logger: log, Registerer: prometheus.NewRegistry(), Bootstrap: userData{}})
 	if err != nil {

@@ -57,6 +57,9 @@ type Options struct {
 	ScriptFetchURL string
 	// HTTPClient calls ScriptFetchURL; default one with a 30 s timeout.
 	HTTPClient *http.Client
+	// ScriptGrace is how long an order may stay invisible in the instance
+	// list before its script is taken for one that never landed; default 1m.
+	ScriptGrace time.Duration
 	Logger     *slog.Logger
 }
 
@@ -85,6 +88,9 @@ func New(api *Client, opts Options) *Cloud {
 	}
 	if opts.Image == "" {
 		opts.Image = defaultImage
+	}
+	if opts.ScriptGrace == 0 {
+		opts.ScriptGrace = defaultScriptGrace
 	}
 	return &Cloud{api: api, opts: opts, log: opts.Logger, scripts: map[string]trackedScript{}, creating: map[string]bool{}}
 }
@@ -275,9 +281,8 @@ type trackedScript struct {
 	seen bool
 }
 
-// scriptGrace is how long an order may stay invisible in the instance list
-// before its script is taken for an order that never landed.
-const scriptGrace = time.Minute
+// defaultScriptGrace is Options.ScriptGrace's default.
+const defaultScriptGrace = time.Minute
 
 // cleanScripts deletes the scripts of instances that left the pending
 // state (the script has been handed to the machine) or that a list started
@@ -294,7 +299,7 @@ func (c *Cloud) cleanScripts(ctx context.Context, listStart time.Time, states ma
 		case listed && st == cloud.StatePending:
 			ts.seen = true
 			c.scripts[host] = ts
-		case listed, ts.seen, ts.since.Before(listStart.Add(-scriptGrace)):
+		case listed, ts.seen, ts.since.Before(listStart.Add(-c.opts.ScriptGrace)):
 			done[host] = ts.id
 		}
 	}
@@ -480,8 +485,27 @@ func (c *Cloud) Delete(ctx context.Context, inst cloud.Instance) error {
 		}
 	}
 	err := c.api.DeleteInstances(ctx, []string{id}, nil)
-	if errors.Is(err, cloud.ErrNotFound) {
-		return nil
+	if err != nil && !errors.Is(err, cloud.ErrNotFound) {
+		return err
 	}
-	return err
+	c.dropScript(ctx, inst.Name)
+	return nil
+}
+
+// dropScript deletes the script of an instance that is gone; a failure is
+// left to the next list or sweep.
+func (c *Cloud) dropScript(ctx context.Context, host string) {
+	c.mu.Lock()
+	ts, ok := c.scripts[host]
+	c.mu.Unlock()
+	if !ok {
+		return
+	}
+	if err := c.api.DeleteScript(ctx, ts.id); err != nil {
+		c.log.Warn("verda: could not delete the startup script of a deleted instance; will retry", "hostname", host, "error", err)
+		return
+	}
+	c.mu.Lock()
+	delete(c.scripts, host)
+	c.mu.Unlock()
 }

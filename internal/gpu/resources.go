@@ -1,0 +1,54 @@
+package gpu
+
+import (
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// Resource and label names.
+const (
+	// ResourceGPU is the whole-GPU extended resource of the NVIDIA device plugin.
+	ResourceGPU corev1.ResourceName = "nvidia.com/gpu"
+	// LabelAccelerator names the GPU model in short form ("h100"); it is also
+	// the default GPU label cluster-autoscaler is told about.
+	LabelAccelerator = "gpuscaler.dev/accelerator"
+	// LabelProduct, LabelCount and LabelMemory are GPU Feature Discovery's labels.
+	LabelProduct = "nvidia.com/gpu.product"
+	LabelCount   = "nvidia.com/gpu.count"
+	LabelMemory  = "nvidia.com/gpu.memory"
+	// LabelMIGConfig selects a mig-parted configuration for mig-manager.
+	LabelMIGConfig = "nvidia.com/mig.config"
+	// LabelMIGStrategy is the device plugin's MIG strategy on the node.
+	LabelMIGStrategy = "nvidia.com/mig.strategy"
+	// LabelSkyPilotAccelerator lets SkyPilot's generic Kubernetes mode find GPUs.
+	LabelSkyPilotAccelerator = "skypilot.co/accelerator"
+	// MIGResourcePrefix prefixes the per-profile resources of the mixed strategy.
+	MIGResourcePrefix = "nvidia.com/mig-"
+)
+
+// MIGResourceName returns the mixed-strategy resource of a MIG device:
+// "1g.10gb" -> "nvidia.com/mig-1g.10gb".
+func MIGResourceName(device string) corev1.ResourceName {
+	return corev1.ResourceName(MIGResourcePrefix + device)
+}
+
+// GPUFraction returns how much of one whole GPU one unit of a resource is:
+// 1 for nvidia.com/gpu, compute slices / 7 for a MIG device
+// (nvidia.com/mig-3g.40gb is 3/7). ok is false for resources that are not GPUs.
+func GPUFraction(name corev1.ResourceName) (float64, bool) {
+	if name == ResourceGPU {
+		return 1, true
+	}
+	dev, ok := strings.CutPrefix(string(name), MIGResourcePrefix)
+	if !ok {
+		return 0, false
+	}
+	slices, _, ok := strings.Cut(dev, "g.")
+	n, err := strconv.Atoi(slices)
+	if !ok || err != nil || n < 1 || n > 7 {
+		return 0, false
+	}
+	return float64(n) / 7, true
+}
