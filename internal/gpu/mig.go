@@ -12,17 +12,32 @@ import (
 
 // Errors of the MIG functions; test them with errors.Is.
 var (
-	ErrUnknownModel    = errors.New("unknown GPU model")
-	ErrNotMIGCapable   = errors.New("GPU model does not support MIG")
-	ErrUnknownProfile  = errors.New("unknown MIG profile")
+	// ErrUnknownModel: the model is not in the table.
+	ErrUnknownModel = errors.New("unknown GPU model")
+	// ErrNotMIGCapable: the model cannot be partitioned.
+	ErrNotMIGCapable = errors.New("GPU model does not support MIG")
+	// ErrUnknownProfile: the model has no such mig-parted profile.
+	ErrUnknownProfile = errors.New("unknown MIG profile")
+	// ErrUnknownStrategy: the strategy is neither single nor mixed.
 	ErrUnknownStrategy = errors.New("unknown MIG strategy")
-	ErrMixedProfile    = errors.New("MIG profile mixes device sizes, which the single strategy cannot advertise")
+	// ErrMixedProfile: the single strategy cannot advertise several device sizes.
+	ErrMixedProfile = errors.New("MIG profile mixes device sizes, which the single strategy cannot advertise")
 )
 
-// Disabled and enabled-but-empty profiles, as mig-parted names them.
+// Profiles every MIG-capable model accepts, as mig-parted names them.
 const (
+	// ProfileDisabled turns MIG off: the node advertises whole GPUs.
 	ProfileDisabled = "all-disabled"
-	ProfileEnabled  = "all-enabled"
+	// ProfileEnabled turns MIG on without creating any device.
+	ProfileEnabled = "all-enabled"
+)
+
+// Strategies of the NVIDIA device plugin for advertising MIG devices.
+const (
+	// StrategySingle advertises every MIG device as nvidia.com/gpu.
+	StrategySingle = "single"
+	// StrategyMixed advertises nvidia.com/mig-<device> per device size.
+	StrategyMixed = "mixed"
 )
 
 // migProfiles maps a MIG family to its mig-parted profiles and, for each,
@@ -105,7 +120,7 @@ func MIGProfiles(model string) []string {
 // needs one device size); "mixed" advertises nvidia.com/mig-<device> per
 // size. With MIG disabled the node advertises whole GPUs.
 func MIGResources(model, profile, strategy string, gpus int) (corev1.ResourceList, error) {
-	if strategy != "single" && strategy != "mixed" {
+	if strategy != StrategySingle && strategy != StrategyMixed {
 		return nil, fmt.Errorf("%w: %q (want single or mixed)", ErrUnknownStrategy, strategy)
 	}
 	devs, err := MIGDevices(model, profile)
@@ -117,7 +132,7 @@ func MIGResources(model, profile, strategy string, gpus int) (corev1.ResourceLis
 		out[ResourceGPU] = *resource.NewQuantity(int64(gpus), resource.DecimalSI)
 		return out, nil
 	}
-	if strategy == "single" {
+	if strategy == StrategySingle {
 		if len(devs) > 1 {
 			return nil, fmt.Errorf("%w: %q", ErrMixedProfile, profile)
 		}

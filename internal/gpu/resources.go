@@ -14,10 +14,12 @@ const (
 	// LabelAccelerator names the GPU model in short form ("h100"); it is also
 	// the default GPU label cluster-autoscaler is told about.
 	LabelAccelerator = "gpuscaler.dev/accelerator"
-	// LabelProduct, LabelCount and LabelMemory are GPU Feature Discovery's labels.
+	// LabelProduct is GPU Feature Discovery's product label (Model.Product).
 	LabelProduct = "nvidia.com/gpu.product"
-	LabelCount   = "nvidia.com/gpu.count"
-	LabelMemory  = "nvidia.com/gpu.memory"
+	// LabelCount is GPU Feature Discovery's count of GPUs on the node.
+	LabelCount = "nvidia.com/gpu.count"
+	// LabelMemory is GPU Feature Discovery's memory of one GPU, in MiB.
+	LabelMemory = "nvidia.com/gpu.memory"
 	// LabelMIGConfig selects a mig-parted configuration for mig-manager.
 	LabelMIGConfig = "nvidia.com/mig.config"
 	// LabelMIGStrategy is the device plugin's MIG strategy on the node.

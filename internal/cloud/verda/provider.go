@@ -60,7 +60,7 @@ type Options struct {
 	// ScriptGrace is how long an order may stay invisible in the instance
 	// list before its script is taken for one that never landed; default 1m.
 	ScriptGrace time.Duration
-	Logger     *slog.Logger
+	Logger      *slog.Logger
 }
 
 // Cloud is a Verda account as a cloud.Provider.
