@@ -287,8 +287,7 @@ func unschedulable(p *corev1.Pod) bool {
 func (r *Reconciler) setStatus(ctx context.Context, np *v1alpha1.NodeProvisioner, pool *plan.Pool, p plan.Plan, planErr error) (reconcile.Result, error) {
 	st := &np.Status
 	st.ObservedGeneration = np.Generation
-	alloc := resource.MustParse(strconv.FormatFloat(p.Allocatable, 'f', 3, 64))
-	req := resource.MustParse(strconv.FormatFloat(p.Requested, 'f', 3, 64))
+	alloc, req := gpuQuantity(p.Allocatable), gpuQuantity(p.Requested)
 	st.GPUsAllocatable, st.GPUsRequested = &alloc, &req
 	st.GPUUtilizationPercent = int32(p.Utilization()*100 + 0.5)
 	added := 0
@@ -299,7 +298,9 @@ func (r *Reconciler) setStatus(ctx context.Context, np *v1alpha1.NodeProvisioner
 		for _, g := range pool.Groups {
 			added += p.Add[g.Name]
 			target, _ := r.Core.TargetSize(g.Name)
-			st.Groups = append(st.Groups, v1alpha1.GroupStatus{Name: g.Name, CurrentSize: int32(g.Nodes), TargetSize: int32(target), CapacityUnavailable: g.Unavailable})
+			ga, gr := gpuQuantity(p.GroupAllocatable[g.Name]), gpuQuantity(p.GroupRequested[g.Name])
+			st.Groups = append(st.Groups, v1alpha1.GroupStatus{Name: g.Name, CurrentSize: int32(g.Nodes), TargetSize: int32(target),
+				GPUsAllocatable: &ga, GPUsRequested: &gr, CapacityUnavailable: g.Unavailable})
 			st.Nodes += int32(g.Nodes)
 			if g.Unavailable {
 				unavailable = append(unavailable, g.Name)
@@ -356,6 +357,11 @@ func claimed(p *corev1.Pod, earlier []*corev1.Node) bool {
 		}
 	}
 	return false
+}
+
+// gpuQuantity renders GPU-equivalents as a quantity (3 decimals).
+func gpuQuantity(v float64) resource.Quantity {
+	return resource.MustParse(strconv.FormatFloat(v, 'f', 3, 64))
 }
 
 // scaleUpReasons are the ScalingUp condition's reasons by plan reason.

@@ -146,6 +146,9 @@ func TestNodeProvisionerScalesFromZero(t *testing.T) {
 		if err := kube.Get(ctx, client.ObjectKey{Name: "gpus"}, &got); err != nil {
 			return false
 		}
+		if len(got.Status.Groups) != 1 || got.Status.Groups[0].GPUsRequested == nil || got.Status.Groups[0].GPUsRequested.Value() != 5 {
+			return false
+		}
 		return got.Status.Nodes == 5 && got.Status.GPUUtilizationPercent == 100 && len(got.Status.Conditions) > 0
 	})
 }
@@ -168,7 +171,7 @@ clouds:
 nodeGroups:
   - {name: l40s, cloud: sim, instanceType: 1L40S.20V, locations: [FIN-02], maxSize: 3, managedBy: node-provisioner}
 `, env.Kubeconfig, metricsAddr, env.Kubeconfig))
-	startGPUScaler(t, env, metricsAddr, "controller", "--config", cfgPath, "--leader-elect=false", "--config-reload-period=500ms")
+	startGPUScaler(t, env, metricsAddr, "controller", "--config", cfgPath, "--config-reload-period=500ms") // leader election on
 	var obj map[string]any
 	if err := yaml.Unmarshal([]byte("apiVersion: gpuscaler.dev/v1alpha1\nkind: NodeProvisioner\nmetadata: {name: l40s}\nspec: {nodeGroups: [l40s]}\n"), &obj); err != nil {
 		t.Fatal(err)
@@ -183,6 +186,10 @@ nodeGroups:
 	if _, err := env.Client.CoreV1().Pods("default").Create(ctx, gpuPod("infer"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	waitFor(t, ctx, "the controller to hold its leader lease", func() bool {
+		l, err := env.Client.CoordinationV1().Leases("kube-system").Get(ctx, "gpuscaler-controller", metav1.GetOptions{})
+		return err == nil && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != ""
+	})
 	waitFor(t, ctx, "the pod Running on a new L40S node", func() bool {
 		p, err := env.Client.CoreV1().Pods("default").Get(ctx, "infer", metav1.GetOptions{})
 		if err != nil || p.Status.Phase != corev1.PodRunning {

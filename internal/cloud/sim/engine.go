@@ -11,6 +11,7 @@ package sim
 
 import (
 	"fmt"
+	"log/slog"
 	"math"
 	"math/rand/v2"
 	"sort"
@@ -38,6 +39,9 @@ const (
 type Options struct {
 	// Clock drives boots, deletes, reclaims and latency; default real.
 	Clock clock.WithTicker
+	// Logger receives the simulated cloud's own events (reclaims); default
+	// discards them.
+	Logger *slog.Logger
 	// Catalog replaces DefaultCatalog.
 	Catalog []cloud.InstanceType
 	// OutcomeUnknownRate is the fraction (0..1) of creates that take effect
@@ -49,6 +53,7 @@ type Options struct {
 // Engine is the simulated cloud's state. It is safe for concurrent use.
 type Engine struct {
 	clock       clock.WithTicker
+	log         *slog.Logger
 	bootDelay   time.Duration
 	deleteDelay time.Duration
 	latency     time.Duration
@@ -86,12 +91,22 @@ func NewEngine(cfg config.SimConfig, opts Options) (*Engine, error) {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.SpotReclaimRate < 0 || cfg.SpotReclaimRate > 1 {
+		return nil, fmt.Errorf("clouds.sim.spotReclaimRate %v: want a chance per hour between 0 and 1", cfg.SpotReclaimRate)
+	}
+	if cfg.FaultRate < 0 || cfg.FaultRate > 1 {
+		return nil, fmt.Errorf("clouds.sim.faultRate %v: want a fraction between 0 and 1", cfg.FaultRate)
+	}
 	seed := cfg.Seed
 	if seed == 0 {
 		seed = DefaultSeed
 	}
 	e := &Engine{
 		clock:          opts.Clock,
+		log:            opts.Logger,
 		bootDelay:      durationOr(cfg.BootDelay, DefaultBootDelay),
 		deleteDelay:    durationOr(cfg.DeleteDelay, DefaultDeleteDelay),
 		latency:        durationOr(cfg.APILatency, 0),
@@ -265,13 +280,14 @@ func (e *Engine) advanceLocked() {
 	for _, in := range booting {
 		in.State = cloud.StateRunning
 		if in.CapacityType == cloud.Spot && e.reclaimPerHour > 0 {
-			hours := -math.Log(1-e.rng.Float64()) / e.reclaimPerHour
-			in.reclaimAt = in.bootAt.Add(time.Duration(hours * float64(time.Hour)))
+			in.reclaimAt = in.bootAt.Add(e.lifetimeLocked())
 		}
 		changed = true
 	}
 	for _, in := range e.instances {
 		if in.State == cloud.StateRunning && !in.reclaimAt.IsZero() && !now.Before(in.reclaimAt) {
+			e.log.Info("simulated spot instance reclaimed", "instance", in.Name, "cluster", in.cluster,
+				"type", in.InstanceType, "location", in.Location)
 			e.removeLocked(in)
 			changed = true
 			continue
@@ -284,6 +300,20 @@ func (e *Engine) advanceLocked() {
 	if changed {
 		e.notifyLocked()
 	}
+}
+
+// lifetimeLocked draws how long a spot instance runs before it is
+// reclaimed: exponentially distributed, so that the chance of a reclaim
+// within any hour of running is reclaimPerHour.
+func (e *Engine) lifetimeLocked() time.Duration {
+	if e.reclaimPerHour >= 1 {
+		// Certain within the hour: spread uniformly over it.
+		return time.Duration(e.rng.Float64() * float64(time.Hour))
+	}
+	perHour := -math.Log1p(-e.reclaimPerHour)
+	hours := -math.Log1p(-e.rng.Float64()) / perHour
+	const maxHours = 100 * 365 * 24 // keeps the Duration from overflowing
+	return time.Duration(min(hours, maxHours) * float64(time.Hour))
 }
 
 // removeLocked makes an instance gone and frees its capacity.

@@ -68,9 +68,12 @@ type Plan struct {
 	Remove []string
 	// Unplaced are pending pods no group can take (name only).
 	Unplaced []string
-	// Allocatable and Requested are in GPU-equivalents, before the plan.
-	Allocatable float64
-	Requested   float64
+	// Allocatable and Requested are in GPU-equivalents, before the plan,
+	// for the pool and per group.
+	Allocatable      float64
+	Requested        float64
+	GroupAllocatable map[string]float64
+	GroupRequested   map[string]float64
 	// Reason says what drove the additions: "pending", "utilization",
 	// "buffer", "minNodes", or "" when nothing is added.
 	Reason string
@@ -100,7 +103,7 @@ type bin struct {
 // utilization is above the band or the buffer is short, then pick idle
 // nodes that may go when nothing is added.
 func Compute(pool Pool, nodes []Node, pending []*corev1.Pod) Plan {
-	p := Plan{Add: map[string]int{}}
+	p := Plan{Add: map[string]int{}, GroupAllocatable: map[string]float64{}, GroupRequested: map[string]float64{}}
 	index := map[string]int{}
 	gpusOf := make([]float64, len(pool.Groups))
 	for i, g := range pool.Groups {
@@ -124,6 +127,8 @@ func Compute(pool Pool, nodes []Node, pending []*corev1.Pod) Plan {
 		}
 		p.Allocatable += alloc
 		p.Requested += n.Requested
+		p.GroupAllocatable[n.Group] += alloc
+		p.GroupRequested[n.Group] += n.Requested
 		if n.Requested == 0 {
 			idle++
 		}
