@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"testing"
 	"time"
 
@@ -267,5 +268,121 @@ func TestCapacityOverrideMustMatch(t *testing.T) {
 	_, err := NewEngine(config.SimConfig{Capacity: []config.SimCapacity{{InstanceType: "nope", Count: 1}}}, Options{})
 	if err == nil {
 		t.Fatal("override matching nothing accepted")
+	}
+}
+
+func TestSpotReclaimChancePerHour(t *testing.T) {
+	const n = 1000
+	capacity := n
+	e, clk := newTestEngine(t, config.SimConfig{Seed: 11, SpotReclaimRate: 0.3, DefaultCapacity: &capacity, BootDelay: &metav1.Duration{}}, Options{})
+	acct := e.Account("c")
+	for i := range n {
+		if _, err := acct.Create(context.Background(), spec(fmt.Sprintf("s%d", i), cloud.Spot)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := acct.Create(context.Background(), spec("od", cloud.OnDemand)); err != nil {
+		t.Fatal(err)
+	}
+	e.Count("c") // boot everything now
+	clk.Step(time.Hour)
+	left := e.Count("c") - 1
+	if rate := 1 - float64(left)/n; rate < 0.26 || rate > 0.34 {
+		t.Errorf("%.3f of spot instances reclaimed in the first hour, want about 0.3", rate)
+	}
+	clk.Step(24 * time.Hour)
+	if got := e.Instances("c"); len(got) != 1 || got[0].Name != "od" {
+		t.Errorf("after a day %d instances are left, want only the on-demand one", len(got))
+	}
+}
+
+func TestRatesOutOfRange(t *testing.T) {
+	for _, cfg := range []config.SimConfig{{FaultRate: -0.1}, {FaultRate: 1.1}, {SpotReclaimRate: 2}} {
+		if _, err := NewEngine(cfg, Options{}); err == nil {
+			t.Errorf("%+v accepted", cfg)
+		}
+	}
+}
+
+func TestCallCounters(t *testing.T) {
+	e, _ := newTestEngine(t, config.SimConfig{}, Options{})
+	acct := e.Account("c")
+	ctx := context.Background()
+	for range 3 {
+		if _, err := acct.List(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	in, err := acct.Create(ctx, spec("a", cloud.OnDemand))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := acct.Delete(ctx, in); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := acct.Offerings(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.Count("c") // test reads are not API calls
+	want := map[string]int{"list": 3, "create": 1, "delete": 1, "offerings": 1}
+	if got := e.Calls(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("calls = %v, want %v", got, want)
+	}
+}
+
+func TestAPILatencyWaitsOnTheClock(t *testing.T) {
+	e, clk := newTestEngine(t, config.SimConfig{APILatency: &metav1.Duration{Duration: time.Second}}, Options{})
+	acct := e.Account("c")
+	done := make(chan error)
+	go func() {
+		_, err := acct.List(context.Background())
+		done <- err
+	}()
+	for !clk.HasWaiters() {
+		runtime.Gosched()
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("call returned before its latency: %v", err)
+	default:
+	}
+	clk.Step(time.Second)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+
+	// A cancelled caller stops waiting, with a transient error.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := acct.List(ctx); !errors.Is(err, cloud.ErrTransient) {
+		t.Fatalf("cancelled call: %v", err)
+	}
+}
+
+func TestChangedAndNextEvent(t *testing.T) {
+	e, clk := newTestEngine(t, config.SimConfig{}, Options{})
+	if _, ok := e.NextEvent(); ok {
+		t.Fatal("event scheduled on an empty engine")
+	}
+	ch := e.Changed()
+	if _, err := e.Account("c").Create(context.Background(), spec("a", cloud.OnDemand)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ch:
+	default:
+		t.Fatal("create did not signal a change")
+	}
+	next, ok := e.NextEvent()
+	if !ok || !next.Equal(t0.Add(DefaultBootDelay)) {
+		t.Fatalf("next event %v %v, want the boot at %v", next, ok, t0.Add(DefaultBootDelay))
+	}
+	ch = e.Changed()
+	clk.Step(DefaultBootDelay)
+	e.Count("c")
+	select {
+	case <-ch:
+	default:
+		t.Fatal("boot did not signal a change")
 	}
 }

@@ -218,7 +218,7 @@ func (r *Registrar) capacity(in *instance) (corev1.ResourceList, error) {
 	}
 	strategy := in.labels[gpu.LabelMIGStrategy]
 	if strategy == "" {
-		strategy = "mixed"
+		strategy = gpu.StrategyMixed
 	}
 	mig, err := gpu.MIGResources(t.GPUModel, profile, strategy, t.GPUCount)
 	if err != nil {
