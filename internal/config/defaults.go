@@ -6,31 +6,58 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// Defaults for fields left empty.
+// Defaults for fields left empty, as SetDefaults applies them.
 const (
-	DefaultListenAddress        = ":8086"
-	DefaultMetricsAddress       = ":9090"
-	DefaultGPULabel             = "gpuscaler.dev/accelerator"
-	DefaultSyncPeriod           = 30 * time.Second
+	// DefaultListenAddress is provider.listenAddress.
+	DefaultListenAddress = ":8086"
+	// DefaultMetricsAddress is metrics.address.
+	DefaultMetricsAddress = ":9090"
+	// DefaultGPULabel is provider.gpuLabel.
+	DefaultGPULabel = "gpuscaler.dev/accelerator"
+	// DefaultSyncPeriod is sync.period.
+	DefaultSyncPeriod = 30 * time.Second
+	// DefaultMaxConcurrentCreates is sync.maxConcurrentCreates.
 	DefaultMaxConcurrentCreates = 10
-	DefaultRequestsPerSecond    = 10.0
-	DefaultOfferingBackoff      = 5 * time.Minute
-	DefaultCreateRetries        = 5
-	DefaultLeakGracePeriod      = 30 * time.Minute
-	DefaultLeakAction           = LeakActionDelete
-	DefaultCapacityPolicy       = PolicyOnDemandOnly
-	DefaultMIGStrategy          = MIGStrategyMixed
-	DefaultSimSeed              = 1
-	DefaultSimCapacity          = 10
-	DefaultSimBootDelay         = 20 * time.Second
-	DefaultSimDeleteDelay       = 5 * time.Second
-	DefaultBootstrapTokenTTL    = time.Hour
+	// DefaultRequestsPerSecond is sync.requestsPerSecond.
+	DefaultRequestsPerSecond = 10.0
+	// DefaultOfferingBackoff is sync.offeringBackoff.
+	DefaultOfferingBackoff = 5 * time.Minute
+	// DefaultCreateRetries is sync.createRetries.
+	DefaultCreateRetries = 5
+	// DefaultLeakGracePeriod is leakedInstances.gracePeriod.
+	DefaultLeakGracePeriod = 30 * time.Minute
+	// DefaultLeakAction is leakedInstances.action.
+	DefaultLeakAction = LeakActionDelete
+	// DefaultCapacityPolicy is nodeGroups[*].capacityPolicy.
+	DefaultCapacityPolicy = PolicyOnDemandOnly
+	// DefaultManagedBy is nodeGroups[*].managedBy.
+	DefaultManagedBy = ManagedByClusterAutoscaler
+	// DefaultMIGStrategy is nodeGroups[*].mig.strategy.
+	DefaultMIGStrategy = MIGStrategyMixed
+	// DefaultBootstrapDelivery is nodeGroups[*].bootstrap.delivery.
+	DefaultBootstrapDelivery = DeliveryInline
+	// DefaultBootstrapTokenTTL is nodeGroups[*].bootstrap.tokenTTL.
+	DefaultBootstrapTokenTTL = time.Hour
+	// DefaultSimSeed is clouds.sim.seed.
+	DefaultSimSeed = 1
+	// DefaultSimCapacity is clouds.sim.defaultCapacity.
+	DefaultSimCapacity = 10
+	// DefaultSimBootDelay is clouds.sim.bootDelay.
+	DefaultSimBootDelay = 20 * time.Second
+	// DefaultSimDeleteDelay is clouds.sim.deleteDelay.
+	DefaultSimDeleteDelay = 5 * time.Second
+	// DefaultSimAPILatency is clouds.sim.apiLatency.
+	DefaultSimAPILatency = time.Duration(0)
+	// DefaultSimKwok is clouds.sim.kwok.
+	DefaultSimKwok = true
 )
 
-// DefaultSimLocations are the simulated cloud's locations when none are set.
+// DefaultSimLocations returns clouds.sim.locations when none are set: a new
+// slice on each call, so callers may keep and change it.
 func DefaultSimLocations() []string { return []string{"FIN-01", "FIN-02", "FIN-03", "ICE-01"} }
 
-// SetDefaults fills every empty field that has a default.
+// SetDefaults fills every empty field that has a default. It is idempotent
+// and leaves set fields alone; it does not validate.
 func SetDefaults(c *Config) {
 	setString(&c.Provider.ListenAddress, DefaultListenAddress)
 	setString(&c.Provider.GPULabel, DefaultGPULabel)
@@ -43,37 +70,38 @@ func SetDefaults(c *Config) {
 	if c.Sync.RequestsPerSecond == 0 {
 		c.Sync.RequestsPerSecond = DefaultRequestsPerSecond
 	}
-	setInt(&c.Sync.CreateRetries, DefaultCreateRetries)
+	setPtr(&c.Sync.CreateRetries, DefaultCreateRetries)
 	setDuration(&c.LeakedInstances.GracePeriod, DefaultLeakGracePeriod)
 	setString(&c.LeakedInstances.Action, DefaultLeakAction)
 	if s := c.Clouds.Sim; s != nil {
-		if s.Seed == 0 {
-			s.Seed = DefaultSimSeed
-		}
-		if len(s.Locations) == 0 {
-			s.Locations = DefaultSimLocations()
-		}
-		setInt(&s.DefaultCapacity, DefaultSimCapacity)
-		setDuration(&s.BootDelay, DefaultSimBootDelay)
-		setDuration(&s.DeleteDelay, DefaultSimDeleteDelay)
-		setDuration(&s.APILatency, 0)
-		if s.Kwok == nil {
-			t := true
-			s.Kwok = &t
-		}
+		setSimDefaults(s)
 	}
 	for i := range c.NodeGroups {
 		g := &c.NodeGroups[i]
 		setString(&g.CapacityPolicy, DefaultCapacityPolicy)
-		setString(&g.ManagedBy, ManagedByClusterAutoscaler)
+		setString(&g.ManagedBy, DefaultManagedBy)
 		if g.MIG != nil {
 			setString(&g.MIG.Strategy, DefaultMIGStrategy)
 		}
 		if b := g.Bootstrap; b != nil {
-			setString(&b.Delivery, DeliveryInline)
+			setString(&b.Delivery, DefaultBootstrapDelivery)
 			setDuration(&b.TokenTTL, DefaultBootstrapTokenTTL)
 		}
 	}
+}
+
+func setSimDefaults(s *SimConfig) {
+	if s.Seed == 0 {
+		s.Seed = DefaultSimSeed
+	}
+	if len(s.Locations) == 0 {
+		s.Locations = DefaultSimLocations()
+	}
+	setPtr(&s.DefaultCapacity, DefaultSimCapacity)
+	setDuration(&s.BootDelay, DefaultSimBootDelay)
+	setDuration(&s.DeleteDelay, DefaultSimDeleteDelay)
+	setDuration(&s.APILatency, DefaultSimAPILatency)
+	setPtr(&s.Kwok, DefaultSimKwok)
 }
 
 func setString(p *string, def string) {
@@ -82,7 +110,8 @@ func setString(p *string, def string) {
 	}
 }
 
-func setInt(p **int, def int) {
+// setPtr points an unset optional field at its own copy of def.
+func setPtr[T any](p **T, def T) {
 	if *p == nil {
 		*p = &def
 	}

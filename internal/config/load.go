@@ -1,31 +1,34 @@
 package config
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	kjson "sigs.k8s.io/json"
-	"sigs.k8s.io/yaml"
 )
 
-// ValidationError lists every problem found in a config file, each naming
-// its field path. Test for it with errors.As.
+// ValidationError lists every problem found in a config, each as
+// "<field path>: <reason>". Test for it with errors.As.
 type ValidationError struct {
 	Errs field.ErrorList
 }
 
+// Error renders a header line, then one problem per line.
 func (e *ValidationError) Error() string {
 	lines := make([]string, len(e.Errs))
 	for i, fe := range e.Errs {
 		lines[i] = fe.Error()
 	}
-	return fmt.Sprintf("invalid config (%d errors):\n  %s", len(e.Errs), strings.Join(lines, "\n  "))
+	noun := "errors"
+	if len(e.Errs) == 1 {
+		noun = "error"
+	}
+	return fmt.Sprintf("invalid config (%d %s):\n  %s", len(e.Errs), noun, strings.Join(lines, "\n  "))
 }
 
-// Load reads, defaults and validates a config file.
+// Load reads, decodes, defaults and validates a config file. Errors name
+// the file; see Parse for their kinds.
 func Load(path string) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -38,24 +41,16 @@ func Load(path string) (*Config, error) {
 	return cfg, nil
 }
 
-// Parse decodes a config document strictly (unknown and duplicate keys are
-// errors), applies defaults and validates it.
+// Parse decodes one YAML document strictly, applies defaults and validates
+// the result. An empty document is ErrEmpty; keys that are unknown or
+// repeated and values of the wrong kind are *DecodeError (joined when there
+// are several) or the YAML parser's own error, naming the key and its line;
+// a config that decodes but is not valid is a *ValidationError listing every
+// problem.
 func Parse(data []byte) (*Config, error) {
-	if len(strings.TrimSpace(string(data))) == 0 {
-		return nil, errors.New("config is empty")
-	}
-	// Keys match case-sensitively: "maxsize" is an unknown key, not maxSize.
-	js, err := yaml.YAMLToJSONStrict(data)
-	if err != nil {
-		return nil, fmt.Errorf("decode config: %w", err)
-	}
 	var cfg Config
-	strict, err := kjson.UnmarshalStrict(js, &cfg, kjson.DisallowDuplicateFields, kjson.DisallowUnknownFields)
-	if err != nil {
+	if err := decode(data, &cfg); err != nil {
 		return nil, fmt.Errorf("decode config: %w", err)
-	}
-	if len(strict) > 0 {
-		return nil, fmt.Errorf("decode config: %w", errors.Join(strict...))
 	}
 	if err := Complete(&cfg); err != nil {
 		return nil, err

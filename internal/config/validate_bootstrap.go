@@ -1,0 +1,69 @@
+package config
+
+import (
+	"regexp"
+	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+// caCertHashPattern is kubeadm's CA pin: sha256:<64 hex>.
+const caCertHashPattern = `^sha256:[0-9a-f]{64}$`
+
+// validateBootstrap checks a group's bootstrap section: the method and what
+// it needs (server, token, CA pin or template) and the delivery mode.
+func validateBootstrap(p *field.Path, b *Bootstrap, c *Config) field.ErrorList {
+	var errs field.ErrorList
+	methods := []string{BootstrapK3s, BootstrapKubeadm, BootstrapCustom}
+	if !slices.Contains(methods, b.Method) {
+		errs = append(errs, field.NotSupported(p.Child("method"), b.Method, methods))
+	}
+	custom := b.Method == BootstrapCustom
+	switch {
+	case !custom && b.Server == "":
+		errs = append(errs, field.Required(p.Child("server"), "the endpoint nodes join"))
+	case b.Method == BootstrapK3s && !strings.HasPrefix(b.Server, "https://"):
+		errs = append(errs, field.Invalid(p.Child("server"), b.Server, "k3s joins an https:// URL"))
+	}
+	if b.TokenSecretRef == nil && !b.MintToken && !custom {
+		errs = append(errs, field.Required(p.Child("tokenSecretRef"), "name the join token's Secret (or set mintToken for kubeadm)"))
+	}
+	if b.MintToken {
+		if b.TokenSecretRef != nil {
+			errs = append(errs, field.Forbidden(p.Child("mintToken"), "set tokenSecretRef or mintToken, not both"))
+		}
+		if b.Method == BootstrapK3s {
+			errs = append(errs, field.Forbidden(p.Child("mintToken"), "k3s joins with its server token; use tokenSecretRef"))
+		}
+	}
+	if r := b.TokenSecretRef; r != nil {
+		rp := p.Child("tokenSecretRef")
+		for _, f := range []struct{ name, value string }{{"namespace", r.Namespace}, {"name", r.Name}, {"key", r.Key}} {
+			if f.value == "" {
+				errs = append(errs, field.Required(rp.Child(f.name), ""))
+			}
+		}
+	}
+	if b.Method == BootstrapKubeadm && !regexp.MustCompile(caCertHashPattern).MatchString(b.CACertHash) {
+		errs = append(errs, field.Invalid(p.Child("caCertHash"), b.CACertHash, "kubeadm needs the CA pin, sha256:<64 hex>"))
+	}
+	switch {
+	case custom && b.TemplateFile == "":
+		errs = append(errs, field.Required(p.Child("templateFile"), "the custom method renders your template"))
+	case !custom && b.TemplateFile != "":
+		errs = append(errs, field.Forbidden(p.Child("templateFile"), "only the custom method takes a template"))
+	}
+	switch b.Delivery {
+	case DeliveryInline:
+	case DeliveryServer:
+		if c.ScriptServer.URL == "" || c.ScriptServer.ListenAddress == "" {
+			errs = append(errs, field.Required(field.NewPath("scriptServer", "url"),
+				"delivery: server needs scriptServer.url and scriptServer.listenAddress"))
+		}
+	default:
+		errs = append(errs, field.NotSupported(p.Child("delivery"), b.Delivery, []string{DeliveryInline, DeliveryServer}))
+	}
+	errs = append(errs, positive(p.Child("tokenTTL"), b.TokenTTL)...)
+	return sortByField(errs)
+}

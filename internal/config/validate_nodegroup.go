@@ -1,0 +1,144 @@
+package config
+
+import (
+	"fmt"
+	"slices"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+// capacityPolicies are the values nodeGroups[*].capacityPolicy takes.
+func capacityPolicies() []string {
+	return []string{PolicySpotOnly, PolicyOnDemandOnly, PolicyPreferSpot, PolicyPreferOnDemand}
+}
+
+func validateGroups(p *field.Path, c *Config) field.ErrorList {
+	if len(c.NodeGroups) == 0 {
+		return field.ErrorList{field.Required(p, "at least one node group is needed")}
+	}
+	var errs field.ErrorList
+	seen := map[string]int{}
+	for i := range c.NodeGroups {
+		gp := p.Index(i)
+		g := &c.NodeGroups[i]
+		if j, dup := seen[g.Name]; dup && g.Name != "" {
+			errs = append(errs, field.Duplicate(gp.Child("name"), fmt.Sprintf("%s (also nodeGroups[%d])", g.Name, j)))
+		} else {
+			seen[g.Name] = i
+		}
+		errs = append(errs, validateGroup(gp, g, c)...)
+	}
+	return errs
+}
+
+func validateGroup(p *field.Path, g *NodeGroup, c *Config) field.ErrorList {
+	errs := validateName(p.Child("name"), g.Name)
+	errs = append(errs, validateGroupCloud(p.Child("cloud"), g.Cloud, c.Clouds)...)
+	if g.InstanceType == "" {
+		errs = append(errs, field.Required(p.Child("instanceType"), "the cloud's instance type name"))
+	}
+	errs = append(errs, validateLocations(p.Child("locations"), g, c.Clouds)...)
+	if !slices.Contains(capacityPolicies(), g.CapacityPolicy) {
+		errs = append(errs, field.NotSupported(p.Child("capacityPolicy"), g.CapacityPolicy, capacityPolicies()))
+	}
+	if owners := []string{ManagedByClusterAutoscaler, ManagedByNodeProvisioner}; !slices.Contains(owners, g.ManagedBy) {
+		errs = append(errs, field.NotSupported(p.Child("managedBy"), g.ManagedBy, owners))
+	}
+	if g.MinSize < 0 {
+		errs = append(errs, field.Invalid(p.Child("minSize"), g.MinSize, "must be >= 0"))
+	}
+	switch {
+	case g.MaxSize < 1:
+		errs = append(errs, field.Invalid(p.Child("maxSize"), g.MaxSize, "must be >= 1"))
+	case g.MaxSize < g.MinSize:
+		errs = append(errs, field.Invalid(p.Child("maxSize"), g.MaxSize, fmt.Sprintf("must be >= minSize (%d)", g.MinSize)))
+	}
+	if g.DiskSizeGiB < 0 {
+		errs = append(errs, field.Invalid(p.Child("diskSizeGiB"), g.DiskSizeGiB, "must be >= 0 (0: the cloud's default)"))
+	}
+	errs = append(errs, validateLabels(p.Child("labels"), g, c.Provider.GPULabel)...)
+	errs = append(errs, validateTaints(p.Child("taints"), g.Taints)...)
+	if g.MIG != nil {
+		errs = append(errs, validateMIG(p.Child("mig"), g.MIG)...)
+	}
+	if g.OverrideNumGPUs != nil {
+		if *g.OverrideNumGPUs < 1 {
+			errs = append(errs, field.Invalid(p.Child("overrideNumGPUs"), *g.OverrideNumGPUs, "must be >= 1"))
+		}
+		if g.MIG != nil {
+			errs = append(errs, field.Forbidden(p.Child("overrideNumGPUs"), "set either mig or overrideNumGPUs, not both"))
+		}
+	}
+	errs = append(errs, nonNegativeFloat(p.Child("maxHourlyCost"), g.MaxHourlyCost)...)
+	if o := g.AutoscalingOptions; o != nil {
+		errs = append(errs, validateOptions(p.Child("autoscalingOptions"), o)...)
+	}
+	for k := range g.CloudOptions {
+		if k == "" {
+			errs = append(errs, field.Required(p.Child("cloudOptions").Key(k), "option names may not be empty"))
+		}
+	}
+	if b := g.Bootstrap; b != nil {
+		errs = append(errs, validateBootstrap(p.Child("bootstrap"), b, c)...)
+	}
+	return errs
+}
+
+// validateGroupCloud checks that a group names a cloud with a section.
+func validateGroupCloud(p *field.Path, name string, c Clouds) field.ErrorList {
+	switch {
+	case name == "":
+		return field.ErrorList{field.Required(p, "name a cloud configured under clouds")}
+	case name != CloudSim && name != CloudVerda:
+		return field.ErrorList{field.NotSupported(p, name, []string{CloudSim, CloudVerda})}
+	case !slices.Contains(configuredClouds(c), name):
+		return field.ErrorList{field.Invalid(p, name, fmt.Sprintf("clouds.%s is not configured", name))}
+	}
+	return nil
+}
+
+// validateLocations checks a group's locations: at least one, no repeats,
+// and on the simulated cloud only the locations it offers.
+func validateLocations(p *field.Path, g *NodeGroup, c Clouds) field.ErrorList {
+	if len(g.Locations) == 0 {
+		return field.ErrorList{field.Required(p, "at least one location")}
+	}
+	errs := uniqueStrings(p, g.Locations)
+	if g.Cloud != CloudSim || c.Sim == nil {
+		return errs
+	}
+	for i, loc := range g.Locations {
+		if loc != "" && !slices.Contains(c.Sim.Locations, loc) {
+			errs = append(errs, field.NotSupported(p.Index(i), loc, c.Sim.Locations))
+		}
+	}
+	return errs
+}
+
+// validateMIG checks the profile is named and the strategy known; whether
+// the profile fits the instance type's GPU is the core's check, which
+// knows the catalog.
+func validateMIG(p *field.Path, m *MIG) field.ErrorList {
+	var errs field.ErrorList
+	if m.Profile == "" {
+		errs = append(errs, field.Required(p.Child("profile"), "a mig-parted profile such as all-1g.10gb"))
+	}
+	if strategies := []string{MIGStrategySingle, MIGStrategyMixed}; !slices.Contains(strategies, m.Strategy) {
+		errs = append(errs, field.NotSupported(p.Child("strategy"), m.Strategy, strategies))
+	}
+	return errs
+}
+
+func validateOptions(p *field.Path, o *AutoscalingOptions) field.ErrorList {
+	var errs field.ErrorList
+	if v := o.ScaleDownUtilizationThreshold; v != nil {
+		errs = append(errs, fraction(p.Child("scaleDownUtilizationThreshold"), *v, false)...)
+	}
+	if v := o.ScaleDownGPUUtilizationThreshold; v != nil {
+		errs = append(errs, fraction(p.Child("scaleDownGpuUtilizationThreshold"), *v, false)...)
+	}
+	errs = append(errs, nonNegative(p.Child("scaleDownUnneededTime"), o.ScaleDownUnneededTime)...)
+	errs = append(errs, nonNegative(p.Child("scaleDownUnreadyTime"), o.ScaleDownUnreadyTime)...)
+	errs = append(errs, positive(p.Child("maxNodeProvisionTime"), o.MaxNodeProvisionTime)...)
+	return errs
+}
