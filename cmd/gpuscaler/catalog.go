@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
 	"github.com/gpuscaler/gpuscaler/internal/config"
+	"github.com/gpuscaler/gpuscaler/internal/runtime"
 )
 
 func newCatalogCommand() *cobra.Command {
@@ -41,11 +42,11 @@ func newCatalogCommand() *cobra.Command {
 			default:
 				config.SetDefaults(cfg)
 			}
-			cs, err := buildClouds(cmd.Context(), cfg, getenv, slog.New(slog.DiscardHandler))
+			providers, err := runtime.Providers(cmd.Context(), cfg, getenv, slog.New(slog.DiscardHandler))
 			if err != nil {
 				return err
 			}
-			p, ok := cs.providers[cloudName]
+			p, ok := providers[cloudName]
 			if !ok {
 				return fmt.Errorf("--cloud %q is not configured", cloudName)
 			}

@@ -7,38 +7,50 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"reflect"
-	"sync"
+	"os"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	dto "github.com/prometheus/client_model/go"
 	"github.com/spf13/cobra"
-	"k8s.io/apimachinery/pkg/runtime"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/gpuscaler/gpuscaler/api/v1alpha1"
 	"github.com/gpuscaler/gpuscaler/internal/config"
-	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
 	"github.com/gpuscaler/gpuscaler/internal/provisioner"
+	"github.com/gpuscaler/gpuscaler/internal/runtime"
 )
+
+// controllerFlags are the controller command's own flags.
+type controllerFlags struct {
+	leaderElect      bool
+	leaderElectionNS string
+	metricsAddr      string
+	reloadPeriod     time.Duration
+	leaseDuration    time.Duration
+	leaseRenew       time.Duration
+	leaseRetryPeriod time.Duration
+	leaderElectionID string
+}
 
 func newControllerCommand(g *globalFlags) *cobra.Command {
 	var src source
-	var leaderElect bool
-	var metricsAddr string
-	var reloadPeriod time.Duration
+	var f controllerFlags
 	cmd := &cobra.Command{
 		Use:   "controller",
 		Short: "Run the NodeProvisioner controller (GPU pools sized by utilization targets and warm buffers)",
 		Long: `controller watches NodeProvisioner objects and sizes their node groups from the config file by
 pending GPU pods, a GPU utilization band and a warm buffer of idle GPU nodes. It needs cluster access
-(the config's kubeconfig, or in-cluster) and the CRD in deploy/crds.`,
+(the config's kubeconfig, or in-cluster) and the CRD in deploy/crds.
+
+Replicas elect a leader; only the leader runs the node-group core (orders, deletes, min sizes,
+leak clean-up) and the reconciler. Every replica serves health and metrics and follows config
+changes, so a standby takes over with the configuration in force.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := g.logger(cmd.ErrOrStderr())
@@ -56,56 +68,57 @@ pending GPU pods, a GPU utilization band and a warm buffer of idle GPU nodes. It
 			if cfg.Kubeconfig == "" {
 				cfg.Kubeconfig = "in-cluster"
 			}
-			if metricsAddr != "" {
-				cfg.Metrics.Address = metricsAddr
+			if f.metricsAddr != "" {
+				cfg.Metrics.Address = f.metricsAddr
 			}
-			reloadPath := ""
-			if src.configPath != "" && !src.imported() {
-				reloadPath = src.configPath
+			if f.leaderElectionNS == "" {
+				f.leaderElectionNS = podNamespace()
 			}
-			return runController(cmd.Context(), cfg, reloadPath, reloadPeriod, getenv, leaderElect, log)
+			return runController(cmd.Context(), cfg, src.reloadPath(), f, getenv, log)
 		},
 	}
 	src.addFlags(cmd)
-	cmd.Flags().BoolVar(&leaderElect, "leader-elect", true, "elect a leader among replicas (a Lease in the pod's namespace)")
-	cmd.Flags().StringVar(&metricsAddr, "metrics-address", "", "overrides metrics.address (host:port, or 0 to turn it off)")
-	cmd.Flags().DurationVar(&reloadPeriod, "config-reload-period", 10*time.Second, "how often the config file is checked for changes")
+	cmd.Flags().BoolVar(&f.leaderElect, "leader-elect", true, "elect a leader among replicas with a Lease")
+	cmd.Flags().StringVar(&f.leaderElectionNS, "leader-election-namespace", "",
+		"namespace of the leader Lease; default the pod's own (POD_NAMESPACE, or the service account's), else kube-system")
+	cmd.Flags().StringVar(&f.leaderElectionID, "leader-election-id", "gpuscaler-controller", "name of the leader Lease")
+	cmd.Flags().DurationVar(&f.leaseDuration, "leader-elect-lease-duration", 15*time.Second, "how long a lease holds without renewal")
+	cmd.Flags().DurationVar(&f.leaseRenew, "leader-elect-renew-deadline", 10*time.Second, "how long the leader tries to renew before it gives up")
+	cmd.Flags().DurationVar(&f.leaseRetryPeriod, "leader-elect-retry-period", 2*time.Second, "how often candidates try to take the lease")
+	cmd.Flags().StringVar(&f.metricsAddr, "metrics-address", "", "overrides metrics.address (host:port, or 0 to turn it off)")
+	cmd.Flags().DurationVar(&f.reloadPeriod, "config-reload-period", 10*time.Second, "how often the config file is checked for changes")
 	return cmd
+}
+
+// podNamespace is the namespace the process runs in, or kube-system.
+func podNamespace() string {
+	if ns := os.Getenv("POD_NAMESPACE"); ns != "" {
+		return ns
+	}
+	if b, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace"); err == nil {
+		if ns := strings.TrimSpace(string(b)); ns != "" {
+			return ns
+		}
+	}
+	return "kube-system"
 }
 
 // runController runs the NodeProvisioner controller until ctx is done.
 // With a native config file, a changed file is picked up without a restart
-// (an invalid one is refused and the old one kept); the clouds section needs
-// a restart.
-func runController(ctx context.Context, cfg *config.Config, cfgPath string, reloadPeriod time.Duration, getenv func(string) string, leaderElect bool, log *slog.Logger) error {
+// (an invalid one is refused and the old one kept).
+func runController(ctx context.Context, cfg *config.Config, cfgPath string, f controllerFlags, getenv func(string) string, log *slog.Logger) error {
 	ctrl.SetLogger(logr.FromSlogHandler(log.Handler()))
-	rc, err := restConfig(cfg.Kubeconfig)
+	rc, err := runtime.RestConfig(cfg.Kubeconfig)
 	if err != nil {
 		return fmt.Errorf("kubeconfig: %w", err)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	clouds, err := buildClouds(ctx, cfg, getenv, log)
+	rt, err := runtime.Build(ctx, cfg, runtime.Options{Owner: config.ManagedByNodeProvisioner, Getenv: getenv, Logger: log})
 	if err != nil {
 		return err
 	}
-	for _, run := range clouds.background {
-		go func() {
-			if err := run(ctx); err != nil {
-				log.Error("background task failed", "error", err)
-				cancel()
-			}
-		}()
-	}
-	gatherer := &swapGatherer{}
-	build := func(ctx context.Context, next *config.Config) (provisioner.Runtime, error) {
-		if !reflect.DeepEqual(next.Clouds, cfg.Clouds) {
-			return nil, errors.New("the clouds section changed: restart gpuscaler to apply it")
-		}
-		return startRuntime(ctx, next, clouds, gatherer, log)
-	}
-	core := &provisioner.Swappable{}
-	scheme := runtime.NewScheme()
+	scheme := kruntime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return err
 	}
@@ -115,30 +128,41 @@ func runController(ctx context.Context, cfg *config.Config, cfgPath string, relo
 	mgr, err := ctrl.NewManager(rc, ctrl.Options{
 		Scheme:                  scheme,
 		Metrics:                 metricsserver.Options{BindAddress: "0"},
-		LeaderElection:          leaderElect,
-		LeaderElectionID:        "gpuscaler-controller",
-		LeaderElectionNamespace: "kube-system",
+		LeaderElection:          f.leaderElect,
+		LeaderElectionID:        f.leaderElectionID,
+		LeaderElectionNamespace: f.leaderElectionNS,
+		LeaseDuration:           &f.leaseDuration,
+		RenewDeadline:           &f.leaseRenew,
+		RetryPeriod:             &f.leaseRetryPeriod,
 		HealthProbeBindAddress:  "0",
 	})
 	if err != nil {
 		return err
 	}
-	reloader := &provisioner.Reloader{Path: cfgPath, Period: reloadPeriod, Core: core, Build: build, Client: mgr.GetClient(),
-		Recorder: mgr.GetEventRecorder("gpuscaler"), Logger: log.With("component", "config-reload")}
+	errc := make(chan error, 3)
+	// The process's own work (Node index, script server, token reaper) runs
+	// on every replica; an error in it stops the process.
+	go func() {
+		if err := rt.Run(ctx); err != nil {
+			errc <- err
+		}
+	}()
+	// The core writes to clouds: only the leader runs it.
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		return rt.Lead(ctx, nil)
+	})); err != nil {
+		return err
+	}
 	if cfgPath != "" {
-		if err := reloader.Start(ctx); err != nil {
-			return err
-		}
-		go func() { _ = reloader.Run(ctx) }()
-	} else {
-		rt, err := build(ctx, cfg)
-		if err != nil {
-			return err
-		}
-		defer rt.Stop()
-		if err := provisioner.SetRuntime(core, rt); err != nil {
-			return err
-		}
+		recorder := mgr.GetEventRecorder("gpuscaler")
+		go func() {
+			err := rt.Watch(ctx, cfgPath, f.reloadPeriod, func(err error) {
+				provisioner.ReportReload(ctx, mgr.GetClient(), recorder, cfgPath, err)
+			})
+			if err != nil {
+				errc <- fmt.Errorf("config reload: %w", err)
+			}
+		}()
 	}
 	var ready atomic.Bool
 	if cfg.Metrics.Address != "0" {
@@ -146,78 +170,30 @@ func runController(ctx context.Context, cfg *config.Config, cfgPath string, relo
 		if err != nil {
 			return fmt.Errorf("metrics.address: %w", err)
 		}
-		srv := &http.Server{Handler: opsHandler(gatherer, &ready), ReadHeaderTimeout: 10 * time.Second}
-		go func() { _ = serveHTTP(ctx, srv, lis) }()
+		srv := &http.Server{Handler: opsHandler(rt, &ready), ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			if err := runtime.ServeHTTP(ctx, srv, lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("metrics server: %w", err)
+			}
+		}()
 		log.Info("serving metrics and health", "address", lis.Addr().String())
 	}
-	r := &provisioner.Reconciler{Client: mgr.GetClient(), Core: core, Deleter: core, Recorder: mgr.GetEventRecorder("gpuscaler"), Logger: log.With("controller", "nodeprovisioner")}
+	core := rt.Facade()
+	r := &provisioner.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Core: core, Deleter: core, Recorder: mgr.GetEventRecorder("gpuscaler"), Logger: log.With("controller", "nodeprovisioner")}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return err
 	}
-	log.Info("starting the NodeProvisioner controller", "groups", len(cfg.NodeGroups), "leaderElection", leaderElect, "reload", cfgPath != "")
+	log.Info("starting the NodeProvisioner controller", "groups", len(cfg.NodeGroups), "leaderElection", f.leaderElect,
+		"leaseNamespace", f.leaderElectionNS, "reload", cfgPath != "")
 	ready.Store(true)
-	return mgr.Start(ctx)
-}
-
-// runtime is one configuration's core and bootstrap, with its own context.
-type coreRuntime struct {
-	*nodegroup.Manager
-	cancel context.CancelFunc
-}
-
-// Stop ends the runtime's background work and waits for it.
-func (r *coreRuntime) Stop() {
-	r.cancel()
-	r.Wait()
-}
-
-// startRuntime starts the core (and bootstrap) for a configuration.
-func startRuntime(ctx context.Context, cfg *config.Config, cs *clouds, g *swapGatherer, log *slog.Logger) (*coreRuntime, error) {
-	boot, err := newBootstrap(cfg, cs, log)
-	if err != nil {
-		return nil, err
-	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	opts := nodegroup.Options{Logger: log, Registerer: reg, Registered: cs.registered, Manage: managedBy(cfg, config.ManagedByNodeProvisioner)}
-	if boot.renderer != nil {
-		opts.Bootstrap = boot.renderer
-	}
-	core, err := nodegroup.New(cfg, cs.providers, opts)
-	if err != nil {
-		return nil, err
-	}
-	boot.instanceIP = core.InstanceIP
-	rctx, cancel := context.WithCancel(ctx)
-	if err := core.Start(rctx); err != nil {
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	select {
+	case err := <-errc:
 		cancel()
-		return nil, fmt.Errorf("start node groups: %w", err)
+		<-done
+		return err
+	case err := <-done:
+		return err
 	}
-	for _, run := range boot.background {
-		go func() { _ = run(rctx) }()
-	}
-	g.set(reg)
-	return &coreRuntime{Manager: core, cancel: cancel}, nil
-}
-
-// swapGatherer serves the metrics of the runtime in force.
-type swapGatherer struct {
-	mu  sync.RWMutex
-	cur prometheus.Gatherer
-}
-
-func (s *swapGatherer) set(g prometheus.Gatherer) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.cur = g
-}
-
-// Gather implements prometheus.Gatherer.
-func (s *swapGatherer) Gather() ([]*dto.MetricFamily, error) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if s.cur == nil {
-		return nil, nil
-	}
-	return s.cur.Gather()
 }

@@ -11,10 +11,16 @@ func newConfigCommand() *cobra.Command {
 	cmd := &cobra.Command{Use: "config", Short: "Work with config files"}
 	var src source
 	convert := &cobra.Command{
-		Use:   "convert",
+		Use:   "convert [FILE]",
 		Short: "Print the native config equivalent to a DataCrunch (--nodes + DATACRUNCH_CLUSTER_CONFIG*) or ca-verda (config.yaml) setup",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 1 {
+				if src.configPath != "" && src.configPath != args[0] {
+					return fmt.Errorf("give the file once: %q or --config %q", args[0], src.configPath)
+				}
+				src.configPath = args[0]
+			}
 			getenv, err := envWithDotEnv(".env")
 			if err != nil {
 				return err

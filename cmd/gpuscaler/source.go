@@ -39,6 +39,15 @@ func (s *source) imported() bool {
 	return err == nil && seedconfig.IsCAVerda(data)
 }
 
+// reloadPath is the file to watch for changes: a native config file;
+// imported configurations are not reloaded.
+func (s *source) reloadPath() string {
+	if s.configPath == "" || s.imported() {
+		return ""
+	}
+	return s.configPath
+}
+
 // load reads, imports, defaults and validates the configuration.
 func (s *source) load(getenv func(string) string) (*config.Config, error) {
 	var cfg *config.Config

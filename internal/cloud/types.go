@@ -112,7 +112,10 @@ type Instance struct {
 	// Group is the node group that owns the instance, from the cloud's tags or
 	// name convention; empty when the instance is owned by the cluster but by
 	// no known group.
-	Group        string
+	Group string
+	// Owner is the front end that launched the instance outside any group
+	// (the core's launch API, e.g. "karpenter"); empty for group members.
+	Owner        string
 	InstanceType string
 	Location     string
 	CapacityType CapacityType
@@ -128,8 +131,12 @@ type Instance struct {
 type CreateSpec struct {
 	// Name is the instance's hostname; unique within the cluster. The
 	// provider ID is derived from it, so it is known before boot.
-	Name         string
-	Group        string
+	Name string
+	// Group is the node group the instance is ordered for; empty for an
+	// instance launched outside any group, which names its Owner instead.
+	Group string
+	// Owner is recorded on launched instances (see Instance.Owner).
+	Owner        string
 	InstanceType string
 	Location     string
 	CapacityType CapacityType

@@ -325,3 +325,18 @@ type AutoscalingOptions struct {
 	ScaleDownUnreadyTime             *metav1.Duration `json:"scaleDownUnreadyTime,omitempty"`
 	MaxNodeProvisionTime             *metav1.Duration `json:"maxNodeProvisionTime,omitempty"`
 }
+
+// OptionsOf returns a lookup of each node group's cluster-autoscaler
+// option overrides; ok is false for groups without any.
+func OptionsOf(c *Config) func(group string) (*AutoscalingOptions, bool) {
+	byGroup := map[string]*AutoscalingOptions{}
+	for _, g := range c.NodeGroups {
+		if g.AutoscalingOptions != nil {
+			byGroup[g.Name] = g.AutoscalingOptions
+		}
+	}
+	return func(group string) (*AutoscalingOptions, bool) {
+		o, ok := byGroup[group]
+		return o, ok
+	}
+}

@@ -100,7 +100,7 @@ func newBenchCluster(b *testing.B, nodes int) *benchCluster {
 			bc.nodes = append(bc.nodes, &pb.ExternalGrpcNode{ProviderID: in.ProviderID, Name: in.Name})
 		}
 	}
-	srv, err := NewServer(mgr, Options{Logger: log, Registerer: prometheus.NewRegistry()})
+	srv, err := NewServer(mgr, Options{Logger: log, Registerer: prometheus.NewRegistry(), AutoscalingOptions: config.OptionsOf(cfg)})
 	if err != nil {
 		b.Fatal(err)
 	}

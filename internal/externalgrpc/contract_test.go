@@ -118,7 +118,7 @@ func newFixture(t *testing.T, doc, backend string) *fixture {
 	if err := mgr.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := NewServer(mgr, Options{Logger: log, Registerer: prometheus.NewRegistry()})
+	srv, err := NewServer(mgr, Options{Logger: log, Registerer: prometheus.NewRegistry(), AutoscalingOptions: config.OptionsOf(cfg)})
 	if err != nil {
 		t.Fatal(err)
 	}

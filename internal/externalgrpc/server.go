@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gpuscaler/gpuscaler/internal/config"
 	"log/slog"
 	"net"
 	"path"
@@ -30,6 +31,9 @@ type Options struct {
 	GPULabel string
 	// TLS enables mTLS when any file is set; then all three are required.
 	TLS TLSFiles
+	// AutoscalingOptions returns a group's cluster-autoscaler option
+	// overrides (the config's nodeGroups[*].autoscalingOptions); nil: none.
+	AutoscalingOptions func(group string) (*config.AutoscalingOptions, bool)
 }
 
 // Server is the gRPC server of the CloudProvider service.
@@ -61,7 +65,7 @@ func NewServer(core Core, opts Options) (*Server, error) {
 		serverOpts = append(serverOpts, grpc.Creds(credentials.NewTLS(tc)))
 	}
 	s := &Server{grpc: grpc.NewServer(serverOpts...), health: health.NewServer(), log: opts.Logger}
-	pb.RegisterCloudProviderServer(s.grpc, &service{core: core, gpuLabel: opts.GPULabel})
+	pb.RegisterCloudProviderServer(s.grpc, &service{core: core, gpuLabel: opts.GPULabel, options: opts.AutoscalingOptions})
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	return s, nil
 }

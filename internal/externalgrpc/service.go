@@ -34,7 +34,6 @@ type Core interface {
 	Template(group string) (*corev1.Node, error)
 	NodePrice(providerID string, labels map[string]string, start, end time.Time) (float64, error)
 	PodPrice(pod *corev1.Pod, start, end time.Time) (float64, error)
-	AutoscalingOptions(group string) (*config.AutoscalingOptions, bool)
 	GPUTypes() []string
 	Refresh(ctx context.Context) error
 }
@@ -44,6 +43,7 @@ type service struct {
 	pb.UnimplementedCloudProviderServer
 	core     Core
 	gpuLabel string
+	options  func(group string) (*config.AutoscalingOptions, bool)
 }
 
 // NodeGroups lists every configured group.
@@ -214,8 +214,12 @@ func (s *service) NodeGroupGetOptions(_ context.Context, req *pb.NodeGroupAutosc
 	if _, err := s.core.TargetSize(req.GetId()); err != nil {
 		return nil, toStatus(err)
 	}
-	o, ok := s.core.AutoscalingOptions(req.GetId())
-	if !ok {
+	var o *config.AutoscalingOptions
+	ok := false
+	if s.options != nil {
+		o, ok = s.options(req.GetId())
+	}
+	if !ok || o == nil {
 		return nil, status.Errorf(codes.Unimplemented, "node group %q has no option overrides", req.GetId())
 	}
 	d := req.GetDefaults()

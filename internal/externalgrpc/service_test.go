@@ -202,6 +202,9 @@ func serve(t *testing.T, core Core, opts Options) *grpc.ClientConn {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	if fc, ok := core.(*fakeCore); ok && opts.AutoscalingOptions == nil {
+		opts.AutoscalingOptions = fc.AutoscalingOptions
+	}
 	srv, err := NewServer(core, opts)
 	if err != nil {
 		t.Fatal(err)

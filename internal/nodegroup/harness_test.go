@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -27,6 +28,9 @@ type harness struct {
 	mgr    *Manager
 	cancel context.CancelFunc
 	opts   Options
+	// provider is what the Manager talks to: the account, or a wrapper.
+	provider cloud.Provider
+	reg      *prometheus.Registry
 }
 
 const baseConfig = `
@@ -37,6 +41,13 @@ clouds:
 `
 
 func newHarness(t *testing.T, doc string, simOpts sim.Options, opts Options) *harness {
+	t.Helper()
+	return newWrappedHarness(t, doc, simOpts, opts, nil)
+}
+
+// newWrappedHarness is newHarness with the account behind a wrapper that
+// wrap returns (nil: none).
+func newWrappedHarness(t *testing.T, doc string, simOpts sim.Options, opts Options, wrap func(*sim.Cloud) cloud.Provider) *harness {
 	t.Helper()
 	cfg, err := config.Parse([]byte(doc))
 	if err != nil {
@@ -49,6 +60,9 @@ func newHarness(t *testing.T, doc string, simOpts sim.Options, opts Options) *ha
 		t.Fatal(err)
 	}
 	h := &harness{t: t, clk: clk, cfg: cfg, engine: engine, acct: engine.Account(cfg.ClusterName), opts: opts}
+	if wrap != nil {
+		h.provider = wrap(h.acct)
+	}
 	stop := make(chan struct{})
 	done := make(chan struct{})
 	go func() {
@@ -80,8 +94,13 @@ func (h *harness) start() {
 	if opts.Logger == nil {
 		opts.Logger = testLogger()
 	}
-	opts.Registerer = prometheus.NewRegistry()
-	mgr, err := New(h.cfg, map[string]cloud.Provider{"sim": h.acct}, opts)
+	h.reg = prometheus.NewRegistry()
+	opts.Registerer = h.reg
+	p := h.provider
+	if p == nil {
+		p = h.acct
+	}
+	mgr, err := New(h.cfg, map[string]cloud.Provider{"sim": p}, opts)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -158,4 +177,144 @@ func (h *harness) cloudInstances() map[string][]cloud.Instance {
 		}
 	}
 	return out
+}
+
+// fakeNodes is the cluster's Nodes as the core sees them: provider IDs
+// registered by hand, and the Node deletes the core asked for.
+type fakeNodes struct {
+	mu         sync.Mutex
+	registered map[string]bool
+	unsynced   bool
+	deleted    [][]string
+}
+
+func newFakeNodes() *fakeNodes { return &fakeNodes{registered: map[string]bool{}} }
+
+func (f *fakeNodes) Registered(ids ...string) (bool, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.unsynced {
+		return false, false
+	}
+	for _, id := range ids {
+		if f.registered[id] {
+			return true, true
+		}
+	}
+	return false, true
+}
+
+func (f *fakeNodes) Delete(_ context.Context, ids ...string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.deleted = append(f.deleted, ids)
+	for _, id := range ids {
+		delete(f.registered, id)
+	}
+	return nil
+}
+
+func (f *fakeNodes) register(id string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.registered[id] = true
+}
+
+func (f *fakeNodes) deletedIDs() [][]string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([][]string(nil), f.deleted...)
+}
+
+// wrapped is the simulated cloud with hooks, for failures the simulated
+// cloud cannot make by itself.
+type wrapped struct {
+	cloud.Provider
+	mu       sync.Mutex
+	onCreate func(ctx context.Context, spec cloud.CreateSpec) (cloud.Instance, error, bool)
+	onDelete func(inst cloud.Instance) (error, bool)
+	onList   func([]cloud.Instance) []cloud.Instance
+	creates  int
+	deletes  int
+}
+
+func (w *wrapped) Create(ctx context.Context, spec cloud.CreateSpec) (cloud.Instance, error) {
+	w.mu.Lock()
+	w.creates++
+	hook := w.onCreate
+	w.mu.Unlock()
+	if hook != nil {
+		if in, err, handled := hook(ctx, spec); handled {
+			return in, err
+		}
+	}
+	return w.Provider.Create(ctx, spec)
+}
+
+func (w *wrapped) Delete(ctx context.Context, inst cloud.Instance) error {
+	w.mu.Lock()
+	w.deletes++
+	hook := w.onDelete
+	w.mu.Unlock()
+	if hook != nil {
+		if err, handled := hook(inst); handled {
+			return err
+		}
+	}
+	return w.Provider.Delete(ctx, inst)
+}
+
+func (w *wrapped) List(ctx context.Context) ([]cloud.Instance, error) {
+	out, err := w.Provider.List(ctx)
+	w.mu.Lock()
+	hook := w.onList
+	w.mu.Unlock()
+	if err == nil && hook != nil {
+		out = hook(out)
+	}
+	return out, err
+}
+
+func (w *wrapped) counts() (creates, deletes int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.creates, w.deletes
+}
+
+// metric reads one series of the Manager's registry: a counter's or a
+// gauge's value, -1 when the series does not exist.
+func (h *harness) metric(name string, labels map[string]string) float64 {
+	h.t.Helper()
+	mfs, err := h.reg.Gather()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if v, ok := labels[lp.GetName()]; ok && v != lp.GetValue() {
+					continue next
+				}
+			}
+			if m.Counter != nil {
+				return m.GetCounter().GetValue()
+			}
+			return m.GetGauge().GetValue()
+		}
+	}
+	return -1
+}
+
+// settle lets cloud time pass and the core act on it.
+func (h *harness) settle(d time.Duration) {
+	h.t.Helper()
+	for elapsed := time.Duration(0); elapsed < d; elapsed += 30 * time.Second {
+		h.clk.Step(30 * time.Second)
+		time.Sleep(2 * time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond)
 }

@@ -2,7 +2,6 @@ package nodegroup
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sort"
@@ -10,12 +9,16 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/clock"
 
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
 	"github.com/gpuscaler/gpuscaler/internal/config"
-	"github.com/gpuscaler/gpuscaler/internal/gpu"
 )
+
+// DefaultResolveAfter is how long after a lost create answer a list must
+// start before its silence means the order did not land.
+const DefaultResolveAfter = time.Minute
 
 // Options are a Manager's collaborators. All are optional.
 type Options struct {
@@ -25,124 +28,55 @@ type Options struct {
 	Logger *slog.Logger
 	// Registerer receives the core's metrics; nil registers nowhere.
 	Registerer prometheus.Registerer
-	// Registered reports whether a Node with the provider ID has joined the
-	// cluster. When set, running instances that never register within the
-	// leaked-instance grace period are treated as leaked.
-	Registered func(providerID string) bool
+	// Nodes tells whether an instance's Node registered, and deletes the
+	// Nodes of instances that are gone. Without it nothing is taken for
+	// never-registered and no Node is deleted.
+	Nodes Nodes
+	// Events receives what operators should see as Kubernetes Events.
+	Events EventSink
 	// Bootstrap renders the startup script of each instance before it is
 	// ordered; nil orders instances with no user data.
 	Bootstrap Bootstrapper
 	// Manage selects the groups this Manager scales; nil means all. The
 	// instances of the other configured groups are left alone (another
-	// process, the cluster-autoscaler provider or the NodeProvisioner
-	// controller, owns them) and are never taken for leaks.
+	// process owns them) but count toward the cluster's cost cap.
 	Manage func(group string) bool
+	// GPULabel is an extra node label key that carries the accelerator
+	// name (cluster-autoscaler's --gpu-label); empty for none.
+	GPULabel string
+	// ResolveAfter overrides DefaultResolveAfter.
+	ResolveAfter time.Duration
 }
 
-// Bootstrapper renders the user data an instance boots with.
-type Bootstrapper interface {
-	UserData(ctx context.Context, spec cloud.CreateSpec) (string, error)
-}
-
-// Releaser is implemented by Bootstrappers that hold something per
-// instance (a minted join token, a script on the script server); Release is
-// called when an order for the instance did not go through.
-type Releaser interface {
-	Release(ctx context.Context, name string)
-}
-
-// Manager is the node-group core. Reads answer from memory; cloud calls run
-// in the background. Create it with New, then call Start.
+// Manager is the node-group core, a facade over small parts that each own
+// one rule: store (memory and reads), sizer (target sizes), offerings
+// (availability and backoff), orderer (creates), launcher (the launch
+// API), deleter, syncer, reaper, costGuard and templater. Reads answer from
+// memory; cloud calls run in the background. Create it with New, then call
+// Start; everything it does that writes to a cloud stops when Start's
+// context ends.
 type Manager struct {
 	cfg     *config.Config
 	clock   clock.WithTicker
 	log     *slog.Logger
-	metrics *metrics
-	opts    Options
+	clients map[string]*client
 
-	clients map[string]*client // by cloud name
-	order   []string           // group names in config order
+	store     *store
+	offerings *offerings
+	cost      *costGuard
+	catalog   *catalog
+	templater *templater
+	orderer   *orderer
+	deleter   *deleter
+	sizer     *sizer
+	syncer    *syncer
+	reaper    *reaper
+	launcher  *launcher
 
-	mu     sync.RWMutex
-	groups map[string]*group
-	// foreign are configured groups another process manages.
-	foreign map[string]bool
-	// byProviderID indexes every member (and its aliases) by provider ID.
-	byProviderID map[string]*member
-	// unavailable holds stocked-out offerings per cloud until the time given.
-	unavailable map[string]map[cloud.OfferingKey]time.Time
-	// offerings caches each cloud's last Offerings answer.
-	offerings map[string]map[cloud.OfferingKey]cloud.Offering
-	// leaks tracks ownerless and unregistered instances.
-	leaks map[leakKey]*leak
-	// lastSync is when each cloud's last successful list started.
-	lastSync map[string]time.Time
-
-	syncNow map[string]chan struct{}
-	wg      sync.WaitGroup
-	ctx     context.Context
-}
-
-// group is one node group's state.
-type group struct {
-	cfg config.NodeGroup
-	// index is the group's position in the config file, for error paths.
-	index    int
-	itype    cloud.InstanceType
-	gpuModel gpu.Model
-	target   int
-	members  map[string]*member // by instance name
-	template templateCache
-}
-
-// phase is where a member is in its life.
-type phase int
-
-const (
-	// phaseCreating: the create is queued or in flight, or its outcome is
-	// being resolved.
-	phaseCreating phase = iota
-	// phaseCreated: the cloud knows the instance (pending or running).
-	phaseCreated
-	// phaseFailed: the create gave up; the slot waits for its deletion.
-	phaseFailed
-	// phaseDeleting: the instance is being deleted; it no longer counts
-	// toward the target.
-	phaseDeleting
-)
-
-// member is one slot of a group: an instance, or the order for one.
-type member struct {
-	name       string
-	group      string
-	providerID string
-	phase      phase
-	inst       *cloud.Instance
-	offering   cloud.OfferingKey
-	price      float64
-	createdAt  time.Time
-	// recordedAt is when the core learnt of the cloud instance; a list that
-	// started earlier cannot be expected to show it.
-	recordedAt time.Time
-	// cancelled asks an in-flight create to delete what it creates.
-	cancelled bool
-	errCode   string
-	errMsg    string
-	errClass  ErrorClass
-}
-
-// leakKey names an instance suspected of being leaked.
-type leakKey struct {
-	cloud, name string
-	// unregistered: in a group, but its Node never joined; otherwise the
-	// instance belongs to no configured group.
-	unregistered bool
-}
-
-// leak is what is known of a suspected leak.
-type leak struct {
-	first    time.Time
-	reported bool
+	wg     sync.WaitGroup
+	ctxMu  sync.RWMutex
+	ctx    context.Context
+	cancel context.CancelFunc
 }
 
 // New builds a Manager for a validated configuration and one Provider per
@@ -154,62 +88,84 @@ func New(cfg *config.Config, providers map[string]cloud.Provider, opts Options) 
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	m := &Manager{
-		cfg:          cfg,
-		clock:        opts.Clock,
-		log:          opts.Logger,
-		metrics:      newMetrics(opts.Registerer),
-		opts:         opts,
-		clients:      map[string]*client{},
-		groups:       map[string]*group{},
-		foreign:      map[string]bool{},
-		byProviderID: map[string]*member{},
-		unavailable:  map[string]map[cloud.OfferingKey]time.Time{},
-		offerings:    map[string]map[cloud.OfferingKey]cloud.Offering{},
-		leaks:        map[leakKey]*leak{},
-		lastSync:     map[string]time.Time{},
-		syncNow:      map[string]chan struct{}{},
+	if opts.ResolveAfter <= 0 {
+		opts.ResolveAfter = DefaultResolveAfter
 	}
+	met := newMetrics(opts.Registerer)
+	ev := &events{sink: opts.Events}
+	m := &Manager{cfg: cfg, clock: opts.Clock, log: opts.Logger, clients: map[string]*client{}}
+	m.ctx, m.cancel = context.WithCancel(context.Background())
+	m.cancel() // nothing runs before Start
+	syncNow := map[string]chan struct{}{}
 	for name, p := range providers {
-		m.clients[name] = newClient(p, cfg.Sync.RequestsPerSecond, cfg.Sync.MaxConcurrentCreates, opts.Clock, m.metrics)
-		m.unavailable[name] = map[cloud.OfferingKey]time.Time{}
-		m.syncNow[name] = make(chan struct{}, 1)
+		m.clients[name] = newClient(p, cfg.Sync.RequestsPerSecond, cfg.Sync.MaxConcurrentCreates, opts.Clock, met)
+		syncNow[name] = make(chan struct{}, 1)
 	}
-	for i, g := range cfg.NodeGroups {
+	for _, g := range cfg.NodeGroups {
 		if _, ok := m.clients[g.Cloud]; !ok {
 			return nil, fmt.Errorf("node group %q: cloud %q has no provider", g.Name, g.Cloud)
 		}
-		if opts.Manage != nil && !opts.Manage(g.Name) {
-			m.foreign[g.Name] = true
-			continue
-		}
-		m.groups[g.Name] = &group{cfg: g, index: i, members: map[string]*member{}}
-		m.order = append(m.order, g.Name)
 	}
+	s := newStore(cfg, opts.Manage)
+	m.store = s
+	m.offerings = newOfferings(opts.Clock, cfg)
+	m.cost = &costGuard{cfg: cfg, store: s, offerings: m.offerings}
+	m.catalog = &catalog{store: s, clients: m.clients, clock: opts.Clock, log: opts.Logger, types: map[string]map[string]cloud.InstanceType{}}
+	m.templater = &templater{store: s, gpuLabel: opts.GPULabel}
+	m.syncer = &syncer{cfg: cfg, store: s, offerings: m.offerings, cost: m.cost, catalog: m.catalog, nodes: opts.Nodes,
+		clients: m.clients, clock: opts.Clock, log: opts.Logger, metrics: met, resolveAfter: opts.ResolveAfter, syncNow: syncNow}
+	m.deleter = &deleter{clients: m.clients, clock: opts.Clock, log: opts.Logger, metrics: met, events: ev,
+		done: m.syncer.kick, run: m.run, inflight: map[string]bool{}, notBefore: map[string]time.Time{}}
+	m.orderer = &orderer{store: s, offerings: m.offerings, cost: m.cost, templater: m.templater, deleter: m.deleter,
+		clients: m.clients, boot: opts.Bootstrap, retries: *cfg.Sync.CreateRetries, clock: opts.Clock, log: opts.Logger,
+		metrics: met, events: ev, run: m.run, kick: m.syncer.kick, ctx: m.context}
+	m.sizer = &sizer{store: s, offerings: m.offerings, cost: m.cost, orderer: m.orderer, deleter: m.deleter,
+		clock: opts.Clock, log: opts.Logger, metrics: met, events: ev, ctx: m.context}
+	m.orderer.publish = m.sizer.publishLocked
+	m.reaper = &reaper{cfg: cfg, store: s, offerings: m.offerings, deleter: m.deleter, nodes: opts.Nodes, clock: opts.Clock,
+		log: opts.Logger, metrics: met, events: ev, duplicates: map[string]*duplicate{}, unknown: map[string]int{},
+		streak: map[string]int{}, gen: map[string]int{}}
+	m.syncer.sizer, m.syncer.reaper, m.syncer.deleter = m.sizer, m.reaper, m.deleter
+	m.launcher = &launcher{store: s, offerings: m.offerings, cost: m.cost, catalog: m.catalog, templater: m.templater,
+		orderer: m.orderer, deleter: m.deleter, clients: m.clients}
 	return m, nil
 }
 
-// Start loads each cloud's catalog, rebuilds every group from the cloud's
-// instance list, and starts the background sync. It returns an error when a
-// group's instance type or MIG profile does not exist, or a cloud cannot be
-// listed; background work stops when ctx is done.
+// run starts background work that Wait waits for.
+func (m *Manager) run(fn func()) {
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		fn()
+	}()
+}
+
+// context is the context of the background work of the current Start.
+func (m *Manager) context() context.Context {
+	m.ctxMu.RLock()
+	defer m.ctxMu.RUnlock()
+	return m.ctx
+}
+
+// Start loads each cloud's catalog and offerings, rebuilds every group from
+// the cloud's instance list, and starts the background sync. It returns an
+// error when a group's instance type or MIG profile does not exist, or a
+// cloud cannot be listed; background work stops when ctx is done.
 func (m *Manager) Start(ctx context.Context) error {
+	m.ctxMu.Lock()
 	m.ctx = ctx
-	for cloudName, c := range m.clients {
-		if err := m.loadCatalog(ctx, cloudName, c); err != nil {
+	m.ctxMu.Unlock()
+	for cloudName := range m.clients {
+		if err := m.catalog.load(ctx, cloudName); err != nil {
 			return err
 		}
-		m.refreshOfferings(ctx, cloudName, c)
-		if err := m.syncCloud(ctx, cloudName, c, true); err != nil {
+		m.syncer.refreshOfferings(ctx, cloudName)
+		if err := m.syncer.sync(ctx, cloudName, true); err != nil {
 			return fmt.Errorf("initial list of cloud %q: %w", cloudName, err)
 		}
 	}
-	for cloudName, c := range m.clients {
-		m.wg.Add(1)
-		go func() {
-			defer m.wg.Done()
-			m.syncLoop(ctx, cloudName, c)
-		}()
+	for cloudName := range m.clients {
+		m.run(func() { m.syncer.loop(ctx, cloudName) })
 	}
 	return nil
 }
@@ -218,98 +174,24 @@ func (m *Manager) Start(ctx context.Context) error {
 // is done).
 func (m *Manager) Wait() { m.wg.Wait() }
 
-// loadCatalog resolves each group's instance type on one cloud, with retries
-// for transient failures.
-func (m *Manager) loadCatalog(ctx context.Context, cloudName string, c *client) error {
-	var types []cloud.InstanceType
-	err := retry(ctx, m.clock, 5, func() error {
-		var err error
-		types, err = c.instanceTypes(ctx)
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("catalog of cloud %q: %w", cloudName, err)
-	}
-	byName := make(map[string]cloud.InstanceType, len(types))
-	for _, t := range types {
-		byName[t.Name] = t
-	}
-	var errs []error
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for _, name := range m.order {
-		g := m.groups[name]
-		i := g.index
-		if g.cfg.Cloud != cloudName {
-			continue
-		}
-		t, ok := byName[g.cfg.InstanceType]
-		if !ok {
-			errs = append(errs, fmt.Errorf("nodeGroups[%d].instanceType: %q is not in the catalog of cloud %q", i, g.cfg.InstanceType, cloudName))
-			continue
-		}
-		g.itype = t
-		if t.GPUModel != "" {
-			model, ok := gpu.LookupModel(t.GPUModel)
-			if !ok {
-				errs = append(errs, fmt.Errorf("nodeGroups[%d].instanceType: GPU model %q of %q is unknown", i, t.GPUModel, t.Name))
-				continue
-			}
-			g.gpuModel = model
-		}
-		if g.cfg.MIG != nil {
-			if t.GPUCount == 0 {
-				errs = append(errs, fmt.Errorf("nodeGroups[%d].mig: instance type %q has no GPU", i, t.Name))
-				continue
-			}
-			if _, err := gpu.MIGResources(t.GPUModel, g.cfg.MIG.Profile, g.cfg.MIG.Strategy, t.GPUCount); err != nil {
-				errs = append(errs, fmt.Errorf("nodeGroups[%d].mig: %w", i, err))
-				continue
-			}
-		}
-		g.template = templateCache{}
-	}
-	return errors.Join(errs...)
-}
-
-// retry runs fn up to attempts times while it fails with a retryable error,
-// backing off exponentially from one second.
-func retry(ctx context.Context, clk clock.Clock, attempts int, fn func() error) error {
-	delay := time.Second
-	var err error
-	for i := 0; i < attempts; i++ {
-		if err = fn(); err == nil || !cloud.Retryable(err) {
-			return err
-		}
-		if i == attempts-1 {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-clk.After(delay):
-		}
-		delay *= 2
-	}
-	return err
-}
-
-// Groups returns every group in configuration order.
+// Groups returns every managed group in configuration order.
 func (m *Manager) Groups() []Info {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	out := make([]Info, 0, len(m.order))
-	for _, name := range m.order {
-		out = append(out, m.groups[name].info())
+	s := m.store
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]Info, 0, len(s.order))
+	for _, name := range s.order {
+		out = append(out, s.groups[name].info())
 	}
 	return out
 }
 
-// Group returns one group's description.
+// Group returns one managed group's description.
 func (m *Manager) Group(name string) (Info, bool) {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	g, ok := m.groups[name]
+	s := m.store
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	g, ok := s.groups[name]
 	if !ok {
 		return Info{}, false
 	}
@@ -329,12 +211,13 @@ func (g *group) info() Info {
 }
 
 // GroupForProviderID returns the group that owns the instance with the
-// given provider ID (canonical or alias).
+// given provider ID (canonical or alias); launched instances have none.
 func (m *Manager) GroupForProviderID(providerID string) (string, bool) {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	mem, ok := m.byProviderID[providerID]
-	if !ok {
+	s := m.store
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	mem, ok := s.byProviderID[providerID]
+	if !ok || mem.group == "" {
 		return "", false
 	}
 	return mem.group, true
@@ -343,9 +226,10 @@ func (m *Manager) GroupForProviderID(providerID string) (string, bool) {
 // TargetSize returns a group's target size: running instances plus those
 // being created or that failed to be created, not those being deleted.
 func (m *Manager) TargetSize(name string) (int, error) {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	g, ok := m.groups[name]
+	s := m.store
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	g, ok := s.groups[name]
 	if !ok {
 		return 0, fmt.Errorf("%w: %q", ErrGroupNotFound, name)
 	}
@@ -354,9 +238,10 @@ func (m *Manager) TargetSize(name string) (int, error) {
 
 // Instances returns a group's members, sorted by name.
 func (m *Manager) Instances(name string) ([]Instance, error) {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	g, ok := m.groups[name]
+	s := m.store
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	g, ok := s.groups[name]
 	if !ok {
 		return nil, fmt.Errorf("%w: %q", ErrGroupNotFound, name)
 	}
@@ -368,17 +253,21 @@ func (m *Manager) Instances(name string) ([]Instance, error) {
 	return out, nil
 }
 
+// view renders a member for front ends.
 func (mem *member) view() Instance {
 	in := Instance{
 		ProviderID:   mem.providerID,
+		Aliases:      mem.aliases,
 		Name:         mem.name,
 		InstanceType: mem.offering.InstanceType,
 		Location:     mem.offering.Location,
 		CapacityType: string(mem.offering.CapacityType),
 		CreatedAt:    mem.createdAt,
+		Owner:        mem.owner,
+		Price:        mem.price,
 	}
 	switch mem.phase {
-	case phaseCreating:
+	case phaseCreating, phaseUnknown:
 		in.State = StateCreating
 	case phaseFailed:
 		in.State = StateCreating
@@ -387,7 +276,7 @@ func (mem *member) view() Instance {
 		in.State = StateDeleting
 	case phaseCreated:
 		in.State = StateCreating
-		if mem.inst != nil && mem.inst.State == cloud.StateRunning {
+		if mem.state == cloud.StateRunning {
 			in.State = StateRunning
 		}
 	}
@@ -397,35 +286,34 @@ func (mem *member) view() Instance {
 // InstanceIP returns the address the cloud reports for an instance, by
 // name; ok is false for names the core does not know or that have none yet.
 func (m *Manager) InstanceIP(name string) (string, bool) {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	for _, g := range m.groups {
-		if mem, ok := g.members[name]; ok && mem.inst != nil && mem.inst.IP != "" {
-			return mem.inst.IP, true
+	s := m.store
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, g := range append([]*group{s.launches}, mapValues(s.groups)...) {
+		if mem, ok := g.members[name]; ok && mem.ip != "" {
+			return mem.ip, true
 		}
 	}
 	return "", false
 }
 
-// AutoscalingOptions returns a group's cluster-autoscaler option overrides.
-func (m *Manager) AutoscalingOptions(name string) (*config.AutoscalingOptions, bool) {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	g, ok := m.groups[name]
-	if !ok || g.cfg.AutoscalingOptions == nil {
-		return nil, false
+func mapValues(gs map[string]*group) []*group {
+	out := make([]*group, 0, len(gs))
+	for _, g := range gs {
+		out = append(out, g)
 	}
-	return g.cfg.AutoscalingOptions, true
+	return out
 }
 
 // GPUTypes returns the accelerator label values of every GPU group.
 func (m *Manager) GPUTypes() []string {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
+	s := m.store
+	s.mu.RLock()
+	defer s.mu.RUnlock()
 	seen := map[string]bool{}
 	var out []string
-	for _, name := range m.order {
-		acc := m.groups[name].gpuModel.Accelerator
+	for _, name := range s.order {
+		acc := s.groups[name].gpuModel.Accelerator
 		if acc != "" && !seen[acc] {
 			seen[acc] = true
 			out = append(out, acc)
@@ -440,20 +328,86 @@ func (m *Manager) GPUTypes() []string {
 // Refresh only asks for an early sync when the last one is older than the
 // sync period.
 func (m *Manager) Refresh(context.Context) error {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	for cloudName, last := range m.lastSync {
+	s := m.store
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for cloudName, last := range s.lastSync {
 		if m.clock.Since(last) > m.cfg.Sync.Period.Duration {
-			m.kick(cloudName)
+			m.syncer.kick(cloudName)
 		}
 	}
 	return nil
 }
 
-// kick asks for an early sync of one cloud without blocking.
-func (m *Manager) kick(cloudName string) {
-	select {
-	case m.syncNow[cloudName] <- struct{}{}:
-	default:
+// Template returns the Node a new instance of the group registers as.
+func (m *Manager) Template(name string) (*corev1.Node, error) { return m.templater.template(name) }
+
+// IncreaseSize raises a group's target by delta and returns at once; the
+// instances are created in the background. It refuses a delta past the
+// group's maximum size or a cost cap, and while the group backs off.
+func (m *Manager) IncreaseSize(_ context.Context, name string, delta int) error {
+	return m.sizer.increase(name, delta)
+}
+
+// DecreaseTargetSize lowers a group's target by -delta without touching
+// any running instance: it withdraws orders not yet fulfilled.
+func (m *Manager) DecreaseTargetSize(_ context.Context, name string, delta int) error {
+	return m.sizer.decrease(name, delta)
+}
+
+// DeleteNodes deletes the instances with the given provider IDs from a
+// group and lowers its target accordingly; see sizer.deleteNodes.
+func (m *Manager) DeleteNodes(_ context.Context, name string, providerIDs []string) error {
+	return m.sizer.deleteNodes(name, providerIDs)
+}
+
+// Backoff reports whether a group gets no new orders now, and why: its
+// orders failed for quota, configuration or cost reasons, or its instances
+// never registered. Stock-outs back off single offerings instead; a group
+// whose every offering stocked out has ok true with reason OutOfResources.
+func (m *Manager) Backoff(name string) (Backoff, bool) {
+	s := m.store
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if b, ok := m.offerings.backedOff(name); ok {
+		return Backoff{Reason: b.reason, Message: b.message, Until: b.until}, true
 	}
+	g, ok := s.groups[name]
+	if !ok {
+		return Backoff{}, false
+	}
+	if _, usable, _ := m.offerings.groupPrices(g); !usable {
+		until := time.Time{}
+		for _, k := range candidates(g) {
+			if t, ok := m.offerings.stockedOut[g.cfg.Cloud][k]; ok && (until.IsZero() || t.Before(until)) {
+				until = t
+			}
+		}
+		return Backoff{Reason: CodeOutOfResources, Message: "no offering of the group is available", Until: until}, true
+	}
+	return Backoff{}, false
+}
+
+// Launch orders one instance outside any group: see LaunchRequest.
+func (m *Manager) Launch(ctx context.Context, req LaunchRequest) (Instance, error) {
+	return m.launcher.launch(ctx, req)
+}
+
+// Terminate deletes a launched instance by provider ID (or alias).
+func (m *Manager) Terminate(ctx context.Context, providerID string) error {
+	return m.launcher.terminate(ctx, providerID)
+}
+
+// Launched returns the instances launched by owner ("" for every owner).
+func (m *Manager) Launched(owner string) []Instance { return m.launcher.launched(owner) }
+
+// Check loads each cloud's catalog and resolves every group against it,
+// without listing or ordering anything: a configuration that passes starts.
+func (m *Manager) Check(ctx context.Context) error {
+	for cloudName := range m.clients {
+		if err := m.catalog.load(ctx, cloudName); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -336,55 +336,6 @@ nodeGroups:
 	h.eventually("4 instances", func() bool { return h.engine.Count("test") == 4 })
 }
 
-func TestLeakedInstancesDeleted(t *testing.T) {
-	doc := baseConfig + `
-leakedInstances: {gracePeriod: 5m}
-nodeGroups:
-  - {name: g, cloud: sim, instanceType: 1V100.6V, locations: [FIN-01], maxSize: 5}
-`
-	registered := func(string) bool { return false }
-	h := newHarness(t, doc, sim.Options{}, Options{Registered: registered})
-	// An instance of this cluster in a group nobody configures.
-	if _, err := h.acct.Create(context.Background(), cloud.CreateSpec{
-		Name: "orphan-1", Group: "removed-group", InstanceType: "1V100.6V", Location: "FIN-01", CapacityType: cloud.OnDemand,
-	}); err != nil {
-		t.Fatal(err)
-	}
-	// And one of a configured group whose node never registers.
-	if err := h.mgr.IncreaseSize(context.Background(), "g", 1); err != nil {
-		t.Fatal(err)
-	}
-	h.eventually("both leaks deleted", func() bool { return h.engine.Count("test") == 0 })
-	if n, _ := h.mgr.TargetSize("g"); n != 0 {
-		t.Fatalf("target = %d after the unregistered instance was deleted", n)
-	}
-}
-
-func TestLeakedInstancesReportedOnce(t *testing.T) {
-	doc := baseConfig + `
-leakedInstances: {gracePeriod: 5m, action: report}
-nodeGroups:
-  - {name: g, cloud: sim, instanceType: 1V100.6V, locations: [FIN-01], maxSize: 5}
-`
-	h := newHarness(t, doc, sim.Options{}, Options{})
-	if _, err := h.acct.Create(context.Background(), cloud.CreateSpec{
-		Name: "orphan-1", Group: "removed-group", InstanceType: "1V100.6V", Location: "FIN-01", CapacityType: cloud.OnDemand,
-	}); err != nil {
-		t.Fatal(err)
-	}
-	h.eventually("the leak reported", func() bool {
-		return counterValue(h.mgr.metrics.leaked.WithLabelValues("sim", "report")) == 1
-	})
-	h.clk.Step(30 * time.Minute)
-	time.Sleep(20 * time.Millisecond)
-	if n := counterValue(h.mgr.metrics.leaked.WithLabelValues("sim", "report")); n != 1 {
-		t.Fatalf("leak counted %v times", n)
-	}
-	if h.engine.Count("test") != 1 {
-		t.Fatal("report-only leak was deleted")
-	}
-}
-
 func counterValue(c interface{ Write(*dto.Metric) error }) float64 {
 	var m dto.Metric
 	if err := c.Write(&m); err != nil {

@@ -11,6 +11,9 @@ type metrics struct {
 	scaleUpFailures *prometheus.CounterVec
 	hourlySpend     *prometheus.GaugeVec
 	leaked          *prometheus.CounterVec
+	deleteFailures  *prometheus.CounterVec
+	vanished        *prometheus.CounterVec
+	unknownGroup    *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -42,11 +45,24 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"group"}),
 		leaked: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gpuscaler_leaked_instances_total",
-			Help: "Owned instances found leaked (unregistered past the grace period, or in no group), by cloud and action taken.",
+			Help: "Instances of managed groups found leaked (never registered as a node, or a second instance under one name), by cloud and action taken.",
 		}, []string{"cloud", "action"}),
+		deleteFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpuscaler_delete_failures_total",
+			Help: "Instance deletes that gave up after their retries, by cloud and error class; a later sync tries again.",
+		}, []string{"cloud", "reason"}),
+		vanished: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpuscaler_instances_vanished_total",
+			Help: "Instances gone without gpuscaler deleting them (spot reclaims, external deletes), by node group.",
+		}, []string{"group"}),
+		unknownGroup: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "gpuscaler_unknown_group_instances",
+			Help: "Instances of this cluster whose node group this configuration does not know; they are left alone.",
+		}, []string{"cloud"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.apiCalls, m.apiLatency, m.instances, m.targetSize, m.scaleUpFailures, m.hourlySpend, m.leaked)
+		reg.MustRegister(m.apiCalls, m.apiLatency, m.instances, m.targetSize, m.scaleUpFailures, m.hourlySpend, m.leaked,
+			m.deleteFailures, m.vanished, m.unknownGroup)
 	}
 	return m
 }

@@ -14,20 +14,21 @@ import (
 // the node-group label.
 func (m *Manager) NodePrice(providerID string, labels map[string]string, start, end time.Time) (float64, error) {
 	hours := end.Sub(start).Hours()
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	if mem, ok := m.byProviderID[providerID]; ok && mem.price > 0 {
+	s := m.store
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if mem, ok := s.byProviderID[providerID]; ok && mem.price > 0 {
 		return mem.price * hours, nil
 	}
 	name := labels[LabelNodeGroup]
-	if mem, ok := m.byProviderID[providerID]; ok {
+	if mem, ok := s.byProviderID[providerID]; ok {
 		name = mem.group
 	}
-	g, ok := m.groups[name]
+	g, ok := s.groups[name]
 	if !ok {
 		return 0, fmt.Errorf("%w: node %q (group label %q)", ErrNotInGroup, providerID, labels[LabelNodeGroup])
 	}
-	return m.minPriceLocked(g) * hours, nil
+	return m.offerings.estimate(g) * hours, nil
 }
 
 // PodPrice returns what running the pod costs between start and end: its
@@ -37,15 +38,16 @@ func (m *Manager) NodePrice(providerID string, labels map[string]string, start, 
 func (m *Manager) PodPrice(pod *corev1.Pod, start, end time.Time) (float64, error) {
 	requests := podRequests(pod)
 	hours := end.Sub(start).Hours()
-	m.mu.RLock()
-	defer m.mu.RUnlock()
+	s := m.store
+	s.mu.RLock()
+	defer s.mu.RUnlock()
 	best := math.Inf(1)
-	for _, name := range m.order {
-		g := m.groups[name]
+	for _, name := range s.order {
+		g := s.groups[name]
 		if g.itype.Name == "" {
 			continue
 		}
-		capacity, err := m.capacity(g)
+		capacity, err := m.templater.capacity(g)
 		if err != nil {
 			continue
 		}
@@ -62,7 +64,7 @@ func (m *Manager) PodPrice(pod *corev1.Pod, start, end time.Time) (float64, erro
 		if !fits || share > 1 {
 			continue
 		}
-		if price, ok := m.usablePriceLocked(g); ok {
+		if price, ok, _ := m.offerings.groupPrices(g); ok {
 			best = math.Min(best, share*price)
 		}
 	}
@@ -106,22 +108,25 @@ func podRequests(pod *corev1.Pod) corev1.ResourceList {
 // GroupPrice returns the hourly price of the next instance of a group: its
 // cheapest offering available now; ok is false when none is.
 func (m *Manager) GroupPrice(name string) (float64, bool) {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	g, ok := m.groups[name]
+	s := m.store
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	g, ok := s.groups[name]
 	if !ok {
 		return 0, false
 	}
-	return m.usablePriceLocked(g)
+	price, ok, _ := m.offerings.groupPrices(g)
+	return price, ok
 }
 
 // GroupSpend returns a group's hourly spend now.
 func (m *Manager) GroupSpend(name string) float64 {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	g, ok := m.groups[name]
+	s := m.store
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	g, ok := s.groups[name]
 	if !ok {
 		return 0
 	}
-	return m.spendLocked(g, nil)
+	return m.cost.groupSpend(g)
 }

@@ -1,7 +1,6 @@
 package nodegroup
 
 import (
-	"context"
 	"fmt"
 	"maps"
 	"strconv"
@@ -27,24 +26,34 @@ type templateCache struct {
 	node *corev1.Node
 }
 
-// Template returns the Node a new instance of the group will register as,
+// templater builds what a group's nodes look like: the scale-from-zero
+// template, and the labels, taints and settings of each order.
+type templater struct {
+	store *store
+	// gpuLabel is an extra label key that carries the accelerator (the
+	// cluster-autoscaler's --gpu-label); empty for none.
+	gpuLabel string
+}
+
+// template returns the Node a new instance of the group will register as,
 // for scale-from-zero: capacity, allocatable, labels and taints. The caller
 // owns the returned copy.
-func (m *Manager) Template(name string) (*corev1.Node, error) {
-	m.mu.RLock()
-	g, ok := m.groups[name]
+func (t *templater) template(name string) (*corev1.Node, error) {
+	s := t.store
+	s.mu.RLock()
+	g, ok := s.groups[name]
 	if ok && g.template.node != nil {
-		defer m.mu.RUnlock()
+		defer s.mu.RUnlock()
 		return g.template.node.DeepCopy(), nil
 	}
-	m.mu.RUnlock()
+	s.mu.RUnlock()
 	if !ok {
 		return nil, fmt.Errorf("%w: %q", ErrGroupNotFound, name)
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if g.template.node == nil {
-		node, err := m.buildTemplate(g)
+		node, err := t.buildTemplate(g)
 		if err != nil {
 			return nil, err
 		}
@@ -54,11 +63,11 @@ func (m *Manager) Template(name string) (*corev1.Node, error) {
 }
 
 // buildTemplate renders a group's template node.
-func (m *Manager) buildTemplate(g *group) (*corev1.Node, error) {
+func (t *templater) buildTemplate(g *group) (*corev1.Node, error) {
 	if g.itype.Name == "" {
 		return nil, fmt.Errorf("group %q: instance type %q not loaded from the catalog", g.cfg.Name, g.cfg.InstanceType)
 	}
-	capacity, err := m.capacity(g)
+	capacity, err := t.capacity(g)
 	if err != nil {
 		return nil, err
 	}
@@ -66,7 +75,7 @@ func (m *Manager) buildTemplate(g *group) (*corev1.Node, error) {
 	node := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:   "template-" + g.cfg.Name,
-			Labels: m.nodeLabels(g, g.cfg.Locations[0], cts[0]),
+			Labels: t.nodeLabels(g, g.cfg.Locations[0], cts[0]),
 		},
 		Spec: corev1.NodeSpec{Taints: append([]corev1.Taint(nil), g.cfg.Taints...)},
 		Status: corev1.NodeStatus{
@@ -86,21 +95,21 @@ func (m *Manager) buildTemplate(g *group) (*corev1.Node, error) {
 }
 
 // capacity is what a node of the group advertises.
-func (m *Manager) capacity(g *group) (corev1.ResourceList, error) {
-	t := g.itype
-	rl := cloud.NodeResources(t, g.cfg.DiskSizeGiB)
-	if t.GPUCount == 0 {
+func (t *templater) capacity(g *group) (corev1.ResourceList, error) {
+	it := g.itype
+	rl := cloud.NodeResources(it, g.cfg.DiskSizeGiB)
+	if it.GPUCount == 0 {
 		return rl, nil
 	}
 	if g.cfg.MIG == nil {
-		n := t.GPUCount
+		n := it.GPUCount
 		if g.cfg.OverrideNumGPUs != nil {
 			n = *g.cfg.OverrideNumGPUs
 		}
 		rl[gpu.ResourceGPU] = *resource.NewQuantity(int64(n), resource.DecimalSI)
 		return rl, nil
 	}
-	mig, err := gpu.MIGResources(t.GPUModel, g.cfg.MIG.Profile, g.cfg.MIG.Strategy, t.GPUCount)
+	mig, err := gpu.MIGResources(it.GPUModel, g.cfg.MIG.Profile, g.cfg.MIG.Strategy, it.GPUCount)
 	if err != nil {
 		return nil, fmt.Errorf("group %q: %w", g.cfg.Name, err)
 	}
@@ -152,29 +161,29 @@ func tiered(v int64, tiers []struct{ upTo, permille int64 }) int64 {
 
 // nodeLabels are the labels a node of the group registers with in one
 // location and capacity type; the template uses the first of each.
-func (m *Manager) nodeLabels(g *group, location string, ct cloud.CapacityType) map[string]string {
-	t := g.itype
-	arch := t.Arch
+func (t *templater) nodeLabels(g *group, location string, ct cloud.CapacityType) map[string]string {
+	it := g.itype
+	arch := it.Arch
 	if arch == "" {
 		arch = "amd64"
 	}
 	l := map[string]string{
 		corev1.LabelArchStable:         arch,
 		corev1.LabelOSStable:           "linux",
-		corev1.LabelInstanceTypeStable: t.Name,
+		corev1.LabelInstanceTypeStable: it.Name,
 		corev1.LabelTopologyRegion:     location,
 		corev1.LabelTopologyZone:       location,
 		LabelNodeGroup:                 g.cfg.Name,
 		LabelCapacityType:              string(ct),
 		LabelCloud:                     g.cfg.Cloud,
 	}
-	if t.GPUCount > 0 && g.gpuModel.Name != "" {
+	if it.GPUCount > 0 && g.gpuModel.Name != "" {
 		l[gpu.LabelAccelerator] = g.gpuModel.Accelerator
 		l[gpu.LabelSkyPilotAccelerator] = g.gpuModel.Accelerator
 		l[gpu.LabelProduct] = g.gpuModel.Product
-		l[gpu.LabelCount] = strconv.Itoa(t.GPUCount)
+		l[gpu.LabelCount] = strconv.Itoa(it.GPUCount)
 		l[gpu.LabelMemory] = strconv.Itoa(g.gpuModel.MemoryMiB)
-		if key := m.cfg.Provider.GPULabel; key != "" {
+		if key := t.gpuLabel; key != "" {
 			l[key] = g.gpuModel.Accelerator
 		}
 		if g.cfg.MIG != nil {
@@ -186,29 +195,19 @@ func (m *Manager) nodeLabels(g *group, location string, ct cloud.CapacityType) m
 	return l
 }
 
-// spec builds the order for one member on one offering, with its rendered
-// startup script.
-func (m *Manager) spec(ctx context.Context, g *group, mem *member, k cloud.OfferingKey) (cloud.CreateSpec, error) {
-	m.mu.RLock()
-	spec := cloud.CreateSpec{
-		Name:         mem.name,
+// spec builds the order for one member of g on one offering, without its
+// startup script. Callers hold the store's lock.
+func (t *templater) spec(g *group, name string, k cloud.OfferingKey) cloud.CreateSpec {
+	return cloud.CreateSpec{
+		Name:         name,
 		Group:        g.cfg.Name,
 		InstanceType: k.InstanceType,
 		Location:     k.Location,
 		CapacityType: k.CapacityType,
 		Image:        g.cfg.Image,
 		DiskGiB:      g.cfg.DiskSizeGiB,
-		Labels:       m.nodeLabels(g, k.Location, k.CapacityType),
+		Labels:       t.nodeLabels(g, k.Location, k.CapacityType),
 		Taints:       append([]corev1.Taint(nil), g.cfg.Taints...),
 		Options:      maps.Clone(g.cfg.CloudOptions),
 	}
-	m.mu.RUnlock()
-	if m.opts.Bootstrap != nil {
-		ud, err := m.opts.Bootstrap.UserData(ctx, spec)
-		if err != nil {
-			return cloud.CreateSpec{}, fmt.Errorf("render startup script for %s: %w", mem.name, err)
-		}
-		spec.UserData = ud
-	}
-	return spec, nil
 }

@@ -8,8 +8,11 @@
 package nodegroup
 
 import (
+	"context"
 	"errors"
 	"time"
+
+	"github.com/gpuscaler/gpuscaler/internal/cloud"
 )
 
 // Errors returned by Manager. Test them with errors.Is.
@@ -24,7 +27,60 @@ var (
 	ErrCostLimit = errors.New("hourly cost limit")
 	// ErrInvalidDelta is a resize with a delta of the wrong sign or zero.
 	ErrInvalidDelta = errors.New("invalid delta")
+	// ErrBackingOff is a scale-up refused while the group backs off after
+	// orders that failed (quota, invalid configuration, nodes that never
+	// register); Backoff tells why and until when.
+	ErrBackingOff = errors.New("node group backing off")
+	// ErrNotLaunched is a provider ID the launch API does not know.
+	ErrNotLaunched = errors.New("instance not launched by gpuscaler")
 )
+
+// Bootstrapper renders the user data an instance boots with.
+type Bootstrapper interface {
+	UserData(ctx context.Context, spec cloud.CreateSpec) (string, error)
+}
+
+// Releaser is implemented by Bootstrappers that hold something per
+// instance (a minted join token, a script on the script server); Release is
+// called when an order for the instance did not go through.
+type Releaser interface {
+	Release(ctx context.Context, name string)
+}
+
+// Nodes is what the core knows of the cluster's Node objects.
+type Nodes interface {
+	// Registered reports whether a Node carries one of the provider IDs;
+	// synced is false while the answer cannot be trusted yet (an empty
+	// cache just after start).
+	Registered(providerIDs ...string) (registered, synced bool)
+	// Delete deletes the Node that carries one of the provider IDs; no such
+	// Node is success.
+	Delete(ctx context.Context, providerIDs ...string) error
+}
+
+// Event is something an operator should see beside the log line and the
+// metric: the commands record it as a Kubernetes Event.
+type Event struct {
+	// Type is "Normal" or "Warning".
+	Type       string
+	Reason     string
+	Message    string
+	Group      string
+	Instance   string
+	ProviderID string
+}
+
+// EventSink receives the core's Events; it must not block.
+type EventSink interface {
+	Event(Event)
+}
+
+// Backoff is why and until when a group gets no new orders.
+type Backoff struct {
+	Reason  string
+	Message string
+	Until   time.Time
+}
 
 // Info describes one group as configured.
 type Info struct {
@@ -63,7 +119,10 @@ type Instance struct {
 	// ProviderID equals the Node's spec.providerID once it registers. For a
 	// slot whose create failed before the cloud knew of it, it is a
 	// placeholder "<cloud>://<name>" that no Node will ever carry.
-	ProviderID   string
+	ProviderID string
+	// Aliases are other provider IDs of the same instance (the forms the
+	// seed systems wrote).
+	Aliases      []string
 	Name         string
 	State        State
 	InstanceType string
@@ -75,4 +134,8 @@ type Instance struct {
 	ErrorCode    string
 	ErrorMessage string
 	ErrorClass   ErrorClass
+	// Owner is the launch API's caller; empty for group members.
+	Owner string
+	// Price is the hourly price of the instance's offering, when known.
+	Price float64
 }

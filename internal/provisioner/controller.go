@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"sort"
 	"strconv"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -40,6 +39,10 @@ type Core interface {
 	Template(group string) (*corev1.Node, error)
 	GroupPrice(group string) (float64, bool)
 	GroupSpend(group string) float64
+	// Backoff tells whether a group gets no new orders now (stock-outs,
+	// quota, configuration, nodes that never register): the one backoff
+	// policy, kept in the core for every front end.
+	Backoff(group string) (nodegroup.Backoff, bool)
 }
 
 // resync bounds how long the controller goes without looking, whatever
@@ -48,13 +51,11 @@ const resync = 15 * time.Second
 
 // Reconciler reconciles NodeProvisioners.
 type Reconciler struct {
-	mu sync.Mutex
-	// unavailable holds groups that stocked out, until when they are
-	// skipped for new demand.
-	unavailable map[string]time.Time
-
 	Client client.Client
-	Core   Core
+	// APIReader reads from the API server without a cache (the manager's
+	// GetAPIReader); drains list a node's pods through it. Default Client.
+	APIReader client.Reader
+	Core      Core
 	// Deleter removes instances at scale-down (the core, too).
 	Deleter  Deleter
 	Recorder events.EventRecorder
@@ -129,15 +130,19 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 		return ""
 	})
-	// Instances ordered but not registered yet are capacity on the way.
+	// Instances ordered but not registered yet are capacity on the way. A
+	// Node is matched to its instance by provider ID (or an alias), never by
+	// name: node names need not be hostnames.
 	registered := map[string]bool{}
-	for _, n := range snapshot {
-		registered[n.Name] = true
+	for i := range nodes.Items {
+		if pid := nodes.Items[i].Spec.ProviderID; pid != "" {
+			registered[pid] = true
+		}
 	}
 	for _, g := range pool.Groups {
 		insts, _ := r.Core.Instances(g.Name)
 		for _, in := range insts {
-			if !registered[in.Name] && in.ErrorCode == "" && in.State != nodegroup.StateDeleting {
+			if !registeredAs(registered, in) && in.ErrorCode == "" && in.State != nodegroup.StateDeleting {
 				snapshot = append(snapshot, plan.Node{Name: in.Name, Group: g.Name, Coming: true})
 			}
 		}
@@ -160,7 +165,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	scalingDown := false
 	if len(p.Add) == 0 {
-		scalingDown = r.scaleDown(ctx, &np, p.Remove, nodes.Items, pods.Items)
+		scalingDown = r.scaleDown(ctx, &np, p.Remove, nodes.Items)
 		if scalingDown {
 			now := metav1.Now()
 			np.Status.LastScaleTime = &now
@@ -217,7 +222,7 @@ func (r *Reconciler) pool(ctx context.Context, np *v1alpha1.NodeProvisioner) (pl
 		price, ok := r.Core.GroupPrice(name)
 		pool.Groups = append(pool.Groups, plan.Group{
 			Name: name, Template: tmpl, Nodes: target, MaxSize: info.MaxSize,
-			Unavailable: r.stockedOut(ctx, name) || !ok, Price: price, Spend: r.Core.GroupSpend(name),
+			Unavailable: r.unavailable(ctx, name) || !ok, Price: price, Spend: r.Core.GroupSpend(name),
 		})
 	}
 	if s.MaxHourlyCost != "" {
@@ -234,40 +239,41 @@ func (r *Reconciler) pool(ctx context.Context, np *v1alpha1.NodeProvisioner) (pl
 	return pool, nil
 }
 
-// stockOutBackoff is how long a stocked-out group gets no new demand.
-const stockOutBackoff = 5 * time.Minute
-
-// stockedOut reports whether the group stocked out lately. Orders that
-// failed are withdrawn from the core (their slots deleted), and a stock-out
-// among them sends new demand to the next group for a while.
-func (r *Reconciler) stockedOut(ctx context.Context, group string) bool {
+// unavailable reports whether the group gets no new demand now: the core
+// backs it off. Orders that failed are withdrawn from the core (their slots
+// deleted), so a group's target holds only live orders.
+func (r *Reconciler) unavailable(ctx context.Context, group string) bool {
 	insts, err := r.Core.Instances(group)
 	if err != nil {
 		return false
 	}
 	var failed []string
-	out := false
 	for _, in := range insts {
-		if in.ErrorCode == "" {
-			continue
+		if in.ErrorCode != "" {
+			failed = append(failed, in.ProviderID)
 		}
-		failed = append(failed, in.ProviderID)
-		out = out || in.ErrorClass == nodegroup.ErrorClassOutOfResources
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.unavailable == nil {
-		r.unavailable = map[string]time.Time{}
-	}
-	if out {
-		r.unavailable[group] = time.Now().Add(stockOutBackoff)
 	}
 	if len(failed) > 0 && r.Deleter != nil {
 		if err := r.Deleter.DeleteNodes(ctx, group, failed); err != nil {
 			r.Logger.Warn("could not withdraw failed orders", "group", group, "error", err)
 		}
 	}
-	return time.Now().Before(r.unavailable[group])
+	_, backingOff := r.Core.Backoff(group)
+	return backingOff
+}
+
+// registeredAs reports whether a Node carries one of the instance's
+// provider IDs.
+func registeredAs(registered map[string]bool, in nodegroup.Instance) bool {
+	if registered[in.ProviderID] {
+		return true
+	}
+	for _, a := range in.Aliases {
+		if registered[a] {
+			return true
+		}
+	}
+	return false
 }
 
 // unschedulable reports whether the scheduler gave up on the pod for now.

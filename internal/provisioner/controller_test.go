@@ -28,6 +28,7 @@ func (c priced) IncreaseSize(context.Context, string, int) error { return nil }
 func (c priced) Instances(string) ([]nodegroup.Instance, error)  { return nil, nil }
 func (c priced) GroupPrice(name string) (float64, bool)          { return c[name], true }
 func (c priced) GroupSpend(string) float64                       { return 0 }
+func (c priced) Backoff(string) (nodegroup.Backoff, bool)        { return nodegroup.Backoff{}, false }
 func (c priced) Template(string) (*corev1.Node, error) {
 	return &corev1.Node{Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}}}, nil
 }

@@ -19,6 +19,13 @@ import (
 // away without stranding pods that need it.
 const TaintUnneeded = "gpuscaler.dev/unneeded"
 
+// TaintDeleting marks a node the controller is draining to delete. Its
+// NoSchedule effect keeps the scheduler from binding new pods there while
+// the controller re-reads the node's pods from the API server on a later
+// pass, so a pod bound just before the taint is seen, not deleted with the
+// node.
+const TaintDeleting = "gpuscaler.dev/deleting"
+
 // Deleter is what scale-down needs from the core; *nodegroup.Manager
 // implements it.
 type Deleter interface {
@@ -28,7 +35,7 @@ type Deleter interface {
 // scaleDown marks the plan's removable nodes unneeded, unmarks the ones no
 // longer in the plan, and drains and deletes those unneeded for longer than
 // the pool's delay. It returns whether it changed anything.
-func (r *Reconciler) scaleDown(ctx context.Context, np *v1alpha1.NodeProvisioner, remove []string, nodes []corev1.Node, pods []corev1.Pod) bool {
+func (r *Reconciler) scaleDown(ctx context.Context, np *v1alpha1.NodeProvisioner, remove []string, nodes []corev1.Node) bool {
 	delay := 10 * time.Minute
 	if np.Spec.ScaleDownDelay != nil {
 		delay = np.Spec.ScaleDownDelay.Duration
@@ -63,7 +70,7 @@ func (r *Reconciler) scaleDown(ctx context.Context, np *v1alpha1.NodeProvisioner
 				changed = true
 			}
 		case doomed[n.Name] && now.Sub(since) >= delay:
-			if r.drainAndDelete(ctx, np, n, group, pods) {
+			if r.drainAndDelete(ctx, np, n, group) {
 				changed = true
 			}
 		}
@@ -85,12 +92,17 @@ func unneededSince(n *corev1.Node) (time.Time, bool) {
 	return time.Time{}, false
 }
 
-// setUnneeded adds (at) or removes (nil) the unneeded taint.
+// setUnneeded adds (at) or removes (nil) the unneeded taint; removing it
+// also ends a drain the controller started (its taint and cordon).
 func (r *Reconciler) setUnneeded(ctx context.Context, n *corev1.Node, at *time.Time) error {
 	patch := client.MergeFrom(n.DeepCopy())
 	var taints []corev1.Taint
 	for _, t := range n.Spec.Taints {
-		if t.Key != TaintUnneeded {
+		switch {
+		case t.Key == TaintUnneeded:
+		case t.Key == TaintDeleting && at == nil:
+			n.Spec.Unschedulable = false
+		default:
 			taints = append(taints, t)
 		}
 	}
@@ -101,21 +113,32 @@ func (r *Reconciler) setUnneeded(ctx context.Context, n *corev1.Node, at *time.T
 	return r.Client.Patch(ctx, n, patch)
 }
 
-// drainAndDelete cordons the node, evicts its pods through the Eviction API
-// (so PodDisruptionBudgets hold), and once none is left deletes the
-// instance and the Node. A refused eviction uncordons the node and leaves it
-// for a later try.
-func (r *Reconciler) drainAndDelete(ctx context.Context, np *v1alpha1.NodeProvisioner, n *corev1.Node, group string, pods []corev1.Pod) bool {
-	if !n.Spec.Unschedulable {
+// drainAndDelete takes a node out in passes. The first taints it
+// NoSchedule and cordons it, and goes no further: a pod the scheduler bound
+// a moment ago may not be in any cache yet. Later passes read the node's
+// pods from the API server itself, evict them through the Eviction API (so
+// PodDisruptionBudgets hold), and once none is left delete the instance
+// and the Node. A refused eviction ends the drain and leaves the node for a
+// later try.
+func (r *Reconciler) drainAndDelete(ctx context.Context, np *v1alpha1.NodeProvisioner, n *corev1.Node, group string) bool {
+	if !hasTaint(n, TaintDeleting) {
 		patch := client.MergeFrom(n.DeepCopy())
 		n.Spec.Unschedulable = true
+		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: TaintDeleting, Effect: corev1.TaintEffectNoSchedule})
 		if err := r.Client.Patch(ctx, n, patch); err != nil {
 			return false
 		}
+		r.Recorder.Eventf(np, n, corev1.EventTypeNormal, "Draining", "ScaleDown", "node %s is tainted %s and drained on the next pass", n.Name, TaintDeleting)
+		return true
+	}
+	var pods corev1.PodList
+	if err := r.reader().List(ctx, &pods, client.MatchingFields{"spec.nodeName": n.Name}); err != nil {
+		r.Logger.Warn("could not read the pods of a node being drained", "node", n.Name, "error", err)
+		return false
 	}
 	left := 0
-	for i := range pods {
-		p := &pods[i]
+	for i := range pods.Items {
+		p := &pods.Items[i]
 		if p.Spec.NodeName != n.Name || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed || isDaemonSetPod(p) || isMirrorPod(p) {
 			continue
 		}
@@ -126,9 +149,7 @@ func (r *Reconciler) drainAndDelete(ctx context.Context, np *v1alpha1.NodeProvis
 			continue
 		}
 		r.Recorder.Eventf(np, n, corev1.EventTypeWarning, "ScaleDownBlocked", "ScaleDown", "eviction of %s/%s refused: %v", p.Namespace, p.Name, err)
-		patch := client.MergeFrom(n.DeepCopy())
-		n.Spec.Unschedulable = false
-		_ = r.Client.Patch(ctx, n, patch)
+		_ = r.setUnneeded(ctx, n, nil)
 		return true
 	}
 	if left > 0 {
@@ -144,6 +165,24 @@ func (r *Reconciler) drainAndDelete(ctx context.Context, np *v1alpha1.NodeProvis
 	r.Recorder.Eventf(np, n, corev1.EventTypeNormal, "ScaledDown", "ScaleDown", "node %s of group %s removed", n.Name, group)
 	r.Logger.Info("scale down", "pool", np.Name, "group", group, "node", n.Name)
 	return true
+}
+
+// reader reads from the API server itself where it is set, else through
+// the client.
+func (r *Reconciler) reader() client.Reader {
+	if r.APIReader != nil {
+		return r.APIReader
+	}
+	return r.Client
+}
+
+func hasTaint(n *corev1.Node, key string) bool {
+	for _, t := range n.Spec.Taints {
+		if t.Key == key {
+			return true
+		}
+	}
+	return false
 }
 
 func isDaemonSetPod(p *corev1.Pod) bool {

@@ -83,7 +83,7 @@ nodeGroups:
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &provisioner.Reconciler{Client: mgr.GetClient(), Core: core, Deleter: core, Recorder: mgr.GetEventRecorder("gpuscaler"), Logger: log}
+	r := &provisioner.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Core: core, Deleter: core, Recorder: mgr.GetEventRecorder("gpuscaler"), Logger: log}
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}

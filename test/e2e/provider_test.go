@@ -211,40 +211,52 @@ func startProvider(t *testing.T, env *testenv.Env, cfgPath, metricsAddr string) 
 // until its /readyz answers.
 func startGPUScaler(t *testing.T, env *testenv.Env, metricsAddr string, args ...string) {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "gpuscaler")
-	build := exec.Command("go", "build", "-o", bin, "github.com/gpuscaler/gpuscaler/cmd/gpuscaler")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build gpuscaler: %v\n%s", err, out)
+	startGPUScalerLogged(t, env, "gpuscaler", metricsAddr, args...)
+}
+
+// startGPUScalerLogged is startGPUScaler with the process's log named
+// name (for several processes in one test). It returns a function that
+// kills the process at once, as a crash would.
+func startGPUScalerLogged(t *testing.T, env *testenv.Env, name, metricsAddr string, args ...string) (kill func()) {
+	t.Helper()
+	if gpuscalerBin == "" {
+		t.Fatal("the gpuscaler binary was not built (TestMain)")
 	}
-	logPath := filepath.Join(env.Dir, "gpuscaler.log")
+	bin := gpuscalerBin
+	logPath := filepath.Join(env.Dir, name+".log")
 	logf, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	env.AddLog("gpuscaler", logPath)
+	env.AddLog(name, logPath)
 	cmd := exec.Command(bin, append(args, "--log-format", "text", "--log-level", "debug")...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait(); logf.Close() }()
+	done := make(chan struct{})
+	go func() { exited <- cmd.Wait(); logf.Close(); close(done) }()
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(os.Interrupt)
 		select {
-		case <-exited:
+		case <-done:
 		case <-time.After(10 * time.Second):
 			_ = cmd.Process.Kill()
-			<-exited
+			<-done
 		}
 	})
+	kill = func() {
+		_ = cmd.Process.Kill()
+		<-done
+	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		resp, err := http.Get("http://" + metricsAddr + "/readyz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return
+				return kill
 			}
 		}
 		select {

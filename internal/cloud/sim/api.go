@@ -66,9 +66,13 @@ func (e *Engine) List(ctx context.Context, cluster string) ([]cloud.Instance, er
 		return nil, err
 	}
 	snap := e.snapshot(cluster)
-	out := make([]cloud.Instance, len(snap))
-	for i, in := range snap {
-		out[i] = in.Instance
+	out := make([]cloud.Instance, 0, len(snap))
+	now := e.clock.Now()
+	for _, in := range snap {
+		if e.listLag > 0 && now.Sub(in.CreatedAt) < e.listLag {
+			continue // accepted, not listed yet
+		}
+		out = append(out, in.Instance)
 	}
 	return out, nil
 }
@@ -103,12 +107,16 @@ func (e *Engine) Create(ctx context.Context, cluster string, spec cloud.CreateSp
 	e.used[k]++
 	e.nextID++
 	now := e.clock.Now()
+	id := fmt.Sprintf("sim-%06d", e.nextID)
 	in := &instance{
 		Instance: cloud.Instance{
-			ID:           fmt.Sprintf("sim-%06d", e.nextID),
-			Name:         spec.Name,
-			ProviderID:   cloud.ProviderID("sim", spec.Name),
+			ID:         id,
+			Name:       spec.Name,
+			ProviderID: cloud.ProviderID("sim", spec.Name),
+			// The ID form, as clouds whose seed systems named nodes by ID have.
+			Aliases:      []string{cloud.ProviderID("sim", id)},
 			Group:        spec.Group,
+			Owner:        spec.Owner,
 			InstanceType: spec.InstanceType,
 			Location:     spec.Location,
 			CapacityType: spec.CapacityType,

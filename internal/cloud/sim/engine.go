@@ -48,6 +48,9 @@ type Options struct {
 	// but answer cloud.ErrOutcomeUnknown, as a request that timed out after
 	// it reached the cloud.
 	OutcomeUnknownRate float64
+	// ListLag is how long an accepted order stays out of List answers, as
+	// a real cloud's eventually consistent listing does; default none.
+	ListLag time.Duration
 }
 
 // Engine is the simulated cloud's state. It is safe for concurrent use.
@@ -57,6 +60,7 @@ type Engine struct {
 	bootDelay   time.Duration
 	deleteDelay time.Duration
 	latency     time.Duration
+	listLag     time.Duration
 
 	mu             sync.Mutex
 	rng            *rand.Rand
@@ -110,6 +114,7 @@ func NewEngine(cfg config.SimConfig, opts Options) (*Engine, error) {
 		bootDelay:      durationOr(cfg.BootDelay, DefaultBootDelay),
 		deleteDelay:    durationOr(cfg.DeleteDelay, DefaultDeleteDelay),
 		latency:        durationOr(cfg.APILatency, 0),
+		listLag:        opts.ListLag,
 		rng:            rand.New(rand.NewPCG(uint64(seed), uint64(seed)^0x9e3779b97f4a7c15)),
 		faultRate:      cfg.FaultRate,
 		unknownRate:    opts.OutcomeUnknownRate,

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -283,5 +284,53 @@ func TestDataCrunchScriptFetchURL(t *testing.T) {
 			t.Fatal(err)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Instances a seed autoscaler made are adopted by name only when a Node of
+// this cluster carries one of their provider IDs: another cluster's
+// instances named like one of our groups are not ours.
+func TestLegacyAdoptionIsScopedToTheCluster(t *testing.T) {
+	b := newBackend(t, "  - {name: gpu-pool, cloud: verda, instanceType: 1V100.6V, locations: [FIN-01], maxSize: 3}\n")
+	ctx := context.Background()
+	ours, err := b.api.CreateInstance(ctx, verda.CreateRequest{InstanceType: "1V100.6V", Image: "ubuntu", Hostname: "gpu-pool-0a1b2c3d",
+		Description: "gpu-pool", LocationCode: "FIN-01", SSHKeyIDs: []string{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.api.CreateInstance(ctx, verda.CreateRequest{InstanceType: "1V100.6V", Image: "ubuntu", Hostname: "gpu-pool-9f8e7d6c",
+		Description: "gpu-pool", LocationCode: "FIN-01", SSHKeyIDs: []string{}}); err != nil {
+		t.Fatal(err)
+	}
+	inCluster := func(ids ...string) (bool, bool) {
+		for _, id := range ids {
+			if id == "datacrunch://"+ours {
+				return true, true
+			}
+		}
+		return false, true
+	}
+	for _, tc := range []struct {
+		name  string
+		scope func(...string) (bool, bool)
+		want  []string
+	}{
+		{"no cluster access", nil, nil},
+		{"node in this cluster", inCluster, []string{"gpu-pool-0a1b2c3d"}},
+	} {
+		prov := verda.New(b.api, verda.Options{ClusterName: "prod", LegacyGroups: []string{"gpu-pool"}, LegacyInCluster: tc.scope})
+		insts, err := prov.List(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, in := range insts {
+			if in.Group == "gpu-pool" {
+				got = append(got, in.Name)
+			}
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("%s: adopted %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }

@@ -49,8 +49,14 @@ type Options struct {
 	SSHKeyIDs []string
 	// LegacyGroups, when set, adopts instances the seed autoscalers made for
 	// these groups: description equal to the group name (DataCrunch), or
-	// hostname "<group>-<8 hex>" (ca-verda).
+	// hostname "<group>-<8 hex>" (ca-verda). Names alone say nothing of the
+	// cluster, so an instance is adopted only when LegacyInCluster says a
+	// Node of this cluster carries one of its provider IDs; without it none
+	// is.
 	LegacyGroups []string
+	// LegacyInCluster reports whether a Node of this cluster carries one of
+	// the provider IDs; synced is false while it cannot tell yet.
+	LegacyInCluster func(providerIDs ...string) (inCluster, synced bool)
 	// ScriptFetchURL, when set, is asked (POST) for a stored startup
 	// script's ID before each order that carries no script of its own, as
 	// the DataCrunch autoscaler did with DATACRUNCH_STARTUP_SCRIPT_FETCH_URL.
@@ -228,8 +234,23 @@ func (c *Cloud) List(ctx context.Context) ([]cloud.Instance, error) {
 	return out, nil
 }
 
-// legacyOwner finds the group of an instance a seed autoscaler created.
+// legacyOwner finds the group of an instance a seed autoscaler created for
+// this cluster: named like one of its groups, and with its Node here.
 func (c *Cloud) legacyOwner(in Instance) (string, bool) {
+	if len(c.opts.LegacyGroups) == 0 || c.opts.LegacyInCluster == nil {
+		return "", false
+	}
+	group, ok := c.legacyGroup(in)
+	if !ok {
+		return "", false
+	}
+	pids := convertInstance(in, group)
+	here, synced := c.opts.LegacyInCluster(append([]string{pids.ProviderID}, pids.Aliases...)...)
+	return group, here && synced
+}
+
+// legacyGroup matches an instance's name to a legacy group.
+func (c *Cloud) legacyGroup(in Instance) (string, bool) {
 	for _, g := range c.opts.LegacyGroups {
 		if in.Description == g {
 			return g, true

@@ -1,4 +1,4 @@
-package main
+package runtime
 
 import (
 	"context"
@@ -7,19 +7,16 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/verda"
 	"github.com/gpuscaler/gpuscaler/internal/config"
+	"github.com/gpuscaler/gpuscaler/internal/nodeindex"
 )
 
 // clouds are the configured cloud accounts and what runs beside them.
@@ -28,15 +25,16 @@ type clouds struct {
 	// background runs until its context is done (for example the simulated
 	// cloud's node registrar).
 	background []func(ctx context.Context) error
-	// registered reports whether a Node with a provider ID joined the
-	// cluster; nil when gpuscaler has no cluster access.
-	registered func(providerID string) bool
+	// nodes indexes the cluster's Nodes; nil when gpuscaler has no
+	// cluster access.
+	nodes *nodeindex.Index
 	// kube reaches the cluster named by the config's kubeconfig; nil without.
 	kube kubernetes.Interface
 }
 
-// buildClouds builds one Provider per configured cloud.
-func buildClouds(ctx context.Context, cfg *config.Config, getenv func(string) string, log *slog.Logger) (*clouds, error) {
+// buildClouds builds one Provider per configured cloud, and the node
+// index when the config gives cluster access.
+func buildClouds(_ context.Context, cfg *config.Config, getenv func(string) string, log *slog.Logger) (*clouds, error) {
 	out := &clouds{providers: map[string]cloud.Provider{}}
 	if cfg.Kubeconfig != "" {
 		kube, err := kubeClient(cfg.Kubeconfig)
@@ -44,7 +42,8 @@ func buildClouds(ctx context.Context, cfg *config.Config, getenv func(string) st
 			return nil, fmt.Errorf("kubeconfig: %w", err)
 		}
 		out.kube = kube
-		out.registered = nodeIndex(ctx, kube, &out.background)
+		out.nodes = nodeindex.New(kube, log.With("component", "node-index"))
+		out.background = append(out.background, out.nodes.Run)
 	}
 	if s := cfg.Clouds.Sim; s != nil {
 		acct, err := sim.New(*s, cfg.ClusterName, sim.Options{})
@@ -59,8 +58,9 @@ func buildClouds(ctx context.Context, cfg *config.Config, getenv func(string) st
 			}
 			reg := sim.NewRegistrar(acct, kube, sim.RegistrarOptions{Kwok: *s.Kwok, Logger: log.With("component", "sim-registrar")})
 			out.background = append(out.background, reg.Run)
-			if out.registered == nil {
-				out.registered = nodeIndex(ctx, kube, &out.background)
+			if out.nodes == nil {
+				out.nodes = nodeindex.New(kube, log.With("component", "node-index"))
+				out.background = append(out.background, out.nodes.Run)
 			}
 		}
 	}
@@ -88,18 +88,26 @@ func buildClouds(ctx context.Context, cfg *config.Config, getenv func(string) st
 				}
 			}
 		}
-		out.providers[verda.Name] = verda.New(api, verda.Options{
+		vopts := verda.Options{
 			ClusterName: cfg.ClusterName, Image: v.Image, SSHKeyIDs: v.SSHKeyIDs, LegacyGroups: legacy,
 			ScriptFetchURL: v.StartupScriptFetchURL,
 			Logger:         log.With("cloud", verda.Name),
-		})
+		}
+		if len(legacy) > 0 {
+			if out.nodes == nil {
+				log.Warn("clouds.verda.adoptLegacyInstances needs cluster access (kubeconfig): an instance is adopted only when its Node is in this cluster; none will be")
+			} else {
+				vopts.LegacyInCluster = out.nodes.Registered
+			}
+		}
+		out.providers[verda.Name] = verda.New(api, vopts)
 	}
 	return out, nil
 }
 
-// restConfig reads a kubeconfig path, or the pod's service account for
+// RestConfig reads a kubeconfig path, or the pod's service account for
 // "in-cluster".
-func restConfig(path string) (*rest.Config, error) {
+func RestConfig(path string) (*rest.Config, error) {
 	var rc *rest.Config
 	var err error
 	if path == "in-cluster" {
@@ -120,63 +128,26 @@ func restConfig(path string) (*rest.Config, error) {
 
 // kubeClient builds a clientset from a kubeconfig path or "in-cluster".
 func kubeClient(path string) (kubernetes.Interface, error) {
-	rc, err := restConfig(path)
+	rc, err := RestConfig(path)
 	if err != nil {
 		return nil, err
 	}
 	return kubernetes.NewForConfig(rc)
 }
 
-// nodeIndex watches Nodes and answers, from memory, whether a provider ID
-// has registered. The informer runs as a background task.
-func nodeIndex(_ context.Context, kube kubernetes.Interface, background *[]func(context.Context) error) func(string) bool {
-	factory := informers.NewSharedInformerFactory(kube, 0)
-	inf := factory.Core().V1().Nodes().Informer()
-	var mu sync.RWMutex
-	pidOf := map[string]string{}  // node name -> provider ID
-	nodeOf := map[string]string{} // provider ID -> node name
-	forget := func(name string) {
-		if pid, ok := pidOf[name]; ok && nodeOf[pid] == name {
-			delete(nodeOf, pid)
-		}
-		delete(pidOf, name)
+// Providers builds the configured clouds alone, for commands that only
+// read a catalog; it starts nothing.
+func Providers(ctx context.Context, cfg *config.Config, getenv func(string) string, log *slog.Logger) (map[string]cloud.Provider, error) {
+	c := *cfg
+	c.Kubeconfig = ""
+	if c.Clouds.Sim != nil {
+		s := *c.Clouds.Sim
+		s.Kubeconfig = ""
+		c.Clouds.Sim = &s
 	}
-	set := func(obj any) {
-		if n, ok := obj.(*corev1.Node); ok {
-			mu.Lock()
-			forget(n.Name)
-			pidOf[n.Name], nodeOf[n.Spec.ProviderID] = n.Spec.ProviderID, n.Name
-			mu.Unlock()
-		}
+	cs, err := buildClouds(ctx, &c, getenv, log)
+	if err != nil {
+		return nil, err
 	}
-	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    set,
-		UpdateFunc: func(_, obj any) { set(obj) },
-		DeleteFunc: func(obj any) {
-			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = d.Obj
-			}
-			if n, ok := obj.(*corev1.Node); ok {
-				mu.Lock()
-				forget(n.Name)
-				mu.Unlock()
-			}
-		},
-	})
-	*background = append(*background, func(ctx context.Context) error {
-		factory.Start(ctx.Done())
-		cache.WaitForCacheSync(ctx.Done(), inf.HasSynced)
-		<-ctx.Done()
-		factory.Shutdown()
-		return nil
-	})
-	return func(providerID string) bool {
-		if !inf.HasSynced() {
-			return true // unknown yet: never call an instance leaked on an empty cache
-		}
-		mu.RLock()
-		defer mu.RUnlock()
-		_, ok := nodeOf[providerID]
-		return ok
-	}
+	return cs.providers, nil
 }

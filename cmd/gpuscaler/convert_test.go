@@ -1,0 +1,33 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// config convert takes the file as an argument as well as with --config,
+// and both print the same native config.
+func TestConfigConvertPositional(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	caVerda := "node_groups:\n  gpu-pool:\n    min_size: 0\n    max_size: 3\n    instance_type: 1V100.6V\n    location: FIN-01\n"
+	if err := os.WriteFile(path, []byte(caVerda), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	convert := func(args ...string) string {
+		t.Helper()
+		var out bytes.Buffer
+		root := newRootCommand(&out, &out)
+		root.SetArgs(append([]string{"config", "convert"}, args...))
+		if err := root.Execute(); err != nil {
+			t.Fatalf("config convert %v: %v\n%s", args, err, out.String())
+		}
+		return out.String()
+	}
+	positional, flag := convert(path), convert("--config", path)
+	if positional != flag || !strings.Contains(positional, "gpu-pool") {
+		t.Fatalf("positional:\n%s\nflag:\n%s", positional, flag)
+	}
+}

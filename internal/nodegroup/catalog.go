@@ -1,0 +1,117 @@
+package nodegroup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"k8s.io/utils/clock"
+
+	"github.com/gpuscaler/gpuscaler/internal/cloud"
+	"github.com/gpuscaler/gpuscaler/internal/gpu"
+)
+
+// catalog holds each cloud's instance types and resolves every group's
+// type, GPU model and MIG profile against them.
+type catalog struct {
+	store   *store
+	clients map[string]*client
+	clock   clock.Clock
+	log     *slog.Logger
+	// types is each cloud's catalog by type name; guarded by the store's mutex.
+	types map[string]map[string]cloud.InstanceType
+}
+
+// load fetches one cloud's catalog, with retries for transient failures,
+// and resolves the groups on it. A group whose type or MIG profile the
+// cloud does not have is an error naming its config path.
+func (c *catalog) load(ctx context.Context, cloudName string) error {
+	var types []cloud.InstanceType
+	err := retry(ctx, c.clock, 5, func() error {
+		var err error
+		types, err = c.clients[cloudName].instanceTypes(ctx)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("catalog of cloud %q: %w", cloudName, err)
+	}
+	byName := make(map[string]cloud.InstanceType, len(types))
+	for _, t := range types {
+		byName[t.Name] = t
+	}
+	var errs []error
+	s := c.store
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c.types[cloudName] = byName
+	for _, g := range s.groupsOn(cloudName) {
+		if err := resolve(g, byName); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// resolve sets a group's instance type and GPU model from a catalog.
+func resolve(g *group, byName map[string]cloud.InstanceType) error {
+	i := g.index
+	t, ok := byName[g.cfg.InstanceType]
+	if !ok {
+		return fmt.Errorf("nodeGroups[%d].instanceType: %q is not in the catalog of cloud %q", i, g.cfg.InstanceType, g.cfg.Cloud)
+	}
+	var model gpu.Model
+	if t.GPUModel != "" {
+		if model, ok = gpu.LookupModel(t.GPUModel); !ok {
+			return fmt.Errorf("nodeGroups[%d].instanceType: GPU model %q of %q is unknown", i, t.GPUModel, t.Name)
+		}
+	}
+	if g.cfg.MIG != nil {
+		if t.GPUCount == 0 {
+			return fmt.Errorf("nodeGroups[%d].mig: instance type %q has no GPU", i, t.Name)
+		}
+		if _, err := gpu.MIGResources(t.GPUModel, g.cfg.MIG.Profile, g.cfg.MIG.Strategy, t.GPUCount); err != nil {
+			return fmt.Errorf("nodeGroups[%d].mig: %w", i, err)
+		}
+	}
+	g.itype, g.gpuModel = t, model
+	g.template = templateCache{}
+	return nil
+}
+
+// instanceType returns a type of one cloud's catalog. Callers hold the
+// store's lock.
+func (c *catalog) instanceType(cloudName, name string) (cloud.InstanceType, bool) {
+	t, ok := c.types[cloudName][name]
+	return t, ok
+}
+
+// listPrice is an offering's catalog price; 0 for a type not in the
+// catalog. Callers hold the store's lock.
+func (c *catalog) listPrice(cloudName string, k cloud.OfferingKey) float64 {
+	t, _ := c.instanceType(cloudName, k.InstanceType)
+	return t.Price(k.CapacityType)
+}
+
+// retry runs fn up to attempts times while it fails with a retryable error,
+// backing off exponentially from one second.
+func retry(ctx context.Context, clk clock.Clock, attempts int, fn func() error) error {
+	delay := time.Second
+	var err error
+	for i := 0; i < attempts; i++ {
+		if err = fn(); err == nil || !cloud.Retryable(err) {
+			return err
+		}
+		if i == attempts-1 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-clk.After(delay):
+		}
+		delay *= 2
+	}
+	return err
+}

@@ -1,0 +1,364 @@
+package nodegroup
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/gpuscaler/gpuscaler/internal/cloud"
+	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
+)
+
+const oneGroupLeaky = baseConfig + `
+leakedInstances: {gracePeriod: 5m}
+nodeGroups:
+  - {name: g, cloud: sim, instanceType: 1V100.6V, locations: [FIN-01], maxSize: 5}
+`
+
+// An instance of this cluster in a group this config does not know (another
+// process's newer config, a rolling upgrade) is reported, never deleted.
+func TestUnknownGroupIsReportedNeverDeleted(t *testing.T) {
+	h := newHarness(t, oneGroupLeaky, sim.Options{}, Options{Nodes: newFakeNodes()})
+	if _, err := h.acct.Create(context.Background(), cloud.CreateSpec{
+		Name: "newer-1", Group: "added-in-a-newer-config", InstanceType: "1V100.6V", Location: "FIN-01", CapacityType: cloud.OnDemand,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	h.settle(2 * time.Hour)
+	if n := h.engine.Count("test"); n != 1 {
+		t.Fatalf("%d instances at the cloud, want the unknown group's one untouched", n)
+	}
+	if v := h.metric("gpuscaler_unknown_group_instances", map[string]string{"cloud": "sim"}); v != 1 {
+		t.Fatalf("unknown-group gauge = %v, want 1", v)
+	}
+}
+
+// A Node registered under an alias of the instance (verda://<id> on a
+// migrated cluster) counts as registered; a missing Node is acted on only
+// after several syncs agree.
+func TestNeverRegisteredChecksAliasesAndMisses(t *testing.T) {
+	nodes := newFakeNodes()
+	h := newHarness(t, oneGroupLeaky, sim.Options{}, Options{Nodes: nodes})
+	if err := h.mgr.IncreaseSize(context.Background(), "g", 2); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("2 running", func() bool { r, _, _, _ := h.states("g"); return r == 2 })
+	insts, _ := h.mgr.Instances("g")
+	aliased := insts[0]
+	if len(aliased.Aliases) == 0 {
+		t.Fatal("the simulated cloud lists no alias")
+	}
+	nodes.register(aliased.Aliases[0])
+	// Past the grace period the other is missed once per sync; it goes only
+	// after several syncs in a row over at least two sync periods.
+	h.eventually("the unregistered one deleted", func() bool { return len(h.cloudInstances()["g"]) == 1 })
+	live := h.cloudInstances()["g"]
+	if len(live) != 1 || live[0].Name != aliased.Name {
+		t.Fatalf("live instances %v, want only %s (registered under its alias)", live, aliased.Name)
+	}
+	if n, _ := h.mgr.TargetSize("g"); n != 1 {
+		t.Fatalf("target %d after the never-registered instance went, want 1", n)
+	}
+}
+
+// A broken bootstrap with minSize >= 1 must not buy a GPU every grace
+// period: after a few never-registered instances in a row the group backs
+// off and stops ordering.
+func TestBrokenBootstrapBacksOff(t *testing.T) {
+	doc := baseConfig + `
+leakedInstances: {gracePeriod: 5m}
+nodeGroups:
+  - {name: g, cloud: sim, instanceType: 1V100.6V, locations: [FIN-01], minSize: 1, maxSize: 5}
+`
+	w := &wrapped{}
+	h := newWrappedHarness(t, doc, sim.Options{}, Options{Nodes: newFakeNodes()}, func(c *sim.Cloud) cloud.Provider { w.Provider = c; return w })
+	h.eventually("the group backing off", func() bool { _, ok := h.mgr.Backoff("g"); return ok })
+	b, ok := h.mgr.Backoff("g")
+	if !ok || b.Reason != CodeNeverRegistered {
+		t.Fatalf("backoff = %+v, %v; want NeverRegistered", b, ok)
+	}
+	if err := h.mgr.IncreaseSize(context.Background(), "g", 1); !errors.Is(err, ErrBackingOff) {
+		t.Fatalf("IncreaseSize during the backoff: %v", err)
+	}
+	h.settle(4 * time.Hour)
+	if creates, _ := w.counts(); creates != unregisteredInARow {
+		t.Fatalf("%d instances bought for a group whose nodes never register, want %d", creates, unregisteredInARow)
+	}
+}
+
+// A lost create answer is never followed by a second order before a list
+// that started well after it says the first did not land; an order that
+// did land shows up late (an eventually consistent list) and is recorded.
+func TestLostAnswerWaitsForAList(t *testing.T) {
+	h := newHarness(t, oneGroupLeaky, sim.Options{OutcomeUnknownRate: 1, ListLag: 20 * time.Second}, Options{})
+	if err := h.mgr.IncreaseSize(context.Background(), "g", 1); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("the instance running", func() bool { r, _, _, _ := h.states("g"); return r == 1 })
+	if n := h.engine.Count("test"); n != 1 {
+		t.Fatalf("%d instances at the cloud for one order whose answer was lost", n)
+	}
+	if calls := h.engine.Calls()["create"]; calls != 1 {
+		t.Fatalf("%d create calls, want 1", calls)
+	}
+}
+
+// An order whose answer was lost and that did not land is ordered again,
+// under a new name, once a later list proves it absent.
+func TestLostAnswerThatDidNotLandIsOrderedAgain(t *testing.T) {
+	w := &wrapped{}
+	first := true
+	w.onCreate = func(context.Context, cloud.CreateSpec) (cloud.Instance, error, bool) {
+		if first {
+			first = false
+			return cloud.Instance{}, cloud.Errorf(cloud.ErrOutcomeUnknown, "create", "timeout before the cloud got it"), true
+		}
+		return cloud.Instance{}, nil, false
+	}
+	h := newWrappedHarness(t, oneGroupLeaky, sim.Options{}, Options{}, func(c *sim.Cloud) cloud.Provider { w.Provider = c; return w })
+	if err := h.mgr.IncreaseSize(context.Background(), "g", 1); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("one running", func() bool { r, _, _, _ := h.states("g"); return r == 1 })
+	if creates, _ := w.counts(); creates != 2 {
+		t.Fatalf("%d creates, want 2 (the lost one and one after a list proved it absent)", creates)
+	}
+	if n := h.engine.Count("test"); n != 1 {
+		t.Fatalf("%d instances at the cloud, want 1", n)
+	}
+}
+
+// A second instance under a member's name (an order that landed twice) is
+// a leak: deleted after the grace period, the member's own instance kept.
+func TestDuplicateNameIsDeleted(t *testing.T) {
+	w := &wrapped{}
+	var dupGone bool
+	h := newWrappedHarness(t, oneGroupLeaky, sim.Options{}, Options{}, func(c *sim.Cloud) cloud.Provider { w.Provider = c; return w })
+	if err := h.mgr.IncreaseSize(context.Background(), "g", 1); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("one running", func() bool { r, _, _, _ := h.states("g"); return r == 1 })
+	w.mu.Lock()
+	w.onList = func(in []cloud.Instance) []cloud.Instance {
+		if dupGone || len(in) == 0 {
+			return in
+		}
+		d := in[0]
+		d.ID, d.CreatedAt = "dup-1", d.CreatedAt.Add(time.Second)
+		return append(in, d)
+	}
+	w.onDelete = func(inst cloud.Instance) (error, bool) {
+		if inst.ID == "dup-1" {
+			dupGone = true
+			return nil, true
+		}
+		return nil, false
+	}
+	w.mu.Unlock()
+	h.settle(10 * time.Minute)
+	w.mu.Lock()
+	gone := dupGone
+	w.mu.Unlock()
+	if !gone {
+		t.Fatal("the duplicate was not deleted")
+	}
+	if r, _, _, _ := h.states("g"); r != 1 || h.engine.Count("test") != 1 {
+		t.Fatalf("the member's own instance was touched: running %d, at the cloud %d", r, h.engine.Count("test"))
+	}
+}
+
+// Instances of a group found by a later sync (another replica's orders, a
+// late landing) raise the target within maxSize; past maxSize they go.
+func TestAdoptionRaisesTargetWithinMax(t *testing.T) {
+	doc := baseConfig + `
+nodeGroups:
+  - {name: g, cloud: sim, instanceType: 1V100.6V, locations: [FIN-01], maxSize: 2}
+`
+	h := newHarness(t, doc, sim.Options{}, Options{})
+	for _, name := range []string{"g-other1", "g-other2", "g-other3"} {
+		if _, err := h.acct.Create(context.Background(), cloud.CreateSpec{
+			Name: name, Group: "g", InstanceType: "1V100.6V", Location: "FIN-01", CapacityType: cloud.OnDemand,
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.settle(2 * time.Minute)
+	if n, _ := h.mgr.TargetSize("g"); n != 2 {
+		t.Fatalf("target %d, want 2 (adopted up to maxSize)", n)
+	}
+	h.eventually("the surplus deleted", func() bool { return len(h.cloudInstances()["g"]) == 2 })
+	// With live counts, surplus members can always be deleted down to minSize.
+	insts, _ := h.mgr.Instances("g")
+	var ids []string
+	for _, in := range insts {
+		if in.State != StateDeleting {
+			ids = append(ids, in.ProviderID)
+		}
+	}
+	if err := h.mgr.DeleteNodes(context.Background(), "g", ids); err != nil {
+		t.Fatalf("deleting the adopted nodes: %v", err)
+	}
+}
+
+// The Node of an instance that vanished (a spot reclaim) is deleted once a
+// later list confirms it gone, and the slot is replaced.
+func TestVanishedInstanceNodeIsDeleted(t *testing.T) {
+	nodes := newFakeNodes()
+	h := newHarness(t, oneGroupLeaky, sim.Options{}, Options{Nodes: nodes})
+	if err := h.mgr.IncreaseSize(context.Background(), "g", 1); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("one running", func() bool { r, _, _, _ := h.states("g"); return r == 1 })
+	insts, _ := h.mgr.Instances("g")
+	nodes.register(insts[0].ProviderID)
+	if err := h.engine.Reclaim(insts[0].Name); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("the Node deleted", func() bool {
+		for _, ids := range nodes.deletedIDs() {
+			if slices.Contains(ids, insts[0].ProviderID) {
+				return true
+			}
+		}
+		return false
+	})
+	h.eventually("a replacement running", func() bool { r, _, _, _ := h.states("g"); return r == 1 })
+}
+
+// Quota failures back the group off (no tight re-order loop), and
+// IncreaseSize says so.
+func TestQuotaBacksOff(t *testing.T) {
+	w := &wrapped{}
+	w.onCreate = func(context.Context, cloud.CreateSpec) (cloud.Instance, error, bool) {
+		return cloud.Instance{}, cloud.Errorf(cloud.ErrQuota, "create", "GPU quota reached"), true
+	}
+	h := newWrappedHarness(t, oneGroupLeaky, sim.Options{}, Options{}, func(c *sim.Cloud) cloud.Provider { w.Provider = c; return w })
+	if err := h.mgr.IncreaseSize(context.Background(), "g", 1); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("the order failed", func() bool { _, _, _, f := h.states("g"); return f == 1 })
+	if err := h.mgr.IncreaseSize(context.Background(), "g", 1); !errors.Is(err, ErrBackingOff) {
+		t.Fatalf("IncreaseSize right after a quota failure: %v", err)
+	}
+	if b, ok := h.mgr.Backoff("g"); !ok || b.Reason != CodeQuotaExceeded {
+		t.Fatalf("backoff %+v %v", b, ok)
+	}
+	if creates, _ := w.counts(); creates != 1 {
+		t.Fatalf("%d creates, want 1", creates)
+	}
+}
+
+// A delete the cloud refuses for good is tried once; a transient one a
+// bounded number of times; both are reported in a metric, and one delete
+// at a time runs per instance however often it is asked for.
+func TestDeleteRetriesAreBounded(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+		want int
+	}{
+		{"invalid", cloud.ErrInvalid, 1},
+		{"transient", cloud.ErrTransient, maxDeleteAttempts},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := &wrapped{}
+			h := newWrappedHarness(t, oneGroupLeaky, sim.Options{}, Options{}, func(c *sim.Cloud) cloud.Provider { w.Provider = c; return w })
+			if err := h.mgr.IncreaseSize(context.Background(), "g", 1); err != nil {
+				t.Fatal(err)
+			}
+			h.eventually("one running", func() bool { r, _, _, _ := h.states("g"); return r == 1 })
+			w.mu.Lock()
+			w.onDelete = func(cloud.Instance) (error, bool) { return cloud.Errorf(tc.err, "delete", "refused"), true }
+			w.mu.Unlock()
+			insts, _ := h.mgr.Instances("g")
+			if err := h.mgr.DeleteNodes(context.Background(), "g", []string{insts[0].ProviderID}); err != nil {
+				t.Fatal(err)
+			}
+			h.eventually("the failure reported", func() bool {
+				return h.metric("gpuscaler_delete_failures_total", map[string]string{"cloud": "sim"}) == 1
+			})
+			if _, deletes := w.counts(); deletes != tc.want {
+				t.Fatalf("%d delete calls, want %d", deletes, tc.want)
+			}
+		})
+	}
+}
+
+// Two processes that split the groups (the provider and the controller)
+// together stay under the cluster's cost cap: each counts the other's
+// instances.
+func TestCostCapCountsOtherProcesses(t *testing.T) {
+	doc := `
+clusterName: test
+sync: {period: 30s, requestsPerSecond: 10000, maxConcurrentCreates: 8}
+maxHourlyCost: 3
+nodeGroups:
+  - {name: a, cloud: sim, instanceType: 1V100.6V, locations: [FIN-01], maxSize: 50}
+  - {name: b, cloud: sim, instanceType: 1V100.6V, locations: [FIN-01], maxSize: 50}
+clouds:
+  sim: {bootDelay: 60s, deleteDelay: 10s, defaultCapacity: 100}
+`
+	ha := newHarness(t, doc, sim.Options{}, Options{Manage: func(g string) bool { return g == "a" }})
+	price := ha.engine.Catalog()[0].OnDemandPrice
+	for _, it := range ha.engine.Catalog() {
+		if it.Name == "1V100.6V" {
+			price = it.OnDemandPrice
+		}
+	}
+	n := int(3 / price)
+	if err := ha.mgr.IncreaseSize(context.Background(), "a", n); err != nil {
+		t.Fatal(err)
+	}
+	ha.eventually("a's instances running", func() bool { r, _, _, _ := ha.states("a"); return r == n })
+	// A second process on the same account manages b.
+	mb, err := New(ha.cfg, map[string]cloud.Provider{"sim": ha.acct}, Options{Clock: ha.clk, Logger: testLogger(), Manage: func(g string) bool { return g == "b" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer func() { cancel(); mb.Wait() }()
+	if err := mb.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := mb.IncreaseSize(context.Background(), "b", 1); !errors.Is(err, ErrCostLimit) {
+		t.Fatalf("the second process ordered past the shared cap: %v", err)
+	}
+}
+
+// A crash between the cloud accepting a create and the core recording it
+// leaves one instance, which the restarted core adopts: nothing is paid
+// twice, nothing is left unowned.
+func TestCrashBetweenCreateAndRecord(t *testing.T) {
+	w := &wrapped{}
+	accepted := make(chan struct{})
+	w.onCreate = func(ctx context.Context, spec cloud.CreateSpec) (cloud.Instance, error, bool) {
+		in, err := w.Provider.Create(ctx, spec)
+		if err != nil {
+			return in, err, true
+		}
+		close(accepted)
+		<-ctx.Done() // the process dies before the answer is recorded
+		return cloud.Instance{}, ctx.Err(), true
+	}
+	h := newWrappedHarness(t, oneGroupLeaky, sim.Options{}, Options{}, func(c *sim.Cloud) cloud.Provider { w.Provider = c; return w })
+	if err := h.mgr.IncreaseSize(context.Background(), "g", 1); err != nil {
+		t.Fatal(err)
+	}
+	<-accepted
+	w.mu.Lock()
+	w.onCreate = nil
+	w.mu.Unlock()
+	h.restart()
+	if n, _ := h.mgr.TargetSize("g"); n != 1 {
+		t.Fatalf("target after restart %d, want 1", n)
+	}
+	h.settle(5 * time.Minute)
+	if n := h.engine.Count("test"); n != 1 {
+		t.Fatalf("%d instances after the crash and restart, want 1", n)
+	}
+	if creates, _ := w.counts(); creates != 1 {
+		t.Fatalf("%d creates, want 1", creates)
+	}
+}

@@ -1,0 +1,201 @@
+package nodegroup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"sort"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/gpuscaler/gpuscaler/internal/cloud"
+)
+
+// LaunchRequest orders one instance on one offering outside any group's
+// target: the launch API, for front ends that think in single machines
+// (Karpenter's NodeClaims). The instance is recorded as the Owner's at the
+// cloud, shares the core's cost guard, stock-out backoff and outcome-unknown
+// handling, and is never deleted by the core: its owner collects it.
+type LaunchRequest struct {
+	// Owner names the front end, recorded on the instance ("karpenter").
+	Owner string
+	// Cloud and Offering say what to order.
+	Cloud    string
+	Offering cloud.OfferingKey
+	// Name is the instance's hostname; empty picks "<Owner>-<10 hex>".
+	Name string
+	// Template is an optional configured group whose image, disk, cloud
+	// options, labels, taints and bootstrap the instance uses; Labels and
+	// Taints are added to the template's.
+	Template string
+	Labels   map[string]string
+	Taints   []corev1.Taint
+}
+
+// launcher is the launch API over the orderer's parts.
+type launcher struct {
+	store     *store
+	offerings *offerings
+	cost      *costGuard
+	catalog   *catalog
+	templater *templater
+	orderer   *orderer
+	deleter   *deleter
+	clients   map[string]*client
+}
+
+// launch orders the instance and returns once the cloud accepted it. A
+// stock-out is an error of class cloud.ErrCapacity, and the offering is
+// skipped by every later order for the backoff period. A lost answer is
+// resolved by a later list before launch returns (or ctx ends).
+func (l *launcher) launch(ctx context.Context, req LaunchRequest) (Instance, error) {
+	c, ok := l.clients[req.Cloud]
+	if !ok {
+		return Instance{}, cloud.Errorf(cloud.ErrInvalid, "launch", "cloud %q is not configured", req.Cloud)
+	}
+	if req.Owner == "" {
+		return Instance{}, cloud.Errorf(cloud.ErrInvalid, "launch", "an owner is required")
+	}
+	s := l.store
+	lg := s.launches
+	s.mu.Lock()
+	spec, mem, err := l.prepareLocked(req)
+	if err != nil {
+		s.mu.Unlock()
+		return Instance{}, err
+	}
+	s.add(lg, mem)
+	s.mu.Unlock()
+
+	if err := l.orderer.render(ctx, req.Template, &spec); err != nil {
+		l.abandon(mem)
+		return Instance{}, cloud.NewError(cloud.ErrInvalid, "launch", err)
+	}
+	inst, err := c.create(ctx, spec)
+	switch {
+	case err == nil:
+		l.orderer.created(lg, mem, inst)
+	case errors.Is(err, cloud.ErrOutcomeUnknown) || ctx.Err() != nil:
+		l.orderer.unknown(lg, mem, err)
+		return l.await(ctx, mem)
+	default:
+		l.orderer.release(ctx, mem.name)
+		l.abandon(mem)
+		if errors.Is(err, cloud.ErrCapacity) {
+			s.mu.Lock()
+			l.offerings.markStockedOut(req.Cloud, req.Offering)
+			s.mu.Unlock()
+		}
+		return Instance{}, err
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return mem.view(), nil
+}
+
+// prepareLocked checks the order against the stock-out backoff and the cost
+// cap and builds it.
+func (l *launcher) prepareLocked(req LaunchRequest) (cloud.CreateSpec, *member, error) {
+	s := l.store
+	k := req.Offering
+	it, ok := l.catalog.instanceType(req.Cloud, k.InstanceType)
+	if !ok {
+		return cloud.CreateSpec{}, nil, cloud.Errorf(cloud.ErrInvalid, "launch", "instance type %q is not in the catalog of cloud %q", k.InstanceType, req.Cloud)
+	}
+	price, usable := l.offerings.usable(req.Cloud, k, it.Price(k.CapacityType))
+	if !usable {
+		return cloud.CreateSpec{}, nil, cloud.Errorf(cloud.ErrCapacity, "launch", "offering %s is unavailable", k)
+	}
+	if err := l.cost.check(s.launches, nil, price); err != nil {
+		return cloud.CreateSpec{}, nil, err
+	}
+	name := req.Name
+	if name == "" {
+		name = newName(s.launches, req.Owner)
+	} else if _, taken := s.launches.members[name]; taken {
+		return cloud.CreateSpec{}, nil, cloud.Errorf(cloud.ErrInvalid, "launch", "instance %q is launched already", name)
+	}
+	spec := cloud.CreateSpec{Name: name, Owner: req.Owner, InstanceType: k.InstanceType, Location: k.Location, CapacityType: k.CapacityType}
+	if req.Template != "" {
+		g, ok := s.groups[req.Template]
+		if !ok {
+			return cloud.CreateSpec{}, nil, cloud.Errorf(cloud.ErrInvalid, "launch", "template group %q is not configured", req.Template)
+		}
+		spec = l.templater.spec(g, name, k)
+		spec.Group, spec.Owner = "", req.Owner
+	}
+	if spec.Labels == nil {
+		spec.Labels = map[string]string{}
+	}
+	maps.Copy(spec.Labels, req.Labels)
+	spec.Taints = append(spec.Taints, req.Taints...)
+	mem := &member{
+		name: name, cloud: req.Cloud, owner: req.Owner, phase: phaseCreating,
+		providerID: cloud.ProviderID(req.Cloud, name), offering: k, price: price,
+		createdAt: l.orderer.clock.Now(), resolved: make(chan struct{}),
+	}
+	return spec, mem, nil
+}
+
+// await waits until a list resolves a lost answer.
+func (l *launcher) await(ctx context.Context, mem *member) (Instance, error) {
+	select {
+	case <-ctx.Done():
+		return Instance{}, cloud.NewError(cloud.ErrOutcomeUnknown, "launch",
+			fmt.Errorf("instance %s: answer lost and not resolved yet: %w", mem.name, ctx.Err()))
+	case <-mem.resolved:
+	}
+	s := l.store
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.launches.members[mem.name] != mem {
+		return Instance{}, cloud.Errorf(cloud.ErrTransient, "launch", "instance %s: the order did not land", mem.name)
+	}
+	return mem.view(), nil
+}
+
+// abandon forgets an order that did not go through.
+func (l *launcher) abandon(mem *member) {
+	l.store.mu.Lock()
+	defer l.store.mu.Unlock()
+	l.store.drop(l.store.launches, mem)
+}
+
+// terminate deletes a launched instance; a provider ID the launch API does
+// not know (gone already) is ErrNotLaunched.
+func (l *launcher) terminate(ctx context.Context, providerID string) error {
+	s := l.store
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	mem, ok := s.byProviderID[providerID]
+	if !ok || mem.group != "" {
+		return fmt.Errorf("%w: %q", ErrNotLaunched, providerID)
+	}
+	switch mem.phase {
+	case phaseDeleting:
+		return nil
+	case phaseCreating, phaseUnknown:
+		s.change(s.launches, mem, func() { mem.cancelled, mem.phase = true, phaseDeleting })
+		return nil
+	}
+	s.change(s.launches, mem, func() { mem.phase = phaseDeleting })
+	l.deleter.delete(ctx, mem.cloud, mem.instance(), "terminated by "+mem.owner)
+	return nil
+}
+
+// launched returns the launched instances of one owner (all for ""),
+// sorted by name.
+func (l *launcher) launched(owner string) []Instance {
+	s := l.store
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var out []Instance
+	for _, mem := range s.launches.members {
+		if owner == "" || mem.owner == owner {
+			out = append(out, mem.view())
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}

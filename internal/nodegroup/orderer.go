@@ -1,0 +1,294 @@
+package nodegroup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"k8s.io/utils/clock"
+
+	"github.com/gpuscaler/gpuscaler/internal/cloud"
+)
+
+// Error codes reported on instances that could not be created.
+const (
+	CodeOutOfResources  = "OutOfResources"
+	CodeQuotaExceeded   = "QuotaExceeded"
+	CodeInvalidConfig   = "InvalidConfiguration"
+	CodeCostLimit       = "CostLimitExceeded"
+	CodeCreateFailed    = "CreateFailed"
+	CodeNeverRegistered = "NeverRegistered"
+)
+
+// orderer creates instances: it tries a group's offerings in order, skips
+// the ones that stocked out, renders each order's startup script, retries
+// what is safe to retry, and never sends an order again whose answer was
+// lost: such a member waits, in phaseUnknown, for a list that started well
+// after the order to say whether it landed (see syncer).
+type orderer struct {
+	store     *store
+	offerings *offerings
+	cost      *costGuard
+	templater *templater
+	deleter   *deleter
+	clients   map[string]*client
+	boot      Bootstrapper
+	retries   int
+	clock     clock.Clock
+	log       *slog.Logger
+	metrics   *metrics
+	events    *events
+	run       func(func())
+	kick      func(cloudName string)
+	ctx       func() context.Context
+	// publish refreshes a group's gauges after a change.
+	publish func(*group)
+}
+
+// order starts the background create of a new member of g. Callers hold
+// the store's lock.
+func (o *orderer) order(g *group, mem *member) {
+	ctx := o.ctx()
+	o.run(func() { o.create(ctx, g, mem) })
+}
+
+// create orders one member's instance, trying each usable offering in turn.
+func (o *orderer) create(ctx context.Context, g *group, mem *member) {
+	s := o.store
+	s.mu.Lock()
+	if b, ok := o.offerings.backedOff(g.cfg.Name); ok {
+		o.failLocked(g, mem, b.reason, ErrorClassOther, fmt.Sprintf("group backing off until %s: %s", b.until.Format(time.RFC3339), b.message), false)
+		s.mu.Unlock()
+		return
+	}
+	s.mu.Unlock()
+	tried := 0
+	for _, k := range candidates(g) {
+		s.mu.Lock()
+		if mem.cancelled {
+			s.drop(g, mem)
+			s.mu.Unlock()
+			return
+		}
+		price, ok := o.offerings.usable(g.cfg.Cloud, k, g.itype.Price(k.CapacityType))
+		if ok {
+			if err := o.cost.check(g, mem, price); err != nil {
+				o.failLocked(g, mem, CodeCostLimit, ErrorClassOther, err.Error(), true)
+				s.mu.Unlock()
+				return
+			}
+			s.change(g, mem, func() { mem.offering, mem.price = k, price })
+		}
+		var spec cloud.CreateSpec
+		if ok {
+			spec = o.templater.spec(g, mem.name, k)
+		}
+		s.mu.Unlock()
+		if !ok {
+			continue
+		}
+		tried++
+		switch o.send(ctx, g, mem, spec) {
+		case settled:
+			return
+		case stockedOut:
+			o.log.Info("offering stocked out, trying the next", "group", g.cfg.Name, "offering", k.String())
+			s.mu.Lock()
+			o.offerings.markStockedOut(g.cfg.Cloud, k)
+			s.mu.Unlock()
+		}
+	}
+	msg := fmt.Sprintf("no capacity for %s in %s (%s); %d offerings tried",
+		g.cfg.InstanceType, strings.Join(g.cfg.Locations, ", "), g.cfg.CapacityPolicy, tried)
+	o.fail(g, mem, CodeOutOfResources, ErrorClassOutOfResources, msg, false)
+}
+
+// outcome is how one offering's order ended.
+type outcome int
+
+const (
+	// settled: the member's fate is decided (created, unknown, failed or withdrawn).
+	settled outcome = iota
+	// stockedOut: the offering had no capacity; try the next.
+	stockedOut
+)
+
+// send renders the startup script and orders the member on one offering,
+// retrying transient failures, which by the cloud contract did not take
+// effect.
+func (o *orderer) send(ctx context.Context, g *group, mem *member, spec cloud.CreateSpec) outcome {
+	if err := o.render(ctx, g.cfg.Name, &spec); err != nil {
+		o.fail(g, mem, CodeInvalidConfig, ErrorClassOther, err.Error(), true)
+		return settled
+	}
+	c := o.clients[g.cfg.Cloud]
+	backoff := time.Second
+	for attempt := 0; ; attempt++ {
+		inst, err := c.create(ctx, spec)
+		switch {
+		case err == nil:
+			o.created(g, mem, inst)
+			return settled
+		case errors.Is(err, cloud.ErrOutcomeUnknown), ctx.Err() != nil:
+			// The order may have landed: never send it again before a list says.
+			o.unknown(g, mem, err)
+			return settled
+		}
+		o.release(ctx, mem.name)
+		switch cloud.Class(err) {
+		case cloud.ErrCapacity:
+			return stockedOut
+		case cloud.ErrQuota:
+			o.fail(g, mem, CodeQuotaExceeded, ErrorClassOther, err.Error(), true)
+			return settled
+		case cloud.ErrInvalid, cloud.ErrNotFound:
+			o.fail(g, mem, CodeInvalidConfig, ErrorClassOther, err.Error(), true)
+			return settled
+		}
+		if attempt >= o.retries {
+			o.fail(g, mem, CodeCreateFailed, ErrorClassOther, err.Error(), true)
+			return settled
+		}
+		o.log.Warn("create failed, retrying", "group", g.cfg.Name, "instance", spec.Name, "attempt", attempt+1, "error", err)
+		select {
+		case <-ctx.Done():
+			return settled
+		case <-o.clock.After(backoff):
+		}
+		backoff = min(2*backoff, 30*time.Second)
+		o.store.mu.Lock()
+		cancelled := mem.cancelled
+		if cancelled {
+			o.store.drop(g, mem)
+		}
+		o.store.mu.Unlock()
+		if cancelled {
+			return settled
+		}
+		if err := o.render(ctx, g.cfg.Name, &spec); err != nil {
+			o.fail(g, mem, CodeInvalidConfig, ErrorClassOther, err.Error(), true)
+			return settled
+		}
+	}
+}
+
+// render puts the startup script of bootGroup's bootstrap on an order. A
+// launched instance renders with its template group's (spec.Group is set to
+// it only while rendering); with no group, the order has no script.
+func (o *orderer) render(ctx context.Context, bootGroup string, spec *cloud.CreateSpec) error {
+	if o.boot == nil || bootGroup == "" {
+		return nil
+	}
+	rs := *spec
+	rs.Group = bootGroup
+	ud, err := o.boot.UserData(ctx, rs)
+	if err != nil {
+		return fmt.Errorf("render startup script for %s: %w", spec.Name, err)
+	}
+	spec.UserData = ud
+	return nil
+}
+
+// created records a member's instance, or deletes it if the member was
+// withdrawn while the create was in flight.
+func (o *orderer) created(g *group, mem *member, inst cloud.Instance) {
+	s := o.store
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o.recordLocked(g, mem, inst)
+	o.offerings.succeed(g.cfg.Name)
+	o.publish(g)
+	o.log.Info("instance created", "group", g.cfg.Name, "owner", mem.owner, "instance", inst.Name, "offering", mem.offering.String(), "price", mem.price)
+}
+
+// recordLocked puts what the cloud accepted on the member.
+func (o *orderer) recordLocked(g *group, mem *member, inst cloud.Instance) {
+	s := o.store
+	s.change(g, mem, func() {
+		pid := inst.ProviderID
+		inst.ProviderID = ""
+		mem.setInstance(inst)
+		if mem.state == "" {
+			mem.state = cloud.StatePending
+		}
+		mem.recordedAt = o.clock.Now()
+		mem.phase = phaseCreated
+		if mem.cancelled {
+			mem.phase = phaseDeleting
+		}
+		s.reindex(mem, pid)
+		s.index(mem)
+	})
+	if mem.cancelled {
+		o.log.Info("deleting instance withdrawn during its create", "group", g.cfg.Name, "instance", inst.Name)
+		o.deleter.delete(o.ctx(), mem.cloud, mem.instance(), "withdrawn while it was being created")
+	}
+	mem.settle()
+}
+
+// unknown parks a member whose create answer was lost until a list says
+// whether the order landed.
+func (o *orderer) unknown(g *group, mem *member, err error) {
+	s := o.store
+	s.mu.Lock()
+	s.change(g, mem, func() {
+		mem.phase = phaseUnknown
+		mem.unknownSince = o.clock.Now()
+	})
+	s.mu.Unlock()
+	o.log.Warn("create answer lost; waiting for a list to say whether it landed", "group", g.cfg.Name, "instance", mem.name, "error", err)
+	o.kick(mem.cloud)
+}
+
+// release tells the bootstrapper an order for name did not go through.
+func (o *orderer) release(ctx context.Context, name string) {
+	if r, ok := o.boot.(Releaser); ok {
+		r.Release(context.WithoutCancel(ctx), name)
+	}
+}
+
+func (o *orderer) fail(g *group, mem *member, code string, class ErrorClass, msg string, backoff bool) {
+	o.release(o.ctx(), mem.name)
+	o.store.mu.Lock()
+	defer o.store.mu.Unlock()
+	o.failLocked(g, mem, code, class, msg, backoff)
+}
+
+// failLocked marks a member failed; it stays in the target, reported with
+// its error, until a front end removes it. A withdrawn member is dropped.
+// With backoff, the group gets no new orders for a while (see offerings).
+func (o *orderer) failLocked(g *group, mem *member, code string, class ErrorClass, msg string, backoff bool) {
+	s := o.store
+	o.metrics.scaleUpFailures.WithLabelValues(g.cfg.Name, code).Inc()
+	if backoff && g != s.launches {
+		until := o.offerings.fail(g.cfg.Name, code, msg, 0, 0)
+		o.log.Warn("node group backs off", "group", g.cfg.Name, "reason", code, "until", until.Format(time.RFC3339))
+	}
+	if mem.cancelled {
+		s.drop(g, mem)
+		mem.settle()
+		return
+	}
+	o.log.Warn("instance could not be created", "group", g.cfg.Name, "instance", mem.name, "code", code, "error", msg)
+	o.events.warn(g.cfg.Name, mem.name, mem.providerID, "ScaleUpFailed", code+": "+msg)
+	s.change(g, mem, func() {
+		mem.phase = phaseFailed
+		mem.errCode, mem.errClass, mem.errMsg = code, class, msg
+	})
+	o.publish(g)
+	mem.settle()
+}
+
+// settle wakes a caller waiting on a launch's outcome.
+func (mem *member) settle() {
+	if mem.resolved != nil {
+		select {
+		case <-mem.resolved:
+		default:
+			close(mem.resolved)
+		}
+	}
+}

@@ -1,0 +1,200 @@
+package nodegroup
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"k8s.io/utils/clock"
+
+	"github.com/gpuscaler/gpuscaler/internal/cloud"
+	"github.com/gpuscaler/gpuscaler/internal/config"
+)
+
+// Never-registered instances: a running member past the grace period is
+// taken for one only after this many syncs in a row found no Node under any
+// of its provider IDs; after this many such instances of a group in a row,
+// the group backs off (a broken bootstrap must not buy a GPU every grace
+// period). Such a group waits up to neverRegisteredBackoff, or until one of
+// its nodes registers, or a restart or reload.
+const (
+	unregisteredMisses     = 3
+	unregisteredInARow     = 3
+	neverRegisteredBackoff = 24 * time.Hour
+)
+
+// reaper decides which instances the core deletes, or only reports, though
+// no front end asked: instances of managed groups whose Node never
+// registered, and second instances under one name (an order that landed
+// twice). Ownership is read from the instance: an instance of a group this
+// configuration does not know belongs to someone else (another process,
+// a newer config) and is reported, never deleted. Launched instances are
+// their owner's to collect.
+type reaper struct {
+	cfg       *config.Config
+	store     *store
+	offerings *offerings
+	deleter   *deleter
+	nodes     Nodes
+	clock     clock.Clock
+	log       *slog.Logger
+	metrics   *metrics
+	events    *events
+
+	// duplicates are second instances under a member's name, by cloud/ID.
+	duplicates map[string]*duplicate
+	// unknown are reported instances of groups unknown to this config, by
+	// cloud/ID, with the sync generation that last saw them.
+	unknown map[string]int
+	// streak counts each group's never-registered instances in a row.
+	streak map[string]int
+	gen    map[string]int
+}
+
+// duplicate is what is known of one duplicate instance.
+type duplicate struct {
+	first    time.Time
+	reported bool
+	gen      int
+}
+
+func (r *reaper) key(cloudName string, in cloud.Instance) string {
+	return deleteKey(cloudName, in)
+}
+
+// duplicatesLocked handles instances listed under a member's name beside
+// the one the member stands for: after the grace period they are deleted
+// (or reported once).
+func (r *reaper) duplicatesLocked(cloudName string, dups []cloud.Instance) {
+	now := r.clock.Now()
+	for _, in := range dups {
+		k := r.key(cloudName, in)
+		d, ok := r.duplicates[k]
+		if !ok {
+			d = &duplicate{first: now}
+			r.duplicates[k] = d
+			r.log.Warn("second instance under one name (an order that landed twice)", "cloud", cloudName, "instance", in.Name, "id", in.ID, "group", in.Group)
+		}
+		d.gen = r.gen[cloudName]
+		if d.reported || now.Sub(d.first) < r.cfg.LeakedInstances.GracePeriod.Duration || in.State == cloud.StateDeleting {
+			continue
+		}
+		action := r.cfg.LeakedInstances.Action
+		r.metrics.leaked.WithLabelValues(cloudName, action).Inc()
+		msg := fmt.Sprintf("instance %s (id %s) duplicates a member's name", in.Name, in.ID)
+		if action == config.LeakActionReport {
+			d.reported = true
+			r.events.warn(in.Group, in.Name, "", "DuplicateInstance", msg+"; report only")
+			continue
+		}
+		r.events.warn(in.Group, in.Name, "", "DuplicateInstance", msg+"; deleting it")
+		r.deleter.delete(context.Background(), cloudName, in, "duplicate of a member")
+	}
+}
+
+// unknownLocked reports, once, an instance of this cluster whose group the
+// configuration does not know.
+func (r *reaper) unknownLocked(cloudName string, in cloud.Instance) {
+	k := r.key(cloudName, in)
+	if _, seen := r.unknown[k]; !seen {
+		r.log.Warn("instance of this cluster belongs to a group this configuration does not know; leaving it alone",
+			"cloud", cloudName, "instance", in.Name, "group", in.Group, "owner", in.Owner)
+		r.events.warn(in.Group, in.Name, in.ProviderID, "UnknownGroup",
+			fmt.Sprintf("instance %s belongs to group %q, which this configuration does not have; it is left alone", in.Name, in.Group))
+	}
+	r.unknown[k] = r.gen[cloudName]
+}
+
+// beginLocked starts a sync generation for one cloud.
+func (r *reaper) beginLocked(cloudName string) {
+	r.gen[cloudName]++
+}
+
+// forgetUnknownLocked forgets what one cloud's last list no longer showed.
+func (r *reaper) forgetUnknownLocked(cloudName string, _ listing) {
+	gen := r.gen[cloudName]
+	prefix := cloudName + "/"
+	for k, g := range r.unknown {
+		if g != gen && len(k) > len(prefix) && k[:len(prefix)] == prefix {
+			delete(r.unknown, k)
+		}
+	}
+	for k, d := range r.duplicates {
+		if d.gen != gen && len(k) > len(prefix) && k[:len(prefix)] == prefix {
+			delete(r.duplicates, k)
+		}
+	}
+}
+
+// unregisteredLocked deletes (or reports once) the running members whose
+// Node never registered under any of their provider IDs within the grace
+// period, after several syncs in a row agree. A deleted one leaves its
+// group's target; several in a row back the group off.
+func (r *reaper) unregisteredLocked(ctx context.Context, cloudName string) {
+	if r.nodes == nil {
+		return
+	}
+	now := r.clock.Now()
+	grace := r.cfg.LeakedInstances.GracePeriod.Duration
+	for _, g := range r.store.groupsOn(cloudName) {
+		for _, mem := range g.members {
+			if !mem.running() {
+				continue
+			}
+			registered, synced := r.nodes.Registered(mem.providerIDs()...)
+			if !synced {
+				return // never judge on an empty cache
+			}
+			if registered {
+				mem.unseen = 0
+				if r.streak[g.cfg.Name] > 0 {
+					r.streak[g.cfg.Name] = 0
+					if b, ok := r.offerings.backedOff(g.cfg.Name); ok && b.reason == CodeNeverRegistered {
+						r.offerings.succeed(g.cfg.Name)
+					}
+				}
+				continue
+			}
+			if now.Sub(mem.createdAt) < grace {
+				continue
+			}
+			mem.unseen++
+			if mem.unseen == 1 {
+				mem.firstMiss = now
+			}
+			// Act once: after several syncs in a row, over two sync periods.
+			if mem.unseen < unregisteredMisses || now.Sub(mem.firstMiss) < 2*r.cfg.Sync.Period.Duration || mem.phase == phaseDeleting || mem.reported {
+				continue
+			}
+			mem.reported = true
+			r.neverRegisteredLocked(ctx, g, mem, now)
+		}
+	}
+}
+
+func (r *reaper) neverRegisteredLocked(ctx context.Context, g *group, mem *member, now time.Time) {
+	age := now.Sub(mem.createdAt).Round(time.Second).String()
+	action := r.cfg.LeakedInstances.Action
+	r.metrics.leaked.WithLabelValues(g.cfg.Cloud, action).Inc()
+	r.streak[g.cfg.Name]++
+	msg := fmt.Sprintf("instance %s runs for %s and no Node registered under %v", mem.name, age, mem.providerIDs())
+	if r.streak[g.cfg.Name] >= unregisteredInARow {
+		until := r.offerings.fail(g.cfg.Name, CodeNeverRegistered,
+			fmt.Sprintf("%d instances in a row never registered as nodes; check the group's bootstrap", r.streak[g.cfg.Name]),
+			max(4*r.cfg.LeakedInstances.GracePeriod.Duration, time.Hour), neverRegisteredBackoff)
+		r.log.Error("node group backs off: its instances never register", "group", g.cfg.Name, "inARow", r.streak[g.cfg.Name], "until", until.Format(time.RFC3339))
+		r.events.warn(g.cfg.Name, mem.name, mem.providerID, "BootstrapFailing",
+			fmt.Sprintf("%d instances in a row of group %s never registered; no new orders until %s", r.streak[g.cfg.Name], g.cfg.Name, until.Format(time.RFC3339)))
+	}
+	if action == config.LeakActionReport {
+		r.log.Warn("instance never registered as a node (report only)", "group", g.cfg.Name, "instance", mem.name, "age", age)
+		r.events.warn(g.cfg.Name, mem.name, mem.providerID, "NeverRegistered", msg+"; report only")
+		return
+	}
+	r.log.Warn("deleting instance that never registered as a node", "group", g.cfg.Name, "instance", mem.name, "age", age)
+	r.events.warn(g.cfg.Name, mem.name, mem.providerID, "NeverRegistered", msg+"; deleting it")
+	r.store.change(g, mem, func() { mem.phase = phaseDeleting })
+	g.target = max(g.target-1, 0)
+	r.deleter.delete(ctx, g.cfg.Cloud, mem.instance(), "never registered as a node")
+}

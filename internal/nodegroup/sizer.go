@@ -1,0 +1,242 @@
+package nodegroup
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sort"
+	"time"
+
+	"k8s.io/utils/clock"
+
+	"github.com/gpuscaler/gpuscaler/internal/cloud"
+)
+
+// sizer owns the target-size rules: what IncreaseSize, DecreaseTargetSize
+// and DeleteNodes may do, min and max checked on live members, and keeping
+// live members at the target (ordering the missing ones, and taking the
+// target up to what a sync found within maxSize, deleting what is past it).
+type sizer struct {
+	store     *store
+	offerings *offerings
+	cost      *costGuard
+	orderer   *orderer
+	deleter   *deleter
+	clock     clock.Clock
+	log       *slog.Logger
+	metrics   *metrics
+	events    *events
+	ctx       func() context.Context
+}
+
+// group returns a managed group by name. Callers hold the store's lock.
+func (z *sizer) group(name string) (*group, error) {
+	g, ok := z.store.groups[name]
+	if !ok {
+		return nil, fmt.Errorf("%w: %q", ErrGroupNotFound, name)
+	}
+	return g, nil
+}
+
+// increase raises a group's target by delta; the instances are created in
+// the background. It refuses a delta past maxSize or a cost cap, and while
+// the group backs off after failed orders.
+func (z *sizer) increase(name string, delta int) error {
+	if delta <= 0 {
+		return fmt.Errorf("%w: increase by %d", ErrInvalidDelta, delta)
+	}
+	s := z.store
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	g, err := z.group(name)
+	if err != nil {
+		return err
+	}
+	if g.target+delta > g.cfg.MaxSize {
+		return fmt.Errorf("%w: group %q target %d + %d exceeds maxSize %d", ErrSizeLimit, name, g.target, delta, g.cfg.MaxSize)
+	}
+	if b, ok := z.offerings.backedOff(name); ok {
+		return fmt.Errorf("%w: group %q until %s (%s: %s)", ErrBackingOff, name, b.until.Format(time.RFC3339), b.reason, b.message)
+	}
+	if err := z.cost.check(g, nil, float64(delta)*z.offerings.estimate(g)); err != nil {
+		z.metrics.scaleUpFailures.WithLabelValues(name, CodeCostLimit).Add(float64(delta))
+		return err
+	}
+	g.target += delta
+	z.log.Info("scale up", "group", name, "delta", delta, "target", g.target)
+	z.reconcileLocked(g)
+	return nil
+}
+
+// decrease lowers a group's target by -delta without touching any running
+// instance: it withdraws orders not yet fulfilled (creates queued, in
+// flight, unresolved or failed, and instances still pending at the cloud),
+// newest first.
+func (z *sizer) decrease(name string, delta int) error {
+	if delta >= 0 {
+		return fmt.Errorf("%w: decrease by %d", ErrInvalidDelta, delta)
+	}
+	s := z.store
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	g, err := z.group(name)
+	if err != nil {
+		return err
+	}
+	var unfulfilled []*member
+	for _, mem := range g.members {
+		if mem.phase != phaseDeleting && !mem.running() {
+			unfulfilled = append(unfulfilled, mem)
+		}
+	}
+	if -delta > len(unfulfilled) {
+		return fmt.Errorf("%w: group %q has %d unfulfilled orders, cannot decrease target by %d without deleting running nodes",
+			ErrSizeLimit, name, len(unfulfilled), -delta)
+	}
+	newestFirst(unfulfilled)
+	for _, mem := range unfulfilled[:-delta] {
+		z.removeLocked(g, mem, "target decreased")
+	}
+	g.target += delta
+	z.log.Info("decrease target", "group", name, "delta", delta, "target", g.target)
+	return nil
+}
+
+// deleteNodes deletes the members with the given provider IDs and lowers
+// the target by as many. Every ID must belong to the group, or nothing is
+// deleted. Running instances may not take the group's live members below
+// minSize; failed and unfulfilled slots always may go.
+func (z *sizer) deleteNodes(name string, providerIDs []string) error {
+	s := z.store
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	g, err := z.group(name)
+	if err != nil {
+		return err
+	}
+	var doomed []*member
+	seen := map[*member]bool{}
+	running := 0
+	for _, pid := range providerIDs {
+		mem, ok := s.byProviderID[pid]
+		if !ok || mem.group != name {
+			return fmt.Errorf("%w: %q is not in group %q", ErrNotInGroup, pid, name)
+		}
+		if seen[mem] || mem.phase == phaseDeleting {
+			continue
+		}
+		seen[mem] = true
+		doomed = append(doomed, mem)
+		if mem.running() {
+			running++
+		}
+	}
+	if running > 0 && g.live-len(doomed) < g.cfg.MinSize {
+		return fmt.Errorf("%w: deleting %d nodes would take group %q from %d to %d live nodes, below minSize %d",
+			ErrSizeLimit, len(doomed), name, g.live, g.live-len(doomed), g.cfg.MinSize)
+	}
+	for _, mem := range doomed {
+		z.removeLocked(g, mem, "deleted by the autoscaler")
+	}
+	g.target = max(g.target-len(doomed), 0)
+	z.log.Info("delete nodes", "group", name, "count", len(doomed), "target", g.target)
+	z.reconcileLocked(g)
+	return nil
+}
+
+// removeLocked takes a member out of the target: a failed order the cloud
+// never knew is dropped, an order in flight or unresolved is withdrawn (its
+// instance is deleted if it lands), and a cloud instance is deleted.
+func (z *sizer) removeLocked(g *group, mem *member, why string) {
+	s := z.store
+	switch {
+	case mem.phase == phaseFailed && !mem.known():
+		s.drop(g, mem)
+	case mem.phase == phaseCreating || mem.phase == phaseUnknown:
+		s.change(g, mem, func() {
+			mem.cancelled = true
+			mem.phase = phaseDeleting
+		})
+	default:
+		s.change(g, mem, func() { mem.phase = phaseDeleting })
+		z.deleter.delete(z.ctx(), mem.cloud, mem.instance(), why)
+	}
+}
+
+// reconcileLocked keeps minSize and orders new members until the live ones
+// match the target.
+func (z *sizer) reconcileLocked(g *group) {
+	if g.target < g.cfg.MinSize {
+		g.target = g.cfg.MinSize
+	}
+	for g.live < g.target {
+		mem := &member{
+			name:      newName(g, g.cfg.Name),
+			cloud:     g.cfg.Cloud,
+			group:     g.cfg.Name,
+			phase:     phaseCreating,
+			createdAt: z.clock.Now(),
+		}
+		mem.providerID = cloud.ProviderID(g.cfg.Cloud, mem.name)
+		z.store.add(g, mem)
+		z.orderer.order(g, mem)
+	}
+	z.publishLocked(g)
+}
+
+// adoptedLocked settles a group after a sync found instances of it the core
+// did not know (an order whose answer was lost, another replica's order):
+// the target rises to cover them within maxSize, and adopted instances past
+// maxSize are deleted, orders still pending before running ones. At the
+// first sync after start everything is adopted and nothing is deleted: the
+// target becomes what runs, capped at maxSize, and scale-down does the rest.
+func (z *sizer) adoptedLocked(g *group, adopted []*member, initial bool) {
+	if initial {
+		g.target = min(g.live, g.cfg.MaxSize)
+		z.log.Info("node group rebuilt from the cloud", "group", g.cfg.Name, "target", g.target, "members", len(g.members))
+		return
+	}
+	if len(adopted) == 0 || g.live <= g.target {
+		return
+	}
+	g.target = min(g.live, g.cfg.MaxSize)
+	surplus := g.live - g.cfg.MaxSize
+	if surplus <= 0 {
+		z.log.Info("adopted instances raise the target", "group", g.cfg.Name, "adopted", len(adopted), "target", g.target)
+		return
+	}
+	sort.SliceStable(adopted, func(i, j int) bool {
+		if adopted[i].running() != adopted[j].running() {
+			return !adopted[i].running()
+		}
+		return adopted[i].createdAt.After(adopted[j].createdAt)
+	})
+	for _, mem := range adopted[:min(surplus, len(adopted))] {
+		z.log.Warn("deleting adopted instance past maxSize", "group", g.cfg.Name, "instance", mem.name, "maxSize", g.cfg.MaxSize)
+		z.events.warn(g.cfg.Name, mem.name, mem.providerID, "SurplusDeleted",
+			fmt.Sprintf("instance %s was found past maxSize %d and is deleted", mem.name, g.cfg.MaxSize))
+		z.removeLocked(g, mem, "past maxSize")
+	}
+}
+
+// publishLocked sets a group's gauges from its counts.
+func (z *sizer) publishLocked(g *group) {
+	if g == z.store.launches {
+		return
+	}
+	for _, state := range []string{"creating", "running", "deleting", "failed"} {
+		z.metrics.instances.WithLabelValues(g.cfg.Name, state).Set(float64(g.counts[state]))
+	}
+	z.metrics.targetSize.WithLabelValues(g.cfg.Name).Set(float64(g.target))
+	z.metrics.hourlySpend.WithLabelValues(g.cfg.Name).Set(z.cost.groupSpend(g))
+}
+
+// newestFirst sorts members by creation time, newest first.
+func newestFirst(ms []*member) {
+	sort.Slice(ms, func(i, j int) bool {
+		if !ms[i].createdAt.Equal(ms[j].createdAt) {
+			return ms[i].createdAt.After(ms[j].createdAt)
+		}
+		return ms[i].name > ms[j].name
+	})
+}

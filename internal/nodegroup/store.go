@@ -1,0 +1,310 @@
+package nodegroup
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/gpuscaler/gpuscaler/internal/cloud"
+	"github.com/gpuscaler/gpuscaler/internal/config"
+	"github.com/gpuscaler/gpuscaler/internal/gpu"
+)
+
+// store is the core's memory: every group with its members, the instances
+// of the launch API, the provider-ID index, and what the other parts of the
+// core keep beside them. Every read of the core answers from it. One mutex
+// guards all of it, so that a change that crosses parts (a sync that adopts
+// an instance and lowers a surplus) is seen whole or not at all.
+type store struct {
+	mu sync.RWMutex
+	// groups are the groups this process manages, by name; order is their
+	// config order.
+	groups map[string]*group
+	order  []string
+	// foreign are configured groups another process manages.
+	foreign map[string]bool
+	// launches holds the instances of the launch API (no target, no config).
+	launches *group
+	// byProviderID indexes every member by provider ID and aliases.
+	byProviderID map[string]*member
+	// others is, per cloud, the hourly price of the instances of this
+	// cluster the process does not manage (another process's groups, groups
+	// unknown to this config): the cost guard counts them, so two processes
+	// together stay under one cap.
+	others map[string]float64
+	// lastSync is when each cloud's last successful list started.
+	lastSync map[string]time.Time
+}
+
+func newStore(cfg *config.Config, manage func(string) bool) *store {
+	s := &store{
+		groups:       map[string]*group{},
+		foreign:      map[string]bool{},
+		launches:     newGroup(config.NodeGroup{}, -1),
+		byProviderID: map[string]*member{},
+		others:       map[string]float64{},
+		lastSync:     map[string]time.Time{},
+	}
+	for i, g := range cfg.NodeGroups {
+		if manage != nil && !manage(g.Name) {
+			s.foreign[g.Name] = true
+			continue
+		}
+		s.groups[g.Name] = newGroup(g, i)
+		s.order = append(s.order, g.Name)
+	}
+	return s
+}
+
+// group is one node group's state. Its counts and spend are kept in step
+// with every change of a member (see change), so reads are O(1).
+type group struct {
+	cfg config.NodeGroup
+	// index is the group's position in the config file, for error paths.
+	index    int
+	itype    cloud.InstanceType
+	gpuModel gpu.Model
+	// target is the size the front end asked for; the orderer keeps live
+	// members at it.
+	target   int
+	members  map[string]*member // by instance name
+	template templateCache
+
+	// live counts members not being deleted; counts are members by state
+	// label; spend is the price of committed members whose price is known,
+	// unpriced how many committed members have none yet.
+	live     int
+	counts   map[string]int
+	spend    float64
+	unpriced int
+}
+
+func newGroup(cfg config.NodeGroup, index int) *group {
+	return &group{cfg: cfg, index: index, members: map[string]*member{}, counts: map[string]int{}}
+}
+
+// phase is where a member is in its life.
+type phase int
+
+const (
+	// phaseCreating: the create is queued or in flight.
+	phaseCreating phase = iota
+	// phaseUnknown: the create's answer was lost; a later list decides
+	// whether the order landed. It is never re-sent before that.
+	phaseUnknown
+	// phaseCreated: the cloud knows the instance (pending or running).
+	phaseCreated
+	// phaseFailed: the create gave up, or the cloud failed the instance; the
+	// slot stays in the target, reported, until a front end removes it.
+	phaseFailed
+	// phaseDeleting: the instance is being deleted; it no longer counts
+	// toward the target.
+	phaseDeleting
+)
+
+// member is one slot of a group, or one launched instance: an instance, or
+// the order for one. Only what the core needs of the cloud's instance is
+// kept, so a member stays small.
+type member struct {
+	name       string
+	cloud      string
+	group      string // empty for launched instances
+	owner      string // the launch API's caller
+	providerID string
+	aliases    []string
+	// id is the cloud's ID once known; it tells duplicates apart.
+	id       string
+	phase    phase
+	state    cloud.InstanceState // as last listed; empty before the cloud knows it
+	ip       string
+	offering cloud.OfferingKey
+	price    float64
+	// createdAt is the order's (or instance's) creation time; recordedAt is
+	// when the core learnt of the cloud instance: a list that started
+	// earlier cannot be expected to show it.
+	createdAt  time.Time
+	recordedAt time.Time
+	// unknownSince is when a create's answer was lost.
+	unknownSince time.Time
+	// cancelled asks an in-flight create to delete what it creates.
+	cancelled bool
+	// unseen counts syncs in a row that found no Node for a running member
+	// past the grace period.
+	unseen    int
+	firstMiss time.Time
+	// reported: the never-registered finding was acted on.
+	reported bool
+	errCode  string
+	errMsg   string
+	errClass ErrorClass
+	// resolved is closed when a launch's outcome-unknown create is settled.
+	resolved chan struct{}
+}
+
+// known reports whether the cloud has (or had) the member's instance.
+func (mem *member) known() bool { return mem.state != "" }
+
+// running reports whether the member's instance runs.
+func (mem *member) running() bool {
+	return mem.phase == phaseCreated && mem.state == cloud.StateRunning
+}
+
+// stateLabel is the member's state in the instances gauge.
+func (mem *member) stateLabel() string {
+	switch {
+	case mem.phase == phaseFailed:
+		return "failed"
+	case mem.phase == phaseDeleting:
+		return "deleting"
+	case mem.running():
+		return "running"
+	default:
+		return "creating"
+	}
+}
+
+// committed reports whether the member counts toward spend: everything but
+// a failed order the cloud never knew.
+func (mem *member) committed() bool {
+	return mem.phase != phaseFailed || mem.known()
+}
+
+// setInstance records what the cloud says of the member's instance.
+func (mem *member) setInstance(in cloud.Instance) {
+	mem.id, mem.state, mem.ip = in.ID, in.State, in.IP
+	if in.ProviderID != "" {
+		mem.providerID = in.ProviderID
+	}
+	if len(in.Aliases) > 0 && len(mem.aliases) == 0 {
+		mem.aliases = in.Aliases
+	}
+	if !in.CreatedAt.IsZero() {
+		mem.createdAt = in.CreatedAt
+	}
+	if in.InstanceType != "" {
+		mem.offering = cloud.OfferingKey{InstanceType: in.InstanceType, Location: in.Location, CapacityType: in.CapacityType}
+	}
+}
+
+// instance renders the member as the cloud instance to delete.
+func (mem *member) instance() cloud.Instance {
+	return cloud.Instance{
+		ID: mem.id, Name: mem.name, ProviderID: mem.providerID, Aliases: mem.aliases, Group: mem.group, Owner: mem.owner,
+		InstanceType: mem.offering.InstanceType, Location: mem.offering.Location, CapacityType: mem.offering.CapacityType,
+		State: mem.state, CreatedAt: mem.createdAt, IP: mem.ip,
+	}
+}
+
+// providerIDs are the member's canonical provider ID and its aliases.
+func (mem *member) providerIDs() []string {
+	return append([]string{mem.providerID}, mem.aliases...)
+}
+
+// account adds (sign 1) or removes (sign -1) a member from its group's
+// counts and spend.
+func (g *group) account(mem *member, sign int) {
+	g.counts[mem.stateLabel()] += sign
+	if mem.phase != phaseDeleting {
+		g.live += sign
+	}
+	if mem.committed() {
+		if mem.price > 0 {
+			g.spend += float64(sign) * mem.price
+		} else {
+			g.unpriced += sign
+		}
+	}
+}
+
+// recount rebuilds counts and spend from the members, shedding any
+// floating-point drift; the syncer calls it once per list.
+func (g *group) recount() {
+	g.live, g.spend, g.unpriced = 0, 0, 0
+	clear(g.counts)
+	for _, mem := range g.members {
+		g.account(mem, 1)
+	}
+}
+
+// change applies fn to a member of the group and keeps the counts in step.
+func (s *store) change(g *group, mem *member, fn func()) {
+	g.account(mem, -1)
+	fn()
+	g.account(mem, 1)
+}
+
+// add puts a new member in its group and the index.
+func (s *store) add(g *group, mem *member) {
+	g.members[mem.name] = mem
+	g.account(mem, 1)
+	s.index(mem)
+}
+
+// drop forgets a member entirely.
+func (s *store) drop(g *group, mem *member) {
+	if g.members[mem.name] != mem {
+		return
+	}
+	g.account(mem, -1)
+	delete(g.members, mem.name)
+	for _, pid := range mem.providerIDs() {
+		if s.byProviderID[pid] == mem {
+			delete(s.byProviderID, pid)
+		}
+	}
+}
+
+// index makes a member findable by all its provider IDs.
+func (s *store) index(mem *member) {
+	for _, pid := range mem.providerIDs() {
+		s.byProviderID[pid] = mem
+	}
+}
+
+// reindex moves a member to a new canonical provider ID.
+func (s *store) reindex(mem *member, providerID string) {
+	if providerID == "" || providerID == mem.providerID {
+		return
+	}
+	if s.byProviderID[mem.providerID] == mem {
+		delete(s.byProviderID, mem.providerID)
+	}
+	mem.providerID = providerID
+	s.index(mem)
+}
+
+// groupOf returns the group a member belongs to (the launches for none).
+func (s *store) groupOf(mem *member) *group {
+	if mem.group == "" {
+		return s.launches
+	}
+	return s.groups[mem.group]
+}
+
+// groupsOn returns the managed groups on one cloud, in config order.
+func (s *store) groupsOn(cloudName string) []*group {
+	var out []*group
+	for _, name := range s.order {
+		if g := s.groups[name]; g.cfg.Cloud == cloudName {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// newName returns a fresh hostname "<prefix>-<10 hex>", checked against
+// the group's members.
+func newName(g *group, prefix string) string {
+	for {
+		var b [5]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			panic(fmt.Sprintf("crypto/rand: %v", err)) // never fails on supported platforms
+		}
+		name := prefix + "-" + hex.EncodeToString(b[:])
+		if _, taken := g.members[name]; !taken {
+			return name
+		}
+	}
+}

@@ -1,0 +1,352 @@
+package nodegroup
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"k8s.io/utils/clock"
+
+	"github.com/gpuscaler/gpuscaler/internal/cloud"
+	"github.com/gpuscaler/gpuscaler/internal/config"
+)
+
+// Every how many syncs the offerings and the catalog are refreshed: with the
+// default 30 s period, availability every 3 minutes and the catalog hourly.
+const (
+	offeringsEvery = 6
+	catalogEvery   = 120
+	// minSyncGap spaces syncs asked for early, so a burst of deletes costs one list.
+	minSyncGap = time.Second
+)
+
+// syncer lists each cloud once per period (and early when asked) and folds
+// the answer into memory: members' states, instances that vanished, lost
+// create answers resolved, instances of managed groups adopted, duplicates
+// and instances of other owners handed on.
+type syncer struct {
+	cfg       *config.Config
+	store     *store
+	offerings *offerings
+	cost      *costGuard
+	sizer     *sizer
+	reaper    *reaper
+	deleter   *deleter
+	catalog   *catalog
+	nodes     Nodes
+	clients   map[string]*client
+	clock     clock.WithTicker
+	log       *slog.Logger
+	metrics   *metrics
+	// resolveAfter is how long after a lost create answer a list must start
+	// to be trusted to show the order, had it landed.
+	resolveAfter time.Duration
+	syncNow      map[string]chan struct{}
+
+	// nodesLeft are Nodes of gone instances whose delete failed.
+	nodesMu   sync.Mutex
+	nodesLeft [][]string
+}
+
+// kick asks for an early sync of one cloud without blocking.
+func (y *syncer) kick(cloudName string) {
+	select {
+	case y.syncNow[cloudName] <- struct{}{}:
+	default:
+	}
+}
+
+// loop lists one cloud every sync period, and early when asked.
+func (y *syncer) loop(ctx context.Context, cloudName string) {
+	ticker := y.clock.NewTicker(y.cfg.Sync.Period.Duration)
+	defer ticker.Stop()
+	for n := 1; ; n++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C():
+		case <-y.syncNow[cloudName]:
+			select {
+			case <-ctx.Done():
+				return
+			case <-y.clock.After(min(minSyncGap, y.cfg.Sync.Period.Duration)):
+			}
+		}
+		if n%catalogEvery == 0 {
+			if err := y.catalog.load(ctx, cloudName); err != nil {
+				y.log.Error("catalog refresh failed; keeping the old one", "cloud", cloudName, "error", err)
+			}
+		}
+		if n%offeringsEvery == 0 {
+			y.refreshOfferings(ctx, cloudName)
+		}
+		if err := y.sync(ctx, cloudName, false); err != nil {
+			y.log.Warn("list failed; answering from the last known state", "cloud", cloudName, "error", err)
+		}
+	}
+}
+
+// refreshOfferings caches what one cloud can deliver now. On failure the
+// old answer is kept.
+func (y *syncer) refreshOfferings(ctx context.Context, cloudName string) {
+	offs, err := y.clients[cloudName].offerings(ctx)
+	if err != nil {
+		y.log.Warn("offerings refresh failed; keeping the old answer", "cloud", cloudName, "error", err)
+		return
+	}
+	y.store.mu.Lock()
+	y.offerings.set(cloudName, offs)
+	y.store.mu.Unlock()
+}
+
+// listing is one list's answer, sorted for folding: by owning group (""
+// for launched instances) and name.
+type listing struct {
+	start  time.Time
+	groups map[string]map[string][]cloud.Instance
+}
+
+func newListing(start time.Time, insts []cloud.Instance) listing {
+	l := listing{start: start, groups: map[string]map[string][]cloud.Instance{}}
+	for _, in := range insts {
+		key := in.Group
+		if key == "" && in.Owner != "" {
+			key = launchKey
+		}
+		byName := l.groups[key]
+		if byName == nil {
+			byName = map[string][]cloud.Instance{}
+			l.groups[key] = byName
+		}
+		byName[in.Name] = append(byName[in.Name], in)
+	}
+	return l
+}
+
+// launchKey files launched instances apart from every group name (which
+// are DNS labels and cannot hold a slash).
+const launchKey = "/launched"
+
+// sync lists one cloud and folds the answer into every group on it. The
+// first sync after start rebuilds the groups from scratch.
+func (y *syncer) sync(ctx context.Context, cloudName string, initial bool) error {
+	start := y.clock.Now()
+	attempts := 1
+	if initial {
+		attempts = 5
+	}
+	var insts []cloud.Instance
+	err := retry(ctx, y.clock, attempts, func() error {
+		var err error
+		insts, err = y.clients[cloudName].list(ctx)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	l := newListing(start, insts)
+
+	s := y.store
+	var gone [][]string
+	s.mu.Lock()
+	y.reaper.beginLocked(cloudName)
+	for _, g := range s.groupsOn(cloudName) {
+		adopted := y.fold(ctx, cloudName, g, l.groups[g.cfg.Name], l.start, initial, &gone)
+		delete(l.groups, g.cfg.Name)
+		y.sizer.adoptedLocked(g, adopted, initial)
+		y.sizer.reconcileLocked(g)
+		g.recount()
+	}
+	y.fold(ctx, cloudName, s.launches, l.groups[launchKey], l.start, initial, &gone)
+	delete(l.groups, launchKey)
+	y.others(cloudName, l)
+	y.reaper.unregisteredLocked(ctx, cloudName)
+	s.lastSync[cloudName] = start
+	for _, g := range s.groupsOn(cloudName) {
+		y.sizer.publishLocked(g)
+	}
+	s.mu.Unlock()
+
+	y.deleteNodes(ctx, gone)
+	return nil
+}
+
+// fold updates a group's members from a list that started at start: states,
+// lost create answers resolved, members that vanished dropped (their Node
+// provider IDs added to gone), and the group's listed instances the core
+// did not know adopted and returned. Extra instances under a member's name
+// are handed to the reaper as duplicates.
+func (y *syncer) fold(ctx context.Context, cloudName string, g *group, listed map[string][]cloud.Instance, start time.Time, initial bool, gone *[][]string) []*member {
+	s := y.store
+	for name, mem := range g.members {
+		if mem.cloud != cloudName {
+			continue // a launched instance on another cloud
+		}
+		all, ok := listed[name]
+		if !ok {
+			y.missing(g, mem, start, gone)
+			continue
+		}
+		delete(listed, name)
+		in, dups := pick(all, mem.id)
+		y.reaper.duplicatesLocked(cloudName, dups)
+		switch mem.phase {
+		case phaseCreating:
+			continue // the create in flight records it
+		case phaseUnknown:
+			y.log.Info("lost create answer resolved: the order landed", "group", g.cfg.Name, "instance", name)
+			y.orderer().recordLocked(g, mem, in)
+			continue
+		}
+		s.change(g, mem, func() {
+			pid := in.ProviderID
+			in.ProviderID = ""
+			mem.setInstance(in)
+			s.reindex(mem, pid)
+			s.index(mem)
+			switch {
+			case in.State == cloud.StateFailed && mem.phase == phaseCreated:
+				y.metrics.scaleUpFailures.WithLabelValues(g.cfg.Name, "InstanceFailed").Inc()
+				mem.phase = phaseFailed
+				mem.errCode, mem.errClass, mem.errMsg = CodeCreateFailed, ErrorClassOther, "cloud reports the instance failed: "+in.Error
+			case in.State == cloud.StateDeleting && mem.phase != phaseDeleting:
+				y.log.Warn("instance is being deleted outside gpuscaler; it will be replaced", "group", g.cfg.Name, "instance", name)
+				mem.phase = phaseDeleting
+			}
+		})
+		if mem.phase == phaseDeleting && in.State != cloud.StateDeleting {
+			// Still there: a delete that gave up, or one lost in a restart.
+			y.deleter.delete(ctx, mem.cloud, mem.instance(), "still listed after its delete")
+		}
+	}
+	var adopted []*member
+	for _, all := range listed {
+		in, dups := pick(all, "")
+		y.reaper.duplicatesLocked(cloudName, dups)
+		mem := &member{
+			name: in.Name, cloud: cloudName, group: in.Group, owner: in.Owner,
+			phase: phaseCreated, recordedAt: start,
+		}
+		mem.setInstance(in)
+		mem.price = y.offerings.price(cloudName, mem.offering, y.catalog.listPrice(cloudName, mem.offering))
+		switch in.State {
+		case cloud.StateDeleting:
+			mem.phase = phaseDeleting
+		case cloud.StateFailed:
+			mem.phase = phaseFailed
+			mem.errCode, mem.errClass, mem.errMsg = CodeCreateFailed, ErrorClassOther, "cloud reports the instance failed: "+in.Error
+		}
+		if !initial {
+			y.log.Info("adopting instance the core did not know", "group", g.cfg.Name, "owner", in.Owner, "instance", in.Name)
+		}
+		s.add(g, mem)
+		adopted = append(adopted, mem)
+	}
+	return adopted
+}
+
+// missing handles a member the list did not show.
+func (y *syncer) missing(g *group, mem *member, start time.Time, gone *[][]string) {
+	s := y.store
+	switch {
+	case mem.phase == phaseUnknown:
+		if start.Before(mem.unknownSince.Add(y.resolveAfter)) {
+			return // too early to tell
+		}
+		s.drop(g, mem)
+		if mem.cancelled || g == s.launches {
+			y.log.Info("lost create answer resolved: the order did not land", "group", g.cfg.Name, "instance", mem.name)
+			mem.settle()
+			return
+		}
+		y.log.Warn("lost create answer resolved: the order did not land; ordering again", "group", g.cfg.Name, "instance", mem.name)
+		y.orderer().release(context.Background(), mem.name)
+	case !mem.known() || mem.recordedAt.After(start):
+		// Not at the cloud yet, or recorded after the list started.
+	default:
+		if mem.phase != phaseDeleting {
+			y.metrics.vanished.WithLabelValues(g.cfg.Name).Inc()
+			y.log.Warn("instance vanished (spot reclaim or external delete); it will be replaced", "group", g.cfg.Name, "instance", mem.name)
+		}
+		s.drop(g, mem)
+		*gone = append(*gone, mem.providerIDs())
+	}
+}
+
+// pick chooses the listed instance a member stands for: the one with its
+// cloud ID, else the oldest. The others are duplicates.
+func pick(all []cloud.Instance, id string) (cloud.Instance, []cloud.Instance) {
+	best := 0
+	for i, in := range all {
+		if id != "" && in.ID == id {
+			best = i
+			break
+		}
+		if id == "" && in.CreatedAt.Before(all[best].CreatedAt) {
+			best = i
+		}
+	}
+	var dups []cloud.Instance
+	for i, in := range all {
+		if i != best {
+			dups = append(dups, in)
+		}
+	}
+	return all[best], dups
+}
+
+// others records the listed instances of groups this process does not
+// manage: their spend counts toward the cluster's cap, and those of groups
+// this config does not know are reported, never deleted.
+func (y *syncer) others(cloudName string, l listing) {
+	s := y.store
+	spend := 0.0
+	unknown := map[string]int{}
+	for group, byName := range l.groups {
+		for _, all := range byName {
+			for _, in := range all {
+				k := cloud.OfferingKey{InstanceType: in.InstanceType, Location: in.Location, CapacityType: in.CapacityType}
+				if in.State != cloud.StateDeleting {
+					spend += y.offerings.price(cloudName, k, y.catalog.listPrice(cloudName, k))
+				}
+				if !s.foreign[group] {
+					unknown[group]++
+					y.reaper.unknownLocked(cloudName, in)
+				}
+			}
+		}
+	}
+	s.others[cloudName] = spend
+	y.reaper.forgetUnknownLocked(cloudName, l)
+	total := 0
+	for _, n := range unknown {
+		total += n
+	}
+	y.metrics.unknownGroup.WithLabelValues(cloudName).Set(float64(total))
+}
+
+// deleteNodes deletes the Nodes of instances a list confirmed gone; the
+// ones that fail are tried again after the next sync.
+func (y *syncer) deleteNodes(ctx context.Context, gone [][]string) {
+	if y.nodes == nil {
+		return
+	}
+	y.nodesMu.Lock()
+	gone = append(gone, y.nodesLeft...)
+	y.nodesLeft = nil
+	y.nodesMu.Unlock()
+	var left [][]string
+	for _, pids := range gone {
+		if err := y.nodes.Delete(ctx, pids...); err != nil {
+			y.log.Warn("could not delete the Node of a gone instance; the next sync tries again", "providerID", pids[0], "error", err)
+			left = append(left, pids)
+		}
+	}
+	y.nodesMu.Lock()
+	y.nodesLeft = append(y.nodesLeft, left...)
+	y.nodesMu.Unlock()
+}
+
+// orderer is reached through the sizer, which owns it.
+func (y *syncer) orderer() *orderer { return y.sizer.orderer }

@@ -1,0 +1,187 @@
+// Package nodeindex keeps the cluster's Nodes in memory, indexed by
+// provider ID, for the node-group core: whether an instance's Node
+// registered (under any of its provider IDs), deleting the Nodes of
+// instances that are gone, and Events about an instance recorded on its
+// Node.
+package nodeindex
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/events"
+
+	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
+)
+
+// Index is an informer-backed index of Nodes by provider ID. It
+// implements nodegroup.Nodes and nodegroup.EventSink.
+type Index struct {
+	kube     kubernetes.Interface
+	factory  informers.SharedInformerFactory
+	informer cache.SharedIndexInformer
+	log      *slog.Logger
+	recorder events.EventRecorder
+	bcast    events.EventBroadcaster
+
+	mu     sync.RWMutex
+	byPID  map[string]string // provider ID -> node name
+	pidOf  map[string]string // node name -> provider ID
+	synced bool
+}
+
+var (
+	_ nodegroup.Nodes     = (*Index)(nil)
+	_ nodegroup.EventSink = (*Index)(nil)
+)
+
+// New builds an index over a cluster; Run fills and follows it.
+func New(kube kubernetes.Interface, log *slog.Logger) *Index {
+	if log == nil {
+		log = slog.Default()
+	}
+	factory := informers.NewSharedInformerFactory(kube, 0)
+	x := &Index{
+		kube: kube, factory: factory, informer: factory.Core().V1().Nodes().Informer(), log: log,
+		byPID: map[string]string{}, pidOf: map[string]string{},
+	}
+	x.bcast = events.NewBroadcaster(&events.EventSinkImpl{Interface: kube.EventsV1()})
+	x.recorder = x.bcast.NewRecorder(newScheme(), "gpuscaler")
+	_, _ = x.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    x.set,
+		UpdateFunc: func(_, obj any) { x.set(obj) },
+		DeleteFunc: func(obj any) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			if n, ok := obj.(*corev1.Node); ok {
+				x.mu.Lock()
+				x.forget(n.Name)
+				x.mu.Unlock()
+			}
+		},
+	})
+	return x
+}
+
+func (x *Index) set(obj any) {
+	n, ok := obj.(*corev1.Node)
+	if !ok {
+		return
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.forget(n.Name)
+	if n.Spec.ProviderID != "" {
+		x.pidOf[n.Name], x.byPID[n.Spec.ProviderID] = n.Spec.ProviderID, n.Name
+	}
+}
+
+func (x *Index) forget(name string) {
+	if pid, ok := x.pidOf[name]; ok && x.byPID[pid] == name {
+		delete(x.byPID, pid)
+	}
+	delete(x.pidOf, name)
+}
+
+// Run fills the index and follows the cluster until ctx is done.
+func (x *Index) Run(ctx context.Context) error {
+	if err := x.bcast.StartRecordingToSinkWithContext(ctx); err != nil {
+		return fmt.Errorf("node events: %w", err)
+	}
+	defer x.bcast.Shutdown()
+	x.factory.Start(ctx.Done())
+	defer x.factory.Shutdown()
+	if !cache.WaitForCacheSync(ctx.Done(), x.informer.HasSynced) {
+		return nil // ctx ended first
+	}
+	x.mu.Lock()
+	x.synced = true
+	x.mu.Unlock()
+	<-ctx.Done()
+	return nil
+}
+
+// Registered reports whether a Node carries one of the provider IDs; synced
+// is false until the index is filled.
+func (x *Index) Registered(providerIDs ...string) (registered, synced bool) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	if !x.synced {
+		return false, false
+	}
+	for _, pid := range providerIDs {
+		if _, ok := x.byPID[pid]; ok {
+			return true, true
+		}
+	}
+	return false, true
+}
+
+// node returns the name of the Node that carries one of the provider IDs.
+func (x *Index) node(providerIDs ...string) (string, bool) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	for _, pid := range providerIDs {
+		if name, ok := x.byPID[pid]; ok {
+			return name, true
+		}
+	}
+	return "", false
+}
+
+// Delete deletes the Node that carries one of the provider IDs, checking
+// that it still carries it (a name reused by a new Node is left alone); no
+// such Node is success.
+func (x *Index) Delete(ctx context.Context, providerIDs ...string) error {
+	name, ok := x.node(providerIDs...)
+	if !ok {
+		return nil
+	}
+	n, err := x.kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	carries := false
+	for _, pid := range providerIDs {
+		carries = carries || n.Spec.ProviderID == pid
+	}
+	if !carries {
+		return nil
+	}
+	err = x.kube.CoreV1().Nodes().Delete(ctx, name, deleteOptions(n.UID))
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return err
+	}
+	x.log.Info("deleted the Node of an instance that is gone", "node", name, "providerID", n.Spec.ProviderID)
+	return nil
+}
+
+// Event records an Event about an instance on its Node, when it has one;
+// the core logs every Event anyway.
+func (x *Index) Event(e nodegroup.Event) {
+	if e.ProviderID == "" {
+		return
+	}
+	name, ok := x.node(e.ProviderID)
+	if !ok {
+		return
+	}
+	obj, exists, _ := x.informer.GetStore().GetByKey(name)
+	n, isNode := obj.(*corev1.Node)
+	if !exists || !isNode {
+		return
+	}
+	x.recorder.Eventf(n, nil, e.Type, e.Reason, "Autoscaling", "%s", e.Message)
+}

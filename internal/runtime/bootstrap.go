@@ -1,0 +1,108 @@
+package runtime
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/gpuscaler/gpuscaler/internal/bootstrap"
+	"github.com/gpuscaler/gpuscaler/internal/config"
+)
+
+// tokenReapPeriod is how often used and expired join tokens are deleted.
+const tokenReapPeriod = 30 * time.Second
+
+// newScriptServer builds the process's script server when the config asks
+// for one; it lives as long as the process, across reloads. instanceIP
+// answers from the core in force.
+func newScriptServer(cfg *config.Config, instanceIP func(string) (string, bool), log *slog.Logger) *bootstrap.Server {
+	ss := cfg.ScriptServer
+	if ss.ListenAddress == "" {
+		return nil
+	}
+	sopts := bootstrap.ServerOptions{Logger: log.With("component", "script-server")}
+	if ss.BindToInstanceIP {
+		sopts.InstanceIP = instanceIP
+	}
+	return bootstrap.NewServer(sopts)
+}
+
+// newRenderer builds one configuration's renderer, or nil when no group
+// has a bootstrap section.
+func newRenderer(cfg *config.Config, cs *clouds, srv *bootstrap.Server, log *slog.Logger) (*bootstrap.Renderer, error) {
+	needed := false
+	for _, g := range cfg.NodeGroups {
+		needed = needed || g.Bootstrap != nil
+	}
+	if !needed {
+		return nil, nil
+	}
+	opts := bootstrap.Options{Kube: cs.kube, Logger: log.With("component", "bootstrap")}
+	if srv != nil {
+		opts.Server, opts.ServerURL = srv, cfg.ScriptServer.URL
+	}
+	return bootstrap.New(cfg, opts)
+}
+
+// reapTokens deletes used and expired join tokens until ctx is done.
+func reapTokens(ctx context.Context, cs *clouds, log *slog.Logger) error {
+	t := time.NewTicker(tokenReapPeriod)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		if n, err := bootstrap.ReapTokens(ctx, cs.kube, time.Now()); err != nil {
+			log.Warn("join token clean-up failed; will retry", "error", err)
+		} else if n > 0 {
+			log.Info("deleted used or expired join tokens", "count", n)
+		}
+	}
+}
+
+// serveScripts runs the script server, over TLS when certificates are set,
+// until ctx is done. Failing to listen is an error the process stops on.
+func serveScripts(ctx context.Context, srv *bootstrap.Server, ss config.ScriptServerConfig, log *slog.Logger) error {
+	lis, err := net.Listen("tcp", ss.ListenAddress)
+	if err != nil {
+		return fmt.Errorf("scriptServer.listenAddress: %w", err)
+	}
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
+	if ss.TLS.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(ss.TLS.CertFile, ss.TLS.KeyFile)
+		if err != nil {
+			_ = lis.Close()
+			return fmt.Errorf("scriptServer.tls: %w", err)
+		}
+		hs.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
+		lis = tls.NewListener(lis, hs.TLSConfig)
+	}
+	log.Info("serving startup scripts", "address", lis.Addr().String(), "tls", ss.TLS.CertFile != "")
+	err = ServeHTTP(ctx, hs, lis)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// ServeHTTP serves until ctx is done, then shuts down gracefully.
+func ServeHTTP(ctx context.Context, srv *http.Server, lis net.Listener) error {
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(lis) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdown)
+		return nil
+	}
+}

@@ -1,0 +1,311 @@
+// Package runtime wires what one gpuscaler process runs under its front
+// end: the clouds, the cluster's Node index, the script server and join
+// token reaper (owned by the process, across config reloads), and the
+// node-group core of the configuration in force, rebuilt on each reload.
+// The provider, the controller and the Karpenter operator build it the
+// same way; whatever writes to a cloud runs only inside Lead, which a
+// command calls while its replica holds the leader lease.
+package runtime
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"reflect"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	dto "github.com/prometheus/client_model/go"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/gpuscaler/gpuscaler/internal/bootstrap"
+	"github.com/gpuscaler/gpuscaler/internal/config"
+	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
+)
+
+// Options configure a Runtime.
+type Options struct {
+	// Owner is the managedBy value of the groups this process scales
+	// (config.ManagedBy*); the others are left to their owner.
+	Owner string
+	// Getenv reads credentials; default os.Getenv.
+	Getenv func(string) string
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+}
+
+// Runtime is one process's clouds, script server and core. Build it, run
+// its background work with Run, and call Lead while this replica leads.
+type Runtime struct {
+	opts    Options
+	log     *slog.Logger
+	clouds  *clouds
+	scripts *bootstrap.Server
+	process *prometheus.Registry
+	scfg    *config.Config // the config the process was built with
+
+	// mu guards gen; switching serializes Lead and Reload.
+	mu        sync.RWMutex
+	gen       *generation
+	switching sync.Mutex
+	leadCtx   context.Context // set while leading
+}
+
+// generation is one configuration's core.
+type generation struct {
+	cfg    *config.Config
+	core   *nodegroup.Manager
+	reg    *prometheus.Registry
+	cancel context.CancelFunc // set while the core runs
+}
+
+// Build builds the clouds, the Node index, the script server and the core
+// of cfg. Nothing talks to a cloud until Lead.
+func Build(ctx context.Context, cfg *config.Config, opts Options) (*Runtime, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Getenv == nil {
+		opts.Getenv = os.Getenv
+	}
+	cs, err := buildClouds(ctx, cfg, opts.Getenv, opts.Logger)
+	if err != nil {
+		return nil, err
+	}
+	r := &Runtime{opts: opts, log: opts.Logger, clouds: cs, scfg: cfg, process: prometheus.NewRegistry()}
+	r.process.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	r.scripts = newScriptServer(cfg, r.InstanceIP, opts.Logger)
+	gen, err := r.newGeneration(cfg)
+	if err != nil {
+		return nil, err
+	}
+	r.gen = gen
+	return r, nil
+}
+
+// newGeneration builds a configuration's core, not started.
+func (r *Runtime) newGeneration(cfg *config.Config) (*generation, error) {
+	renderer, err := newRenderer(cfg, r.clouds, r.scripts, r.log)
+	if err != nil {
+		return nil, err
+	}
+	reg := prometheus.NewRegistry()
+	opts := nodegroup.Options{Logger: r.log, Registerer: reg, Manage: managedBy(cfg, r.opts.Owner), GPULabel: cfg.Provider.GPULabel}
+	if renderer != nil {
+		opts.Bootstrap = renderer
+	}
+	if r.clouds.nodes != nil {
+		opts.Nodes, opts.Events = r.clouds.nodes, r.clouds.nodes
+	}
+	core, err := nodegroup.New(cfg, r.clouds.providers, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &generation{cfg: cfg, core: core, reg: reg}, nil
+}
+
+// managedBy selects the groups one owner scales.
+func managedBy(cfg *config.Config, owner string) func(string) bool {
+	owned := map[string]bool{}
+	for _, g := range cfg.NodeGroups {
+		owned[g.Name] = g.ManagedBy == owner
+	}
+	return func(group string) bool { return owned[group] }
+}
+
+// Run runs the process's background work (the Node index, the simulated
+// cloud's kubelets, the script server, the join token reaper) until ctx is
+// done. The first failure of any of them is returned: the command stops
+// on it rather than run without, say, a script server nodes need.
+func (r *Runtime) Run(ctx context.Context) error {
+	eg, ctx := errgroup.WithContext(ctx)
+	for _, run := range r.clouds.background {
+		eg.Go(func() error { return run(ctx) })
+	}
+	if r.scripts != nil {
+		eg.Go(func() error { return serveScripts(ctx, r.scripts, r.scfg.ScriptServer, r.log) })
+	}
+	if r.clouds.kube != nil && needsTokens(r.scfg) {
+		eg.Go(func() error { return reapTokens(ctx, r.clouds, r.log) })
+	}
+	return eg.Wait()
+}
+
+func needsTokens(cfg *config.Config) bool {
+	for _, g := range cfg.NodeGroups {
+		if b := g.Bootstrap; b != nil && (b.MintToken || b.TokenSecretRef != nil) {
+			return true
+		}
+	}
+	return false
+}
+
+// Lead runs the core of the configuration in force until ctx is done: the
+// first list rebuilds every group, then the core orders, deletes and syncs.
+// Call it only while this replica holds the leader lease (or when it runs
+// alone); it returns when ctx is done, with the core stopped. started, if
+// not nil, hears once whether the core started.
+func (r *Runtime) Lead(ctx context.Context, started func(error)) error {
+	if started == nil {
+		started = func(error) {}
+	}
+	r.switching.Lock()
+	r.mu.RLock()
+	gen := r.gen
+	r.mu.RUnlock()
+	if err := r.start(ctx, gen); err != nil {
+		r.switching.Unlock()
+		started(err)
+		return err
+	}
+	r.leadCtx = ctx
+	r.switching.Unlock()
+	started(nil)
+	r.log.Info("leading: the node-group core runs", "groups", len(gen.core.Groups()))
+	<-ctx.Done()
+	r.switching.Lock()
+	defer r.switching.Unlock()
+	r.leadCtx = nil
+	r.mu.RLock()
+	gen = r.gen
+	r.mu.RUnlock()
+	gen.stop()
+	return nil
+}
+
+// start starts a generation's core under ctx.
+func (r *Runtime) start(ctx context.Context, gen *generation) error {
+	gctx, cancel := context.WithCancel(ctx)
+	if err := gen.core.Start(gctx); err != nil {
+		cancel()
+		gen.core.Wait()
+		return fmt.Errorf("start node groups: %w", err)
+	}
+	gen.cancel = cancel
+	return nil
+}
+
+// stop stops a generation's core and waits for its background work.
+func (g *generation) stop() {
+	if g.cancel != nil {
+		g.cancel()
+		g.core.Wait()
+		g.cancel = nil
+	}
+}
+
+// ErrRestartNeeded is a reload that changes what the process owns (clouds,
+// cluster access, the script server): it needs a restart.
+var ErrRestartNeeded = errors.New("restart gpuscaler to apply this change")
+
+// Reload puts a new configuration in force. It is refused (and the old one
+// stays) when the clouds, kubeconfig or script server section changed, or
+// when its groups do not resolve against the clouds' catalogs. While
+// leading, the old core stops before the new one starts, so two cores never
+// order at once; if the new one cannot start, the old one starts again.
+func (r *Runtime) Reload(ctx context.Context, cfg *config.Config) error {
+	switch {
+	case !reflect.DeepEqual(cfg.Clouds, r.scfg.Clouds):
+		return fmt.Errorf("the clouds section changed: %w", ErrRestartNeeded)
+	case cfg.Kubeconfig != r.scfg.Kubeconfig:
+		return fmt.Errorf("kubeconfig changed: %w", ErrRestartNeeded)
+	case !reflect.DeepEqual(cfg.ScriptServer, r.scfg.ScriptServer):
+		return fmt.Errorf("the scriptServer section changed: %w", ErrRestartNeeded)
+	}
+	next, err := r.newGeneration(cfg)
+	if err != nil {
+		return err
+	}
+	if err := next.core.Check(ctx); err != nil {
+		return err
+	}
+	r.switching.Lock()
+	defer r.switching.Unlock()
+	r.mu.RLock()
+	old := r.gen
+	r.mu.RUnlock()
+	if r.leadCtx != nil {
+		old.stop()
+		if err := r.start(r.leadCtx, next); err != nil {
+			restarted, rerr := r.newGeneration(old.cfg)
+			if rerr == nil {
+				rerr = r.start(r.leadCtx, restarted)
+			}
+			if rerr != nil {
+				return errors.Join(err, fmt.Errorf("and the old configuration did not start again: %w", rerr))
+			}
+			r.mu.Lock()
+			r.gen = restarted
+			r.mu.Unlock()
+			return err
+		}
+	}
+	r.mu.Lock()
+	r.gen = next
+	r.mu.Unlock()
+	return nil
+}
+
+// Watch polls a config file (a mounted ConfigMap included: the content is
+// compared, which follows its symlink swaps) and reloads it when it
+// changes. report hears every outcome: nil for a reload, the error for a
+// refused one (the old configuration stays). It returns when ctx is done.
+func (r *Runtime) Watch(ctx context.Context, path string, period time.Duration, report func(error)) error {
+	last, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		data, err := os.ReadFile(path)
+		if err != nil || bytes.Equal(data, last) {
+			continue
+		}
+		last = data
+		cfg, err := config.Parse(data)
+		if err == nil {
+			err = r.Reload(ctx, cfg)
+		}
+		if err != nil {
+			r.log.Error("config change refused; keeping the configuration in force", "path", path, "error", err)
+		} else {
+			r.log.Info("config reloaded", "path", path)
+		}
+		report(err)
+	}
+}
+
+// Config returns the configuration in force.
+func (r *Runtime) Config() *config.Config { return r.current().cfg }
+
+// Core returns the node-group core of the configuration in force. Front
+// ends that outlive reloads call it for every request.
+func (r *Runtime) Core() *nodegroup.Manager { return r.current().core }
+
+func (r *Runtime) current() *generation {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.gen
+}
+
+// Gather serves the process's metrics and those of the core in force.
+func (r *Runtime) Gather() ([]*dto.MetricFamily, error) {
+	return prometheus.Gatherers{r.process, r.current().reg}.Gather()
+}
+
+// Registerer receives a front end's own metrics, for the process's life.
+func (r *Runtime) Registerer() prometheus.Registerer { return r.process }
+
+// InstanceIP answers the script server from the core in force.
+func (r *Runtime) InstanceIP(name string) (string, bool) { return r.Core().InstanceIP(name) }

@@ -1,0 +1,132 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpuscaler/gpuscaler/internal/cloud"
+	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
+	"github.com/gpuscaler/gpuscaler/internal/cloud/verda/verdatest"
+	"github.com/gpuscaler/gpuscaler/internal/config"
+	"github.com/gpuscaler/gpuscaler/internal/testenv"
+)
+
+// TestTwoControllerReplicas runs two `gpuscaler controller` processes on one
+// cloud account (the Verda API's fake, served from this test) with leader
+// election: only the leader's core orders, so a group with minSize 5 gets 5
+// instances, not 5 per replica; when the leader dies the standby takes the
+// lease, adopts the 5 and orders nothing.
+func TestTwoControllerReplicas(t *testing.T) {
+	env := testenv.Start(t, testenv.Options{CRDDirs: []string{"../../deploy/crds"}})
+	engine, err := sim.NewEngine(config.SimConfig{BootDelay: &metav1.Duration{Duration: time.Second}}, sim.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake := verdatest.New(engine, verdatest.Options{ClientID: "id", ClientSecret: "secret"})
+	t.Cleanup(fake.Close)
+	t.Setenv("VERDA_CLIENT_ID", "id")
+	t.Setenv("VERDA_CLIENT_SECRET", "secret")
+	cfgPath := filepath.Join(t.TempDir(), "config.yaml")
+	writeFile(t, cfgPath, fmt.Sprintf(`
+clusterName: two
+kubeconfig: %q
+sync: {period: 1s}
+leakedInstances: {gracePeriod: 1h}
+clouds:
+  verda: {baseURL: %q}
+nodeGroups:
+  - {name: h100, cloud: verda, instanceType: 1H100.80S.30V, locations: [FIN-01], minSize: 5, maxSize: 8, managedBy: node-provisioner}
+`, env.Kubeconfig, fake.URL+"/v1"))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	lease := []string{"--leader-election-namespace=default", "--leader-elect-lease-duration=4s",
+		"--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=500ms"}
+	live := func() int {
+		n := 0
+		for _, in := range engine.Instances("verda-account") {
+			if in.State != cloud.StateDeleting {
+				n++
+			}
+		}
+		return n
+	}
+	metrics := map[string]string{}
+	replica := func(name string) func() {
+		addr := loopback(t)
+		metrics[name] = addr
+		return startGPUScalerLogged(t, env, name, addr, append([]string{"controller", "--config", cfgPath, "--metrics-address", addr}, lease...)...)
+	}
+	// Both start at once, before any instance exists: each would order the
+	// minimum if both ran a core.
+	killA := replica("replica-a")
+	killB := replica("replica-b")
+	waitFor(t, ctx, "a leader", func() bool { return holder(ctx, env) != "" })
+	waitFor(t, ctx, "5 instances", func() bool { return live() == 5 })
+	time.Sleep(5 * time.Second) // the standby would have ordered by now
+	if n, calls := live(), engine.Calls()["create"]; n != 5 || calls != 5 {
+		t.Fatalf("with two replicas: %d instances, %d create calls; want 5 and 5", n, calls)
+	}
+	first := holder(ctx, env)
+	leader, standby := "replica-a", "replica-b"
+	if strings.Contains(leaderLog(t, env, "replica-b"), "leading: the node-group core runs") {
+		leader, standby = standby, leader
+		killA, killB = killB, killA
+	}
+	_ = killB
+	// The standby has not called the cloud at all: its core does not run.
+	resp, err := http.Get("http://" + metrics[standby] + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if strings.Contains(string(body), "gpuscaler_cloud_api_calls_total{") {
+		t.Fatalf("the standby %s called the cloud:\n%s", standby, grepLines(string(body), "gpuscaler_cloud_api_calls_total"))
+	}
+	t.Logf("%s leads, %s stands by", leader, standby)
+	killA()
+	waitFor(t, ctx, "replica b to take the lease", func() bool { h := holder(ctx, env); return h != "" && h != first })
+	time.Sleep(5 * time.Second)
+	if n, calls := live(), engine.Calls()["create"]; n != 5 || calls != 5 {
+		t.Fatalf("after failover: %d instances, %d create calls; want 5 and 5", n, calls)
+	}
+}
+
+// grepLines returns the lines of s that contain sub.
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// leaderLog reads a process's log so far.
+func leaderLog(t *testing.T, env *testenv.Env, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(env.Dir, name+".log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// holder is the leader Lease's holder, or "".
+func holder(ctx context.Context, env *testenv.Env) string {
+	l, err := env.Client.CoordinationV1().Leases("default").Get(ctx, "gpuscaler-controller", metav1.GetOptions{})
+	if err != nil || l.Spec.HolderIdentity == nil {
+		return ""
+	}
+	return *l.Spec.HolderIdentity
+}
