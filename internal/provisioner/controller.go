@@ -90,6 +90,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err := r.Client.Get(ctx, req.NamespacedName, &np); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
+	if np.DeletionTimestamp != nil {
+		return r.finalize(ctx, &np)
+	}
+	if added, err := r.ensureFinalizer(ctx, &np); err != nil || added {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
 	pool, err := r.pool(ctx, &np)
 	if err != nil {
 		r.Recorder.Eventf(&np, nil, corev1.EventTypeWarning, "InvalidGroups", "Plan", "%v", err)

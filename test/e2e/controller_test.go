@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -150,6 +151,15 @@ func TestNodeProvisionerScalesFromZero(t *testing.T) {
 			return false
 		}
 		return got.Status.Nodes == 5 && got.Status.GPUUtilizationPercent == 100 && len(got.Status.Conditions) > 0
+	})
+	// Deleting the pool releases its group: its instances go, then the object.
+	if err := kube.Delete(ctx, np); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "the pool's instances deleted and the NodeProvisioner gone", func() bool {
+		var got v1alpha1.NodeProvisioner
+		err := kube.Get(ctx, client.ObjectKey{Name: "gpus"}, &got)
+		return engine.Count("e2e") == 0 && apierrors.IsNotFound(err)
 	})
 }
 

@@ -194,18 +194,28 @@ func (c *Cloud) Offerings(ctx context.Context) ([]cloud.Offering, error) {
 	return out, nil
 }
 
-// description marks an instance as owned by a cluster and group.
-func description(cluster, group string) string {
+// description marks an instance as owned by a cluster and group, or, for
+// an instance launched outside any group, by a cluster and owner.
+func description(cluster, group, launchOwner string) string {
+	if group == "" && launchOwner != "" {
+		return fmt.Sprintf("gpuscaler cluster=%s owner=%s", cluster, launchOwner)
+	}
 	return fmt.Sprintf("gpuscaler cluster=%s group=%s", cluster, group)
 }
 
 // owner parses description; ok is false for instances of other clusters.
-func owner(desc, cluster string) (group string, ok bool) {
-	var c, g string
-	if _, err := fmt.Sscanf(desc, "gpuscaler cluster=%s group=%s", &c, &g); err != nil || c != cluster {
-		return "", false
+func owner(desc, cluster string) (group, launchOwner string, ok bool) {
+	fields := strings.Fields(desc)
+	if len(fields) != 3 || fields[0] != "gpuscaler" || fields[1] != "cluster="+cluster {
+		return "", "", false
 	}
-	return g, true
+	if g, found := strings.CutPrefix(fields[2], "group="); found {
+		return g, "", true
+	}
+	if o, found := strings.CutPrefix(fields[2], "owner="); found && o != "" {
+		return "", o, true
+	}
+	return "", "", false
 }
 
 // List returns the cluster's instances and deletes the startup scripts of
@@ -219,7 +229,7 @@ func (c *Cloud) List(ctx context.Context) ([]cloud.Instance, error) {
 	var out []cloud.Instance
 	states := map[string]cloud.InstanceState{}
 	for _, in := range raw {
-		group, ok := owner(in.Description, c.opts.ClusterName)
+		group, launchOwner, ok := owner(in.Description, c.opts.ClusterName)
 		if !ok {
 			group, ok = c.legacyOwner(in)
 		}
@@ -227,6 +237,7 @@ func (c *Cloud) List(ctx context.Context) ([]cloud.Instance, error) {
 			continue
 		}
 		inst := convertInstance(in, group)
+		inst.Owner = launchOwner
 		states[in.Hostname] = inst.State
 		out = append(out, inst)
 	}
@@ -368,10 +379,10 @@ func (c *Cloud) cleanScripts(ctx context.Context, listStart time.Time, states ma
 func (c *Cloud) Create(ctx context.Context, spec cloud.CreateSpec) (cloud.Instance, error) {
 	req := CreateRequest{
 		InstanceType: spec.InstanceType, Image: spec.Image, Hostname: spec.Name,
-		Description: description(c.opts.ClusterName, spec.Group), LocationCode: spec.Location,
+		Description: description(c.opts.ClusterName, spec.Group, spec.Owner), LocationCode: spec.Location,
 		SSHKeyIDs: c.opts.SSHKeyIDs, IsSpot: spec.CapacityType == cloud.Spot,
 		Contract: spec.Options[OptionContract], Pricing: spec.Options[OptionPricing],
-		Tags: []Tag{{Key: "gpuscaler-cluster", Value: c.opts.ClusterName}, {Key: "gpuscaler-group", Value: spec.Group}},
+		Tags: ownerTags(c.opts.ClusterName, spec),
 	}
 	if req.Image == "" {
 		req.Image = c.opts.Image
@@ -450,9 +461,18 @@ func (c *Cloud) Create(ctx context.Context, spec cloud.CreateSpec) (cloud.Instan
 	return cloud.Instance{
 		ID: id, Name: spec.Name, ProviderID: cloud.ProviderID(Name, spec.Name),
 		Aliases: []string{cloud.ProviderID(Name, id), cloud.ProviderID(LegacyScheme, id)},
-		Group:   spec.Group, InstanceType: spec.InstanceType, Location: spec.Location, CapacityType: spec.CapacityType,
+		Group:   spec.Group, Owner: spec.Owner, InstanceType: spec.InstanceType, Location: spec.Location, CapacityType: spec.CapacityType,
 		State: cloud.StatePending, CreatedAt: time.Now(),
 	}, nil
+}
+
+// ownerTags are the tags that mark an order's cluster and group (or owner).
+func ownerTags(cluster string, spec cloud.CreateSpec) []Tag {
+	tags := []Tag{{Key: "gpuscaler-cluster", Value: cluster}}
+	if spec.Group == "" && spec.Owner != "" {
+		return append(tags, Tag{Key: "gpuscaler-owner", Value: spec.Owner})
+	}
+	return append(tags, Tag{Key: "gpuscaler-group", Value: spec.Group})
 }
 
 // fetchScriptID asks the DataCrunch-style script server to store a fresh

@@ -1,0 +1,107 @@
+package nodegroup
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/gpuscaler/gpuscaler/internal/cloud"
+	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
+)
+
+var h100 = cloud.OfferingKey{InstanceType: "1H100.80S.30V", Location: "FIN-01", CapacityType: cloud.OnDemand}
+
+// The launch API orders one machine outside any group's target, records
+// its owner at the cloud, and hands it back by provider ID.
+func TestLaunchAndTerminate(t *testing.T) {
+	h := newHarness(t, oneGroupLeaky, sim.Options{}, Options{})
+	ctx := context.Background()
+	in, err := h.mgr.Launch(ctx, LaunchRequest{Owner: "karpenter", Cloud: "sim", Offering: h100, Template: "g",
+		Labels: map[string]string{"karpenter.sh/nodepool": "gpu"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in.Owner != "karpenter" || in.ProviderID != cloud.ProviderID("sim", in.Name) || in.Price == 0 {
+		t.Fatalf("launched %+v", in)
+	}
+	if _, ok := h.mgr.GroupForProviderID(in.ProviderID); ok {
+		t.Fatal("a launched instance counts as a group member")
+	}
+	if n, _ := h.mgr.TargetSize("g"); n != 0 {
+		t.Fatalf("the template group's target moved to %d", n)
+	}
+	at := h.engine.Instances("test")
+	if len(at) != 1 || at[0].Owner != "karpenter" || at[0].Group != "" {
+		t.Fatalf("at the cloud: %+v", at)
+	}
+	// A restart finds it again, as launched, and leaves it alone.
+	h.restart()
+	h.settle(2 * time.Hour)
+	if got := h.mgr.Launched("karpenter"); len(got) != 1 || got[0].Name != in.Name {
+		t.Fatalf("after a restart, launched = %+v", got)
+	}
+	if h.engine.Count("test") != 1 {
+		t.Fatal("the core collected a launched instance")
+	}
+	if err := h.mgr.Terminate(ctx, in.ProviderID); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("the instance gone", func() bool { return h.engine.Count("test") == 0 })
+	h.eventually("the launch forgotten", func() bool { return len(h.mgr.Launched("")) == 0 })
+	if err := h.mgr.Terminate(ctx, in.ProviderID); !errors.Is(err, ErrNotLaunched) {
+		t.Fatalf("terminating a gone instance: %v", err)
+	}
+}
+
+// A stock-out is an insufficient-capacity error, and the offering is then
+// skipped by every order (group or launch) for the backoff period.
+func TestLaunchStockOut(t *testing.T) {
+	h := newHarness(t, oneGroupLeaky, sim.Options{}, Options{})
+	h.engine.SetCapacity(h100, 0)
+	ctx := context.Background()
+	_, err := h.mgr.Launch(ctx, LaunchRequest{Owner: "karpenter", Cloud: "sim", Offering: h100})
+	if !errors.Is(err, cloud.ErrCapacity) {
+		t.Fatalf("launch on a stocked-out offering: %v", err)
+	}
+	h.engine.SetCapacity(h100, 5)
+	calls := h.engine.Calls()["create"]
+	if _, err := h.mgr.Launch(ctx, LaunchRequest{Owner: "karpenter", Cloud: "sim", Offering: h100}); !errors.Is(err, cloud.ErrCapacity) {
+		t.Fatalf("launch during the stock-out backoff: %v", err)
+	}
+	if h.engine.Calls()["create"] != calls {
+		t.Fatal("a backed-off offering was ordered")
+	}
+}
+
+// A lost answer is resolved by a later list before Launch returns: the
+// instance is returned, not ordered twice.
+func TestLaunchLostAnswer(t *testing.T) {
+	h := newHarness(t, oneGroupLeaky, sim.Options{OutcomeUnknownRate: 1, ListLag: 10 * time.Second}, Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	in, err := h.mgr.Launch(ctx, LaunchRequest{Owner: "karpenter", Cloud: "sim", Offering: h100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.engine.Count("test") != 1 || h.engine.Calls()["create"] != 1 || in.Name == "" {
+		t.Fatalf("instances %d, creates %d", h.engine.Count("test"), h.engine.Calls()["create"])
+	}
+}
+
+// Launches share the cluster's cost cap.
+func TestLaunchCostCap(t *testing.T) {
+	doc := baseConfig + `
+maxHourlyCost: 3
+nodeGroups:
+  - {name: g, cloud: sim, instanceType: 1V100.6V, locations: [FIN-01], maxSize: 5}
+`
+	h := newHarness(t, doc, sim.Options{}, Options{})
+	ctx := context.Background()
+	if _, err := h.mgr.Launch(ctx, LaunchRequest{Owner: "karpenter", Cloud: "sim", Offering: h100}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.mgr.Launch(ctx, LaunchRequest{Owner: "karpenter", Cloud: "sim", Offering: h100}); !errors.Is(err, ErrCostLimit) {
+		t.Fatalf("a launch past the cap: %v", err)
+	}
+}

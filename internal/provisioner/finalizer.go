@@ -1,0 +1,117 @@
+package provisioner
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/gpuscaler/gpuscaler/api/v1alpha1"
+	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
+)
+
+// Finalizer holds a NodeProvisioner until its groups are scaled back to
+// their minimum size: deleting a pool must not leave its GPU nodes billing.
+const Finalizer = "gpuscaler.dev/release-node-groups"
+
+// ensureFinalizer adds the finalizer; it reports whether it changed the
+// object (the update brings another reconcile).
+func (r *Reconciler) ensureFinalizer(ctx context.Context, np *v1alpha1.NodeProvisioner) (bool, error) {
+	if controllerutil.ContainsFinalizer(np, Finalizer) {
+		return false, nil
+	}
+	patch := client.MergeFrom(np.DeepCopy())
+	controllerutil.AddFinalizer(np, Finalizer)
+	return true, r.Client.Patch(ctx, np, patch)
+}
+
+// finalize releases a deleted NodeProvisioner's groups that no other
+// NodeProvisioner uses: every instance beyond the group's minSize is
+// deleted (orders not yet fulfilled first), then the finalizer goes.
+func (r *Reconciler) finalize(ctx context.Context, np *v1alpha1.NodeProvisioner) (reconcile.Result, error) {
+	if !controllerutil.ContainsFinalizer(np, Finalizer) {
+		return reconcile.Result{}, nil
+	}
+	var list v1alpha1.NodeProvisionerList
+	if err := r.Client.List(ctx, &list); err != nil {
+		return reconcile.Result{}, err
+	}
+	shared := map[string]bool{}
+	for _, other := range list.Items {
+		if other.Name != np.Name && other.DeletionTimestamp == nil {
+			for _, g := range other.Spec.NodeGroups {
+				shared[g] = true
+			}
+		}
+	}
+	pending := 0
+	for _, g := range np.Spec.NodeGroups {
+		if shared[g] {
+			continue
+		}
+		n, err := r.release(ctx, g)
+		if err != nil {
+			r.Recorder.Eventf(np, nil, corev1.EventTypeWarning, "ReleaseFailed", "Finalize", "group %s: %v", g, err)
+			return reconcile.Result{RequeueAfter: 5 * time.Second}, nil
+		}
+		pending += n
+	}
+	if pending > 0 {
+		r.Recorder.Eventf(np, nil, corev1.EventTypeNormal, "Releasing", "Finalize", "deleting %d instances of the pool's groups", pending)
+		return reconcile.Result{RequeueAfter: 2 * time.Second}, nil
+	}
+	patch := client.MergeFrom(np.DeepCopy())
+	controllerutil.RemoveFinalizer(np, Finalizer)
+	if err := r.Client.Patch(ctx, np, patch); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	r.Logger.Info("node provisioner deleted; its groups are back at their minimum", "pool", np.Name)
+	return reconcile.Result{}, nil
+}
+
+// release deletes a group's instances beyond its minSize and returns how
+// many are still on their way out.
+func (r *Reconciler) release(ctx context.Context, group string) (int, error) {
+	info, ok := r.Core.Group(group)
+	if !ok {
+		return 0, nil // not this process's group (any more)
+	}
+	insts, err := r.Core.Instances(group)
+	if err != nil {
+		return 0, err
+	}
+	var live []nodegroup.Instance
+	going := 0
+	for _, in := range insts {
+		if in.State == nodegroup.StateDeleting {
+			going++
+		} else {
+			live = append(live, in)
+		}
+	}
+	// Orders not yet running go first, then the newest instances.
+	sort.SliceStable(live, func(i, j int) bool {
+		ri, rj := live[i].State == nodegroup.StateRunning, live[j].State == nodegroup.StateRunning
+		if ri != rj {
+			return !ri
+		}
+		return live[i].CreatedAt.After(live[j].CreatedAt)
+	})
+	excess := len(live) - info.MinSize
+	if excess <= 0 {
+		return going, nil
+	}
+	ids := make([]string, 0, excess)
+	for _, in := range live[:excess] {
+		ids = append(ids, in.ProviderID)
+	}
+	if err := r.Deleter.DeleteNodes(ctx, group, ids); err != nil {
+		return 0, fmt.Errorf("delete %d instances: %w", len(ids), err)
+	}
+	return going + len(ids), nil
+}
