@@ -14,12 +14,10 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/verda/verdatest"
-	"github.com/gpuscaler/gpuscaler/internal/config"
 	pb "github.com/gpuscaler/gpuscaler/proto"
 )
 
@@ -46,7 +44,7 @@ func (l *lockedBuffer) String() string {
 // the (debug) logs.
 func TestCAVerdaUserSwitches(t *testing.T) {
 	const secret = "ca-verda-secret-0123456789"
-	engine, err := sim.NewEngine(config.SimConfig{BootDelay: &metav1.Duration{Duration: 50 * time.Millisecond}}, sim.Options{})
+	engine, err := sim.NewEngine(sim.Config{BootDelay: sim.Duration(50 * time.Millisecond)}, sim.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +140,7 @@ func freePort(t *testing.T) int {
 }
 
 func TestCatalogVerda(t *testing.T) {
-	engine, err := sim.NewEngine(config.SimConfig{}, sim.Options{})
+	engine, err := sim.NewEngine(sim.Config{}, sim.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
 	"github.com/gpuscaler/gpuscaler/internal/config"
 	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
+	gsruntime "github.com/gpuscaler/gpuscaler/internal/runtime"
 )
 
 // TestEveryOrderGetsItsScript: the core renders each instance's script
@@ -49,7 +50,7 @@ nodeGroups:
 	if err != nil {
 		t.Fatal(err)
 	}
-	engine, err := sim.NewEngine(*cfg.Clouds.Sim, sim.Options{})
+	engine, err := sim.NewEngine(gsruntime.SimConfig(*cfg.Clouds.Sim), sim.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

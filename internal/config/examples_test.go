@@ -6,6 +6,7 @@ import (
 
 	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
 	"github.com/gpuscaler/gpuscaler/internal/config"
+	gsruntime "github.com/gpuscaler/gpuscaler/internal/runtime"
 )
 
 // examples are the ready-to-run configs operators start from.
@@ -30,7 +31,7 @@ func TestExamplesLoad(t *testing.T) {
 			if cfg.Clouds.Sim == nil {
 				return
 			}
-			engine, err := sim.NewEngine(*cfg.Clouds.Sim, sim.Options{})
+			engine, err := sim.NewEngine(gsruntime.SimConfig(*cfg.Clouds.Sim), sim.Options{})
 			if err != nil {
 				t.Fatalf("the simulated cloud refuses clouds.sim: %v", err)
 			}

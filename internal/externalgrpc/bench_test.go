@@ -18,6 +18,7 @@ import (
 	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
 	"github.com/gpuscaler/gpuscaler/internal/config"
 	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
+	gsruntime "github.com/gpuscaler/gpuscaler/internal/runtime"
 	pb "github.com/gpuscaler/gpuscaler/proto"
 )
 
@@ -45,7 +46,7 @@ func newBenchCluster(b *testing.B, nodes int) *benchCluster {
 	if err != nil {
 		b.Fatal(err)
 	}
-	engine, err := sim.NewEngine(*cfg.Clouds.Sim, sim.Options{})
+	engine, err := sim.NewEngine(gsruntime.SimConfig(*cfg.Clouds.Sim), sim.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}

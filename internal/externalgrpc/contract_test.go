@@ -27,6 +27,7 @@ import (
 	"github.com/gpuscaler/gpuscaler/internal/cloud/verda/verdatest"
 	"github.com/gpuscaler/gpuscaler/internal/config"
 	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
+	gsruntime "github.com/gpuscaler/gpuscaler/internal/runtime"
 	pb "github.com/gpuscaler/gpuscaler/proto"
 )
 
@@ -91,7 +92,7 @@ func newFixture(t *testing.T, doc, backend string) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	engine, err := sim.NewEngine(*cfg.Clouds.Sim, sim.Options{})
+	engine, err := sim.NewEngine(gsruntime.SimConfig(*cfg.Clouds.Sim), sim.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

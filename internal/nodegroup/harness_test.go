@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
@@ -55,7 +56,7 @@ func newWrappedHarness(t *testing.T, doc string, simOpts sim.Options, opts Optio
 	}
 	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	simOpts.Clock = clk
-	engine, err := sim.NewEngine(*cfg.Clouds.Sim, simOpts)
+	engine, err := sim.NewEngine(simConfig(*cfg.Clouds.Sim), simOpts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -317,4 +318,18 @@ func (h *harness) settle(d time.Duration) {
 		time.Sleep(2 * time.Millisecond)
 	}
 	time.Sleep(20 * time.Millisecond)
+}
+
+// simConfig is the runtime's clouds.sim conversion, for tests of the core
+// (which cannot import the runtime that imports it).
+func simConfig(c config.SimConfig) sim.Config {
+	d := func(v *metav1.Duration) *time.Duration {
+		if v == nil {
+			return nil
+		}
+		return sim.Duration(v.Duration)
+	}
+	return sim.Config{Seed: c.Seed, Locations: c.Locations, DefaultCapacity: c.DefaultCapacity,
+		BootDelay: d(c.BootDelay), DeleteDelay: d(c.DeleteDelay), APILatency: d(c.APILatency),
+		FaultRate: c.FaultRate, SpotReclaimRate: c.SpotReclaimRate}
 }

@@ -46,7 +46,7 @@ func buildClouds(_ context.Context, cfg *config.Config, getenv func(string) stri
 		out.background = append(out.background, out.nodes.Run)
 	}
 	if s := cfg.Clouds.Sim; s != nil {
-		acct, err := sim.New(*s, cfg.ClusterName, sim.Options{})
+		acct, err := sim.New(SimConfig(*s), cfg.ClusterName, sim.Options{})
 		if err != nil {
 			return nil, fmt.Errorf("clouds.sim: %w", err)
 		}

@@ -30,6 +30,7 @@ import (
 	"github.com/gpuscaler/gpuscaler/internal/config"
 	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
 	"github.com/gpuscaler/gpuscaler/internal/provisioner"
+	gsruntime "github.com/gpuscaler/gpuscaler/internal/runtime"
 	"github.com/gpuscaler/gpuscaler/internal/testenv"
 )
 
@@ -55,7 +56,7 @@ nodeGroups:
 	if err != nil {
 		t.Fatal(err)
 	}
-	engine, err := sim.NewEngine(*cfg.Clouds.Sim, sim.Options{})
+	engine, err := sim.NewEngine(gsruntime.SimConfig(*cfg.Clouds.Sim), sim.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

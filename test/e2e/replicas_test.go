@@ -16,7 +16,6 @@ import (
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/verda/verdatest"
-	"github.com/gpuscaler/gpuscaler/internal/config"
 	"github.com/gpuscaler/gpuscaler/internal/testenv"
 )
 
@@ -27,7 +26,7 @@ import (
 // lease, adopts the 5 and orders nothing.
 func TestTwoControllerReplicas(t *testing.T) {
 	env := testenv.Start(t, testenv.Options{CRDDirs: []string{"../../deploy/crds"}})
-	engine, err := sim.NewEngine(config.SimConfig{BootDelay: &metav1.Duration{Duration: time.Second}}, sim.Options{})
+	engine, err := sim.NewEngine(sim.Config{BootDelay: sim.Duration(time.Second)}, sim.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

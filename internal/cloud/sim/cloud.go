@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
-	"github.com/gpuscaler/gpuscaler/internal/config"
 )
 
 // Name is the simulated cloud's name in provider IDs and config.
@@ -19,8 +18,8 @@ type Cloud struct {
 
 var _ cloud.Provider = (*Cloud)(nil)
 
-// New builds an engine from the config and returns the cluster's account on it.
-func New(cfg config.SimConfig, cluster string, opts Options) (*Cloud, error) {
+// New builds an engine and returns the cluster's account on it.
+func New(cfg Config, cluster string, opts Options) (*Cloud, error) {
 	e, err := NewEngine(cfg, opts)
 	if err != nil {
 		return nil, err

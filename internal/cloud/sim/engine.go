@@ -20,14 +20,12 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
 
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
-	"github.com/gpuscaler/gpuscaler/internal/config"
 )
 
-// Defaults for zero fields of config.SimConfig.
+// Defaults for nil and zero fields of Config.
 const (
 	DefaultSeed        = 1
 	DefaultCapacity    = 10
@@ -90,8 +88,8 @@ type instance struct {
 	reclaimAt time.Time // zero: never reclaimed
 }
 
-// NewEngine builds an engine from the sim section of the config.
-func NewEngine(cfg config.SimConfig, opts Options) (*Engine, error) {
+// NewEngine builds an engine.
+func NewEngine(cfg Config, opts Options) (*Engine, error) {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
@@ -164,11 +162,11 @@ func NewEngine(cfg config.SimConfig, opts Options) (*Engine, error) {
 	return e, nil
 }
 
-func durationOr(d *metav1.Duration, def time.Duration) time.Duration {
+func durationOr(d *time.Duration, def time.Duration) time.Duration {
 	if d == nil {
 		return def
 	}
-	return d.Duration
+	return *d
 }
 
 // Clock returns the engine's clock.

@@ -8,16 +8,14 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
-	"github.com/gpuscaler/gpuscaler/internal/config"
 )
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
-func newTestEngine(t *testing.T, cfg config.SimConfig, opts Options) (*Engine, *clocktesting.FakeClock) {
+func newTestEngine(t *testing.T, cfg Config, opts Options) (*Engine, *clocktesting.FakeClock) {
 	t.Helper()
 	clk := clocktesting.NewFakeClock(t0)
 	opts.Clock = clk
@@ -34,7 +32,7 @@ func spec(name string, ct cloud.CapacityType) cloud.CreateSpec {
 
 func TestCapacityAndStockOut(t *testing.T) {
 	two := 2
-	e, clk := newTestEngine(t, config.SimConfig{DefaultCapacity: &two, DeleteDelay: &metav1.Duration{Duration: time.Second}}, Options{})
+	e, clk := newTestEngine(t, Config{DefaultCapacity: &two, DeleteDelay: Duration(time.Second)}, Options{})
 	acct := e.Account("c1")
 	ctx := context.Background()
 	for i := range 2 {
@@ -89,7 +87,7 @@ func available(t *testing.T, c *Cloud, k cloud.OfferingKey) bool {
 }
 
 func TestLifecycleOnFakeClock(t *testing.T) {
-	e, clk := newTestEngine(t, config.SimConfig{}, Options{})
+	e, clk := newTestEngine(t, Config{}, Options{})
 	acct := e.Account("c1")
 	ctx := context.Background()
 	in, err := acct.Create(ctx, spec("a", cloud.OnDemand))
@@ -138,7 +136,7 @@ func state(t *testing.T, c *Cloud, name string) cloud.InstanceState {
 }
 
 func TestOwnershipAndNames(t *testing.T) {
-	e, _ := newTestEngine(t, config.SimConfig{}, Options{})
+	e, _ := newTestEngine(t, Config{}, Options{})
 	a, b := e.Account("a"), e.Account("b")
 	ctx := context.Background()
 	if _, err := a.Create(ctx, spec("x", cloud.OnDemand)); err != nil {
@@ -164,7 +162,7 @@ func TestOwnershipAndNames(t *testing.T) {
 }
 
 func TestInvalidOrders(t *testing.T) {
-	e, _ := newTestEngine(t, config.SimConfig{}, Options{})
+	e, _ := newTestEngine(t, Config{}, Options{})
 	acct := e.Account("c")
 	for _, s := range []cloud.CreateSpec{
 		{Name: "a", InstanceType: "nope", Location: "FIN-01", CapacityType: cloud.OnDemand},
@@ -180,7 +178,7 @@ func TestInvalidOrders(t *testing.T) {
 
 func TestFaultsAreSeededAndNearRate(t *testing.T) {
 	run := func(seed int64) []bool {
-		e, _ := newTestEngine(t, config.SimConfig{Seed: seed, FaultRate: 0.2}, Options{})
+		e, _ := newTestEngine(t, Config{Seed: seed, FaultRate: 0.2}, Options{})
 		acct := e.Account("c")
 		out := make([]bool, 2000)
 		for i := range out {
@@ -213,7 +211,7 @@ func TestFaultsAreSeededAndNearRate(t *testing.T) {
 }
 
 func TestOutcomeUnknownCreateLands(t *testing.T) {
-	e, _ := newTestEngine(t, config.SimConfig{}, Options{OutcomeUnknownRate: 1})
+	e, _ := newTestEngine(t, Config{}, Options{OutcomeUnknownRate: 1})
 	acct := e.Account("c")
 	_, err := acct.Create(context.Background(), spec("u", cloud.OnDemand))
 	if !errors.Is(err, cloud.ErrOutcomeUnknown) {
@@ -226,7 +224,7 @@ func TestOutcomeUnknownCreateLands(t *testing.T) {
 
 func TestSpotReclaimDeterministic(t *testing.T) {
 	run := func() []string {
-		e, clk := newTestEngine(t, config.SimConfig{Seed: 3, SpotReclaimRate: 0.5}, Options{})
+		e, clk := newTestEngine(t, Config{Seed: 3, SpotReclaimRate: 0.5}, Options{})
 		acct := e.Account("c")
 		for i := range 8 {
 			s := spec(fmt.Sprintf("s%d", i), cloud.Spot)
@@ -265,7 +263,7 @@ func contains(s []string, v string) bool {
 }
 
 func TestCapacityOverrideMustMatch(t *testing.T) {
-	_, err := NewEngine(config.SimConfig{Capacity: []config.SimCapacity{{InstanceType: "nope", Count: 1}}}, Options{})
+	_, err := NewEngine(Config{Capacity: []Capacity{{InstanceType: "nope", Count: 1}}}, Options{})
 	if err == nil {
 		t.Fatal("override matching nothing accepted")
 	}
@@ -274,7 +272,7 @@ func TestCapacityOverrideMustMatch(t *testing.T) {
 func TestSpotReclaimChancePerHour(t *testing.T) {
 	const n = 1000
 	capacity := n
-	e, clk := newTestEngine(t, config.SimConfig{Seed: 11, SpotReclaimRate: 0.3, DefaultCapacity: &capacity, BootDelay: &metav1.Duration{}}, Options{})
+	e, clk := newTestEngine(t, Config{Seed: 11, SpotReclaimRate: 0.3, DefaultCapacity: &capacity, BootDelay: Duration(0)}, Options{})
 	acct := e.Account("c")
 	for i := range n {
 		if _, err := acct.Create(context.Background(), spec(fmt.Sprintf("s%d", i), cloud.Spot)); err != nil {
@@ -297,7 +295,7 @@ func TestSpotReclaimChancePerHour(t *testing.T) {
 }
 
 func TestRatesOutOfRange(t *testing.T) {
-	for _, cfg := range []config.SimConfig{{FaultRate: -0.1}, {FaultRate: 1.1}, {SpotReclaimRate: 2}} {
+	for _, cfg := range []Config{{FaultRate: -0.1}, {FaultRate: 1.1}, {SpotReclaimRate: 2}} {
 		if _, err := NewEngine(cfg, Options{}); err == nil {
 			t.Errorf("%+v accepted", cfg)
 		}
@@ -305,7 +303,7 @@ func TestRatesOutOfRange(t *testing.T) {
 }
 
 func TestCallCounters(t *testing.T) {
-	e, _ := newTestEngine(t, config.SimConfig{}, Options{})
+	e, _ := newTestEngine(t, Config{}, Options{})
 	acct := e.Account("c")
 	ctx := context.Background()
 	for range 3 {
@@ -331,7 +329,7 @@ func TestCallCounters(t *testing.T) {
 }
 
 func TestAPILatencyWaitsOnTheClock(t *testing.T) {
-	e, clk := newTestEngine(t, config.SimConfig{APILatency: &metav1.Duration{Duration: time.Second}}, Options{})
+	e, clk := newTestEngine(t, Config{APILatency: Duration(time.Second)}, Options{})
 	acct := e.Account("c")
 	done := make(chan error)
 	go func() {
@@ -360,7 +358,7 @@ func TestAPILatencyWaitsOnTheClock(t *testing.T) {
 }
 
 func TestChangedAndNextEvent(t *testing.T) {
-	e, clk := newTestEngine(t, config.SimConfig{}, Options{})
+	e, clk := newTestEngine(t, Config{}, Options{})
 	if _, ok := e.NextEvent(); ok {
 		t.Fatal("event scheduled on an empty engine")
 	}

@@ -17,7 +17,6 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
-	"github.com/gpuscaler/gpuscaler/internal/config"
 	"github.com/gpuscaler/gpuscaler/internal/gpu"
 )
 
@@ -35,7 +34,7 @@ type registrarFixture struct {
 
 func newRegistrarFixture(t *testing.T, kwok bool, objects ...*corev1.Node) *registrarFixture {
 	t.Helper()
-	e, clk := newTestEngine(t, config.SimConfig{}, Options{})
+	e, clk := newTestEngine(t, Config{}, Options{})
 	kube := fake.NewClientset()
 	for _, n := range objects {
 		if _, err := kube.CoreV1().Nodes().Create(context.Background(), n, metav1.CreateOptions{}); err != nil {

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
@@ -62,8 +61,8 @@ type backend struct {
 
 func newBackend(t *testing.T, groupYAML string) *backend {
 	t.Helper()
-	engine, err := sim.NewEngine(config.SimConfig{
-		BootDelay: &metav1.Duration{Duration: 10 * time.Millisecond}, DeleteDelay: &metav1.Duration{Duration: 10 * time.Millisecond},
+	engine, err := sim.NewEngine(sim.Config{
+		BootDelay: sim.Duration(10 * time.Millisecond), DeleteDelay: sim.Duration(10 * time.Millisecond),
 	}, sim.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -213,7 +212,7 @@ func TestScriptsNeverLeak(t *testing.T) {
 }
 
 func TestLeftoverScriptsAreSwept(t *testing.T) {
-	engine, _ := sim.NewEngine(config.SimConfig{}, sim.Options{})
+	engine, _ := sim.NewEngine(sim.Config{}, sim.Options{})
 	fake := verdatest.New(engine, verdatest.Options{ClientID: "id", ClientSecret: secret})
 	defer fake.Close()
 	api, _ := verda.NewClient(verda.ClientOptions{BaseURL: fake.URL + "/v1", ClientID: "id", ClientSecret: secret})
@@ -239,7 +238,7 @@ func TestLeftoverScriptsAreSwept(t *testing.T) {
 // script at the cloud and answers its ID; the instance boots with it, and
 // gpuscaler deletes it once the instance runs.
 func TestDataCrunchScriptFetchURL(t *testing.T) {
-	engine, err := sim.NewEngine(config.SimConfig{BootDelay: &metav1.Duration{Duration: 10 * time.Millisecond}}, sim.Options{})
+	engine, err := sim.NewEngine(sim.Config{BootDelay: sim.Duration(10 * time.Millisecond)}, sim.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
@@ -23,7 +22,7 @@ import (
 func benchManager(b *testing.B, doc string, latency time.Duration) (*verdatest.Server, *nodegroup.Manager, *config.Config) {
 	b.Helper()
 	capacity := 1000
-	engine, err := sim.NewEngine(config.SimConfig{BootDelay: &metav1.Duration{Duration: time.Millisecond}, DeleteDelay: &metav1.Duration{},
+	engine, err := sim.NewEngine(sim.Config{BootDelay: sim.Duration(time.Millisecond), DeleteDelay: sim.Duration(0),
 		DefaultCapacity: &capacity}, sim.Options{})
 	if err != nil {
 		b.Fatal(err)

@@ -10,12 +10,9 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/verda/verdatest"
-	"github.com/gpuscaler/gpuscaler/internal/config"
 )
 
 const (
@@ -32,8 +29,8 @@ type fixture struct {
 func newFixture(t *testing.T, fopts verdatest.Options, copts ClientOptions) *fixture {
 	t.Helper()
 	two := 2
-	engine, err := sim.NewEngine(config.SimConfig{
-		BootDelay: &metav1.Duration{Duration: 300 * time.Millisecond}, DeleteDelay: &metav1.Duration{Duration: 50 * time.Millisecond},
+	engine, err := sim.NewEngine(sim.Config{
+		BootDelay: sim.Duration(300 * time.Millisecond), DeleteDelay: sim.Duration(50 * time.Millisecond),
 		DefaultCapacity: &two,
 	}, sim.Options{})
 	if err != nil {

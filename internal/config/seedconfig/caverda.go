@@ -12,7 +12,6 @@ import (
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
-	"github.com/gpuscaler/gpuscaler/internal/cloud/verda"
 	"github.com/gpuscaler/gpuscaler/internal/config"
 )
 
@@ -71,7 +70,7 @@ func FromCAVerda(clusterName string, data []byte) (*config.Config, error) {
 	for _, name := range names {
 		src := cv.NodeGroups[name]
 		g := config.NodeGroup{
-			Name: name, Cloud: verda.Name, InstanceType: src.InstanceType, Image: src.Image,
+			Name: name, Cloud: verdaCloud, InstanceType: src.InstanceType, Image: src.Image,
 			MinSize: src.MinSize, MaxSize: src.MaxSize, Labels: src.Labels, Taints: src.Taints,
 			CapacityPolicy: config.PolicyOnDemandOnly,
 		}
@@ -80,20 +79,20 @@ func FromCAVerda(clusterName string, data []byte) (*config.Config, error) {
 		}
 		opts := map[string]string{}
 		if len(src.SSHKeyIDs) > 0 {
-			opts[verda.OptionSSHKeyIDs] = strings.Join(src.SSHKeyIDs, ",")
+			opts[verdaOptionSSHKeyIDs] = strings.Join(src.SSHKeyIDs, ",")
 		}
 		if src.StartupScriptID != "" {
-			opts[verda.OptionStartupScriptID] = src.StartupScriptID
+			opts[verdaOptionStartupScriptID] = src.StartupScriptID
 		}
 		switch src.Contract {
 		case "SPOT":
 			g.CapacityPolicy = config.PolicySpotOnly
 		case "":
 		default:
-			opts[verda.OptionContract] = src.Contract
+			opts[verdaOptionContract] = src.Contract
 		}
 		if src.Pricing != "" {
-			opts[verda.OptionPricing] = src.Pricing
+			opts[verdaOptionPricing] = src.Pricing
 		}
 		if len(opts) > 0 {
 			g.CloudOptions = opts

@@ -22,7 +22,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/gpuscaler/gpuscaler/internal/cloud/verda"
 	"github.com/gpuscaler/gpuscaler/internal/config"
 )
 
@@ -101,7 +100,7 @@ func FromDataCrunch(clusterName string, nodes []string, clusterJSON []byte) (*co
 		name := parts[4]
 		seen[name] = true
 		g := config.NodeGroup{
-			Name: name, Cloud: verda.Name, InstanceType: parts[2], Locations: []string{parts[3]},
+			Name: name, Cloud: verdaCloud, InstanceType: parts[2], Locations: []string{parts[3]},
 			MinSize: minSize, MaxSize: maxSize,
 		}
 		if nc, ok := dc.NodeConfigs[name]; ok {
@@ -131,7 +130,7 @@ func applyDataCrunch(g *config.NodeGroup, nc DataCrunchNodeConfig) error {
 	g.Taints = nc.Taints
 	opts := map[string]string{}
 	if len(nc.SSHKeyIDs) > 0 {
-		opts[verda.OptionSSHKeyIDs] = strings.Join(nc.SSHKeyIDs, ",")
+		opts[verdaOptionSSHKeyIDs] = strings.Join(nc.SSHKeyIDs, ",")
 	}
 	switch nc.InstanceOption {
 	case "", "on_demand_only":
@@ -148,9 +147,9 @@ func applyDataCrunch(g *config.NodeGroup, nc DataCrunchNodeConfig) error {
 	switch nc.PricingOption {
 	case "":
 	case "dynamic":
-		opts[verda.OptionPricing] = "DYNAMIC_PRICE"
+		opts[verdaOptionPricing] = "DYNAMIC_PRICE"
 	case "fixed":
-		opts[verda.OptionPricing] = "FIXED_PRICE"
+		opts[verdaOptionPricing] = "FIXED_PRICE"
 	default:
 		return fmt.Errorf("pricing_option: %q is not dynamic or fixed", nc.PricingOption)
 	}
@@ -162,7 +161,7 @@ func applyDataCrunch(g *config.NodeGroup, nc DataCrunchNodeConfig) error {
 		if _, err := base64.StdEncoding.DecodeString(nc.StartupScriptBase64); err != nil {
 			return fmt.Errorf("startup_script_base64: %w", err)
 		}
-		opts[verda.OptionStartupScriptBase64] = nc.StartupScriptBase64
+		opts[verdaOptionStartupScriptBase64] = nc.StartupScriptBase64
 	}
 	if len(opts) > 0 {
 		g.CloudOptions = opts

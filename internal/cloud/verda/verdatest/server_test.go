@@ -8,12 +8,11 @@ import (
 	"testing"
 
 	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
-	"github.com/gpuscaler/gpuscaler/internal/config"
 )
 
 // TestQuirks checks the documented quirks clients meet, with raw HTTP.
 func TestQuirks(t *testing.T) {
-	engine, err := sim.NewEngine(config.SimConfig{}, sim.Options{})
+	engine, err := sim.NewEngine(sim.Config{}, sim.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

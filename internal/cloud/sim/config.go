@@ -1,0 +1,37 @@
+package sim
+
+import "time"
+
+// Config shapes the simulated world. Nil and zero fields take the
+// defaults (DefaultSeed, DefaultCapacity, DefaultBootDelay, ...); the
+// config file's clouds.sim section is turned into one by the runtime.
+type Config struct {
+	// Seed makes stock-outs, faults and reclaims repeatable.
+	Seed int64
+	// Locations the simulated cloud offers.
+	Locations []string
+	// DefaultCapacity is how many instances each offering holds.
+	DefaultCapacity *int
+	// Capacity overrides DefaultCapacity per offering.
+	Capacity []Capacity
+	// BootDelay is the time from create to running, DeleteDelay from
+	// delete to gone; APILatency is added to every API call.
+	BootDelay, DeleteDelay, APILatency *time.Duration
+	// FaultRate is the fraction (0..1) of API calls that fail transiently.
+	FaultRate float64
+	// SpotReclaimRate is the chance (0..1) per hour that a running spot
+	// instance is reclaimed.
+	SpotReclaimRate float64
+}
+
+// Capacity sets the capacity of matching offerings; empty fields match
+// everything.
+type Capacity struct {
+	InstanceType string
+	Location     string
+	CapacityType string
+	Count        int
+}
+
+// Duration returns a pointer to d, for Config's optional durations.
+func Duration(d time.Duration) *time.Duration { return &d }

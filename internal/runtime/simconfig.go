@@ -1,0 +1,31 @@
+package runtime
+
+import (
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
+	"github.com/gpuscaler/gpuscaler/internal/config"
+)
+
+// SimConfig turns the config file's clouds.sim section into the simulated
+// cloud's own Config (the cloud knows nothing of the config file).
+func SimConfig(c config.SimConfig) sim.Config {
+	out := sim.Config{
+		Seed: c.Seed, Locations: c.Locations, DefaultCapacity: c.DefaultCapacity,
+		BootDelay: duration(c.BootDelay), DeleteDelay: duration(c.DeleteDelay), APILatency: duration(c.APILatency),
+		FaultRate: c.FaultRate, SpotReclaimRate: c.SpotReclaimRate,
+	}
+	for _, k := range c.Capacity {
+		out.Capacity = append(out.Capacity, sim.Capacity{InstanceType: k.InstanceType, Location: k.Location, CapacityType: k.CapacityType, Count: k.Count})
+	}
+	return out
+}
+
+func duration(d *metav1.Duration) *time.Duration {
+	if d == nil {
+		return nil
+	}
+	return sim.Duration(d.Duration)
+}
