@@ -146,7 +146,8 @@ type CreateSpec struct {
 	DiskGiB int
 	// Labels and Taints are what the node must register with. A real cloud
 	// delivers them through UserData; the simulated cloud registers the Node
-	// with them directly.
+	// with them directly. Both may be shared between orders: neither the
+	// caller nor the cloud changes them.
 	Labels map[string]string
 	Taints []corev1.Taint
 	// UserData is the rendered startup script or cloud-init document.

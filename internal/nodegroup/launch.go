@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"sort"
 
 	corev1 "k8s.io/api/core/v1"
@@ -125,11 +126,12 @@ func (l *launcher) prepareLocked(req LaunchRequest) (cloud.CreateSpec, *member, 
 		spec = l.templater.spec(g, name, k)
 		spec.Group, spec.Owner = "", req.Owner
 	}
+	spec.Labels = maps.Clone(spec.Labels) // the template's are shared
 	if spec.Labels == nil {
 		spec.Labels = map[string]string{}
 	}
 	maps.Copy(spec.Labels, req.Labels)
-	spec.Taints = append(spec.Taints, req.Taints...)
+	spec.Taints = append(slices.Clone(spec.Taints), req.Taints...)
 	mem := &member{
 		name: name, cloud: req.Cloud, owner: req.Owner, phase: phaseCreating,
 		providerID: cloud.ProviderID(req.Cloud, name), offering: k, price: price,

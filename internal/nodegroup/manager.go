@@ -116,8 +116,12 @@ func New(cfg *config.Config, providers map[string]cloud.Provider, opts Options) 
 		clients: m.clients, clock: opts.Clock, log: opts.Logger, metrics: met, resolveAfter: opts.ResolveAfter, syncNow: syncNow}
 	m.deleter = &deleter{clients: m.clients, clock: opts.Clock, log: opts.Logger, metrics: met, events: ev,
 		done: m.syncer.kick, run: m.run, inflight: map[string]bool{}, notBefore: map[string]time.Time{}}
+	queues := map[string]*createQueue{}
+	for name := range m.clients {
+		queues[name] = newCreateQueue(cfg.Sync.MaxConcurrentCreates)
+	}
 	m.orderer = &orderer{store: s, offerings: m.offerings, cost: m.cost, templater: m.templater, deleter: m.deleter,
-		clients: m.clients, boot: opts.Bootstrap, retries: *cfg.Sync.CreateRetries, clock: opts.Clock, log: opts.Logger,
+		clients: m.clients, queues: queues, boot: opts.Bootstrap, retries: *cfg.Sync.CreateRetries, clock: opts.Clock, log: opts.Logger,
 		metrics: met, events: ev, run: m.run, kick: m.syncer.kick, ctx: m.context}
 	m.sizer = &sizer{store: s, offerings: m.offerings, cost: m.cost, orderer: m.orderer, deleter: m.deleter,
 		clock: opts.Clock, log: opts.Logger, metrics: met, events: ev, ctx: m.context}
@@ -155,6 +159,7 @@ func (m *Manager) Start(ctx context.Context) error {
 	m.ctxMu.Lock()
 	m.ctx = ctx
 	m.ctxMu.Unlock()
+	m.orderer.start(ctx)
 	for cloudName := range m.clients {
 		if err := m.catalog.load(ctx, cloudName); err != nil {
 			return err

@@ -35,6 +35,7 @@ type orderer struct {
 	templater *templater
 	deleter   *deleter
 	clients   map[string]*client
+	queues    map[string]*createQueue
 	boot      Bootstrapper
 	retries   int
 	clock     clock.Clock
@@ -48,17 +49,28 @@ type orderer struct {
 	publish func(*group)
 }
 
-// order starts the background create of a new member of g. Callers hold
-// the store's lock.
+// order queues the create of a new member of g for its cloud's workers.
+// Callers hold the store's lock.
 func (o *orderer) order(g *group, mem *member) {
-	ctx := o.ctx()
-	o.run(func() { o.create(ctx, g, mem) })
+	o.queues[g.cfg.Cloud].push(g, mem)
+}
+
+// start runs every cloud's create workers until ctx is done.
+func (o *orderer) start(ctx context.Context) {
+	for _, q := range o.queues {
+		q.run(ctx, o.run, o.create)
+	}
 }
 
 // create orders one member's instance, trying each usable offering in turn.
 func (o *orderer) create(ctx context.Context, g *group, mem *member) {
 	s := o.store
 	s.mu.Lock()
+	if mem.cancelled {
+		s.drop(g, mem)
+		s.mu.Unlock()
+		return
+	}
 	if b, ok := o.offerings.backedOff(g.cfg.Name); ok {
 		o.failLocked(g, mem, b.reason, ErrorClassOther, fmt.Sprintf("group backing off until %s: %s", b.until.Format(time.RFC3339), b.message), false)
 		s.mu.Unlock()

@@ -20,10 +20,12 @@ const (
 	LabelCloud        = "gpuscaler.dev/cloud"
 )
 
-// templateCache holds a group's built template; it is reset when the
-// catalog changes.
+// templateCache holds a group's built template and the label sets of its
+// offerings; it is reset when the catalog changes.
 type templateCache struct {
 	node *corev1.Node
+	// labels are shared by every order on one offering: read-only.
+	labels map[cloud.OfferingKey]map[string]string
 }
 
 // templater builds what a group's nodes look like: the scale-from-zero
@@ -195,8 +197,24 @@ func (t *templater) nodeLabels(g *group, location string, ct cloud.CapacityType)
 	return l
 }
 
+// sharedLabels returns the labels of an offering's nodes, one map for all
+// of its orders (10,000 instances need not hold 10,000 copies). Nobody
+// changes it: see cloud.CreateSpec. Callers hold the store's write lock.
+func (t *templater) sharedLabels(g *group, k cloud.OfferingKey) map[string]string {
+	if l, ok := g.template.labels[k]; ok {
+		return l
+	}
+	if g.template.labels == nil {
+		g.template.labels = map[cloud.OfferingKey]map[string]string{}
+	}
+	l := t.nodeLabels(g, k.Location, k.CapacityType)
+	g.template.labels[k] = l
+	return l
+}
+
 // spec builds the order for one member of g on one offering, without its
-// startup script. Callers hold the store's lock.
+// startup script; its Labels and Taints are shared, read-only. Callers
+// hold the store's write lock.
 func (t *templater) spec(g *group, name string, k cloud.OfferingKey) cloud.CreateSpec {
 	return cloud.CreateSpec{
 		Name:         name,
@@ -206,8 +224,8 @@ func (t *templater) spec(g *group, name string, k cloud.OfferingKey) cloud.Creat
 		CapacityType: k.CapacityType,
 		Image:        g.cfg.Image,
 		DiskGiB:      g.cfg.DiskSizeGiB,
-		Labels:       t.nodeLabels(g, k.Location, k.CapacityType),
-		Taints:       append([]corev1.Taint(nil), g.cfg.Taints...),
+		Labels:       t.sharedLabels(g, k),
+		Taints:       g.cfg.Taints,
 		Options:      maps.Clone(g.cfg.CloudOptions),
 	}
 }

@@ -219,17 +219,25 @@ func startGPUScaler(t *testing.T, env *testenv.Env, metricsAddr string, args ...
 // kills the process at once, as a crash would.
 func startGPUScalerLogged(t *testing.T, env *testenv.Env, name, metricsAddr string, args ...string) (kill func()) {
 	t.Helper()
+	logPath := filepath.Join(env.Dir, name+".log")
+	env.AddLog(name, logPath)
+	_, kill = startProcess(t, logPath, metricsAddr, append(args, "--log-format", "text", "--log-level", "debug")...)
+	return kill
+}
+
+// startProcess runs the gpuscaler binary TestMain built, logging to
+// logPath, and waits until its /readyz on metricsAddr answers. The process
+// is interrupted at the end of the test; kill ends it at once.
+func startProcess(t testing.TB, logPath, metricsAddr string, args ...string) (pid int, kill func()) {
+	t.Helper()
 	if gpuscalerBin == "" {
 		t.Fatal("the gpuscaler binary was not built (TestMain)")
 	}
-	bin := gpuscalerBin
-	logPath := filepath.Join(env.Dir, name+".log")
 	logf, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	env.AddLog(name, logPath)
-	cmd := exec.Command(bin, append(args, "--log-format", "text", "--log-level", "debug")...)
+	cmd := exec.Command(gpuscalerBin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -256,7 +264,7 @@ func startGPUScalerLogged(t *testing.T, env *testenv.Env, name, metricsAddr stri
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return kill
+				return cmd.Process.Pid, kill
 			}
 		}
 		select {
@@ -291,7 +299,7 @@ func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
 	}
 }
 
-func loopback(t *testing.T) string {
+func loopback(t testing.TB) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -3,7 +3,6 @@ package sim
 import (
 	"context"
 	"fmt"
-	"maps"
 
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
 )
@@ -125,8 +124,8 @@ func (e *Engine) Create(ctx context.Context, cluster string, spec cloud.CreateSp
 			IP:           fmt.Sprintf("10.%d.%d.%d", 64+e.nextID>>16&63, e.nextID>>8&255, e.nextID&255),
 		},
 		cluster:  cluster,
-		labels:   maps.Clone(spec.Labels),
-		taints:   append(spec.Taints[:0:0], spec.Taints...),
+		labels:   spec.Labels, // shared and read-only, see cloud.CreateSpec
+		taints:   spec.Taints,
 		userData: spec.UserData,
 		bootAt:   now.Add(e.bootDelay),
 	}

@@ -1,0 +1,106 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	pb "github.com/gpuscaler/gpuscaler/proto"
+)
+
+// BenchmarkProviderMemory runs `gpuscaler provider` as a process on the
+// simulated cloud, fills 100 groups to 10,000 running instances through
+// NodeGroupIncreaseSize as cluster-autoscaler would, and reports the
+// process's resident memory once steady (MiB-rss) and at its peak
+// (MiB-peak, the kernel's high-water mark). The simulated cloud runs inside
+// the process, so its instances count too.
+func BenchmarkProviderMemory(b *testing.B) {
+	const groups, perGroup = 100, 100
+	// steadyAfter lets the Go runtime return the fill's garbage to the
+	// system (its scavenger works in the background) before reading.
+	const steadyAfter = 20 * time.Second
+	if gpuscalerBin == "" {
+		b.Skip("needs the binary TestMain builds (not with -short)")
+	}
+	var doc strings.Builder
+	doc.WriteString("clusterName: mem\nsync: {period: 5s, requestsPerSecond: 100000, maxConcurrentCreates: 200}\n" +
+		"clouds:\n  sim: {bootDelay: 1s, deleteDelay: 1s, defaultCapacity: 100000}\nnodeGroups:\n")
+	for i := range groups {
+		fmt.Fprintf(&doc, "  - {name: g%03d, cloud: sim, instanceType: 1H100.80S.30V, locations: [FIN-0%d], maxSize: %d}\n", i, 1+i%3, perGroup)
+	}
+	for range b.N {
+		dir := b.TempDir()
+		cfgPath := filepath.Join(dir, "config.yaml")
+		if err := os.WriteFile(cfgPath, []byte(doc.String()), 0o600); err != nil {
+			b.Fatal(err)
+		}
+		grpcAddr, metricsAddr := loopback(b), loopback(b)
+		pid, stop := startProcess(b, filepath.Join(dir, "provider.log"), metricsAddr, "provider", "--config", cfgPath,
+			"--metrics-address", metricsAddr, "--port", grpcAddr[strings.LastIndex(grpcAddr, ":")+1:], "--log-format", "json")
+		conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			b.Fatal(err)
+		}
+		ca := pb.NewCloudProviderClient(conn)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		for i := range groups {
+			if _, err := ca.NodeGroupIncreaseSize(ctx, &pb.NodeGroupIncreaseSizeRequest{Id: fmt.Sprintf("g%03d", i), Delta: perGroup}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		for running := 0; running < groups*perGroup; {
+			if ctx.Err() != nil {
+				b.Fatalf("only %d of %d instances running", running, groups*perGroup)
+			}
+			time.Sleep(time.Second)
+			running = 0
+			for i := range groups {
+				resp, err := ca.NodeGroupNodes(ctx, &pb.NodeGroupNodesRequest{Id: fmt.Sprintf("g%03d", i)})
+				if err != nil {
+					b.Fatal(err)
+				}
+				for _, in := range resp.GetInstances() {
+					if in.GetStatus().GetInstanceState() == pb.InstanceStatus_instanceRunning {
+						running++
+					}
+				}
+			}
+		}
+		time.Sleep(steadyAfter)
+		m := procMemory(b, pid)
+		b.ReportMetric(m["VmRSS:"], "MiB-rss")
+		b.ReportMetric(m["VmHWM:"], "MiB-peak")
+		b.ReportMetric(m["RssAnon:"], "MiB-anon")
+		b.ReportMetric(m["RssFile:"], "MiB-file")
+		cancel()
+		conn.Close()
+		stop()
+	}
+}
+
+// procMemory reads a process's memory lines (VmRSS, VmHWM, RssAnon,
+// RssFile, ...) in MiB.
+func procMemory(b *testing.B, pid int) map[string]float64 {
+	b.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 3 && f[2] == "kB" {
+			kb, _ := strconv.ParseFloat(f[1], 64)
+			out[f[0]] = kb / 1024
+		}
+	}
+	return out
+}
