@@ -105,10 +105,3 @@ func (d *deleter) attempt(ctx context.Context, cloudName string, inst cloud.Inst
 	}
 	return err
 }
-
-// inFlight reports whether a delete of the instance is under way.
-func (d *deleter) inFlight(cloudName string, inst cloud.Instance) bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.inflight[deleteKey(cloudName, inst)]
-}

@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
 )
@@ -334,14 +332,6 @@ nodeGroups:
 		t.Fatal(err)
 	}
 	h.eventually("4 instances", func() bool { return h.engine.Count("test") == 4 })
-}
-
-func counterValue(c interface{ Write(*dto.Metric) error }) float64 {
-	var m dto.Metric
-	if err := c.Write(&m); err != nil {
-		return -1
-	}
-	return m.GetCounter().GetValue()
 }
 
 // TestManageLeavesOtherGroupsAlone: a Manager that scales only some groups

@@ -275,14 +275,6 @@ func (s *store) reindex(mem *member, providerID string) {
 	s.index(mem)
 }
 
-// groupOf returns the group a member belongs to (the launches for none).
-func (s *store) groupOf(mem *member) *group {
-	if mem.group == "" {
-		return s.launches
-	}
-	return s.groups[mem.group]
-}
-
 // groupsOn returns the managed groups on one cloud, in config order.
 func (s *store) groupsOn(cloudName string) []*group {
 	var out []*group

@@ -51,18 +51,26 @@ func newRenderer(cfg *config.Config, cs *clouds, srv *bootstrap.Server, log *slo
 
 // reapTokens deletes used and expired join tokens until ctx is done.
 func reapTokens(ctx context.Context, cs *clouds, log *slog.Logger) error {
-	t := time.NewTicker(tokenReapPeriod)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
+	every(ctx, tokenReapPeriod, func() {
 		if n, err := bootstrap.ReapTokens(ctx, cs.kube, time.Now()); err != nil {
 			log.Warn("join token clean-up failed; will retry", "error", err)
 		} else if n > 0 {
 			log.Info("deleted used or expired join tokens", "count", n)
+		}
+	})
+	return nil
+}
+
+// every calls fn once per period until ctx is done.
+func every(ctx context.Context, period time.Duration, fn func()) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			fn()
 		}
 	}
 }

@@ -260,17 +260,10 @@ func (r *Runtime) Watch(ctx context.Context, path string, period time.Duration, 
 	if err != nil {
 		return err
 	}
-	t := time.NewTicker(period)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
+	every(ctx, period, func() {
 		data, err := os.ReadFile(path)
 		if err != nil || bytes.Equal(data, last) {
-			continue
+			return
 		}
 		last = data
 		cfg, err := config.Parse(data)
@@ -283,7 +276,8 @@ func (r *Runtime) Watch(ctx context.Context, path string, period time.Duration, 
 			r.log.Info("config reloaded", "path", path)
 		}
 		report(err)
-	}
+	})
+	return nil
 }
 
 // Config returns the configuration in force.

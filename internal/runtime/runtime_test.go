@@ -1,0 +1,159 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
+	"github.com/gpuscaler/gpuscaler/internal/config"
+)
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func parse(t *testing.T, doc string) *config.Config {
+	t.Helper()
+	cfg, err := config.Parse([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// A reload keeps the process's script server serving, refuses what needs
+// a restart or does not resolve, and swaps cores without a second order.
+func TestReloadKeepsTheProcessParts(t *testing.T) {
+	dir := t.TempDir()
+	tpl := filepath.Join(dir, "join.sh.tmpl")
+	if err := os.WriteFile(tpl, []byte("#!/bin/sh\necho {{.NodeName}}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr := freeAddr(t)
+	doc := func(maxSize int, itype string) string {
+		return fmt.Sprintf(`
+clusterName: rt
+sync: {period: 1s}
+scriptServer: {listenAddress: %q, url: "http://%s"}
+clouds:
+  sim: {bootDelay: 1s}
+nodeGroups:
+  - name: g
+    cloud: sim
+    instanceType: %s
+    locations: [FIN-01]
+    minSize: 2
+    maxSize: %d
+    managedBy: node-provisioner
+    bootstrap: {method: custom, templateFile: %q, delivery: server}
+`, addr, addr, itype, maxSize, tpl)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	rt, err := Build(ctx, parse(t, doc(3, "1V100.6V")), Options{Owner: config.ManagedByNodeProvisioner, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runErr := make(chan error, 1)
+	go func() { runErr <- rt.Run(ctx) }()
+	started := make(chan error, 1)
+	go func() { _ = rt.Lead(ctx, func(err error) { started <- err }) }()
+	if err := <-started; err != nil {
+		t.Fatal(err)
+	}
+	engine := rt.clouds.providers["sim"].(*sim.Cloud).Engine()
+	waitFor(t, "2 instances", func() bool { return engine.Count("rt") == 2 })
+
+	serving := func() bool {
+		resp, err := http.Get("http://" + addr + "/scripts/unknown")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return true
+	}
+	waitFor(t, "the script server", serving)
+
+	if err := rt.Reload(ctx, parse(t, doc(5, "1V100.6V"))); err != nil {
+		t.Fatalf("a valid reload: %v", err)
+	}
+	if g, _ := rt.Core().Group("g"); g.MaxSize != 5 {
+		t.Fatalf("maxSize after reload %d", g.MaxSize)
+	}
+	if !serving() {
+		t.Fatal("the script server stopped with the reload")
+	}
+	if err := rt.Reload(ctx, parse(t, doc(5, "no-such-type"))); err == nil {
+		t.Fatal("a group the catalog does not have was accepted")
+	}
+	changed := parse(t, doc(5, "1V100.6V"))
+	changed.Clouds.Sim.Seed = 99
+	if err := rt.Reload(ctx, changed); !errors.Is(err, ErrRestartNeeded) {
+		t.Fatalf("a clouds change: %v", err)
+	}
+	if g, _ := rt.Core().Group("g"); g.MaxSize != 5 {
+		t.Fatal("a refused reload changed the configuration in force")
+	}
+	time.Sleep(3 * time.Second) // several syncs of the new core
+	if n := engine.Count("rt"); n != 2 {
+		t.Fatalf("%d instances after the reloads, want the 2 of minSize", n)
+	}
+	select {
+	case err := <-runErr:
+		t.Fatalf("the process's background work stopped: %v", err)
+	default:
+	}
+}
+
+// The process stops on a background failure: a script server that cannot
+// listen is an error, not a silent absence.
+func TestRunReportsBackgroundFailures(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	taken := l.Addr().String()
+	cfg := parse(t, fmt.Sprintf(`
+clusterName: rt
+scriptServer: {listenAddress: %q, url: "http://%s"}
+clouds:
+  sim: {}
+nodeGroups:
+  - {name: g, cloud: sim, instanceType: 1V100.6V, locations: [FIN-01], maxSize: 1}
+`, taken, taken))
+	rt, err := Build(context.Background(), cfg, Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := rt.Run(ctx); err == nil || ctx.Err() != nil {
+		t.Fatalf("Run with the script server's port taken: %v", err)
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
