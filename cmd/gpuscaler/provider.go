@@ -116,6 +116,10 @@ func runProvider(ctx context.Context, cfg *config.Config, reloadPath string, rel
 		_ = eg.Wait()
 		return fmt.Errorf("provider.listenAddress: %w", err)
 	}
+	if !config.IsLoopback(cfg.Provider.ListenAddress) && !cfg.Provider.TLS.Enabled() {
+		log.Warn("INSECURE: the gRPC provider listens off loopback without mTLS; anyone who reaches "+
+			cfg.Provider.ListenAddress+" can scale groups and delete nodes (provider.insecure is set)", "address", cfg.Provider.ListenAddress)
+	}
 	log.Info("serving cluster-autoscaler gRPC", "address", lis.Addr().String(), "tls", cfg.Provider.TLS.Enabled(), "groups", len(cfg.NodeGroups))
 	ready.Store(true)
 	eg.Go(func() error { return srv.Serve(ctx, lis) })

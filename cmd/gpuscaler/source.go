@@ -3,7 +3,9 @@ package main
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
+	"strconv"
 
 	"github.com/spf13/cobra"
 
@@ -19,6 +21,8 @@ type source struct {
 	nodes       []string
 	clusterName string
 	port        int
+	listen      string
+	insecure    bool
 }
 
 func (s *source) addFlags(cmd *cobra.Command) {
@@ -26,7 +30,9 @@ func (s *source) addFlags(cmd *cobra.Command) {
 	cmd.Flags().StringArrayVar(&s.nodes, "nodes", nil,
 		"DataCrunch-style node group min:max:instance-type:region:name (repeatable); pool settings come from DATACRUNCH_CLUSTER_CONFIG_JSON, DATACRUNCH_CLUSTER_CONFIG or DATACRUNCH_CLUSTER_CONFIG_FILE")
 	cmd.Flags().StringVar(&s.clusterName, "cluster-name", "gpuscaler", "cluster name for imported configs (native files name their own)")
-	cmd.Flags().IntVar(&s.port, "port", 0, "gRPC port; overrides provider.listenAddress (as ca-verda's --port)")
+	cmd.Flags().IntVar(&s.port, "port", 0, "gRPC port; overrides the port of provider.listenAddress (as ca-verda's --port)")
+	cmd.Flags().StringVar(&s.listen, "listen-address", "", "overrides provider.listenAddress (host:port)")
+	cmd.Flags().BoolVar(&s.insecure, "insecure", false, "allow a plaintext gRPC listener off loopback (provider.insecure): anyone who reaches it can scale groups and delete nodes")
 }
 
 // imported reports whether the configuration comes from a seed format
@@ -60,7 +66,7 @@ func (s *source) load(getenv func(string) string) (*config.Config, error) {
 			return nil, fmt.Errorf("read config: %w", err)
 		}
 		if !seedconfig.IsCAVerda(data) {
-			cfg, err = config.Parse(data)
+			cfg, err = config.Decode(data)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", s.configPath, err)
 			}
@@ -82,7 +88,18 @@ func (s *source) load(getenv func(string) string) (*config.Config, error) {
 		return nil, errors.New("--config (or DataCrunch-style --nodes) is required")
 	}
 	if s.port != 0 {
-		cfg.Provider.ListenAddress = fmt.Sprintf(":%d", s.port)
+		// The port only: the host stays as configured (loopback by default).
+		host := "127.0.0.1"
+		if h, _, err := net.SplitHostPort(cfg.Provider.ListenAddress); err == nil && cfg.Provider.ListenAddress != "" {
+			host = h
+		}
+		cfg.Provider.ListenAddress = net.JoinHostPort(host, strconv.Itoa(s.port))
+	}
+	if s.listen != "" {
+		cfg.Provider.ListenAddress = s.listen
+	}
+	if s.insecure {
+		cfg.Provider.Insecure = true
 	}
 	if err := config.Complete(cfg); err != nil {
 		return nil, err

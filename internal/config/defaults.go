@@ -8,10 +8,11 @@ import (
 
 // Defaults for fields left empty, as SetDefaults applies them.
 const (
-	// DefaultListenAddress is provider.listenAddress.
-	DefaultListenAddress = ":8086"
-	// DefaultMetricsAddress is metrics.address.
-	DefaultMetricsAddress = ":9090"
+	// DefaultListenAddress is provider.listenAddress: loopback, so nothing
+	// off the machine can scale a group until it is exposed on purpose.
+	DefaultListenAddress = "127.0.0.1:8086"
+	// DefaultMetricsAddress is metrics.address: loopback too.
+	DefaultMetricsAddress = "127.0.0.1:9090"
 	// DefaultGPULabel is provider.gpuLabel.
 	DefaultGPULabel = "gpuscaler.dev/accelerator"
 	// DefaultSyncPeriod is sync.period.
@@ -22,6 +23,12 @@ const (
 	DefaultRequestsPerSecond = 10.0
 	// DefaultOfferingBackoff is sync.offeringBackoff.
 	DefaultOfferingBackoff = 5 * time.Minute
+	// DefaultMaxGroupSize is sync.maxGroupSize.
+	DefaultMaxGroupSize = 5000
+	// MaxGroupSizeCeiling bounds sync.maxGroupSize itself.
+	MaxGroupSizeCeiling = 1000000
+	// DefaultMaxIncrease is sync.maxIncrease.
+	DefaultMaxIncrease = 1000
 	// DefaultCreateRetries is sync.createRetries.
 	DefaultCreateRetries = 5
 	// DefaultLeakGracePeriod is leakedInstances.gracePeriod.
@@ -71,6 +78,12 @@ func SetDefaults(c *Config) {
 		c.Sync.RequestsPerSecond = DefaultRequestsPerSecond
 	}
 	setPtr(&c.Sync.CreateRetries, DefaultCreateRetries)
+	if c.Sync.MaxGroupSize == 0 {
+		c.Sync.MaxGroupSize = DefaultMaxGroupSize
+	}
+	if c.Sync.MaxIncrease == 0 {
+		c.Sync.MaxIncrease = DefaultMaxIncrease
+	}
 	setDuration(&c.LeakedInstances.GracePeriod, DefaultLeakGracePeriod)
 	setString(&c.LeakedInstances.Action, DefaultLeakAction)
 	if s := c.Clouds.Sim; s != nil {

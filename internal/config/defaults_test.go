@@ -34,9 +34,9 @@ func TestSetDefaultsFillsEveryDefault(t *testing.T) {
 		field     string
 		got, want any
 	}{
-		{"provider.listenAddress", cfg.Provider.ListenAddress, ":8086"},
+		{"provider.listenAddress", cfg.Provider.ListenAddress, "127.0.0.1:8086"},
 		{"provider.gpuLabel", cfg.Provider.GPULabel, "gpuscaler.dev/accelerator"},
-		{"metrics.address", cfg.Metrics.Address, ":9090"},
+		{"metrics.address", cfg.Metrics.Address, "127.0.0.1:9090"},
 		{"sync.period", cfg.Sync.Period.Duration, 30 * time.Second},
 		{"sync.maxConcurrentCreates", cfg.Sync.MaxConcurrentCreates, 10},
 		{"sync.requestsPerSecond", cfg.Sync.RequestsPerSecond, 10.0},

@@ -48,12 +48,23 @@ func Load(path string) (*Config, error) {
 // a config that decodes but is not valid is a *ValidationError listing every
 // problem.
 func Parse(data []byte) (*Config, error) {
+	cfg, err := Decode(data)
+	if err != nil {
+		return nil, err
+	}
+	if err := Complete(cfg); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// Decode decodes one YAML document strictly, as Parse does, without
+// defaults or validation: for callers that override fields (command-line
+// flags) before Complete checks the whole.
+func Decode(data []byte) (*Config, error) {
 	var cfg Config
 	if err := decode(data, &cfg); err != nil {
 		return nil, fmt.Errorf("decode config: %w", err)
-	}
-	if err := Complete(&cfg); err != nil {
-		return nil, err
 	}
 	return &cfg, nil
 }

@@ -38,8 +38,13 @@ type Config struct {
 
 // ProviderConfig configures the external gRPC cloud provider server.
 type ProviderConfig struct {
-	// ListenAddress is host:port; default ":8086".
+	// ListenAddress is host:port; default "127.0.0.1:8086". An address off
+	// loopback needs mTLS (TLS) or Insecure.
 	ListenAddress string `json:"listenAddress,omitempty"`
+	// Insecure allows a plaintext listener off loopback: any peer that
+	// reaches it can scale groups and delete nodes. It is logged loudly at
+	// every start.
+	Insecure bool `json:"insecure,omitempty"`
 	// TLS enables mTLS as the upstream cluster-autoscaler expects it. With
 	// all three files empty the server runs plain TCP.
 	TLS TLSConfig `json:"tls,omitempty"`
@@ -63,7 +68,7 @@ func (t TLSConfig) Enabled() bool {
 
 // MetricsConfig configures the metrics and health HTTP endpoint.
 type MetricsConfig struct {
-	// Address is host:port; default ":9090"; "0" disables the endpoint.
+	// Address is host:port; default "127.0.0.1:9090"; "0" disables the endpoint.
 	Address string `json:"address,omitempty"`
 }
 
@@ -81,6 +86,11 @@ type SyncConfig struct {
 	// tried again (with backoff) before the instance is reported failed;
 	// default 5.
 	CreateRetries *int `json:"createRetries,omitempty"`
+	// MaxGroupSize is the largest maxSize a group may have; default 5000,
+	// at most 1,000,000.
+	MaxGroupSize int `json:"maxGroupSize,omitempty"`
+	// MaxIncrease is the largest scale-up one call may ask for; default 1000.
+	MaxIncrease int `json:"maxIncrease,omitempty"`
 }
 
 // LeakedInstancesConfig configures what happens to owned instances that

@@ -39,6 +39,10 @@ func Validate(c *Config) field.ErrorList {
 
 func validateProvider(p *field.Path, pc ProviderConfig) field.ErrorList {
 	errs := validateAddress(p.Child("listenAddress"), pc.ListenAddress)
+	if len(errs) == 0 && !IsLoopback(pc.ListenAddress) && !pc.TLS.Enabled() && !pc.Insecure {
+		errs = append(errs, field.Forbidden(p.Child("listenAddress"), fmt.Sprintf(
+			"%s is reachable off this machine: anyone who reaches it could scale groups and delete nodes; set provider.tls for mTLS, or provider.insecure: true to accept that", pc.ListenAddress)))
+	}
 	errs = append(errs, validateTLS(p.Child("tls"), pc.TLS)...)
 	if pc.GPULabel != "" {
 		for _, msg := range validation.IsQualifiedName(pc.GPULabel) {
@@ -78,7 +82,27 @@ func validateSync(p *field.Path, s SyncConfig) field.ErrorList {
 	if s.CreateRetries != nil && *s.CreateRetries < 0 {
 		errs = append(errs, field.Invalid(p.Child("createRetries"), *s.CreateRetries, "must be >= 0"))
 	}
+	if s.MaxGroupSize < 1 || s.MaxGroupSize > MaxGroupSizeCeiling {
+		errs = append(errs, field.Invalid(p.Child("maxGroupSize"), s.MaxGroupSize, fmt.Sprintf("must be from 1 to %d", MaxGroupSizeCeiling)))
+	}
+	if s.MaxIncrease < 1 {
+		errs = append(errs, field.Invalid(p.Child("maxIncrease"), s.MaxIncrease, "must be >= 1"))
+	}
 	return errs
+}
+
+// IsLoopback reports whether a host:port listens on loopback only: an IP
+// in 127.0.0.0/8 or ::1, or "localhost". An empty host listens everywhere.
+func IsLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil || host == "" {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 func validateLeaked(p *field.Path, l LeakedInstancesConfig) field.ErrorList {

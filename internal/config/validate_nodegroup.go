@@ -52,6 +52,8 @@ func validateGroup(p *field.Path, g *NodeGroup, c *Config) field.ErrorList {
 		errs = append(errs, field.Invalid(p.Child("maxSize"), g.MaxSize, "must be >= 1"))
 	case g.MaxSize < g.MinSize:
 		errs = append(errs, field.Invalid(p.Child("maxSize"), g.MaxSize, fmt.Sprintf("must be >= minSize (%d)", g.MinSize)))
+	case g.MaxSize > c.Sync.MaxGroupSize:
+		errs = append(errs, field.Invalid(p.Child("maxSize"), g.MaxSize, fmt.Sprintf("must be <= sync.maxGroupSize (%d); raise that to allow larger groups", c.Sync.MaxGroupSize)))
 	}
 	if g.DiskSizeGiB < 0 {
 		errs = append(errs, field.Invalid(p.Child("diskSizeGiB"), g.DiskSizeGiB, "must be >= 0 (0: the cloud's default)"))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -360,5 +361,17 @@ func TestCrashBetweenCreateAndRecord(t *testing.T) {
 	}
 	if creates, _ := w.counts(); creates != 1 {
 		t.Fatalf("%d creates, want 1", creates)
+	}
+}
+
+// One call cannot order more than sync.maxIncrease instances, and a group
+// larger than sync.maxGroupSize does not validate (config tests).
+func TestIncreaseIsCapped(t *testing.T) {
+	h := newHarness(t, strings.Replace(oneGroupLeaky, "maxConcurrentCreates: 8}", "maxConcurrentCreates: 8, maxIncrease: 3}", 1), sim.Options{}, Options{})
+	if err := h.mgr.IncreaseSize(context.Background(), "g", 4); !errors.Is(err, ErrSizeLimit) {
+		t.Fatalf("IncreaseSize(4) with maxIncrease 3: %v", err)
+	}
+	if err := h.mgr.IncreaseSize(context.Background(), "g", 3); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -27,6 +27,8 @@ type sizer struct {
 	metrics   *metrics
 	events    *events
 	ctx       func() context.Context
+	// maxIncrease caps one IncreaseSize (sync.maxIncrease).
+	maxIncrease int
 }
 
 // group returns a managed group by name. Callers hold the store's lock.
@@ -44,6 +46,9 @@ func (z *sizer) group(name string) (*group, error) {
 func (z *sizer) increase(name string, delta int) error {
 	if delta <= 0 {
 		return fmt.Errorf("%w: increase by %d", ErrInvalidDelta, delta)
+	}
+	if z.maxIncrease > 0 && delta > z.maxIncrease {
+		return fmt.Errorf("%w: increase by %d is more than sync.maxIncrease (%d) in one call", ErrSizeLimit, delta, z.maxIncrease)
 	}
 	s := z.store
 	s.mu.Lock()

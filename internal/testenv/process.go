@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -90,4 +91,15 @@ func tail(path string, n int) string {
 		lines = append(lines, "(log read error: "+err.Error()+")")
 	}
 	return strings.Join(lines, "\n")
+}
+
+// BuildGPUScaler builds the gpuscaler binary into dir, for test packages'
+// TestMain: binaries are built once, before any test starts its clock.
+func BuildGPUScaler(dir string) (string, error) {
+	bin := filepath.Join(dir, "gpuscaler")
+	out, err := exec.Command("go", "build", "-o", bin, "github.com/gpuscaler/gpuscaler/cmd/gpuscaler").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("build gpuscaler: %w\n%s", err, out)
+	}
+	return bin, nil
 }

@@ -4,9 +4,9 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
+
+	"github.com/gpuscaler/gpuscaler/internal/testenv"
 )
 
 // gpuscalerBin is the gpuscaler binary the tests run, built once by
@@ -26,10 +26,8 @@ func run(m *testing.M) int {
 			return 1
 		}
 		defer os.RemoveAll(dir)
-		gpuscalerBin = filepath.Join(dir, "gpuscaler")
-		build := exec.Command("go", "build", "-o", gpuscalerBin, "github.com/gpuscaler/gpuscaler/cmd/gpuscaler")
-		if out, err := build.CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "build gpuscaler: %v\n%s", err, out)
+		if gpuscalerBin, err = testenv.BuildGPUScaler(dir); err != nil {
+			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
 	}
