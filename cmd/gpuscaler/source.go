@@ -41,7 +41,7 @@ func (s *source) imported() bool {
 	if len(s.nodes) > 0 {
 		return true
 	}
-	data, err := os.ReadFile(s.configPath)
+	data, err := config.ReadFile(s.configPath)
 	return err == nil && seedconfig.IsCAVerda(data)
 }
 
@@ -61,7 +61,7 @@ func (s *source) load(getenv func(string) string) (*config.Config, error) {
 	case s.configPath != "" && len(s.nodes) > 0:
 		return nil, errors.New("give --config or --nodes, not both")
 	case s.configPath != "":
-		data, err := os.ReadFile(s.configPath)
+		data, err := config.ReadFile(s.configPath)
 		if err != nil {
 			return nil, fmt.Errorf("read config: %w", err)
 		}

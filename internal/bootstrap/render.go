@@ -10,7 +10,6 @@ import (
 	"bytes"
 	"embed"
 	"fmt"
-	"os"
 	"sort"
 	"strings"
 	"text/template"
@@ -69,7 +68,51 @@ type templates struct {
 	k3s, kubeadm, stub *template.Template
 }
 
-var funcs = template.FuncMap{"shq": shellQuote}
+// funcs are the templates' functions: shq quotes any value for the shell;
+// word passes a value that needs no quoting and fails the render for any
+// other, so no value can change the shape of a node's script.
+var funcs = template.FuncMap{"shq": shellQuote, "word": word, "secret": secret}
+
+// secret returns a join token when it is 1 to 1024 printable ASCII
+// characters without spaces, as k3s and kubeadm tokens are; anything else
+// (a Secret holding a newline, binary, a whole file) stops the render.
+func secret(s string) (string, error) {
+	if len(s) == 0 || len(s) > 1024 {
+		return "", fmt.Errorf("bootstrap: the join token is %d bytes; want 1 to 1024", len(s))
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x21 || s[i] > 0x7e {
+			return "", fmt.Errorf("bootstrap: the join token holds a byte (0x%02x at %d) no k3s or kubeadm token has", s[i], i)
+		}
+	}
+	return s, nil
+}
+
+// word returns v as text when it is one safe word (config.IsShellWord);
+// an int is always one. Anything else is an error that stops the render.
+func word(v any) (string, error) {
+	var s string
+	switch x := v.(type) {
+	case string:
+		s = x
+	case int:
+		return fmt.Sprint(x), nil
+	default:
+		return "", fmt.Errorf("bootstrap: %T is not a value a script may hold", v)
+	}
+	if !config.IsShellWord(s) {
+		return "", fmt.Errorf("bootstrap: %q may not reach a node's script (only letters, digits and ._:/=,@%%+-[]~)", truncate(s, 64))
+	}
+	return s, nil
+}
+
+// truncate shortens s for an error message.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
 
 func parseBuiltins() (*templates, error) {
 	parse := func(name string) (*template.Template, error) {
@@ -93,7 +136,7 @@ func parseBuiltins() (*templates, error) {
 
 // parseCustom reads a user's template; it may use {{template "mig" .}}.
 func parseCustom(path string) (*template.Template, error) {
-	data, err := os.ReadFile(path)
+	data, err := config.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("bootstrap template: %w", err)
 	}

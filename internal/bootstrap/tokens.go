@@ -25,15 +25,25 @@ const (
 // tokenAlphabet is kubeadm's token alphabet.
 const tokenAlphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
 
+// randomString draws n characters of tokenAlphabet uniformly: a random
+// byte past the largest multiple of the alphabet's size is drawn again, so
+// no character is likelier than another (a plain b % 36 favours the first
+// 4 of them).
 func randomString(n int) (string, error) {
-	b := make([]byte, n)
-	if _, err := rand.Read(b); err != nil {
-		return "", err
+	const limit = 256 - 256%len(tokenAlphabet)
+	out := make([]byte, 0, n)
+	buf := make([]byte, n)
+	for len(out) < n {
+		if _, err := rand.Read(buf); err != nil {
+			return "", err
+		}
+		for _, b := range buf {
+			if int(b) < limit && len(out) < n {
+				out = append(out, tokenAlphabet[int(b)%len(tokenAlphabet)])
+			}
+		}
 	}
-	for i := range b {
-		b[i] = tokenAlphabet[int(b[i])%len(tokenAlphabet)]
-	}
-	return string(b), nil
+	return string(out), nil
 }
 
 // mintToken creates a kubeadm bootstrap token for one node, valid for ttl,

@@ -134,3 +134,11 @@ func TestLoad(t *testing.T) {
 		t.Fatalf("bad file: err = %v, want a *DecodeError naming the file", err)
 	}
 }
+
+// A config path that never ends (/dev/zero) or is far too large fails at
+// once with a clear error, not when memory runs out.
+func TestLoadBoundsTheFileSize(t *testing.T) {
+	if _, err := Load("/dev/zero"); err == nil || !strings.Contains(err.Error(), "larger than") {
+		t.Fatalf("Load(/dev/zero): %v", err)
+	}
+}

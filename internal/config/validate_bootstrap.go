@@ -1,6 +1,8 @@
 package config
 
 import (
+	"net"
+	"net/url"
 	"regexp"
 	"slices"
 	"strings"
@@ -10,6 +12,17 @@ import (
 
 // caCertHashPattern is kubeadm's CA pin: sha256:<64 hex>.
 const caCertHashPattern = `^sha256:[0-9a-f]{64}$`
+
+// shellWordReason says what a value that reaches a node's script may hold.
+const shellWordReason = "may hold only letters, digits and ._:/=,@%+-[]~ (it is written into a script that runs as root)"
+
+// truncated shortens a value echoed in an error.
+func truncated(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "..."
+	}
+	return s
+}
 
 // validateBootstrap checks a group's bootstrap section: the method and what
 // it needs (server, token, CA pin or template) and the delivery mode.
@@ -23,8 +36,22 @@ func validateBootstrap(p *field.Path, b *Bootstrap, c *Config) field.ErrorList {
 	switch {
 	case !custom && b.Server == "":
 		errs = append(errs, field.Required(p.Child("server"), "the endpoint nodes join"))
-	case b.Method == BootstrapK3s && !strings.HasPrefix(b.Server, "https://"):
-		errs = append(errs, field.Invalid(p.Child("server"), b.Server, "k3s joins an https:// URL"))
+	case b.Server != "" && !IsShellWord(b.Server):
+		errs = append(errs, field.Invalid(p.Child("server"), truncated(b.Server), shellWordReason))
+	case b.Method == BootstrapK3s:
+		if u, err := url.Parse(b.Server); err != nil || u.Scheme != "https" || u.Host == "" || u.User != nil {
+			errs = append(errs, field.Invalid(p.Child("server"), b.Server, "k3s joins an https:// URL (https://host:port)"))
+		}
+	case b.Method == BootstrapKubeadm:
+		if _, port, err := net.SplitHostPort(b.Server); err != nil || port == "" {
+			errs = append(errs, field.Invalid(p.Child("server"), b.Server, "kubeadm joins host:port"))
+		}
+	}
+	for i, a := range b.KubeletExtraArgs {
+		if !IsShellWord(a) || !strings.HasPrefix(a, "--") && b.Method == BootstrapKubeadm {
+			errs = append(errs, field.Invalid(p.Child("kubeletExtraArgs").Index(i), truncated(a),
+				"one kubelet flag, --name=value: "+shellWordReason))
+		}
 	}
 	if b.TokenSecretRef == nil && !b.MintToken && !custom {
 		errs = append(errs, field.Required(p.Child("tokenSecretRef"), "name the join token's Secret (or set mintToken for kubeadm)"))

@@ -256,12 +256,12 @@ func (r *Runtime) Reload(ctx context.Context, cfg *config.Config) error {
 // changes. report hears every outcome: nil for a reload, the error for a
 // refused one (the old configuration stays). It returns when ctx is done.
 func (r *Runtime) Watch(ctx context.Context, path string, period time.Duration, report func(error)) error {
-	last, err := os.ReadFile(path)
+	last, err := config.ReadFile(path)
 	if err != nil {
 		return err
 	}
 	every(ctx, period, func() {
-		data, err := os.ReadFile(path)
+		data, err := config.ReadFile(path)
 		if err != nil || bytes.Equal(data, last) {
 			return
 		}

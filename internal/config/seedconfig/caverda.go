@@ -106,7 +106,7 @@ func FromCAVerda(clusterName string, data []byte) (*config.Config, error) {
 // .env file, as ca-verda loaded VERDA_CLIENT_ID and VERDA_CLIENT_SECRET.
 // A missing file yields an empty map.
 func DotEnv(path string) (map[string]string, error) {
-	data, err := os.ReadFile(path)
+	data, err := config.ReadFile(path)
 	if os.IsNotExist(err) {
 		return map[string]string{}, nil
 	}

@@ -15,7 +15,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -59,7 +58,7 @@ func DataCrunchEnv(getenv func(string) string) (data []byte, source string, ok b
 		return b, "DATACRUNCH_CLUSTER_CONFIG", true, nil
 	}
 	if v := getenv("DATACRUNCH_CLUSTER_CONFIG_FILE"); v != "" {
-		b, err := os.ReadFile(v)
+		b, err := config.ReadFile(v)
 		if err != nil {
 			return nil, "DATACRUNCH_CLUSTER_CONFIG_FILE", true, fmt.Errorf("DATACRUNCH_CLUSTER_CONFIG_FILE: %w", err)
 		}
