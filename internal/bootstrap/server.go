@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/utils/clock"
 )
 
@@ -25,15 +26,28 @@ type ServerOptions struct {
 	// InstanceIP, when set, restricts each script to its instance's own
 	// address (as the cloud reports it); ok false means not known yet.
 	InstanceIP func(node string) (ip string, ok bool)
+	// Registerer receives gpuscaler_script_requests_refused_total; nil
+	// registers nowhere.
+	Registerer prometheus.Registerer
 }
+
+// refusalLogEvery spaces the log lines about refused requests: a flood of
+// bogus tokens costs a counter, not a log line each.
+const refusalLogEvery = time.Minute
 
 // Server hands each node its rendered script once, before a deadline, to
 // whoever presents the one-time token the node's stub carries. It keeps
 // only a hash of each token, and never logs tokens or scripts.
 type Server struct {
 	opts    ServerOptions
+	refused *prometheus.CounterVec
 	mu      sync.Mutex
 	entries map[string]*entry // by token hash
+	// lastSweep is when expired entries were last dropped.
+	lastSweep time.Time
+	// quiet counts refusals not logged since lastLog, by reason.
+	quiet   map[string]int
+	lastLog map[string]time.Time
 }
 
 type entry struct {
@@ -50,7 +64,27 @@ func NewServer(opts ServerOptions) *Server {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	return &Server{opts: opts, entries: map[string]*entry{}}
+	refused := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gpuscaler_script_requests_refused_total",
+		Help: "Script-server requests refused, by reason (unknown or used token, expired token, wrong address).",
+	}, []string{"reason"})
+	if opts.Registerer != nil {
+		opts.Registerer.MustRegister(refused)
+	}
+	return &Server{opts: opts, refused: refused, entries: map[string]*entry{}, quiet: map[string]int{}, lastLog: map[string]time.Time{}}
+}
+
+// sweepLocked drops expired entries, at most once a minute.
+func (s *Server) sweepLocked(now time.Time) {
+	if now.Sub(s.lastSweep) < time.Minute {
+		return
+	}
+	s.lastSweep = now
+	for k, e := range s.entries {
+		if now.After(e.expires) {
+			delete(s.entries, k)
+		}
+	}
 }
 
 func hashToken(token string) string {
@@ -65,13 +99,16 @@ func (s *Server) Register(node, script string, ttl time.Duration) (string, error
 		return "", err
 	}
 	token := base64.RawURLEncoding.EncodeToString(b)
+	now := s.opts.Clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.entries[hashToken(token)] = &entry{node: node, script: script, expires: s.opts.Clock.Now().Add(ttl)}
+	s.sweepLocked(now)
+	s.entries[hashToken(token)] = &entry{node: node, script: script, expires: now.Add(ttl)}
 	return token, nil
 }
 
-// Forget drops whatever is stored for a node (its order failed).
+// Forget drops whatever is stored for a node (its order failed, or its
+// instance is gone).
 func (s *Server) Forget(node string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -93,6 +130,24 @@ func (s *Server) Pending() int {
 		}
 	}
 	return len(s.entries)
+}
+
+// refusal counts a refused request, and logs it unless one of the same
+// reason was logged within refusalLogEvery; the next line says how many
+// went unlogged.
+func (s *Server) refusal(node, remote, reason string) {
+	s.refused.WithLabelValues(reason).Inc()
+	now := s.opts.Clock.Now()
+	s.mu.Lock()
+	if now.Sub(s.lastLog[reason]) < refusalLogEvery {
+		s.quiet[reason]++
+		s.mu.Unlock()
+		return
+	}
+	quiet := s.quiet[reason]
+	s.quiet[reason], s.lastLog[reason] = 0, now
+	s.mu.Unlock()
+	s.opts.Logger.Warn("startup script refused", "node", node, "remote", remote, "reason", reason, "alsoRefusedSinceLastLine", quiet)
 }
 
 // ServeHTTP answers GET ScriptPath<token> with the script, once. Every
@@ -132,7 +187,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if found {
 			node = e.node
 		}
-		s.opts.Logger.Warn("startup script refused", "node", node, "remote", remote, "reason", reason)
+		s.refusal(node, remote, reason)
 		http.NotFound(w, r)
 		return
 	}

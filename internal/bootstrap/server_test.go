@@ -2,6 +2,7 @@ package bootstrap
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	clocktesting "k8s.io/utils/clock/testing"
 )
 
@@ -128,4 +130,48 @@ func TestServerDeliveryRendersStub(t *testing.T) {
 		t.Fatalf("the stub's link gave %d %q", code, body)
 	}
 	r.Release(t.Context(), "k3s-plain-0123456789")
+}
+
+// A flood of bogus tokens costs a counter, not a log line each.
+func TestRefusalsAreCountedNotFlooded(t *testing.T) {
+	var logs bytes.Buffer
+	reg := prometheus.NewRegistry()
+	srv := NewServer(ServerOptions{Logger: slog.New(slog.NewTextHandler(&logs, nil)), Registerer: reg})
+	ts := httptest.NewServer(srv)
+	defer ts.Close()
+	for i := range 2000 {
+		resp, err := http.Get(ts.URL + ScriptPath + fmt.Sprintf("bogus-%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	if n := strings.Count(logs.String(), "startup script refused"); n > 1 {
+		t.Fatalf("%d log lines for 2,000 refused requests", n)
+	}
+	mfs, err := reg.Gather()
+	if err != nil || len(mfs) != 1 || mfs[0].GetMetric()[0].GetCounter().GetValue() != 2000 {
+		t.Fatalf("refusal counter: %v %v", mfs, err)
+	}
+}
+
+// Expired scripts are dropped even when nobody asks for them.
+func TestExpiredScriptsAreSwept(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	srv := NewServer(ServerOptions{Clock: clk, Logger: slog.New(slog.DiscardHandler)})
+	for i := range 10 {
+		if _, err := srv.Register(fmt.Sprintf("n%d", i), "#!/bin/sh\n", time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clk.Step(2 * time.Minute)
+	if _, err := srv.Register("late", "#!/bin/sh\n", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	srv.mu.Lock()
+	n := len(srv.entries)
+	srv.mu.Unlock()
+	if n != 1 {
+		t.Fatalf("%d scripts held after the others expired, want 1", n)
+	}
 }

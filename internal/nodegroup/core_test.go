@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -374,4 +375,44 @@ func TestIncreaseIsCapped(t *testing.T) {
 	if err := h.mgr.IncreaseSize(context.Background(), "g", 3); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// releases records what the core asks a bootstrapper to release.
+type releases struct {
+	mu    sync.Mutex
+	names []string
+}
+
+func (r *releases) UserData(context.Context, cloud.CreateSpec) (string, error) {
+	return "#!/bin/sh\n", nil
+}
+func (r *releases) Release(_ context.Context, name string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.names = append(r.names, name)
+}
+func (r *releases) has(name string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Contains(r.names, name)
+}
+
+// When an instance is gone (deleted, reclaimed), what bootstrap holds for it
+// (its script on the script server, its join token) is released: a deleted
+// node's token must not hand out its script.
+func TestGoneInstanceReleasesItsBootstrap(t *testing.T) {
+	rel := &releases{}
+	h := newHarness(t, oneGroupLeaky, sim.Options{}, Options{Bootstrap: rel})
+	if err := h.mgr.IncreaseSize(context.Background(), "g", 2); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("2 running", func() bool { r, _, _, _ := h.states("g"); return r == 2 })
+	insts, _ := h.mgr.Instances("g")
+	if err := h.mgr.DeleteNodes(context.Background(), "g", []string{insts[0].ProviderID}); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.engine.Reclaim(insts[1].Name); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("both released", func() bool { return rel.has(insts[0].Name) && rel.has(insts[1].Name) })
 }

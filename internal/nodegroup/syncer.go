@@ -148,7 +148,8 @@ func (y *syncer) sync(ctx context.Context, cloudName string, initial bool) error
 	l := newListing(start, insts)
 
 	s := y.store
-	var gone [][]string
+	var gone []*member
+	var goneIDs [][]string
 	s.mu.Lock()
 	y.reaper.beginLocked(cloudName)
 	for _, g := range s.groupsOn(cloudName) {
@@ -166,18 +167,27 @@ func (y *syncer) sync(ctx context.Context, cloudName string, initial bool) error
 	for _, g := range s.groupsOn(cloudName) {
 		y.sizer.publishLocked(g)
 	}
+	for _, mem := range gone {
+		goneIDs = append(goneIDs, mem.providerIDs())
+	}
 	s.mu.Unlock()
 
-	y.deleteNodes(ctx, gone)
+	y.deleteNodes(ctx, goneIDs)
+	for _, mem := range gone {
+		// What bootstrap holds for the instance (its script on the script
+		// server, its join token) goes with it.
+		y.orderer().release(ctx, mem.name)
+	}
 	return nil
 }
 
 // fold updates a group's members from a list that started at start: states,
-// lost create answers resolved, members that vanished dropped (their Node
-// provider IDs added to gone), and the group's listed instances the core
-// did not know adopted and returned. Extra instances under a member's name
-// are handed to the reaper as duplicates.
-func (y *syncer) fold(ctx context.Context, cloudName string, g *group, listed map[string][]cloud.Instance, start time.Time, initial bool, gone *[][]string) []*member {
+// lost create answers resolved, members whose instance is gone dropped (and
+// added to gone, for their Node and their bootstrap leftovers), and the
+// group's listed instances the core did not know adopted and returned.
+// Extra instances under a member's name are handed to the reaper as
+// duplicates.
+func (y *syncer) fold(ctx context.Context, cloudName string, g *group, listed map[string][]cloud.Instance, start time.Time, initial bool, gone *[]*member) []*member {
 	s := y.store
 	for name, mem := range g.members {
 		if mem.cloud != cloudName {
@@ -247,7 +257,7 @@ func (y *syncer) fold(ctx context.Context, cloudName string, g *group, listed ma
 }
 
 // missing handles a member the list did not show.
-func (y *syncer) missing(g *group, mem *member, start time.Time, gone *[][]string) {
+func (y *syncer) missing(g *group, mem *member, start time.Time, gone *[]*member) {
 	s := y.store
 	switch {
 	case mem.phase == phaseUnknown:
@@ -270,7 +280,7 @@ func (y *syncer) missing(g *group, mem *member, start time.Time, gone *[][]strin
 			y.log.Warn("instance vanished (spot reclaim or external delete); it will be replaced", "group", g.cfg.Name, "instance", mem.name)
 		}
 		s.drop(g, mem)
-		*gone = append(*gone, mem.providerIDs())
+		*gone = append(*gone, mem)
 	}
 }
 

@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/gpuscaler/gpuscaler/internal/bootstrap"
 	"github.com/gpuscaler/gpuscaler/internal/config"
 )
@@ -20,12 +22,12 @@ const tokenReapPeriod = 30 * time.Second
 // newScriptServer builds the process's script server when the config asks
 // for one; it lives as long as the process, across reloads. instanceIP
 // answers from the core in force.
-func newScriptServer(cfg *config.Config, instanceIP func(string) (string, bool), log *slog.Logger) *bootstrap.Server {
+func newScriptServer(cfg *config.Config, instanceIP func(string) (string, bool), reg prometheus.Registerer, log *slog.Logger) *bootstrap.Server {
 	ss := cfg.ScriptServer
 	if ss.ListenAddress == "" {
 		return nil
 	}
-	sopts := bootstrap.ServerOptions{Logger: log.With("component", "script-server")}
+	sopts := bootstrap.ServerOptions{Logger: log.With("component", "script-server"), Registerer: reg}
 	if ss.BindToInstanceIP {
 		sopts.InstanceIP = instanceIP
 	}

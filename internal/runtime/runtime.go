@@ -79,7 +79,7 @@ func Build(ctx context.Context, cfg *config.Config, opts Options) (*Runtime, err
 	}
 	r := &Runtime{opts: opts, log: opts.Logger, clouds: cs, scfg: cfg, process: prometheus.NewRegistry()}
 	r.process.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	r.scripts = newScriptServer(cfg, r.InstanceIP, opts.Logger)
+	r.scripts = newScriptServer(cfg, r.InstanceIP, r.process, opts.Logger)
 	gen, err := r.newGeneration(cfg)
 	if err != nil {
 		return nil, err
