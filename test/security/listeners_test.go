@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -42,6 +43,24 @@ func run(m *testing.M) int {
 	return m.Run()
 }
 
+// syncBuffer is a buffer a process writes to while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
 // simOnly is a config with no provider or metrics section: every default.
 const simOnly = `
 clusterName: sec
@@ -65,7 +84,7 @@ func writeConfig(t *testing.T, doc string) string {
 // (127.0.0.2, as a peer on the network would come) nothing is listening.
 func TestDefaultListenersAreLoopbackOnly(t *testing.T) {
 	cmd := exec.Command(bin, "provider", "--config", writeConfig(t, simOnly))
-	var out bytes.Buffer
+	var out syncBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -121,7 +140,7 @@ func TestPlaintextOffLoopbackNeedsConsent(t *testing.T) {
 	}
 
 	cmd := exec.Command(bin, "provider", "--config", cfg, "--insecure")
-	var log bytes.Buffer
+	var log syncBuffer
 	cmd.Stdout, cmd.Stderr = &log, &log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
