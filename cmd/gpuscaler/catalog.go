@@ -25,14 +25,12 @@ func newCatalogCommand() *cobra.Command {
 		Short: "List a cloud's instance types: GPUs, prices, and where each can be had now",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			getenv, err := envWithDotEnv(".env")
-			if err != nil {
-				return err
-			}
+			env := loadEnviron(".env")
+			var err error
 			cfg := &config.Config{ClusterName: "catalog", Clouds: config.Clouds{Sim: &config.SimConfig{}}}
 			switch {
 			case src.configPath != "" || len(src.nodes) > 0:
-				if cfg, err = src.load(getenv); err != nil {
+				if cfg, err = src.load(cmd.Context(), env); err != nil {
 					return err
 				}
 			case cloudName == "verda":
@@ -42,7 +40,7 @@ func newCatalogCommand() *cobra.Command {
 			default:
 				config.SetDefaults(cfg)
 			}
-			providers, err := runtime.Providers(cmd.Context(), cfg, getenv, slog.New(slog.DiscardHandler))
+			providers, err := runtime.Providers(cmd.Context(), cfg, env.Getenv, slog.New(slog.DiscardHandler))
 			if err != nil {
 				return err
 			}

@@ -57,11 +57,8 @@ changes, so a standby takes over with the configuration in force.`,
 			if err != nil {
 				return err
 			}
-			getenv, err := envWithDotEnv(".env")
-			if err != nil {
-				return err
-			}
-			cfg, err := src.load(getenv)
+			env := loadEnviron(".env")
+			cfg, err := src.load(cmd.Context(), env)
 			if err != nil {
 				return err
 			}
@@ -74,7 +71,7 @@ changes, so a standby takes over with the configuration in force.`,
 			if f.leaderElectionNS == "" {
 				f.leaderElectionNS = podNamespace()
 			}
-			return runController(cmd.Context(), cfg, src.reloadPath(), f, getenv, log)
+			return runController(cmd.Context(), cfg, src.reloadPath(), f, env, log)
 		},
 	}
 	src.addFlags(cmd)
@@ -106,7 +103,7 @@ func podNamespace() string {
 // runController runs the NodeProvisioner controller until ctx is done.
 // With a native config file, a changed file is picked up without a restart
 // (an invalid one is refused and the old one kept).
-func runController(ctx context.Context, cfg *config.Config, cfgPath string, f controllerFlags, getenv func(string) string, log *slog.Logger) error {
+func runController(ctx context.Context, cfg *config.Config, cfgPath string, f controllerFlags, env *environ, log *slog.Logger) error {
 	ctrl.SetLogger(logr.FromSlogHandler(log.Handler()))
 	rc, err := runtime.RestConfig(cfg.Kubeconfig)
 	if err != nil {
@@ -114,7 +111,7 @@ func runController(ctx context.Context, cfg *config.Config, cfgPath string, f co
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	rt, err := runtime.Build(ctx, cfg, runtime.Options{Owner: config.ManagedByNodeProvisioner, Getenv: getenv, Logger: log})
+	rt, err := runtime.Build(ctx, cfg, env.runtimeOptions(config.ManagedByNodeProvisioner, log))
 	if err != nil {
 		return err
 	}

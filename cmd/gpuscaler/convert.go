@@ -5,11 +5,13 @@ import (
 
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
+
+	"github.com/gpuscaler/gpuscaler/internal/config"
 )
 
 func newConfigCommand() *cobra.Command {
 	cmd := &cobra.Command{Use: "config", Short: "Work with config files"}
-	var src source
+	src := source{fileOnly: true}
 	convert := &cobra.Command{
 		Use:   "convert [FILE]",
 		Short: "Print the native config equivalent to a DataCrunch (--nodes + DATACRUNCH_CLUSTER_CONFIG*) or ca-verda (config.yaml) setup",
@@ -21,13 +23,16 @@ func newConfigCommand() *cobra.Command {
 				}
 				src.configPath = args[0]
 			}
-			getenv, err := envWithDotEnv(".env")
+			env := loadEnviron(".env")
+			cfg, err := src.load(cmd.Context(), env)
 			if err != nil {
 				return err
 			}
-			cfg, err := src.load(getenv)
-			if err != nil {
-				return err
+			if v := cfg.Clouds.Verda; v != nil {
+				if r := config.RedactURL(v.StartupScriptFetchURL); r != v.StartupScriptFetchURL {
+					v.StartupScriptFetchURL = r
+					fmt.Fprintln(cmd.ErrOrStderr(), "note: the password in clouds.verda.startupScriptFetchURL is not printed; put it back where the converted file is kept")
+				}
 			}
 			out, err := yaml.Marshal(cfg)
 			if err != nil {

@@ -40,18 +40,15 @@ the Verda gRPC provider keep their config.yaml, .env file and --config/--port/--
 			if err != nil {
 				return err
 			}
-			getenv, err := envWithDotEnv(".env")
-			if err != nil {
-				return err
-			}
-			cfg, err := src.load(getenv)
+			env := loadEnviron(".env")
+			cfg, err := src.load(cmd.Context(), env)
 			if err != nil {
 				return err
 			}
 			if metricsAddr != "" {
 				cfg.Metrics.Address = metricsAddr
 			}
-			return runProvider(cmd.Context(), cfg, src.reloadPath(), reloadPeriod, getenv, log)
+			return runProvider(cmd.Context(), cfg, src.reloadPath(), reloadPeriod, env, log)
 		},
 	}
 	src.addFlags(cmd)
@@ -62,10 +59,10 @@ the Verda gRPC provider keep their config.yaml, .env file and --config/--port/--
 
 // runProvider runs the provider until ctx is done. It is the only writer
 // of its groups, so it leads from the start.
-func runProvider(ctx context.Context, cfg *config.Config, reloadPath string, reloadPeriod time.Duration, getenv func(string) string, log *slog.Logger) error {
+func runProvider(ctx context.Context, cfg *config.Config, reloadPath string, reloadPeriod time.Duration, env *environ, log *slog.Logger) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	rt, err := runtime.Build(ctx, cfg, runtime.Options{Owner: config.ManagedByClusterAutoscaler, Getenv: getenv, Logger: log})
+	rt, err := runtime.Build(ctx, cfg, env.runtimeOptions(config.ManagedByClusterAutoscaler, log))
 	if err != nil {
 		return err
 	}

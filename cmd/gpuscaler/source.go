@@ -1,16 +1,22 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
+	"regexp"
 	"strconv"
+	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/gpuscaler/gpuscaler/internal/config"
 	"github.com/gpuscaler/gpuscaler/internal/config/seedconfig"
+	"github.com/gpuscaler/gpuscaler/internal/runtime"
 )
 
 // source is where a command's configuration comes from: a native config
@@ -23,6 +29,13 @@ type source struct {
 	port        int
 	listen      string
 	insecure    bool
+	// online makes load ask the clouds too (validate --online); fileOnly
+	// checks the configuration without its environment (config convert).
+	online, fileOnly bool
+
+	// Set by read: the import format, for error messages.
+	caVerda        bool
+	dataCrunchFrom string
 }
 
 func (s *source) addFlags(cmd *cobra.Command) {
@@ -54,8 +67,66 @@ func (s *source) reloadPath() string {
 	return s.configPath
 }
 
-// load reads, imports, defaults and validates the configuration.
-func (s *source) load(getenv func(string) string) (*config.Config, error) {
+// load reads, imports, defaults and validates the configuration, then
+// runs start-up's own checks on it offline (see runtime.Preflight; online
+// too when s.online). Every error names where the configuration came from
+// and each field as the user wrote it: a native path, a ca-verda key or a
+// DataCrunch flag. A malformed .env fails only a configuration that reads
+// the environment.
+func (s *source) load(ctx context.Context, env *environ) (*config.Config, error) {
+	cfg, err := s.read(env.Getenv)
+	if err == nil && env.err != nil && !s.fileOnly && (cfg.Clouds.Verda != nil || len(s.nodes) > 0) {
+		return nil, env.err
+	}
+	if err == nil {
+		err = runtime.Preflight(ctx, cfg, env.runtimeOptions("", nil), runtime.PreflightOptions{Online: s.online, FileOnly: s.fileOnly})
+	}
+	if err != nil {
+		return nil, s.explain(cfg, err)
+	}
+	return cfg, nil
+}
+
+// nativePath finds native field paths in an error's text.
+var nativePath = regexp.MustCompile(`nodeGroups\[\d+\](?:\.[A-Za-z]+|\[[^\]]*\])*`)
+
+// explain names the source in err and renames native field paths in the
+// terms of an imported format.
+func (s *source) explain(cfg *config.Config, err error) error {
+	origin := s.configPath
+	var place func(*config.Config, string) string
+	var terms *strings.Replacer
+	switch {
+	case len(s.nodes) > 0:
+		origin = "DataCrunch config (--nodes"
+		if s.dataCrunchFrom != "" {
+			origin += ", " + s.dataCrunchFrom
+		}
+		origin += ")"
+		place, terms = seedconfig.DataCrunchField, seedconfig.DataCrunchTerms
+	case s.caVerda:
+		place, terms = seedconfig.CAVerdaField, seedconfig.CAVerdaTerms
+	}
+	if place != nil && cfg != nil {
+		var ve *config.ValidationError
+		if errors.As(err, &ve) {
+			for _, fe := range ve.Errs {
+				fe.Field, fe.Detail = place(cfg, fe.Field), terms.Replace(fe.Detail)
+			}
+		} else {
+			err = errors.New(nativePath.ReplaceAllStringFunc(err.Error(), func(p string) string { return place(cfg, p) }))
+		}
+	}
+	if origin == "" {
+		return err
+	}
+	return fmt.Errorf("%s: %w", origin, err)
+}
+
+// read reads, imports, defaults and validates the configuration. On a
+// validation error it returns the config too, so that explain can name
+// its fields.
+func (s *source) read(getenv func(string) string) (*config.Config, error) {
 	var cfg *config.Config
 	switch {
 	case s.configPath != "" && len(s.nodes) > 0:
@@ -65,18 +136,21 @@ func (s *source) load(getenv func(string) string) (*config.Config, error) {
 		if err != nil {
 			return nil, fmt.Errorf("read config: %w", err)
 		}
-		if !seedconfig.IsCAVerda(data) {
-			cfg, err = config.Decode(data)
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", s.configPath, err)
+		if s.caVerda = seedconfig.IsCAVerda(data); !s.caVerda {
+			if cfg, err = config.Decode(data); err != nil {
+				return nil, err
 			}
 			break
 		}
 		if cfg, err = seedconfig.FromCAVerda(s.clusterName, data); err != nil {
-			return nil, fmt.Errorf("%s: %w", s.configPath, err)
+			return nil, err
 		}
 	case len(s.nodes) > 0:
-		data, _, _, err := seedconfig.DataCrunchEnv(getenv)
+		data, from, _, err := seedconfig.DataCrunchEnv(getenv)
+		s.dataCrunchFrom = from
+		if from == "DATACRUNCH_CLUSTER_CONFIG_FILE" {
+			s.dataCrunchFrom += "=" + getenv(from)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -102,23 +176,55 @@ func (s *source) load(getenv func(string) string) (*config.Config, error) {
 		cfg.Provider.Insecure = true
 	}
 	if err := config.Complete(cfg); err != nil {
-		return nil, err
+		return cfg, err
 	}
 	return cfg, nil
 }
 
-// envWithDotEnv returns a getenv that falls back to ./.env, where ca-verda
-// users keep VERDA_CLIENT_ID and VERDA_CLIENT_SECRET. The process
-// environment wins.
-func envWithDotEnv(path string) (func(string) string, error) {
-	dot, err := seedconfig.DotEnv(path)
-	if err != nil {
-		return nil, err
+// environ is what commands read credentials and DataCrunch settings from:
+// the process environment, over a ./.env file where ca-verda users keep
+// VERDA_CLIENT_ID and VERDA_CLIENT_SECRET. The process environment wins.
+type environ struct {
+	path string // the .env file, absolute
+	file map[string]string
+	// err is a malformed .env; it fails only a config that reads the
+	// environment (Verda, DataCrunch flags), and names the file.
+	err error
+}
+
+// loadEnviron reads the .env file at path, if there is one.
+func loadEnviron(path string) *environ {
+	if abs, err := filepath.Abs(path); err == nil {
+		path = abs
 	}
-	return func(k string) string {
-		if v, ok := os.LookupEnv(k); ok {
-			return v
-		}
-		return dot[k]
-	}, nil
+	file, err := seedconfig.DotEnv(path)
+	return &environ{path: path, file: file, err: err}
+}
+
+// Getenv returns a variable's value from the environment, else the file.
+func (e *environ) Getenv(k string) string {
+	if v, ok := os.LookupEnv(k); ok {
+		return v
+	}
+	return e.file[k]
+}
+
+// Origin says where Getenv's value of k comes from, for errors: "the
+// environment", the .env file's path, or "" when k is not set.
+func (e *environ) Origin(k string) string {
+	if _, ok := os.LookupEnv(k); ok {
+		return "the environment"
+	}
+	if _, ok := e.file[k]; ok {
+		return e.path
+	}
+	return ""
+}
+
+// runtimeOptions are the runtime options of a command reading env.
+func (e *environ) runtimeOptions(owner string, log *slog.Logger) runtime.Options {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return runtime.Options{Owner: owner, Getenv: e.Getenv, EnvOrigin: e.Origin, Logger: log}
 }

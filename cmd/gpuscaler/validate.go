@@ -1,33 +1,23 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/spf13/cobra"
-
-	"github.com/gpuscaler/gpuscaler/internal/config"
 )
 
 func newValidateCommand() *cobra.Command {
 	var src source
 	cmd := &cobra.Command{
 		Use:   "validate",
-		Short: "Check a config file and print every problem with its field path",
-		Args:  cobra.NoArgs,
+		Short: "Check a config as start-up would, and print every problem with its field path",
+		Long: `validate runs every check start-up runs without starting anything: the file's schema and
+values, credentials and the files it names (TLS, kubeconfig, templates), each group's cloudOptions,
+and each group against its cloud's catalog. The simulated cloud answers locally; with --online the
+other clouds are asked too (their credentials must work).`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			getenv, err := envWithDotEnv(".env")
-			if err != nil {
-				return err
-			}
-			cfg, err := src.load(getenv)
-			var ve *config.ValidationError
-			if errors.As(err, &ve) {
-				for _, fe := range ve.Errs {
-					fmt.Fprintln(cmd.ErrOrStderr(), fe.Error())
-				}
-				return fmt.Errorf("%d errors", len(ve.Errs))
-			}
+			cfg, err := src.load(cmd.Context(), loadEnviron(".env"))
 			if err != nil {
 				return err
 			}
@@ -36,5 +26,6 @@ func newValidateCommand() *cobra.Command {
 		},
 	}
 	src.addFlags(cmd)
+	cmd.Flags().BoolVar(&src.online, "online", false, "also ask the clouds: credentials, instance types and MIG profiles of every group")
 	return cmd
 }

@@ -3,6 +3,10 @@ package bootstrap_test
 import (
 	"context"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
@@ -98,5 +102,109 @@ nodeGroups:
 				t.Errorf("%s's script lacks %q", in.Name, s)
 			}
 		}
+	}
+}
+
+// TestScriptSurvivesRestart: an instance ordered just before gpuscaler
+// restarts still gets its script: the new process, with the same token
+// key, puts it back under the token the instance's stub carries when its
+// first list finds the instance without a Node.
+func TestScriptSurvivesRestart(t *testing.T) {
+	tpl := filepath.Join(t.TempDir(), "join.sh.tmpl")
+	if err := os.WriteFile(tpl, []byte("#!/bin/sh\necho joining {{.NodeName}}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Parse([]byte(`
+clusterName: test
+sync: {period: 100ms, requestsPerSecond: 1000}
+scriptServer: {listenAddress: "127.0.0.1:0", url: "http://127.0.0.1:1"}
+clouds: {sim: {bootDelay: 1h}}
+nodeGroups:
+  - name: g
+    cloud: sim
+    instanceType: 1V100.6V
+    locations: [FIN-01]
+    maxSize: 3
+    bootstrap: {method: custom, templateFile: ` + tpl + `, delivery: server}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	engine, err := sim.NewEngine(gsruntime.SimConfig(*cfg.Clouds.Sim), sim.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := []byte("0123456789abcdef0123456789abcdef")
+	log := slog.New(slog.DiscardHandler)
+	// process starts one gpuscaler process: its script server (keyed),
+	// renderer and core over the shared simulated cloud.
+	process := func(key []byte) (*bootstrap.Server, *nodegroup.Manager, context.CancelFunc) {
+		srv, err := bootstrap.NewServer(bootstrap.ServerOptions{Key: key, Logger: log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := bootstrap.New(cfg, bootstrap.Options{Server: srv, ServerURL: "http://scripts.test", Logger: log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		mgr, err := nodegroup.New(cfg, map[string]cloud.Provider{"sim": engine.Account("test")}, nodegroup.Options{Logger: log, Registerer: prometheus.NewRegistry(), Bootstrap: r})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		if err := mgr.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return srv, mgr, func() { cancel(); mgr.Wait() }
+	}
+	_, mgr, stop := process(key)
+	if err := mgr.IncreaseSize(context.Background(), "g", 1); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the order", func() bool { return engine.Count("test") == 1 })
+	stop() // gpuscaler restarts while the instance boots
+
+	in := engine.Instances("test")[0]
+	stub, _ := engine.UserData(in.Name)
+	i := strings.Index(stub, bootstrap.ScriptPath)
+	if i < 0 {
+		t.Fatalf("no script URL in the stub:\n%s", stub)
+	}
+	path := strings.Fields(strings.Trim(stub[i:], `'"`))[0]
+	path = strings.TrimRight(path, `'"`)
+	fetch := func(srv *bootstrap.Server) (int, string) {
+		rec := httptest.NewRecorder()
+		srv.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		return rec.Code, rec.Body.String()
+	}
+
+	srv, _, stop := process(key)
+	defer stop()
+	var code int
+	var body string
+	waitUntil(t, "the script put back", func() bool { code, body = fetch(srv); return code == http.StatusOK })
+	if body != "#!/bin/sh\necho joining "+in.Name+"\n" {
+		t.Fatalf("reissued script %q", body)
+	}
+	if code, _ := fetch(srv); code != http.StatusNotFound {
+		t.Fatalf("the reissued script was served twice: %d", code)
+	}
+
+	other, _, stopOther := process([]byte("another key, another process ok!"))
+	defer stopOther()
+	time.Sleep(300 * time.Millisecond)
+	if code, _ := fetch(other); code != http.StatusNotFound {
+		t.Fatalf("a process with another key served the script: %d", code)
+	}
+}
+
+func waitUntil(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -143,7 +143,7 @@ func TestScriptsPassShellChecks(t *testing.T) {
 	if _, err := exec.LookPath("shellcheck"); err != nil {
 		t.Fatal("shellcheck is not installed: apt-get install shellcheck (make test does it)")
 	}
-	r, err := New(testConfig(t), Options{Kube: secrets(), Server: NewServer(ServerOptions{}), ServerURL: "https://scripts.example.com"})
+	r, err := New(testConfig(t), Options{Kube: secrets(), Server: newServer(t, ServerOptions{}), ServerURL: "https://scripts.example.com"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"text/template"
+	"time"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
@@ -95,6 +96,55 @@ func (r *Renderer) UserData(ctx context.Context, spec cloud.CreateSpec) (string,
 	if !ok {
 		return "", nil
 	}
+	script, err := r.script(ctx, g, spec)
+	if err != nil {
+		r.Release(ctx, spec.Name)
+		return "", err
+	}
+	if g.Bootstrap.Delivery == config.DeliveryServer {
+		token := r.opts.Server.Register(spec.Name, script, g.Bootstrap.TokenTTL.Duration)
+		url := strings.TrimRight(r.opts.ServerURL, "/") + ScriptPath + token
+		if script, err = execute(r.tpl.stub, struct{ NodeName, URL string }{spec.Name, url}); err != nil {
+			r.Release(ctx, spec.Name)
+			return "", err
+		}
+	}
+	if r.opts.Formats[g.Cloud] == FormatCloudInit {
+		return CloudInit(script), nil
+	}
+	return script, nil
+}
+
+// Reissue puts the script of an instance ordered at ordered back on the
+// script server, under the token its stub carries, until the deadline the
+// first one had: for an instance that was booting while gpuscaler
+// restarted (the server keeps scripts in memory). It does nothing for
+// groups whose scripts are not delivered by the server, or once the
+// deadline has passed; a token the node has used already comes back to
+// life, which the binding to the instance's address (the default) limits
+// to the node itself.
+func (r *Renderer) Reissue(ctx context.Context, spec cloud.CreateSpec, ordered time.Time) error {
+	g, ok := r.groups[spec.Group]
+	if !ok || g.Bootstrap.Delivery != config.DeliveryServer {
+		return nil
+	}
+	expires := ordered.Add(g.Bootstrap.TokenTTL.Duration)
+	if !r.opts.Clock.Now().Before(expires) {
+		return nil
+	}
+	script, err := r.script(ctx, g, spec)
+	if err != nil {
+		return err
+	}
+	if !r.opts.Server.Reissue(spec.Name, script, expires) {
+		r.Release(ctx, spec.Name)
+	}
+	return nil
+}
+
+// script renders an instance's script itself, minting or reading its join
+// token.
+func (r *Renderer) script(ctx context.Context, g config.NodeGroup, spec cloud.CreateSpec) (string, error) {
 	b := g.Bootstrap
 	v := Vars{
 		ProviderID: cloud.ProviderID(g.Cloud, spec.Name), NodeName: spec.Name, Cloud: g.Cloud, Group: g.Name,
@@ -125,26 +175,7 @@ func (r *Renderer) UserData(ctx context.Context, spec cloud.CreateSpec) (string,
 	default:
 		t = r.custom[g.Name]
 	}
-	script, err := execute(t, v)
-	if err != nil {
-		r.Release(ctx, spec.Name)
-		return "", err
-	}
-	if b.Delivery == config.DeliveryServer {
-		token, err := r.opts.Server.Register(spec.Name, script, b.TokenTTL.Duration)
-		if err != nil {
-			r.Release(ctx, spec.Name)
-			return "", err
-		}
-		url := strings.TrimRight(r.opts.ServerURL, "/") + ScriptPath + token
-		if script, err = execute(r.tpl.stub, struct{ NodeName, URL string }{spec.Name, url}); err != nil {
-			return "", err
-		}
-	}
-	if r.opts.Formats[g.Cloud] == FormatCloudInit {
-		return CloudInit(script), nil
-	}
-	return script, nil
+	return execute(t, v)
 }
 
 // Release withdraws what was prepared for an instance whose order failed:

@@ -1,10 +1,12 @@
 package bootstrap
 
 import (
+	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -29,7 +31,15 @@ type ServerOptions struct {
 	// Registerer receives gpuscaler_script_requests_refused_total; nil
 	// registers nowhere.
 	Registerer prometheus.Registerer
+	// Key derives each node's token from the node's name (HMAC-SHA256), so
+	// that a process restarted with the same key can put a script back
+	// under the token a booting node already carries (Reissue). At least
+	// 32 bytes; default a random key of this Server's own.
+	Key []byte
 }
+
+// MinKeyLength is the shortest ServerOptions.Key accepted.
+const MinKeyLength = 32
 
 // refusalLogEvery spaces the log lines about refused requests: a flood of
 // bogus tokens costs a counter, not a log line each.
@@ -57,7 +67,16 @@ type entry struct {
 }
 
 // NewServer returns an empty script server; it is an http.Handler.
-func NewServer(opts ServerOptions) *Server {
+func NewServer(opts ServerOptions) (*Server, error) {
+	switch {
+	case opts.Key == nil:
+		opts.Key = make([]byte, MinKeyLength)
+		if _, err := rand.Read(opts.Key); err != nil {
+			return nil, err
+		}
+	case len(opts.Key) < MinKeyLength:
+		return nil, fmt.Errorf("script token key: %d bytes, want at least %d", len(opts.Key), MinKeyLength)
+	}
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
@@ -71,7 +90,7 @@ func NewServer(opts ServerOptions) *Server {
 	if opts.Registerer != nil {
 		opts.Registerer.MustRegister(refused)
 	}
-	return &Server{opts: opts, refused: refused, entries: map[string]*entry{}, quiet: map[string]int{}, lastLog: map[string]time.Time{}}
+	return &Server{opts: opts, refused: refused, entries: map[string]*entry{}, quiet: map[string]int{}, lastLog: map[string]time.Time{}}, nil
 }
 
 // sweepLocked drops expired entries, at most once a minute.
@@ -92,19 +111,39 @@ func hashToken(token string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// Register stores a node's script and returns the one-time token for it.
-func (s *Server) Register(node, script string, ttl time.Duration) (string, error) {
-	b := make([]byte, 32)
-	if _, err := rand.Read(b); err != nil {
-		return "", err
+// token is a node's one-time token: node names are never reused (each
+// has a random suffix), so neither is a token.
+func (s *Server) token(node string) string {
+	mac := hmac.New(sha256.New, s.opts.Key)
+	mac.Write([]byte("gpuscaler script token\x00" + node))
+	return base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
+}
+
+// Register stores a node's script until ttl from now, and returns the
+// one-time token for it.
+func (s *Server) Register(node, script string, ttl time.Duration) string {
+	token := s.token(node)
+	s.store(token, node, script, s.opts.Clock.Now().Add(ttl))
+	return token
+}
+
+// Reissue puts a node's script back until expires (the deadline of its
+// first registration), under the token Register gave it: for a node that
+// was booting while the process restarted. It reports false, storing
+// nothing, when the deadline has passed.
+func (s *Server) Reissue(node, script string, expires time.Time) bool {
+	if !s.opts.Clock.Now().Before(expires) {
+		return false
 	}
-	token := base64.RawURLEncoding.EncodeToString(b)
-	now := s.opts.Clock.Now()
+	s.store(s.token(node), node, script, expires)
+	return true
+}
+
+func (s *Server) store(token, node, script string, expires time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.sweepLocked(now)
-	s.entries[hashToken(token)] = &entry{node: node, script: script, expires: now.Add(ttl)}
-	return token, nil
+	s.sweepLocked(s.opts.Clock.Now())
+	s.entries[hashToken(token)] = &entry{node: node, script: script, expires: expires}
 }
 
 // Forget drops whatever is stored for a node (its order failed, or its

@@ -35,7 +35,7 @@ func TestScriptServer(t *testing.T) {
 	var logs bytes.Buffer
 	var ipMu sync.Mutex
 	ips := map[string]string{"node-a": "127.0.0.1", "node-b": "10.9.9.9"}
-	srv := NewServer(ServerOptions{Clock: clk, Logger: slog.New(slog.NewTextHandler(&logs, nil)), InstanceIP: func(n string) (string, bool) {
+	srv := newServer(t, ServerOptions{Clock: clk, Logger: slog.New(slog.NewTextHandler(&logs, nil)), InstanceIP: func(n string) (string, bool) {
 		ipMu.Lock()
 		defer ipMu.Unlock()
 		ip, ok := ips[n]
@@ -44,7 +44,7 @@ func TestScriptServer(t *testing.T) {
 	hs := httptest.NewServer(srv)
 	defer hs.Close()
 
-	tokA, _ := srv.Register("node-a", script, time.Hour)
+	tokA := srv.Register("node-a", script, time.Hour)
 	if code, body := fetch(t, hs.URL+ScriptPath+tokA); code != 200 || body != script {
 		t.Fatalf("first fetch: %d %q", code, body)
 	}
@@ -56,12 +56,12 @@ func TestScriptServer(t *testing.T) {
 		t.Fatalf("guessed token: %d %q", code, body)
 	}
 	// Wrong IP: node-b's instance is at 10.9.9.9, the request comes from loopback.
-	tokB, _ := srv.Register("node-b", script, time.Hour)
+	tokB := srv.Register("node-b", script, time.Hour)
 	if code, body := fetch(t, hs.URL+ScriptPath+tokB); code != 404 || strings.Contains(body, "JOIN") {
 		t.Fatalf("wrong IP: %d %q", code, body)
 	}
 	// Expired.
-	tokC, _ := srv.Register("node-a", script, time.Minute)
+	tokC := srv.Register("node-c", script, time.Minute)
 	clk.Step(2 * time.Minute)
 	if code, body := fetch(t, hs.URL+ScriptPath+tokC); code != 404 || strings.Contains(body, "JOIN") {
 		t.Fatalf("expired: %d %q", code, body)
@@ -80,10 +80,10 @@ func TestScriptServer(t *testing.T) {
 }
 
 func TestScriptServerOneWinnerUnderConcurrency(t *testing.T) {
-	srv := NewServer(ServerOptions{Logger: slog.New(slog.DiscardHandler)})
+	srv := newServer(t, ServerOptions{Logger: slog.New(slog.DiscardHandler)})
 	hs := httptest.NewServer(srv)
 	defer hs.Close()
-	tok, _ := srv.Register("node", script, time.Hour)
+	tok := srv.Register("node", script, time.Hour)
 	var wins atomic.Int32
 	var wg sync.WaitGroup
 	for range 32 {
@@ -113,7 +113,7 @@ func TestScriptServerOneWinnerUnderConcurrency(t *testing.T) {
 func TestServerDeliveryRendersStub(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.NodeGroups[0].Bootstrap.Delivery = "server"
-	srv := NewServer(ServerOptions{Logger: slog.New(slog.DiscardHandler)})
+	srv := newServer(t, ServerOptions{Logger: slog.New(slog.DiscardHandler)})
 	hs := httptest.NewServer(srv)
 	defer hs.Close()
 	r, err := New(cfg, Options{Kube: secrets(), Server: srv, ServerURL: hs.URL})
@@ -136,7 +136,7 @@ func TestServerDeliveryRendersStub(t *testing.T) {
 func TestRefusalsAreCountedNotFlooded(t *testing.T) {
 	var logs bytes.Buffer
 	reg := prometheus.NewRegistry()
-	srv := NewServer(ServerOptions{Logger: slog.New(slog.NewTextHandler(&logs, nil)), Registerer: reg})
+	srv := newServer(t, ServerOptions{Logger: slog.New(slog.NewTextHandler(&logs, nil)), Registerer: reg})
 	ts := httptest.NewServer(srv)
 	defer ts.Close()
 	for i := range 2000 {
@@ -158,20 +158,68 @@ func TestRefusalsAreCountedNotFlooded(t *testing.T) {
 // Expired scripts are dropped even when nobody asks for them.
 func TestExpiredScriptsAreSwept(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	srv := NewServer(ServerOptions{Clock: clk, Logger: slog.New(slog.DiscardHandler)})
+	srv := newServer(t, ServerOptions{Clock: clk, Logger: slog.New(slog.DiscardHandler)})
 	for i := range 10 {
-		if _, err := srv.Register(fmt.Sprintf("n%d", i), "#!/bin/sh\n", time.Minute); err != nil {
-			t.Fatal(err)
-		}
+		srv.Register(fmt.Sprintf("n%d", i), "#!/bin/sh\n", time.Minute)
 	}
 	clk.Step(2 * time.Minute)
-	if _, err := srv.Register("late", "#!/bin/sh\n", time.Hour); err != nil {
-		t.Fatal(err)
-	}
+	srv.Register("late", "#!/bin/sh\n", time.Hour)
 	srv.mu.Lock()
 	n := len(srv.entries)
 	srv.mu.Unlock()
 	if n != 1 {
 		t.Fatalf("%d scripts held after the others expired, want 1", n)
+	}
+}
+
+func newServer(t *testing.T, opts ServerOptions) *Server {
+	t.Helper()
+	srv, err := NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv
+}
+
+// TestReissueAfterRestart: a second server with the same key puts a
+// script back under the token the first one gave, until the first
+// deadline, and only once; a server with another key cannot.
+func TestReissueAfterRestart(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	key := bytes.Repeat([]byte{7}, MinKeyLength)
+	first := newServer(t, ServerOptions{Clock: clk, Key: key, Logger: slog.New(slog.DiscardHandler)})
+	token := first.Register("node-a", script, time.Hour)
+	ordered := clk.Now()
+
+	clk.Step(10 * time.Minute) // the process restarts while node-a boots
+	second := newServer(t, ServerOptions{Clock: clk, Key: key, Logger: slog.New(slog.DiscardHandler)})
+	hs := httptest.NewServer(second)
+	defer hs.Close()
+	if code, _ := fetch(t, hs.URL+ScriptPath+token); code != 404 {
+		t.Fatalf("before the reissue: %d", code)
+	}
+	if !second.Reissue("node-a", script, ordered.Add(time.Hour)) {
+		t.Fatal("reissue within the deadline refused")
+	}
+	if code, body := fetch(t, hs.URL+ScriptPath+token); code != 200 || body != script {
+		t.Fatalf("after the reissue: %d %q", code, body)
+	}
+	if code, _ := fetch(t, hs.URL+ScriptPath+token); code != 404 {
+		t.Fatalf("a reissued token served twice: %d", code)
+	}
+
+	other := newServer(t, ServerOptions{Clock: clk, Key: bytes.Repeat([]byte{8}, MinKeyLength), Logger: slog.New(slog.DiscardHandler)})
+	other.Reissue("node-a", script, ordered.Add(time.Hour))
+	ho := httptest.NewServer(other)
+	defer ho.Close()
+	if code, _ := fetch(t, ho.URL+ScriptPath+token); code != 404 {
+		t.Fatalf("a server with another key honoured the token: %d", code)
+	}
+	clk.Step(time.Hour)
+	if second.Reissue("node-a", script, ordered.Add(time.Hour)) {
+		t.Fatal("reissued after the deadline")
+	}
+	if _, err := NewServer(ServerOptions{Key: []byte("short")}); err == nil {
+		t.Fatal("a 5-byte key accepted")
 	}
 }

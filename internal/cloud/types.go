@@ -8,6 +8,8 @@ package cloud
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -174,4 +176,34 @@ type Provider interface {
 	Create(ctx context.Context, spec CreateSpec) (Instance, error)
 	// Delete removes an instance. An instance already gone is success.
 	Delete(ctx context.Context, inst Instance) error
+}
+
+// OptionChecker is implemented by clouds that read node groups' Options.
+// CheckOptions returns one *OptionError per key it does not know or value
+// it would refuse, so that a bad setting stops start-up (and validate)
+// instead of failing each order; nil when all are good. Clouds without it
+// take no options.
+type OptionChecker interface {
+	CheckOptions(opts map[string]string) []*OptionError
+}
+
+// OptionError is one bad node-group option.
+type OptionError struct {
+	Key    string
+	Detail string
+}
+
+func (e *OptionError) Error() string { return e.Key + ": " + e.Detail }
+
+// CheckKnownOptions reports the keys of opts that known lacks, naming the
+// ones it has: the common part of CheckOptions.
+func CheckKnownOptions(opts map[string]string, known ...string) []*OptionError {
+	var errs []*OptionError
+	for k := range opts {
+		if !slices.Contains(known, k) {
+			errs = append(errs, &OptionError{Key: k, Detail: "unknown option; this cloud reads " + strings.Join(known, ", ")})
+		}
+	}
+	slices.SortFunc(errs, func(a, b *OptionError) int { return strings.Compare(a.Key, b.Key) })
+	return errs
 }

@@ -43,6 +43,12 @@ const (
 	DefaultMIGStrategy = MIGStrategyMixed
 	// DefaultBootstrapDelivery is nodeGroups[*].bootstrap.delivery.
 	DefaultBootstrapDelivery = DeliveryInline
+	// MinSyncPeriod is the shortest sync.period: a shorter one would spend
+	// the clouds' rate limits on lists that find nothing new.
+	MinSyncPeriod = 100 * time.Millisecond
+	// MaxBootstrapTokenTTL is the longest nodeGroups[*].bootstrap.tokenTTL:
+	// kubeadm's own default lifetime of a bootstrap token.
+	MaxBootstrapTokenTTL = 24 * time.Hour
 	// DefaultBootstrapTokenTTL is nodeGroups[*].bootstrap.tokenTTL.
 	DefaultBootstrapTokenTTL = time.Hour
 	// DefaultSimSeed is clouds.sim.seed.
@@ -85,6 +91,10 @@ func SetDefaults(c *Config) {
 		c.Sync.MaxIncrease = DefaultMaxIncrease
 	}
 	setDuration(&c.LeakedInstances.GracePeriod, DefaultLeakGracePeriod)
+	if ss := &c.ScriptServer; ss.URL != "" && ss.BindToInstanceIP == nil {
+		bind := !urlOnLoopback(ss.URL)
+		ss.BindToInstanceIP = &bind
+	}
 	setString(&c.LeakedInstances.Action, DefaultLeakAction)
 	if s := c.Clouds.Sim; s != nil {
 		setSimDefaults(s)

@@ -65,12 +65,12 @@ type problem struct {
 	detail string
 }
 
-// locate walks a JSON document alongside the Config type and returns every
+// locate walks a JSON document alongside a type and returns every
 // unknown key and every value that does not decode, with its path. It
 // descends only where the type goes, so its depth is bounded by the type's.
-func locate(js []byte) []problem {
+func locate(t reflect.Type, js []byte) []problem {
 	var out []problem
-	walk(reflect.TypeFor[Config](), js, nil, &out)
+	walk(t, js, nil, &out)
 	return out
 }
 

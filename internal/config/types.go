@@ -311,8 +311,19 @@ type ScriptServerConfig struct {
 	URL string `json:"url,omitempty"`
 	// TLS serves HTTPS with the certificate and key (caCertFile unused).
 	TLS TLSConfig `json:"tls,omitempty"`
-	// BindToInstanceIP hands a script only to the instance's own address.
-	BindToInstanceIP bool `json:"bindToInstanceIP,omitempty"`
+	// BindToInstanceIP hands a script only to the address the cloud reports
+	// for its instance, so that a leaked script URL is of no use elsewhere.
+	// Default true, except for a loopback url (a demo on one machine).
+	BindToInstanceIP *bool `json:"bindToInstanceIP,omitempty"`
+	// TokenKeyFile holds the key (at least 32 bytes, e.g. a Secret's key
+	// mounted as a file) that derives each node's script token. With it,
+	// the script of a node still booting when gpuscaler restarts is put
+	// back under the token the node carries; without it, a random key per
+	// process, and such a node never gets its script.
+	TokenKeyFile string `json:"tokenKeyFile,omitempty"`
+	// Insecure allows a plain http url off loopback: scripts, join tokens
+	// included, would cross the network in clear. Warned at every start.
+	Insecure bool `json:"insecure,omitempty"`
 }
 
 // MIG is a group's MIG partitioning.

@@ -8,10 +8,13 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/gpuscaler/gpuscaler/internal/cloud"
 )
 
 // maxNameLength bounds cluster and group names, so that instance hostnames
@@ -34,7 +37,44 @@ func Validate(c *Config) field.ErrorList {
 	errs = append(errs, validateKubeconfig(c)...)
 	errs = append(errs, validateClouds(field.NewPath("clouds"), c.Clouds)...)
 	errs = append(errs, validateGroups(field.NewPath("nodeGroups"), c)...)
+	return sanitize(errs)
+}
+
+// maxEchoedValue bounds how much of a bad value an error repeats: a 10 MB
+// label must not come back in full.
+const maxEchoedValue = 128
+
+// sanitize makes errors safe to print: a URL's password is hidden and long
+// values are cut.
+func sanitize(errs field.ErrorList) field.ErrorList {
+	for _, e := range errs {
+		if s, ok := e.BadValue.(string); ok {
+			e.BadValue = cloud.Truncate(RedactURL(s), maxEchoedValue)
+		}
+		e.Detail = RedactURL(e.Detail)
+	}
 	return errs
+}
+
+// RedactURL hides the password of a URL, and of URLs within a text, so
+// that a setting such as https://user:pass@host is never echoed whole.
+func RedactURL(s string) string {
+	if !strings.Contains(s, "@") {
+		return s
+	}
+	words := strings.Fields(s)
+	changed := false
+	for i, w := range words {
+		if u, err := url.Parse(w); err == nil && u.User != nil && u.Host != "" {
+			if _, has := u.User.Password(); has {
+				words[i], changed = u.Redacted(), true
+			}
+		}
+	}
+	if !changed {
+		return s
+	}
+	return strings.Join(words, " ")
 }
 
 func validateProvider(p *field.Path, pc ProviderConfig) field.ErrorList {
@@ -71,7 +111,8 @@ func validateTLS(p *field.Path, t TLSConfig) field.ErrorList {
 
 func validateSync(p *field.Path, s SyncConfig) field.ErrorList {
 	var errs field.ErrorList
-	errs = append(errs, positive(p.Child("period"), s.Period)...)
+	errs = append(errs, within(p.Child("period"), s.Period, MinSyncPeriod, 24*time.Hour,
+		"each period lists every cloud once")...)
 	if s.MaxConcurrentCreates < 1 {
 		errs = append(errs, field.Invalid(p.Child("maxConcurrentCreates"), s.MaxConcurrentCreates, "must be >= 1"))
 	}
@@ -98,11 +139,7 @@ func IsLoopback(addr string) bool {
 	if err != nil || host == "" {
 		return false
 	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
+	return cloud.IsLoopbackHost(host)
 }
 
 func validateLeaked(p *field.Path, l LeakedInstancesConfig) field.ErrorList {
@@ -119,8 +156,11 @@ func validateScriptServer(p *field.Path, ss ScriptServerConfig) field.ErrorList 
 		return nil
 	}
 	errs := validateAddress(p.Child("listenAddress"), ss.ListenAddress)
-	if !isHTTPURL(ss.URL) {
+	switch {
+	case !isHTTPURL(ss.URL):
 		errs = append(errs, field.Invalid(p.Child("url"), ss.URL, "must be the http(s) URL nodes reach the server at"))
+	case strings.HasPrefix(ss.URL, "http:") && !urlOnLoopback(ss.URL) && !ss.Insecure:
+		errs = append(errs, field.Forbidden(p.Child("url"), "plain http would send scripts and join tokens in clear; use https (scriptServer.tls, or a TLS proxy in front), or set scriptServer.insecure: true to accept that"))
 	}
 	if (ss.TLS.CertFile == "") != (ss.TLS.KeyFile == "") {
 		errs = append(errs, field.Required(p.Child("tls"), "certFile and keyFile go together"))
@@ -172,6 +212,12 @@ func validateAddress(p *field.Path, addr string) field.ErrorList {
 	return nil
 }
 
+// urlOnLoopback reports whether a URL's host is a loopback address.
+func urlOnLoopback(s string) bool {
+	u, err := url.Parse(s)
+	return err == nil && cloud.IsLoopbackHost(u.Hostname())
+}
+
 func isHTTPURL(s string) bool {
 	u, err := url.Parse(s)
 	return err == nil && (u.Scheme == "https" || u.Scheme == "http") && u.Host != ""
@@ -181,6 +227,15 @@ func isHTTPURL(s string) bool {
 func positive(p *field.Path, d *metav1.Duration) field.ErrorList {
 	if d != nil && d.Duration <= 0 {
 		return field.ErrorList{field.Invalid(p, d.Duration.String(), "must be > 0")}
+	}
+	return nil
+}
+
+// within checks an optional duration against a floor and a ceiling, saying
+// why they exist.
+func within(p *field.Path, d *metav1.Duration, lo, hi time.Duration, why string) field.ErrorList {
+	if d != nil && (d.Duration < lo || d.Duration > hi) {
+		return field.ErrorList{field.Invalid(p, d.Duration.String(), fmt.Sprintf("must be at least %s and at most %s: %s", lo, hi, why))}
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
@@ -91,6 +92,7 @@ func validateBootstrap(p *field.Path, b *Bootstrap, c *Config) field.ErrorList {
 	default:
 		errs = append(errs, field.NotSupported(p.Child("delivery"), b.Delivery, []string{DeliveryInline, DeliveryServer}))
 	}
-	errs = append(errs, positive(p.Child("tokenTTL"), b.TokenTTL)...)
+	errs = append(errs, within(p.Child("tokenTTL"), b.TokenTTL, time.Minute, MaxBootstrapTokenTTL,
+		"a join token lives only until its node registers")...)
 	return sortByField(errs)
 }

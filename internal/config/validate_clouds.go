@@ -3,6 +3,8 @@ package config
 import (
 	"slices"
 
+	"github.com/gpuscaler/gpuscaler/internal/cloud"
+
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
@@ -43,8 +45,10 @@ func validateClouds(p *field.Path, c Clouds) field.ErrorList {
 
 func validateVerda(p *field.Path, v *VerdaConfig) field.ErrorList {
 	var errs field.ErrorList
-	if v.BaseURL != "" && !isHTTPURL(v.BaseURL) {
-		errs = append(errs, field.Invalid(p.Child("baseURL"), v.BaseURL, "must be an http(s) URL"))
+	if v.BaseURL != "" {
+		if err := cloud.CheckEndpoint(v.BaseURL); err != nil {
+			errs = append(errs, field.Invalid(p.Child("baseURL"), v.BaseURL, err.Error()))
+		}
 	}
 	if v.StartupScriptFetchURL != "" && !isHTTPURL(v.StartupScriptFetchURL) {
 		errs = append(errs, field.Invalid(p.Child("startupScriptFetchURL"), v.StartupScriptFetchURL, "must be an http(s) URL"))

@@ -9,8 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	clocktesting "k8s.io/utils/clock/testing"
+
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
+	"github.com/gpuscaler/gpuscaler/internal/config"
 )
 
 const oneGroupLeaky = baseConfig + `
@@ -415,4 +419,93 @@ func TestGoneInstanceReleasesItsBootstrap(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.eventually("both released", func() bool { return rel.has(insts[0].Name) && rel.has(insts[1].Name) })
+}
+
+// staleList answers List from a snapshot taken before the latest create
+// when stale is set, as a list whose answer the cloud put together just
+// before the order landed.
+type staleList struct {
+	*sim.Cloud
+	mu       sync.Mutex
+	stale    bool
+	snapshot []cloud.Instance
+}
+
+func (p *staleList) List(ctx context.Context) ([]cloud.Instance, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stale {
+		return p.snapshot, nil
+	}
+	return p.Cloud.List(ctx)
+}
+
+// TestListAtTheSameInstantAsACreate: a list that started at the very
+// instant an instance was recorded (a coarse clock) and does not show it
+// proves nothing: the instance is kept, not replaced by a second order.
+func TestListAtTheSameInstantAsACreate(t *testing.T) {
+	cfg, err := config.Parse([]byte(oneGroup))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)) // never steps
+	engine, err := sim.NewEngine(simConfig(*cfg.Clouds.Sim), sim.Options{Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &staleList{Cloud: engine.Account(cfg.ClusterName)}
+	m, err := New(cfg, map[string]cloud.Provider{"sim": p}, Options{Clock: clk, Logger: testLogger(), Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer func() { cancel(); m.Wait() }()
+	if err := m.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p.mu.Lock()
+	p.stale = true // the snapshot is the empty account, from before the order
+	p.mu.Unlock()
+	if err := m.IncreaseSize(ctx, "h100", 1); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for engine.Count(cfg.ClusterName) != 1 || !recorded(m, "h100") {
+		if time.Now().After(deadline) {
+			t.Fatal("the order was not recorded")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := m.syncer.sync(ctx, "sim", false); err != nil {
+		t.Fatal(err)
+	}
+	p.mu.Lock()
+	p.stale = false
+	p.mu.Unlock()
+	deadline = time.Now().Add(200 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		if n := engine.Count(cfg.ClusterName); n != 1 {
+			t.Fatalf("%d instances for one intent: a fresh instance was taken for vanished and ordered again", n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n, _ := m.TargetSize("h100"); n != 1 {
+		t.Fatalf("target %d, want 1", n)
+	}
+}
+
+// recorded reports whether every member of a group has its instance.
+func recorded(m *Manager, group string) bool {
+	m.store.mu.Lock()
+	defer m.store.mu.Unlock()
+	g := m.store.groups[group]
+	if len(g.members) == 0 {
+		return false
+	}
+	for _, mem := range g.members {
+		if mem.phase != phaseCreated {
+			return false
+		}
+	}
+	return true
 }

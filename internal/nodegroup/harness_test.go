@@ -136,11 +136,14 @@ func testLogger() *slog.Logger {
 }
 
 // eventually polls cond for up to 20 s of real time.
-func (h *harness) eventually(what string, cond func() bool) {
+func (h *harness) eventually(what string, cond func() bool, explain ...func() string) {
 	h.t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
+			for _, e := range explain {
+				h.t.Log(e())
+			}
 			h.t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(time.Millisecond)

@@ -2,8 +2,10 @@ package nodegroup
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -105,6 +107,9 @@ func New(cfg *config.Config, providers map[string]cloud.Provider, opts Options) 
 		if _, ok := m.clients[g.Cloud]; !ok {
 			return nil, fmt.Errorf("node group %q: cloud %q has no provider", g.Name, g.Cloud)
 		}
+	}
+	if err := checkOptions(cfg, providers); err != nil {
+		return nil, err
 	}
 	s := newStore(cfg, opts.Manage)
 	m.store = s
@@ -406,13 +411,38 @@ func (m *Manager) Terminate(ctx context.Context, providerID string) error {
 // Launched returns the instances launched by owner ("" for every owner).
 func (m *Manager) Launched(owner string) []Instance { return m.launcher.launched(owner) }
 
-// Check loads each cloud's catalog and resolves every group against it,
-// without listing or ordering anything: a configuration that passes starts.
-func (m *Manager) Check(ctx context.Context) error {
+// Check loads each cloud's catalog (of the clouds named, or of all) and
+// resolves every group against it, without listing or ordering anything:
+// a configuration that passes starts.
+func (m *Manager) Check(ctx context.Context, clouds ...string) error {
 	for cloudName := range m.clients {
+		if len(clouds) > 0 && !slices.Contains(clouds, cloudName) {
+			continue
+		}
 		if err := m.catalog.load(ctx, cloudName); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// checkOptions asks each cloud whether it takes its groups' cloudOptions,
+// so that a misspelt key or a bad value stops start-up, naming the field,
+// rather than fail every order.
+func checkOptions(cfg *config.Config, providers map[string]cloud.Provider) error {
+	var errs []error
+	for i, g := range cfg.NodeGroups {
+		if len(g.CloudOptions) == 0 {
+			continue
+		}
+		checker, ok := providers[g.Cloud].(cloud.OptionChecker)
+		if !ok {
+			errs = append(errs, fmt.Errorf("nodeGroups[%d].cloudOptions: cloud %q takes no options", i, g.Cloud))
+			continue
+		}
+		for _, e := range checker.CheckOptions(g.CloudOptions) {
+			errs = append(errs, fmt.Errorf("nodeGroups[%d].cloudOptions[%s]: %s", i, e.Key, e.Detail))
+		}
+	}
+	return errors.Join(errs...)
 }

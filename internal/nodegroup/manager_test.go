@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -225,7 +226,18 @@ func TestFaultsConverge(t *testing.T) {
 	if err := h.mgr.IncreaseSize(context.Background(), "h100", 12); err != nil {
 		t.Fatal(err)
 	}
-	h.eventually("12 running despite faults", func() bool { r, _, _, _ := h.states("h100"); return r == 12 })
+	h.eventually("12 running despite faults", func() bool {
+		r, _, _, _ := h.states("h100")
+		return r == 12
+	}, func() string {
+		insts, _ := h.mgr.Instances("h100")
+		var b strings.Builder
+		for _, in := range insts {
+			fmt.Fprintf(&b, "%s state=%d err=%s %s\n", in.Name, in.State, in.ErrorCode, in.ErrorMessage)
+		}
+		size, _ := h.mgr.TargetSize("h100")
+		return fmt.Sprintf("target %d, cloud %d, members:\n%s", size, len(h.cloudInstances()["h100"]), b.String())
+	})
 	live := h.cloudInstances()["h100"]
 	if len(live) != 12 {
 		t.Fatalf("%d instances at the cloud for a target of 12", len(live))

@@ -57,15 +57,21 @@ func (y *syncer) kick(cloudName string) {
 	}
 }
 
-// loop lists one cloud every sync period, and early when asked.
+// loop lists one cloud every sync period, early when asked, and again
+// soon after a list that failed (backing off up to the period): a change
+// waiting on a list, such as a create whose answer was lost, must not wait
+// a whole period for the next one.
 func (y *syncer) loop(ctx context.Context, cloudName string) {
 	ticker := y.clock.NewTicker(y.cfg.Sync.Period.Duration)
 	defer ticker.Stop()
+	var retry <-chan time.Time
+	failures := 0
 	for n := 1; ; n++ {
 		select {
 		case <-ctx.Done():
 			return
 		case <-ticker.C():
+		case <-retry:
 		case <-y.syncNow[cloudName]:
 			select {
 			case <-ctx.Done():
@@ -81,9 +87,15 @@ func (y *syncer) loop(ctx context.Context, cloudName string) {
 		if n%offeringsEvery == 0 {
 			y.refreshOfferings(ctx, cloudName)
 		}
+		retry = nil
 		if err := y.sync(ctx, cloudName, false); err != nil {
-			y.log.Warn("list failed; answering from the last known state", "cloud", cloudName, "error", err)
+			failures++
+			delay := min(y.cfg.Sync.Period.Duration, minSyncGap<<min(failures-1, 8))
+			retry = y.clock.After(delay)
+			y.log.Warn("list failed; answering from the last known state", "cloud", cloudName, "retryIn", delay, "error", err)
+			continue
 		}
+		failures = 0
 	}
 }
 
@@ -150,10 +162,14 @@ func (y *syncer) sync(ctx context.Context, cloudName string, initial bool) error
 	s := y.store
 	var gone []*member
 	var goneIDs [][]string
+	var reissue []reissue
 	s.mu.Lock()
 	y.reaper.beginLocked(cloudName)
 	for _, g := range s.groupsOn(cloudName) {
 		adopted := y.fold(ctx, cloudName, g, l.groups[g.cfg.Name], l.start, initial, &gone)
+		if initial {
+			reissue = append(reissue, y.unjoinedLocked(g, adopted)...)
+		}
 		delete(l.groups, g.cfg.Name)
 		y.sizer.adoptedLocked(g, adopted, initial)
 		y.sizer.reconcileLocked(g)
@@ -173,12 +189,51 @@ func (y *syncer) sync(ctx context.Context, cloudName string, initial bool) error
 	s.mu.Unlock()
 
 	y.deleteNodes(ctx, goneIDs)
+	if r, ok := y.orderer().boot.(Reissuer); ok {
+		for _, ri := range reissue {
+			if err := r.Reissue(ctx, ri.spec, ri.ordered); err != nil {
+				y.log.Warn("could not put back the startup script of an instance ordered before the restart; it may not join", "instance", ri.spec.Name, "error", err)
+			}
+		}
+	}
 	for _, mem := range gone {
 		// What bootstrap holds for the instance (its script on the script
 		// server, its join token) goes with it.
 		y.orderer().release(ctx, mem.name)
 	}
 	return nil
+}
+
+// reissue is the script of an instance ordered before a restart.
+type reissue struct {
+	spec    cloud.CreateSpec
+	ordered time.Time
+}
+
+// unjoinedLocked lists the scripts to put back after a restart: those of
+// the group's instances (found by the first list) that may still be
+// booting, with no Node under any of their provider IDs. Without cluster
+// access, every one that may be booting. Callers hold the store's lock.
+func (y *syncer) unjoinedLocked(g *group, found []*member) []reissue {
+	if y.orderer().boot == nil || g.cfg.Bootstrap == nil {
+		return nil
+	}
+	var out []reissue
+	for _, mem := range found {
+		if mem.phase != phaseCreated || mem.createdAt.IsZero() || mem.offering.InstanceType == "" {
+			continue
+		}
+		if mem.state != cloud.StatePending && mem.state != cloud.StateRunning {
+			continue
+		}
+		if y.nodes != nil {
+			if registered, synced := y.nodes.Registered(mem.providerIDs()...); synced && registered {
+				continue
+			}
+		}
+		out = append(out, reissue{spec: y.orderer().templater.spec(g, mem.name, mem.offering), ordered: mem.createdAt})
+	}
+	return out
 }
 
 // fold updates a group's members from a list that started at start: states,
@@ -261,7 +316,7 @@ func (y *syncer) missing(g *group, mem *member, start time.Time, gone *[]*member
 	s := y.store
 	switch {
 	case mem.phase == phaseUnknown:
-		if start.Before(mem.unknownSince.Add(y.resolveAfter)) {
+		if !start.After(mem.unknownSince.Add(y.resolveAfter)) {
 			return // too early to tell
 		}
 		s.drop(g, mem)
@@ -272,8 +327,10 @@ func (y *syncer) missing(g *group, mem *member, start time.Time, gone *[]*member
 		}
 		y.log.Warn("lost create answer resolved: the order did not land; ordering again", "group", g.cfg.Name, "instance", mem.name)
 		y.orderer().release(context.Background(), mem.name)
-	case !mem.known() || mem.recordedAt.After(start):
-		// Not at the cloud yet, or recorded after the list started.
+	case !mem.known() || !mem.recordedAt.Before(start):
+		// Not at the cloud yet, or recorded after the list started (or at
+		// the same instant: a coarse clock must not make a fresh instance
+		// look vanished, and be ordered twice).
 	default:
 		if mem.phase != phaseDeleting {
 			y.metrics.vanished.WithLabelValues(g.cfg.Name).Inc()

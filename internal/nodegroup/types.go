@@ -47,6 +47,15 @@ type Releaser interface {
 	Release(ctx context.Context, name string)
 }
 
+// Reissuer is implemented by Bootstrappers whose scripts live in this
+// process (the script server): after a restart, the core asks it to put
+// back the script of each instance that was ordered before and has no
+// Node yet, with the time it was ordered (the script's deadline runs from
+// there).
+type Reissuer interface {
+	Reissue(ctx context.Context, spec cloud.CreateSpec, ordered time.Time) error
+}
+
 // Nodes is what the core knows of the cluster's Node objects.
 type Nodes interface {
 	// Registered reports whether a Node carries one of the provider IDs;

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,16 +23,29 @@ const tokenReapPeriod = 30 * time.Second
 // newScriptServer builds the process's script server when the config asks
 // for one; it lives as long as the process, across reloads. instanceIP
 // answers from the core in force.
-func newScriptServer(cfg *config.Config, instanceIP func(string) (string, bool), reg prometheus.Registerer, log *slog.Logger) *bootstrap.Server {
+func newScriptServer(cfg *config.Config, instanceIP func(string) (string, bool), reg prometheus.Registerer, log *slog.Logger) (*bootstrap.Server, error) {
 	ss := cfg.ScriptServer
 	if ss.ListenAddress == "" {
-		return nil
+		return nil, nil
 	}
 	sopts := bootstrap.ServerOptions{Logger: log.With("component", "script-server"), Registerer: reg}
-	if ss.BindToInstanceIP {
+	if ss.BindToInstanceIP != nil && *ss.BindToInstanceIP {
 		sopts.InstanceIP = instanceIP
 	}
-	return bootstrap.NewServer(sopts)
+	if ss.TokenKeyFile != "" {
+		key, err := config.ReadFile(ss.TokenKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("scriptServer.tokenKeyFile: %w", err)
+		}
+		sopts.Key = key
+	} else {
+		log.Info("scriptServer.tokenKeyFile is not set: a node still booting when gpuscaler restarts will not get its script")
+	}
+	srv, err := bootstrap.NewServer(sopts)
+	if err != nil {
+		return nil, fmt.Errorf("scriptServer.tokenKeyFile: %w", err)
+	}
+	return srv, nil
 }
 
 // newRenderer builds one configuration's renderer, or nil when no group
@@ -93,6 +107,9 @@ func serveScripts(ctx context.Context, srv *bootstrap.Server, ss config.ScriptSe
 		}
 		hs.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
 		lis = tls.NewListener(lis, hs.TLSConfig)
+	}
+	if ss.Insecure && strings.HasPrefix(ss.URL, "http:") {
+		log.Warn("scriptServer.insecure: nodes fetch their scripts, join tokens included, over plain http; anyone on the path can read them", "url", ss.URL)
 	}
 	log.Info("serving startup scripts", "address", lis.Addr().String(), "tls", ss.TLS.CertFile != "")
 	err = ServeHTTP(ctx, hs, lis)

@@ -34,7 +34,8 @@ type clouds struct {
 
 // buildClouds builds one Provider per configured cloud, and the node
 // index when the config gives cluster access.
-func buildClouds(_ context.Context, cfg *config.Config, getenv func(string) string, log *slog.Logger) (*clouds, error) {
+func buildClouds(_ context.Context, cfg *config.Config, opts Options) (*clouds, error) {
+	getenv, log := opts.Getenv, opts.Logger
 	out := &clouds{providers: map[string]cloud.Provider{}}
 	if cfg.Kubeconfig != "" {
 		kube, err := kubeClient(cfg.Kubeconfig)
@@ -69,16 +70,23 @@ func buildClouds(_ context.Context, cfg *config.Config, getenv func(string) stri
 		if err != nil {
 			return nil, fmt.Errorf("clouds.verda: %w", err)
 		}
-		baseURL := v.BaseURL
+		baseURL, baseFrom := v.BaseURL, "clouds.verda.baseURL"
 		if baseURL == "" {
 			baseURL = getenv("VERDA_BASE_URL") // as the Verda autoscaler reads it
+			baseFrom = "VERDA_BASE_URL"
+			if o := opts.EnvOrigin("VERDA_BASE_URL"); o != "" {
+				baseFrom += " (from " + o + ")"
+			}
 		}
 		api, err := verda.NewClient(verda.ClientOptions{
 			BaseURL: baseURL, ClientID: id, ClientSecret: secret,
 			RequestsPerSecond: cfg.Sync.RequestsPerSecond, Logger: log.With("cloud", verda.Name),
 		})
 		if err != nil {
-			return nil, fmt.Errorf("clouds.verda: %w", err)
+			return nil, fmt.Errorf("clouds.verda: %s: %w", baseFrom, err)
+		}
+		if baseURL != "" && baseFrom != "clouds.verda.baseURL" {
+			log.Info("Verda API address from the environment", "variable", baseFrom, "url", baseURL)
 		}
 		var legacy []string
 		if v.AdoptLegacyInstances {
@@ -145,7 +153,7 @@ func Providers(ctx context.Context, cfg *config.Config, getenv func(string) stri
 		s.Kubeconfig = ""
 		c.Clouds.Sim = &s
 	}
-	cs, err := buildClouds(ctx, &c, getenv, log)
+	cs, err := buildClouds(ctx, &c, Options{Getenv: getenv, EnvOrigin: func(string) string { return "" }, Logger: log})
 	if err != nil {
 		return nil, err
 	}

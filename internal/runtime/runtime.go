@@ -31,10 +31,15 @@ import (
 // Options configure a Runtime.
 type Options struct {
 	// Owner is the managedBy value of the groups this process scales
-	// (config.ManagedBy*); the others are left to their owner.
+	// (config.ManagedBy*); the others are left to their owner. Empty
+	// takes every group (Preflight checks them all).
 	Owner string
 	// Getenv reads credentials; default os.Getenv.
 	Getenv func(string) string
+	// EnvOrigin says where Getenv's value of a variable came from ("the
+	// environment", a .env file's path), so that an error about a value
+	// names its source; default none.
+	EnvOrigin func(string) string
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }
@@ -73,13 +78,18 @@ func Build(ctx context.Context, cfg *config.Config, opts Options) (*Runtime, err
 	if opts.Getenv == nil {
 		opts.Getenv = os.Getenv
 	}
-	cs, err := buildClouds(ctx, cfg, opts.Getenv, opts.Logger)
+	if opts.EnvOrigin == nil {
+		opts.EnvOrigin = func(string) string { return "" }
+	}
+	cs, err := buildClouds(ctx, cfg, opts)
 	if err != nil {
 		return nil, err
 	}
 	r := &Runtime{opts: opts, log: opts.Logger, clouds: cs, scfg: cfg, process: prometheus.NewRegistry()}
 	r.process.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	r.scripts = newScriptServer(cfg, r.InstanceIP, r.process, opts.Logger)
+	if r.scripts, err = newScriptServer(cfg, r.InstanceIP, r.process, opts.Logger); err != nil {
+		return nil, err
+	}
 	gen, err := r.newGeneration(cfg)
 	if err != nil {
 		return nil, err
@@ -113,7 +123,7 @@ func (r *Runtime) newGeneration(cfg *config.Config) (*generation, error) {
 func managedBy(cfg *config.Config, owner string) func(string) bool {
 	owned := map[string]bool{}
 	for _, g := range cfg.NodeGroups {
-		owned[g.Name] = g.ManagedBy == owner
+		owned[g.Name] = owner == "" || g.ManagedBy == owner
 	}
 	return func(group string) bool { return owned[group] }
 }

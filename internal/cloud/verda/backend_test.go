@@ -71,7 +71,7 @@ func newBackend(t *testing.T, groupYAML string) *backend {
 	t.Cleanup(fake.Close)
 	cfg, err := config.Parse([]byte(`
 clusterName: prod
-sync: {period: 50ms, requestsPerSecond: 2000}
+sync: {period: 100ms, requestsPerSecond: 2000}
 clouds:
   verda: {}
 nodeGroups:

@@ -53,6 +53,8 @@ type Client struct {
 	limiter *rate.Limiter
 	opts    ClientOptions
 	log     *slog.Logger
+	// redact hides the credentials and tokens in anything the API echoes.
+	redact *cloud.Redactor
 
 	mu      sync.Mutex
 	token   string
@@ -68,7 +70,7 @@ func NewClient(opts ClientOptions) (*Client, error) {
 	if opts.BaseURL == "" {
 		opts.BaseURL = DefaultBaseURL
 	}
-	if _, err := url.Parse(opts.BaseURL); err != nil {
+	if err := cloud.CheckEndpoint(opts.BaseURL); err != nil {
 		return nil, fmt.Errorf("verda: base URL: %w", err)
 	}
 	if opts.HTTPClient == nil {
@@ -92,6 +94,7 @@ func NewClient(opts ClientOptions) (*Client, error) {
 		limiter: rate.NewLimiter(rate.Limit(opts.RequestsPerSecond), max(1, int(opts.RequestsPerSecond))),
 		opts:    opts,
 		log:     opts.Logger,
+		redact:  cloud.NewRedactor(opts.ClientID, opts.ClientSecret),
 	}, nil
 }
 
@@ -143,11 +146,13 @@ func (c *Client) grant(ctx context.Context, body map[string]string) error {
 				return cloud.Errorf(cloud.ErrTransient, "auth", "token response unreadable")
 			}
 			c.token, c.refresh = out.AccessToken, out.RefreshToken
+			c.redact.Add(out.AccessToken)
+			c.redact.Add(out.RefreshToken)
 			c.expiry = time.Now().Add(time.Duration(out.ExpiresIn) * time.Second)
 			return nil
 		}
 		if err == nil {
-			err = classify("auth", status, data)
+			err = c.classify("auth", status, data)
 		}
 		if !cloud.Retryable(err) || attempt >= c.opts.MaxRetries {
 			return err
@@ -219,7 +224,7 @@ func (c *Client) do(ctx context.Context, cl call, out any) error {
 		case status >= 200 && status < 300:
 			return decode(cl.op, data, out)
 		default:
-			err = classify(cl.op, status, data)
+			err = c.classify(cl.op, status, data)
 			// A non-idempotent call is retried only when the API said it did
 			// nothing (429, 503); after 408, 500, 502 or 504 the order may
 			// have been taken, so it must be looked up, not sent again.
@@ -291,14 +296,16 @@ func decode(op string, data []byte, out any) error {
 	}
 }
 
-// classify turns an error answer into a classed cloud error.
-func classify(op string, status int, data []byte) error {
+// classify turns an error answer into a classed cloud error. The API's
+// words are redacted (an endpoint that echoes the request would otherwise
+// put the client secret into logs) and cut short.
+func (c *Client) classify(op string, status int, data []byte) error {
 	var ae apiError
 	if json.Unmarshal(data, &ae) != nil || ae.Message == "" {
-		ae.Message = strings.TrimSpace(string(data))
+		ae.Message = string(data)
 	}
-	msg := fmt.Errorf("HTTP %d %s: %s", status, ae.Code, ae.Message)
 	lower := strings.ToLower(ae.Message)
+	msg := fmt.Errorf("HTTP %d %s: %s", status, c.redact.Text(ae.Code), c.redact.Text(ae.Message))
 	switch {
 	case status == http.StatusServiceUnavailable && strings.Contains(lower, "not enough resources"):
 		return cloud.NewError(cloud.ErrCapacity, op, msg)

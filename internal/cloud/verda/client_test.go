@@ -281,3 +281,60 @@ func TestCreateServerErrorIsLookedUp(t *testing.T) {
 		t.Fatalf("a 500 create was re-sent blindly: %d", n)
 	}
 }
+
+// TestErrorsAreRedacted: an endpoint (a misconfigured proxy, a debugging
+// echo service) that answers with the request it got must not put the
+// client secret or the token into errors, and a huge body is cut short.
+func TestErrorsAreRedacted(t *testing.T) {
+	f := newFixture(t, verdatest.Options{}, ClientOptions{})
+	ctx := context.Background()
+	if _, err := f.client.Locations(ctx); err != nil { // signs in
+		t.Fatal(err)
+	}
+	f.client.mu.Lock()
+	token := f.client.token
+	f.client.mu.Unlock()
+	echo := `{"code":"bad_request","message":"you sent client_secret=` + testSecret + ` with Bearer ` + token + `"}`
+	f.fake.FailNext(http.MethodGet, "/locations", http.StatusBadRequest, echo)
+	_, err := f.client.Locations(ctx)
+	if err == nil {
+		t.Fatal("400 accepted")
+	}
+	for _, s := range []string{testSecret, token} {
+		if strings.Contains(err.Error(), s) {
+			t.Errorf("error echoes a secret: %v", err)
+		}
+	}
+	if !strings.Contains(err.Error(), "[redacted]") {
+		t.Errorf("error lost the API's words: %v", err)
+	}
+	f.fake.FailNext(http.MethodGet, "/locations", http.StatusBadRequest, strings.Repeat("<html>", 10000)+testSecret)
+	_, err = f.client.Locations(ctx)
+	if err == nil || len(err.Error()) > 2*cloud.MaxErrorText || strings.Contains(err.Error(), testSecret) {
+		t.Errorf("a 60 kB answer went into the error whole (%d bytes)", len(err.Error()))
+	}
+}
+
+// TestPlaintextEndpointRefused: credentials never travel over plain http,
+// except to loopback (tests' fakes).
+func TestPlaintextEndpointRefused(t *testing.T) {
+	for url, ok := range map[string]bool{
+		"https://api.verda.com/v1":           true,
+		"http://127.0.0.1:8080/v1":           true,
+		"http://localhost:8080/v1":           true,
+		"http://[::1]:8080/v1":               true,
+		"http://api.verda.com/v1":            false,
+		"http://10.0.0.5/v1":                 false,
+		"ftp://api.verda.com/v1":             false,
+		"https://user:pass@api.verda.com/v1": false,
+		"https:///v1":                        false,
+	} {
+		_, err := NewClient(ClientOptions{BaseURL: url, ClientID: testID, ClientSecret: testSecret})
+		if (err == nil) != ok {
+			t.Errorf("%s: err = %v, want ok=%v", url, err, ok)
+		}
+		if err != nil && strings.Contains(err.Error(), "pass") {
+			t.Errorf("%s: error echoes the password: %v", url, err)
+		}
+	}
+}

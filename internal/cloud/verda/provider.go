@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -549,4 +550,43 @@ func (c *Cloud) dropScript(ctx context.Context, host string) {
 	c.mu.Lock()
 	delete(c.scripts, host)
 	c.mu.Unlock()
+}
+
+// Values of the options that take one of a few.
+var (
+	contracts           = []string{"LONG_TERM", "PAY_AS_YOU_GO", "SPOT"}
+	pricings            = []string{"FIXED_PRICE", "DYNAMIC_PRICE"}
+	onSpotDiscontinueds = []string{"keep_detached", "move_to_trash", "delete_permanently"}
+)
+
+// CheckOptions implements cloud.OptionChecker: the keys Verda reads, each
+// value checked as Create would use it.
+func (c *Cloud) CheckOptions(opts map[string]string) []*cloud.OptionError {
+	errs := cloud.CheckKnownOptions(opts, OptionContract, OptionOnSpotDiscontinue, OptionPricing,
+		OptionSSHKeyIDs, OptionStartupScriptBase64, OptionStartupScriptID)
+	oneOf := func(key string, values []string) {
+		if v, ok := opts[key]; ok && !slices.Contains(values, v) {
+			errs = append(errs, &cloud.OptionError{Key: key, Detail: fmt.Sprintf("%q is not one of %s", v, strings.Join(values, ", "))})
+		}
+	}
+	oneOf(OptionContract, contracts)
+	oneOf(OptionPricing, pricings)
+	oneOf(OptionOnSpotDiscontinue, onSpotDiscontinueds)
+	if v, ok := opts[OptionStartupScriptBase64]; ok {
+		if _, err := base64.StdEncoding.DecodeString(v); err != nil || v == "" {
+			errs = append(errs, &cloud.OptionError{Key: OptionStartupScriptBase64, Detail: "not base64 (standard encoding, with padding)"})
+		}
+	}
+	if v, ok := opts[OptionSSHKeyIDs]; ok {
+		for _, id := range strings.Split(v, ",") {
+			if strings.TrimSpace(id) == "" {
+				errs = append(errs, &cloud.OptionError{Key: OptionSSHKeyIDs, Detail: "a comma-separated list of SSH key IDs, with no empty item"})
+				break
+			}
+		}
+	}
+	if v, ok := opts[OptionStartupScriptID]; ok && strings.TrimSpace(v) == "" {
+		errs = append(errs, &cloud.OptionError{Key: OptionStartupScriptID, Detail: "empty; leave the option out instead"})
+	}
+	return errs
 }

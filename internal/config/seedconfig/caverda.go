@@ -9,7 +9,6 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpuscaler/gpuscaler/internal/config"
@@ -49,17 +48,9 @@ func IsCAVerda(data []byte) bool {
 
 // FromCAVerda converts a ca-verda config.yaml into a native config.
 func FromCAVerda(clusterName string, data []byte) (*config.Config, error) {
-	js, err := yaml.YAMLToJSONStrict(data)
-	if err != nil {
-		return nil, fmt.Errorf("ca-verda config: %w", err)
-	}
 	var cv CAVerda
-	strict, err := kjson.UnmarshalStrict(js, &cv, kjson.DisallowUnknownFields, kjson.DisallowDuplicateFields)
-	if err != nil {
+	if err := config.DecodeStrict(data, &cv); err != nil {
 		return nil, fmt.Errorf("ca-verda config: %w", err)
-	}
-	if len(strict) > 0 {
-		return nil, fmt.Errorf("ca-verda config: %v", strict[0])
 	}
 	cfg := &config.Config{ClusterName: clusterName, Clouds: config.Clouds{Verda: &config.VerdaConfig{AdoptLegacyInstances: true}}}
 	names := make([]string, 0, len(cv.NodeGroups))

@@ -11,6 +11,7 @@
 package seedconfig
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -72,9 +73,10 @@ func DataCrunchEnv(getenv func(string) string) (data []byte, source string, ok b
 func FromDataCrunch(clusterName string, nodes []string, clusterJSON []byte) (*config.Config, error) {
 	var dc DataCrunch
 	if len(strings.TrimSpace(string(clusterJSON))) > 0 {
-		dec := json.NewDecoder(strings.NewReader(string(clusterJSON)))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&dc); err != nil {
+		if err := checkJSON(clusterJSON); err != nil {
+			return nil, fmt.Errorf("DataCrunch cluster config: %w", err)
+		}
+		if err := config.DecodeStrict(clusterJSON, &dc); err != nil {
 			return nil, fmt.Errorf("DataCrunch cluster config: %w", err)
 		}
 	}
@@ -104,7 +106,7 @@ func FromDataCrunch(clusterName string, nodes []string, clusterJSON []byte) (*co
 		}
 		if nc, ok := dc.NodeConfigs[name]; ok {
 			if err := applyDataCrunch(&g, nc); err != nil {
-				errs = append(errs, fmt.Errorf("node_configs.%s.%w", name, err))
+				errs = append(errs, fmt.Errorf("node_configs[%s].%w", name, err))
 			}
 		}
 		cfg.NodeGroups = append(cfg.NodeGroups, g)
@@ -117,12 +119,18 @@ func FromDataCrunch(clusterName string, nodes []string, clusterJSON []byte) (*co
 	}
 	sort.Strings(orphans)
 	for _, name := range orphans {
-		errs = append(errs, fmt.Errorf("node_configs.%s: no --nodes flag names this pool", name))
+		errs = append(errs, fmt.Errorf("node_configs[%s]: no --nodes flag names this pool", name))
 	}
 	return cfg, errors.Join(errs...)
 }
 
 func applyDataCrunch(g *config.NodeGroup, nc DataCrunchNodeConfig) error {
+	if nc.DiskSizeGB < 0 {
+		return fmt.Errorf("disk_size_gb: %d is negative", nc.DiskSizeGB)
+	}
+	if nc.OverrideNumGPUs < 0 {
+		return fmt.Errorf("override_num_gpus: %d is negative", nc.OverrideNumGPUs)
+	}
 	g.Image = nc.ImageType
 	g.DiskSizeGiB = nc.DiskSizeGB
 	g.Labels = nc.Labels
@@ -166,4 +174,18 @@ func applyDataCrunch(g *config.NodeGroup, nc DataCrunchNodeConfig) error {
 		g.CloudOptions = opts
 	}
 	return nil
+}
+
+// checkJSON refuses what JSON refuses (trailing commas, trailing garbage)
+// though YAML, which DecodeStrict reads, would take it; the error names
+// the line.
+func checkJSON(data []byte) error {
+	var v any
+	err := json.Unmarshal(data, &v)
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		line := 1 + bytes.Count(data[:min(int(se.Offset), len(data))], []byte("\n"))
+		return fmt.Errorf("line %d: %w", line, err)
+	}
+	return err
 }

@@ -54,9 +54,9 @@ func TestDataCrunchErrors(t *testing.T) {
 	}{
 		{"bad nodes", "", "--nodes[0]", []string{"0:3:1A100.22V:gpu"}},
 		{"no nodes", "", "--nodes", nil},
-		{"bad option", `{"node_configs":{"p":{"instance_option":"cheapest"}}}`, "node_configs.p.instance_option", []string{"0:1:1V100.6V:FIN-01:p"}},
+		{"bad option", `{"node_configs":{"p":{"instance_option":"cheapest"}}}`, "node_configs[p].instance_option", []string{"0:1:1V100.6V:FIN-01:p"}},
 		{"unknown field", `{"node_configs":{"p":{"instance_optoin":"spot_only"}}}`, "instance_optoin", []string{"0:1:1V100.6V:FIN-01:p"}},
-		{"orphan pool", `{"node_configs":{"q":{}}}`, "node_configs.q", []string{"0:1:1V100.6V:FIN-01:p"}},
+		{"orphan pool", `{"node_configs":{"q":{}}}`, "node_configs[q]", []string{"0:1:1V100.6V:FIN-01:p"}},
 		{"trailing comma as in a README example", `{"node_configs":{"p":{"labels":{"nodepool":"spot",}}}}`, "invalid character", []string{"0:1:1V100.6V:FIN-01:p"}},
 	}
 	for _, tt := range tests {
