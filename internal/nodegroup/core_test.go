@@ -509,3 +509,41 @@ func recorded(m *Manager, group string) bool {
 	}
 	return true
 }
+
+// hangingList never answers List until its context ends.
+type hangingList struct{ *sim.Cloud }
+
+func (hangingList) List(ctx context.Context) ([]cloud.Instance, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// TestStartHasADeadline: a cloud that never answers its first list stops
+// start-up with an error that says so, instead of hanging it.
+func TestStartHasADeadline(t *testing.T) {
+	cfg, err := config.Parse([]byte(oneGroup))
+	if err != nil {
+		t.Fatal(err)
+	}
+	engine, err := sim.NewEngine(simConfig(*cfg.Clouds.Sim), sim.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := New(cfg, map[string]cloud.Provider{"sim": hangingList{engine.Account(cfg.ClusterName)}},
+		Options{Logger: testLogger(), Registerer: prometheus.NewRegistry(), StartTimeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer func() { cancel(); m.Wait() }()
+	done := make(chan error, 1)
+	go func() { done <- m.Start(ctx) }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "within 300ms") {
+			t.Fatalf("start: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("start hangs on a cloud that never answers")
+	}
+}

@@ -22,6 +22,11 @@ import (
 // start before its silence means the order did not land.
 const DefaultResolveAfter = time.Minute
 
+// DefaultStartTimeout bounds each cloud call Start makes (the catalog, the
+// offerings, the first list, with their retries): a cloud that never
+// answers stops start-up with an error instead of hanging it.
+const DefaultStartTimeout = 2 * time.Minute
+
 // Options are a Manager's collaborators. All are optional.
 type Options struct {
 	// Clock drives every timer; default the real clock.
@@ -48,6 +53,8 @@ type Options struct {
 	GPULabel string
 	// ResolveAfter overrides DefaultResolveAfter.
 	ResolveAfter time.Duration
+	// StartTimeout overrides DefaultStartTimeout.
+	StartTimeout time.Duration
 }
 
 // Manager is the node-group core, a facade over small parts that each own
@@ -93,6 +100,9 @@ func New(cfg *config.Config, providers map[string]cloud.Provider, opts Options) 
 	if opts.ResolveAfter <= 0 {
 		opts.ResolveAfter = DefaultResolveAfter
 	}
+	if opts.StartTimeout <= 0 {
+		opts.StartTimeout = DefaultStartTimeout
+	}
 	met := newMetrics(opts.Registerer)
 	ev := &events{sink: opts.Events}
 	m := &Manager{cfg: cfg, clock: opts.Clock, log: opts.Logger, clients: map[string]*client{}}
@@ -118,7 +128,7 @@ func New(cfg *config.Config, providers map[string]cloud.Provider, opts Options) 
 	m.catalog = &catalog{store: s, clients: m.clients, clock: opts.Clock, log: opts.Logger, types: map[string]map[string]cloud.InstanceType{}}
 	m.templater = &templater{store: s, gpuLabel: opts.GPULabel}
 	m.syncer = &syncer{cfg: cfg, store: s, offerings: m.offerings, cost: m.cost, catalog: m.catalog, nodes: opts.Nodes,
-		clients: m.clients, clock: opts.Clock, log: opts.Logger, metrics: met, resolveAfter: opts.ResolveAfter, syncNow: syncNow}
+		clients: m.clients, clock: opts.Clock, log: opts.Logger, metrics: met, resolveAfter: opts.ResolveAfter, startTimeout: opts.StartTimeout, syncNow: syncNow}
 	m.deleter = &deleter{clients: m.clients, clock: opts.Clock, log: opts.Logger, metrics: met, events: ev,
 		done: m.syncer.kick, run: m.run, inflight: map[string]bool{}, notBefore: map[string]time.Time{}}
 	queues := map[string]*createQueue{}
@@ -166,10 +176,13 @@ func (m *Manager) Start(ctx context.Context) error {
 	m.ctxMu.Unlock()
 	m.orderer.start(ctx)
 	for cloudName := range m.clients {
-		if err := m.catalog.load(ctx, cloudName); err != nil {
+		if err := m.startCall(ctx, cloudName, "catalog", func(cctx context.Context) error { return m.catalog.load(cctx, cloudName) }); err != nil {
 			return err
 		}
-		m.syncer.refreshOfferings(ctx, cloudName)
+		_ = m.startCall(ctx, cloudName, "offerings", func(cctx context.Context) error {
+			m.syncer.refreshOfferings(cctx, cloudName)
+			return nil
+		})
 		if err := m.syncer.sync(ctx, cloudName, true); err != nil {
 			return fmt.Errorf("initial list of cloud %q: %w", cloudName, err)
 		}
@@ -178,6 +191,17 @@ func (m *Manager) Start(ctx context.Context) error {
 		m.run(func() { m.syncer.loop(ctx, cloudName) })
 	}
 	return nil
+}
+
+// startCall runs one of Start's cloud calls under the start deadline.
+func (m *Manager) startCall(ctx context.Context, cloudName, what string, call func(context.Context) error) error {
+	cctx, cancel := context.WithTimeout(ctx, m.syncer.startTimeout)
+	defer cancel()
+	err := call(cctx)
+	if err != nil && ctx.Err() == nil && errors.Is(cctx.Err(), context.DeadlineExceeded) {
+		return fmt.Errorf("cloud %q did not answer (%s) within %s at start: %w", cloudName, what, m.syncer.startTimeout, err)
+	}
+	return err
 }
 
 // Wait blocks until all background work has stopped (after Start's context

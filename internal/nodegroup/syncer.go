@@ -2,6 +2,8 @@ package nodegroup
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -42,6 +44,8 @@ type syncer struct {
 	// resolveAfter is how long after a lost create answer a list must start
 	// to be trusted to show the order, had it landed.
 	resolveAfter time.Duration
+	// startTimeout bounds the first list's calls (see DefaultStartTimeout).
+	startTimeout time.Duration
 	syncNow      map[string]chan struct{}
 
 	// nodesLeft are Nodes of gone instances whose delete failed.
@@ -148,13 +152,22 @@ func (y *syncer) sync(ctx context.Context, cloudName string, initial bool) error
 	if initial {
 		attempts = 5
 	}
+	lctx := ctx
+	if initial {
+		var cancel context.CancelFunc
+		lctx, cancel = context.WithTimeout(ctx, y.startTimeout)
+		defer cancel()
+	}
 	var insts []cloud.Instance
-	err := retry(ctx, y.clock, attempts, func() error {
+	err := retry(lctx, y.clock, attempts, func() error {
 		var err error
-		insts, err = y.clients[cloudName].list(ctx)
+		insts, err = y.clients[cloudName].list(lctx)
 		return err
 	})
 	if err != nil {
+		if ctx.Err() == nil && errors.Is(lctx.Err(), context.DeadlineExceeded) {
+			return fmt.Errorf("no answer within %s: %w", y.startTimeout, err)
+		}
 		return err
 	}
 	l := newListing(start, insts)

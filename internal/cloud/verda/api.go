@@ -80,20 +80,44 @@ func (c *Client) CreateScript(ctx context.Context, name, script string) (string,
 	return id, c.do(ctx, call{op: "create_script", method: http.MethodPost, path: "/scripts", body: body}, &id)
 }
 
-// ListScripts returns the stored startup scripts (page by page).
+// Script listing: pages of scriptPageSize, at most maxScriptPages of them.
+// An account holds at most 100 scripts, so one page is the rule; the cap
+// only stops a service that keeps answering full pages.
+const (
+	scriptPageSize = 100
+	maxScriptPages = 10
+)
+
+// ListScripts returns the stored startup scripts, page by page. It stops
+// on a short page, once X-Total-Count scripts are read, on a page that
+// adds no script not seen before (a service, or a proxy, that ignores the
+// paging parameters answers the same page again), or after maxScriptPages.
 func (c *Client) ListScripts(ctx context.Context) ([]Script, error) {
 	var all []Script
-	for page := 1; ; page++ {
+	seen := map[string]bool{}
+	for page := 1; page <= maxScriptPages; page++ {
 		var out []Script
-		q := url.Values{"page": {strconv.Itoa(page)}, "pageSize": {"100"}}
-		if err := c.do(ctx, call{op: "list_scripts", method: http.MethodGet, path: "/scripts", query: q, idempotent: true}, &out); err != nil {
+		var hdr http.Header
+		q := url.Values{"page": {strconv.Itoa(page)}, "pageSize": {strconv.Itoa(scriptPageSize)}}
+		if err := c.do(ctx, call{op: "list_scripts", method: http.MethodGet, path: "/scripts", query: q, idempotent: true, header: &hdr}, &out); err != nil {
 			return nil, err
 		}
-		all = append(all, out...)
-		if len(out) < 100 {
+		added := 0
+		for _, s := range out {
+			if !seen[s.ID] {
+				seen[s.ID] = true
+				all = append(all, s)
+				added++
+			}
+		}
+		total, err := strconv.Atoi(hdr.Get("X-Total-Count"))
+		hasTotal := err == nil
+		if len(out) < scriptPageSize || added == 0 || hasTotal && len(all) >= total {
 			return all, nil
 		}
 	}
+	c.log.Warn("verda: the script list did not end within the page cap; using what was read", "pages", maxScriptPages, "scripts", len(all))
+	return all, nil
 }
 
 // DeleteScript deletes a startup script; one already gone is success.

@@ -140,7 +140,7 @@ func (c *Client) grant(ctx context.Context, body map[string]string) error {
 		}
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("User-Agent", "gpuscaler")
-		status, data, err := c.send(ctx, req)
+		status, _, data, err := c.send(ctx, req)
 		if err == nil && status == http.StatusOK {
 			if err := json.Unmarshal(data, &out); err != nil || out.AccessToken == "" {
 				return cloud.Errorf(cloud.ErrTransient, "auth", "token response unreadable")
@@ -173,6 +173,8 @@ type call struct {
 	// idempotent calls are retried; others return ErrOutcomeUnknown when
 	// the answer is lost after the request may have left.
 	idempotent bool
+	// header, when set, receives the headers of the answer decoded.
+	header *http.Header
 }
 
 // do sends a call and decodes a 2xx answer into out (a *string receives the
@@ -208,7 +210,7 @@ func (c *Client) do(ctx context.Context, cl call, out any) error {
 		if payload != nil {
 			req.Header.Set("Content-Type", "application/json")
 		}
-		status, data, err := c.send(ctx, req)
+		status, hdr, data, err := c.send(ctx, req)
 		switch {
 		case err != nil && !cl.idempotent && !errors.Is(err, errNotSent):
 			return cloud.NewError(cloud.ErrOutcomeUnknown, cl.op, err)
@@ -222,6 +224,9 @@ func (c *Client) do(ctx context.Context, cl call, out any) error {
 			attempt--
 			continue
 		case status >= 200 && status < 300:
+			if cl.header != nil {
+				*cl.header = hdr
+			}
 			return decode(cl.op, data, out)
 		default:
 			err = c.classify(cl.op, status, data)
@@ -247,24 +252,24 @@ func (c *Client) do(ctx context.Context, cl call, out any) error {
 var errNotSent = errors.New("request not sent")
 
 // send performs one HTTP exchange.
-func (c *Client) send(ctx context.Context, req *http.Request) (int, []byte, error) {
+func (c *Client) send(ctx context.Context, req *http.Request) (int, http.Header, []byte, error) {
 	resp, err := c.http.Do(req)
 	if err != nil {
 		var op *net.OpError
 		if errors.As(err, &op) && op.Op == "dial" {
-			return 0, nil, fmt.Errorf("%w: %v", errNotSent, err)
+			return 0, nil, nil, fmt.Errorf("%w: %v", errNotSent, err)
 		}
 		if ctx.Err() != nil {
-			return 0, nil, ctx.Err()
+			return 0, nil, nil, ctx.Err()
 		}
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 32<<20))
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
-	return resp.StatusCode, data, nil
+	return resp.StatusCode, resp.Header, data, nil
 }
 
 // sleep waits the backoff of an attempt: base·2^attempt, capped at 30 s,

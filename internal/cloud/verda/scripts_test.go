@@ -2,6 +2,7 @@ package verda
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -34,5 +35,31 @@ func TestScriptKeptUntilTheInstanceHasIt(t *testing.T) {
 	c.cleanScripts(ctx, time.Now(), map[string]cloud.InstanceState{"node-1": cloud.StateRunning})
 	if f.fake.ScriptCount() != 0 {
 		t.Fatal("the script outlived the boot")
+	}
+}
+
+// TestScriptListEndsWhenPagingIsIgnored: a full script store behind a
+// service that answers every page with the first (no X-Total-Count) must
+// not make the listing endless, and the backend's first list, which sweeps
+// the store, returns.
+func TestScriptListEndsWhenPagingIsIgnored(t *testing.T) {
+	f := newFixture(t, verdatest.Options{IgnoreScriptPaging: true}, ClientOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i := range 100 {
+		if _, err := f.client.CreateScript(ctx, fmt.Sprintf("someone-else-%03d", i), "#!/bin/bash\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	scripts, err := f.client.ListScripts(ctx)
+	if err != nil || len(scripts) != 100 {
+		t.Fatalf("%d scripts, %v", len(scripts), err)
+	}
+	if n := f.fake.Calls()["GET /scripts"]; n > 2 {
+		t.Fatalf("%d pages asked for 100 scripts", n)
+	}
+	c := New(f.client, Options{ClusterName: "prod"})
+	if _, err := c.List(ctx); err != nil {
+		t.Fatalf("first list with a full store: %v", err)
 	}
 }

@@ -333,6 +333,10 @@ func (s *Server) scriptsAPI(w http.ResponseWriter, r *http.Request, id string) {
 		if r.URL.Query().Get("pageSize") == "" {
 			size = 100
 		}
+		if s.opts.IgnoreScriptPaging {
+			writeJSON(w, http.StatusOK, all[:min(100, len(all))])
+			return
+		}
 		from := min((page-1)*size, len(all))
 		to := min(from+size, len(all))
 		w.Header().Set("X-Total-Count", strconv.Itoa(len(all)))

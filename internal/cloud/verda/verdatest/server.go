@@ -34,6 +34,10 @@ type Options struct {
 	InstanceLimit int
 	// ScriptLimit is the startup-script quota; default 100, as documented.
 	ScriptLimit int
+	// IgnoreScriptPaging answers every GET /scripts with the first page and
+	// no paging headers, as the SDK's plain GET sees it, or a proxy that
+	// strips query parameters.
+	IgnoreScriptPaging bool
 }
 
 // Server is the fake API. Its URL is Server.URL.
