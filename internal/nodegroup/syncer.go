@@ -307,6 +307,12 @@ func (y *syncer) fold(ctx context.Context, cloudName string, g *group, listed ma
 			phase: phaseCreated, recordedAt: start,
 		}
 		mem.setInstance(in)
+		if mem.createdAt.IsZero() {
+			// A cloud that did not say when (or in a form we could not
+			// read): the age counts from the first list that shows it, so
+			// that the never-registered check does not take it for ancient.
+			mem.createdAt = start
+		}
 		mem.price = y.offerings.price(cloudName, mem.offering, y.catalog.listPrice(cloudName, mem.offering))
 		switch in.State {
 		case cloud.StateDeleting:

@@ -2,6 +2,7 @@ package verda
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -11,10 +12,23 @@ import (
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
 )
 
-// ListInstances returns every instance of the account not yet deleted.
+// ListInstances returns every instance of the account not yet deleted. A
+// record with a field the client cannot read is kept with that field
+// empty, and reported: one odd record must not stop every sync (an
+// instance dropped from the list would be taken for gone and replaced).
 func (c *Client) ListInstances(ctx context.Context) ([]Instance, error) {
-	var out []Instance
-	return out, c.do(ctx, call{op: "list", method: http.MethodGet, path: "/instances", idempotent: true}, &out)
+	var raw json.RawMessage
+	if err := c.do(ctx, call{op: "list", method: http.MethodGet, path: "/instances", idempotent: true}, &raw); err != nil {
+		return nil, err
+	}
+	out, lost, err := decodeRecords[Instance](raw)
+	if err != nil {
+		return nil, cloud.Errorf(cloud.ErrTransient, "list", "unreadable answer: %v", err)
+	}
+	for i, fields := range lost {
+		c.log.Warn("verda: an instance record has fields the client cannot read; kept without them", "id", out[i].ID, "hostname", out[i].Hostname, "fields", fields)
+	}
+	return out, nil
 }
 
 // GetInstance returns one instance.
@@ -54,10 +68,21 @@ func (c *Client) DeleteInstances(ctx context.Context, ids []string, volumeIDs []
 	return c.do(ctx, call{op: "delete", method: http.MethodPut, path: "/instances", body: body, idempotent: true}, nil)
 }
 
-// InstanceTypes returns the catalog.
+// InstanceTypes returns the catalog; records are read as ListInstances
+// reads instances.
 func (c *Client) InstanceTypes(ctx context.Context) ([]InstanceType, error) {
-	var out []InstanceType
-	return out, c.do(ctx, call{op: "instance_types", method: http.MethodGet, path: "/instance-types", idempotent: true}, &out)
+	var raw json.RawMessage
+	if err := c.do(ctx, call{op: "instance_types", method: http.MethodGet, path: "/instance-types", idempotent: true}, &raw); err != nil {
+		return nil, err
+	}
+	out, lost, err := decodeRecords[InstanceType](raw)
+	if err != nil {
+		return nil, cloud.Errorf(cloud.ErrTransient, "instance_types", "unreadable answer: %v", err)
+	}
+	for i, fields := range lost {
+		c.log.Warn("verda: an instance type has fields the client cannot read; kept without them", "type", out[i].InstanceType, "fields", fields)
+	}
+	return out, nil
 }
 
 // Availability returns which types can be ordered now in each location.

@@ -338,3 +338,36 @@ func TestPlaintextEndpointRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestOneOddRecordDoesNotSinkTheList: an instance record whose created_at
+// (or any field) the client cannot read is kept without that field; the
+// other records are untouched, and the list succeeds.
+func TestOneOddRecordDoesNotSinkTheList(t *testing.T) {
+	f := newFixture(t, verdatest.Options{}, ClientOptions{})
+	ctx := context.Background()
+	for _, h := range []string{"good-1", "odd-1"} {
+		if _, err := f.client.CreateInstance(ctx, order(h, false)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.fake.OverrideField("odd-1", "created_at", `"yesterday at noon"`)
+	f.fake.OverrideField("odd-1", "ssh_key_ids", `"not-a-list"`)
+	insts, err := f.client.ListInstances(ctx)
+	if err != nil {
+		t.Fatalf("one odd record failed the list: %v", err)
+	}
+	byName := map[string]Instance{}
+	for _, in := range insts {
+		byName[in.Hostname] = in
+	}
+	odd, good := byName["odd-1"], byName["good-1"]
+	if odd.ID == "" || odd.InstanceType == "" || !odd.CreatedAt.IsZero() {
+		t.Fatalf("the odd record lost more than its bad fields: %+v", odd)
+	}
+	if good.CreatedAt.IsZero() {
+		t.Fatalf("the good record was damaged: %+v", good)
+	}
+	if !strings.Contains(f.logs.String(), "created_at") {
+		t.Errorf("the odd record was not reported:\n%s", f.logs.String())
+	}
+}

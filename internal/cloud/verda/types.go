@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -165,4 +167,56 @@ type ActionRequest struct {
 type apiError struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
+}
+
+// decodeRecords decodes a JSON array of API records one at a time, so that
+// one record the client cannot read does not cost the whole answer. A
+// record that does not decode whole is decoded field by field, keeping
+// every field that parses (the others stay at their zero value); lost
+// maps the index of each such record to the JSON names of the fields lost.
+func decodeRecords[T any](data []byte) (out []T, lost map[int][]string, err error) {
+	var raws []json.RawMessage
+	if err := json.Unmarshal(data, &raws); err != nil {
+		return nil, nil, err
+	}
+	out = make([]T, len(raws))
+	for i, raw := range raws {
+		if err := json.Unmarshal(raw, &out[i]); err == nil {
+			continue
+		}
+		out[i] = *new(T)
+		fields, err := decodeFields(raw, &out[i])
+		if err != nil {
+			fields = []string{"(not a JSON object)"}
+		}
+		if lost == nil {
+			lost = map[int][]string{}
+		}
+		lost[i] = fields
+	}
+	return out, lost, nil
+}
+
+// decodeFields decodes a JSON object into the struct v points to, field by
+// field, and returns the JSON names of the fields that did not decode.
+func decodeFields(raw []byte, v any) ([]string, error) {
+	var members map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &members); err != nil {
+		return nil, err
+	}
+	rv := reflect.ValueOf(v).Elem()
+	rt := rv.Type()
+	var lost []string
+	for i := range rt.NumField() {
+		name, _, _ := strings.Cut(rt.Field(i).Tag.Get("json"), ",")
+		value, ok := members[name]
+		if !ok || name == "" || name == "-" {
+			continue
+		}
+		if err := json.Unmarshal(value, rv.Field(i).Addr().Interface()); err != nil {
+			rv.Field(i).SetZero()
+			lost = append(lost, name)
+		}
+	}
+	return lost, nil
 }

@@ -42,7 +42,7 @@ func (s *Server) instanceJSON(in cloud.Instance, m *meta) map[string]any {
 	if tags == nil {
 		tags = []tag{}
 	}
-	return map[string]any{
+	out := map[string]any{
 		"id": m.id, "instance_type": in.InstanceType, "status": status,
 		"created_at": m.createdAt.UTC().Format("2006-01-02T15:04:05.000Z"), "ip": ip,
 		"hostname": m.hostname, "description": m.description, "location": in.Location,
@@ -50,6 +50,12 @@ func (s *Server) instanceJSON(in cloud.Instance, m *meta) map[string]any {
 		"image": m.image, "startup_script_id": m.scriptID, "ssh_key_ids": m.sshKeyIDs, "os_volume_id": nil,
 		"tags": tags,
 	}
+	s.mu.Lock()
+	for field, raw := range s.overrides[m.hostname] {
+		out[field] = raw
+	}
+	s.mu.Unlock()
+	return out
 }
 
 // live returns the account's instances with their metadata, forgetting

@@ -57,6 +57,9 @@ type Server struct {
 	faults    []fault
 	latency   time.Duration
 	hangNext  map[string]time.Duration
+	// overrides replace fields of an instance's record (by hostname) with
+	// raw JSON, for records the real API sends oddly.
+	overrides map[string]map[string]json.RawMessage
 }
 
 type meta struct {
@@ -123,6 +126,21 @@ func (s *Server) HangNext(method, pathPrefix string, d time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.hangNext[method+" "+pathPrefix] = d
+}
+
+// OverrideField makes every record of the instance named hostname carry
+// raw (any JSON) as field, as a record the real API sends in a form the
+// client does not expect.
+func (s *Server) OverrideField(hostname, field, raw string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.overrides == nil {
+		s.overrides = map[string]map[string]json.RawMessage{}
+	}
+	if s.overrides[hostname] == nil {
+		s.overrides[hostname] = map[string]json.RawMessage{}
+	}
+	s.overrides[hostname][field] = json.RawMessage(raw)
 }
 
 // SetLatency adds a delay to every request.
