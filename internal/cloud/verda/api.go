@@ -62,10 +62,57 @@ func (c *Client) CreateInstance(ctx context.Context, req CreateRequest) (string,
 }
 
 // DeleteInstances deletes instances; volumeIDs nil keeps the API default
-// (the OS volume goes, other volumes are detached).
+// (the OS volume goes, other volumes are detached). The API answers 204
+// when all is done, or 202/207 with a result per instance: the ids whose
+// result is an error are sent again (transient failures, with backoff),
+// and an id that keeps failing is returned as an error naming it. An id
+// the API does not know is gone, which is what was asked.
 func (c *Client) DeleteInstances(ctx context.Context, ids []string, volumeIDs []string) error {
-	body := ActionRequest{Action: "delete", ID: ids, VolumeIDs: volumeIDs}
-	return c.do(ctx, call{op: "delete", method: http.MethodPut, path: "/instances", body: body, idempotent: true}, nil)
+	pending := ids
+	var failed []error
+	for attempt := 0; ; attempt++ {
+		var text string // 204 has no body; 202 and 207 a result per instance
+		body := ActionRequest{Action: "delete", ID: pending, VolumeIDs: volumeIDs}
+		err := c.do(ctx, call{op: "delete", method: http.MethodPut, path: "/instances", body: body, idempotent: true}, &text)
+		if errors.Is(err, cloud.ErrNotFound) && len(pending) == 1 {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		var results []ActionResult
+		if text != "" {
+			if err := json.Unmarshal([]byte(text), &results); err != nil {
+				return cloud.Errorf(cloud.ErrTransient, "delete", "unreadable answer: %v", err)
+			}
+		}
+		pending, failed = nil, nil
+		retryable := true
+		for _, r := range results {
+			if r.Status != "error" && r.StatusCode < 400 || r.StatusCode == http.StatusNotFound {
+				continue
+			}
+			e := c.classify("delete", r.StatusCode, mustJSON(apiError{Message: r.Error}))
+			failed = append(failed, fmt.Errorf("instance %s: %w", r.InstanceID, e))
+			pending = append(pending, r.InstanceID)
+			retryable = retryable && cloud.Retryable(e)
+		}
+		if len(pending) == 0 {
+			return nil
+		}
+		if !retryable || attempt >= c.opts.MaxRetries {
+			return errors.Join(failed...)
+		}
+		c.log.Debug("verda: some deletes failed; sending them again", "ids", pending, "attempt", attempt+1)
+		if err := c.sleep(ctx, attempt); err != nil {
+			return err
+		}
+	}
+}
+
+func mustJSON(v any) []byte {
+	b, _ := json.Marshal(v)
+	return b
 }
 
 // InstanceTypes returns the catalog; records are read as ListInstances

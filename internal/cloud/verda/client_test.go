@@ -371,3 +371,53 @@ func TestOneOddRecordDoesNotSinkTheList(t *testing.T) {
 		t.Errorf("the odd record was not reported:\n%s", f.logs.String())
 	}
 }
+
+// TestPartlyFailedDeletes: PUT /instances answers a result per instance; an
+// id whose result is an error is sent again, and one that keeps failing is
+// an error naming it, never a silent success while it runs on.
+func TestPartlyFailedDeletes(t *testing.T) {
+	f := newFixture(t, verdatest.Options{}, ClientOptions{})
+	ctx := context.Background()
+	ids := map[string]string{}
+	for i, h := range []string{"d-1", "d-2", "d-3", "d-4"} {
+		id, err := f.client.CreateInstance(ctx, order(h, i >= 2)) // the account holds 2 of each
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[h] = id
+	}
+	running := func(h string) bool {
+		for _, in := range f.fake.Engine().Instances("verda-account") {
+			if in.Name == h && in.State != cloud.StateDeleting {
+				return true
+			}
+		}
+		return false
+	}
+	// One transient per-instance failure: retried, both go.
+	f.fake.FailDeleteOf("d-1", 1, http.StatusInternalServerError, "internal error")
+	if err := f.client.DeleteInstances(ctx, []string{ids["d-1"], ids["d-2"]}, nil); err != nil {
+		t.Fatalf("a delete that failed once for one id: %v", err)
+	}
+	if running("d-1") || running("d-2") {
+		t.Fatal("an instance survived a delete reported done")
+	}
+	// One that keeps failing: an error naming it, and it still runs.
+	f.fake.FailDeleteOf("d-3", 100, http.StatusInternalServerError, "internal error")
+	err := f.client.DeleteInstances(ctx, []string{ids["d-3"]}, nil)
+	if err == nil || !strings.Contains(err.Error(), ids["d-3"]) || !errors.Is(err, cloud.ErrTransient) {
+		t.Fatalf("a delete that keeps failing: %v", err)
+	}
+	if !running("d-3") {
+		t.Fatal("the instance is gone though its delete failed")
+	}
+	// A refusal is not retried.
+	f.fake.FailDeleteOf("d-4", 1, http.StatusBadRequest, "Instance is locked")
+	calls := f.fake.Calls()["PUT /instances"]
+	if err := f.client.DeleteInstances(ctx, []string{ids["d-4"]}, nil); !errors.Is(err, cloud.ErrInvalid) {
+		t.Fatalf("a refused delete: %v", err)
+	}
+	if n := f.fake.Calls()["PUT /instances"] - calls; n != 1 {
+		t.Fatalf("a refused delete was sent %d times", n)
+	}
+}

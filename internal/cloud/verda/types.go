@@ -163,6 +163,16 @@ type ActionRequest struct {
 	DeletePermanently bool     `json:"delete_permanently"`
 }
 
+// ActionResult is one instance's result in a PUT /instances answer (its
+// keys are camelCase, unlike the rest of the API).
+type ActionResult struct {
+	Action     string `json:"action"`
+	InstanceID string `json:"instanceId"`
+	Status     string `json:"status"`
+	Error      string `json:"error"`
+	StatusCode int    `json:"statusCode"`
+}
+
 // apiError is the API's error body.
 type apiError struct {
 	Code    string `json:"code"`

@@ -226,12 +226,17 @@ func (s *Server) action(w http.ResponseWriter, r *http.Request) {
 		byID[metas[in.Name].id] = in
 	}
 	var results []map[string]any
-	failed := 0
+	missing, refused := 0, 0
 	for _, id := range ids {
 		in, ok := byID[id]
 		if !ok {
-			failed++
+			missing++
 			results = append(results, map[string]any{"action": "delete", "instanceId": id, "status": "error", "error": "Instance not found", "statusCode": 404})
+			continue
+		}
+		if f, ok := s.takeDeleteFault(in.Name); ok {
+			refused++
+			results = append(results, map[string]any{"action": "delete", "instanceId": id, "status": "error", "error": f.message, "statusCode": f.status})
 			continue
 		}
 		if err := s.acct.Delete(r.Context(), in); err != nil {
@@ -241,12 +246,12 @@ func (s *Server) action(w http.ResponseWriter, r *http.Request) {
 		results = append(results, map[string]any{"action": "delete", "instanceId": id, "status": "success", "statusCode": 202})
 	}
 	switch {
-	case failed == len(ids):
+	case missing == len(ids):
 		apiError(w, http.StatusNotFound, "not_found", "Instance not found")
-	case failed > 0:
+	case missing+refused > 0:
 		writeJSON(w, http.StatusMultiStatus, results)
 	default:
-		w.WriteHeader(http.StatusAccepted)
+		writeJSON(w, http.StatusAccepted, results)
 	}
 }
 

@@ -60,6 +60,14 @@ type Server struct {
 	// overrides replace fields of an instance's record (by hostname) with
 	// raw JSON, for records the real API sends oddly.
 	overrides map[string]map[string]json.RawMessage
+	// deleteFaults fail the next deletes of an instance (by hostname) in
+	// the per-instance results, leaving it running.
+	deleteFaults map[string][]deleteFault
+}
+
+type deleteFault struct {
+	status  int
+	message string
 }
 
 type meta struct {
@@ -141,6 +149,34 @@ func (s *Server) OverrideField(hostname, field, raw string) {
 		s.overrides[hostname] = map[string]json.RawMessage{}
 	}
 	s.overrides[hostname][field] = json.RawMessage(raw)
+}
+
+// FailDeleteOf makes the next times deletes of the instance named hostname
+// fail in PUT /instances' per-instance results (a 207 answer, or the
+// result array of a 202 when every id fails this way), with statusCode and
+// message, leaving the instance running; the other ids of the request are
+// deleted.
+func (s *Server) FailDeleteOf(hostname string, times, statusCode int, message string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.deleteFaults == nil {
+		s.deleteFaults = map[string][]deleteFault{}
+	}
+	for range times {
+		s.deleteFaults[hostname] = append(s.deleteFaults[hostname], deleteFault{statusCode, message})
+	}
+}
+
+// takeDeleteFault pops the next delete fault of an instance.
+func (s *Server) takeDeleteFault(hostname string) (deleteFault, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q := s.deleteFaults[hostname]
+	if len(q) == 0 {
+		return deleteFault{}, false
+	}
+	s.deleteFaults[hostname] = q[1:]
+	return q[0], true
 }
 
 // SetLatency adds a delay to every request.
