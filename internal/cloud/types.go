@@ -96,6 +96,11 @@ const (
 	StateDeleting InstanceState = "deleting"
 	// StateFailed is a machine the cloud gave up on; it must be deleted.
 	StateFailed InstanceState = "failed"
+	// StateStopped is a machine that stopped for good while still in the
+	// account (a spot instance reclaimed, a host lost): it no longer
+	// serves, may still bill or hold volumes, and must be deleted and
+	// replaced.
+	StateStopped InstanceState = "stopped"
 )
 
 // Instance is one machine this cluster owns.

@@ -53,7 +53,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"cloud", "reason"}),
 		vanished: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gpuscaler_instances_vanished_total",
-			Help: "Instances gone without gpuscaler deleting them (spot reclaims, external deletes), by node group.",
+			Help: "Instances lost without gpuscaler deleting them (spot reclaims, hosts lost, external deletes), by node group.",
 		}, []string{"group"}),
 		unknownGroup: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "gpuscaler_unknown_group_instances",

@@ -291,6 +291,12 @@ func (y *syncer) fold(ctx context.Context, cloudName string, g *group, listed ma
 			case in.State == cloud.StateDeleting && mem.phase != phaseDeleting:
 				y.log.Warn("instance is being deleted outside gpuscaler; it will be replaced", "group", g.cfg.Name, "instance", name)
 				mem.phase = phaseDeleting
+			case in.State == cloud.StateStopped && mem.phase != phaseDeleting:
+				// Gone for the cluster, not for the bill: delete it (below)
+				// and let the group order a replacement.
+				y.metrics.vanished.WithLabelValues(g.cfg.Name).Inc()
+				y.log.Warn("instance stopped for good (spot reclaim or host lost); deleting it, and it will be replaced", "group", g.cfg.Name, "instance", name)
+				mem.phase = phaseDeleting
 			}
 		})
 		if mem.phase == phaseDeleting && in.State != cloud.StateDeleting {
@@ -317,6 +323,9 @@ func (y *syncer) fold(ctx context.Context, cloudName string, g *group, listed ma
 		switch in.State {
 		case cloud.StateDeleting:
 			mem.phase = phaseDeleting
+		case cloud.StateStopped:
+			mem.phase = phaseDeleting // deleted by the next sync, as above
+			y.metrics.vanished.WithLabelValues(g.cfg.Name).Inc()
 		case cloud.StateFailed:
 			mem.phase = phaseFailed
 			mem.errCode, mem.errClass, mem.errMsg = CodeCreateFailed, ErrorClassOther, "cloud reports the instance failed: "+in.Error

@@ -359,3 +359,41 @@ func TestLaunchRecordsOwner(t *testing.T) {
 		t.Fatalf("listed %+v", listed)
 	}
 }
+
+// TestStoppedInstancesAreDeletedAndReplaced: an instance that goes offline
+// (host lost) or discontinued (spot reclaimed) still bills: it is deleted,
+// no longer counts toward the group, and is replaced. A discontinued spot
+// instance is deleted without its volumes, which met their
+// onSpotDiscontinue fate already; an offline one with the API's default.
+func TestStoppedInstancesAreDeletedAndReplaced(t *testing.T) {
+	b := newBackend(t, `  - {name: gpu, cloud: verda, instanceType: 1V100.6V, locations: [FIN-01], capacityPolicy: prefer-spot, minSize: 2, maxSize: 4}`)
+	b.wait(t, "2 running", func() bool { return len(b.running(t, "gpu")) == 2 })
+	first := b.running(t, "gpu")
+	b.fake.Stop(first[0].Name, "discontinued")
+	b.fake.Stop(first[1].Name, "offline")
+	gone := func(name string) bool {
+		for _, in := range b.fake.Engine().Instances("verda-account") {
+			if in.Name == name {
+				return false
+			}
+		}
+		return true
+	}
+	b.wait(t, "both stopped instances deleted", func() bool { return gone(first[0].Name) && gone(first[1].Name) })
+	b.wait(t, "2 replacements running", func() bool {
+		r := b.running(t, "gpu")
+		return len(r) == 2 && r[0].Name != first[0].Name && r[0].Name != first[1].Name && r[1].Name != first[0].Name && r[1].Name != first[1].Name
+	})
+	if v, _ := b.fake.DeleteVolumes(first[0].Name); v != "[]" {
+		t.Errorf("the discontinued spot instance was deleted with volume_ids %s, want [] (its volume's fate was set at create)", v)
+	}
+	if v, _ := b.fake.DeleteVolumes(first[1].Name); v != "null" {
+		t.Errorf("the offline instance was deleted with volume_ids %s, want the API default", v)
+	}
+	if n, _ := b.mgr.TargetSize("gpu"); n != 2 {
+		t.Fatalf("target %d after the replacements, want 2", n)
+	}
+	if live := len(b.fake.Engine().Instances("verda-account")); live != 2 {
+		t.Fatalf("%d instances at the cloud, want the 2 replacements", live)
+	}
+}

@@ -84,6 +84,10 @@ type Cloud struct {
 	scripts   map[string]trackedScript
 	creating  map[string]bool
 	lastSweep time.Time
+	// discontinued are the ids of spot instances the last list showed
+	// discontinued: their OS volume has met its on_spot_discontinue fate,
+	// which their delete must not override.
+	discontinued map[string]bool
 }
 
 var _ cloud.Provider = (*Cloud)(nil)
@@ -99,7 +103,7 @@ func New(api *Client, opts Options) *Cloud {
 	if opts.ScriptGrace == 0 {
 		opts.ScriptGrace = defaultScriptGrace
 	}
-	return &Cloud{api: api, opts: opts, log: opts.Logger, scripts: map[string]trackedScript{}, creating: map[string]bool{}}
+	return &Cloud{api: api, opts: opts, log: opts.Logger, scripts: map[string]trackedScript{}, creating: map[string]bool{}, discontinued: map[string]bool{}}
 }
 
 // Name returns "verda".
@@ -229,6 +233,7 @@ func (c *Cloud) List(ctx context.Context) ([]cloud.Instance, error) {
 	}
 	var out []cloud.Instance
 	states := map[string]cloud.InstanceState{}
+	discontinued := map[string]bool{}
 	for _, in := range raw {
 		group, launchOwner, ok := owner(in.Description, c.opts.ClusterName)
 		if !ok {
@@ -240,8 +245,14 @@ func (c *Cloud) List(ctx context.Context) ([]cloud.Instance, error) {
 		inst := convertInstance(in, group)
 		inst.Owner = launchOwner
 		states[in.Hostname] = inst.State
+		if in.Status == StatusDiscontinued {
+			discontinued[in.ID] = true
+		}
 		out = append(out, inst)
 	}
+	c.mu.Lock()
+	c.discontinued = discontinued
+	c.mu.Unlock()
 	c.cleanScripts(ctx, start, states)
 	return out, nil
 }
@@ -291,8 +302,12 @@ func convertInstance(in Instance, group string) cloud.Instance {
 	switch in.Status {
 	case StatusRunning:
 		out.State = cloud.StateRunning
-	case StatusDeleting, StatusDiscontinued, StatusOffline:
+	case StatusDeleting:
 		out.State = cloud.StateDeleting
+	case StatusDiscontinued, StatusOffline:
+		// A spot instance reclaimed, a host lost or shut down: still in
+		// the account, so the core deletes it.
+		out.State = cloud.StateStopped
 	case StatusError, StatusNoCapacity, StatusNotFound:
 		out.State, out.Error = cloud.StateFailed, "instance status "+in.Status
 	default:
@@ -526,7 +541,17 @@ func (c *Cloud) Delete(ctx context.Context, inst cloud.Instance) error {
 			return nil
 		}
 	}
-	err := c.api.DeleteInstances(ctx, []string{id}, nil)
+	// The API's default deletes the OS volume. A discontinued spot
+	// instance's volume was already kept, trashed or deleted as its group's
+	// onSpotDiscontinue asked (set on the volume at create): delete no
+	// volume then.
+	var volumes []string
+	c.mu.Lock()
+	if c.discontinued[id] {
+		volumes = []string{}
+	}
+	c.mu.Unlock()
+	err := c.api.DeleteInstances(ctx, []string{id}, volumes)
 	if err != nil && !errors.Is(err, cloud.ErrNotFound) {
 		return err
 	}

@@ -28,6 +28,9 @@ func (s *Server) instanceJSON(in cloud.Instance, m *meta) map[string]any {
 	case cloud.StateFailed:
 		status = "error"
 	}
+	if m.lost != "" && in.State != cloud.StateDeleting {
+		status = m.lost
+	}
 	var ip any
 	if in.State == cloud.StateRunning {
 		ip = in.IP
@@ -80,6 +83,7 @@ func (s *Server) live() ([]cloud.Instance, map[string]*meta) {
 		if !present[id] {
 			delete(s.meta, id)
 			delete(s.byName, m.hostname)
+			s.gone = append(s.gone, m)
 		}
 	}
 	return out, metas
@@ -201,7 +205,7 @@ func (s *Server) action(w http.ResponseWriter, r *http.Request) {
 	var b struct {
 		Action    string          `json:"action"`
 		ID        json.RawMessage `json:"id"`
-		VolumeIDs []string        `json:"volume_ids"`
+		VolumeIDs json.RawMessage `json:"volume_ids"`
 	}
 	if err := json.NewDecoder(r.Body).Decode(&b); err != nil {
 		apiError(w, http.StatusBadRequest, "invalid_request", "body is not valid json")
@@ -243,6 +247,15 @@ func (s *Server) action(w http.ResponseWriter, r *http.Request) {
 			apiError(w, http.StatusInternalServerError, "server_error", err.Error())
 			return
 		}
+		volumes := b.VolumeIDs
+		if volumes == nil {
+			volumes = json.RawMessage("null")
+		}
+		s.mu.Lock()
+		if m := s.meta[id]; m != nil {
+			m.deleteVolumes = volumes
+		}
+		s.mu.Unlock()
 		results = append(results, map[string]any{"action": "delete", "instanceId": id, "status": "success", "statusCode": 202})
 	}
 	switch {

@@ -51,6 +51,7 @@ type Server struct {
 	tokens    map[string]time.Time // access token -> expiry
 	refreshes map[string]bool
 	meta      map[string]*meta   // instance id -> what the engine does not keep
+	gone      []*meta            // metadata of deleted instances, for DeleteVolumes
 	byName    map[string]string  // hostname -> instance id
 	scripts   map[string]*script // by id
 	calls     map[string]int
@@ -77,6 +78,11 @@ type meta struct {
 	tags                                                []tag
 	createdAt                                           time.Time
 	pendingSince                                        time.Time
+	// lost is "offline" or "discontinued" once the instance stopped for
+	// good while still in the account (until it is deleted).
+	lost string
+	// deleteVolumes is the volume_ids of the last delete asked for it.
+	deleteVolumes json.RawMessage
 }
 
 type tag struct {
@@ -177,6 +183,37 @@ func (s *Server) takeDeleteFault(hostname string) (deleteFault, bool) {
 	}
 	s.deleteFaults[hostname] = q[1:]
 	return q[0], true
+}
+
+// Stop puts a running instance in status (offline: a host lost or shut
+// down; discontinued: a spot instance reclaimed) until it is deleted; the
+// engine's capacity is not given back, as the instance still exists.
+func (s *Server) Stop(hostname, status string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	id, ok := s.byName[hostname]
+	if !ok {
+		return false
+	}
+	s.meta[id].lost = status
+	return true
+}
+
+// DeleteVolumes returns the volume_ids (raw JSON: null, [] or a list) of
+// the last delete asked for the instance named hostname; ok is false when
+// none was asked for.
+func (s *Server) DeleteVolumes(hostname string) (string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, m := range s.gone {
+		if m.hostname == hostname && m.deleteVolumes != nil {
+			return string(m.deleteVolumes), true
+		}
+	}
+	if id, ok := s.byName[hostname]; ok && s.meta[id].deleteVolumes != nil {
+		return string(s.meta[id].deleteVolumes), true
+	}
+	return "", false
 }
 
 // SetLatency adds a delay to every request.
