@@ -44,7 +44,7 @@ func (l *lockedBuffer) String() string {
 // the (debug) logs.
 func TestCAVerdaUserSwitches(t *testing.T) {
 	const secret = "ca-verda-secret-0123456789"
-	engine, err := sim.NewEngine(sim.Config{BootDelay: sim.Duration(50 * time.Millisecond)}, sim.Options{})
+	engine, err := verdatest.NewEngine(sim.Config{BootDelay: sim.Duration(50 * time.Millisecond)}, sim.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +140,7 @@ func freePort(t *testing.T) int {
 }
 
 func TestCatalogVerda(t *testing.T) {
-	engine, err := sim.NewEngine(sim.Config{}, sim.Options{})
+	engine, err := verdatest.NewEngine(sim.Config{}, sim.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,4 +174,49 @@ func TestCatalogVerda(t *testing.T) {
 
 func cloudKey(t, loc, ct string) cloud.OfferingKey {
 	return cloud.OfferingKey{InstanceType: t, Location: loc, CapacityType: cloud.CapacityType(ct)}
+}
+
+// TestValidateOnline: validate --online asks Verda's catalog: a type it
+// does not have is refused with its field, and a group whose image the
+// type does not accept is warned about, naming the image orders will use.
+func TestValidateOnline(t *testing.T) {
+	engine, err := verdatest.NewEngine(sim.Config{}, sim.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake := verdatest.New(engine, verdatest.Options{ClientID: "id", ClientSecret: "online-secret"})
+	defer fake.Close()
+	t.Setenv("VERDA_CLIENT_ID", "id")
+	t.Setenv("VERDA_CLIENT_SECRET", "online-secret")
+	t.Setenv("VERDA_BASE_URL", fake.URL+"/v1")
+	dir := t.TempDir()
+	write := func(name, itype string) string {
+		p := filepath.Join(dir, name)
+		doc := "clusterName: online\nclouds: {verda: {}}\nnodeGroups:\n  - {name: g, cloud: verda, instanceType: " + itype + ", locations: [FIN-01], maxSize: 1}\n"
+		if err := os.WriteFile(p, []byte(doc), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	run := func(args ...string) (string, error) {
+		var out lockedBuffer
+		root := newRootCommand(&out, &out)
+		root.SetArgs(args)
+		err := root.Execute()
+		return out.String(), err
+	}
+	unknown := write("unknown.yaml", "9Z999.1V")
+	if out, err := run("validate", "--config", unknown); err != nil {
+		t.Fatalf("offline validate asked Verda's catalog: %v\n%s", err, out)
+	}
+	if out, err := run("validate", "--online", "--config", unknown); err == nil || !strings.Contains(err.Error(), "nodeGroups[0].instanceType") {
+		t.Fatalf("online validate of an unknown type: %v\n%s", err, out)
+	}
+	out, err := run("validate", "--online", "--config", write("v100.yaml", "1V100.6V"))
+	if err != nil || !strings.Contains(out, "warning:") || !strings.Contains(out, "nodeGroups[0].image") || !strings.Contains(out, "ubuntu-22.04-cuda-12.0-docker") {
+		t.Fatalf("online validate of a V100 group with the default image: %v\n%s", err, out)
+	}
+	if strings.Contains(out, "online-secret") {
+		t.Fatal("validate printed the secret")
+	}
 }

@@ -36,6 +36,8 @@ type source struct {
 	// Set by read: the import format, for error messages.
 	caVerda        bool
 	dataCrunchFrom string
+	// Set by load: what the clouds will do differently from the config.
+	warnings []string
 }
 
 func (s *source) addFlags(cmd *cobra.Command) {
@@ -79,7 +81,7 @@ func (s *source) load(ctx context.Context, env *environ) (*config.Config, error)
 		return nil, env.err
 	}
 	if err == nil {
-		err = runtime.Preflight(ctx, cfg, env.runtimeOptions("", nil), runtime.PreflightOptions{Online: s.online, FileOnly: s.fileOnly})
+		s.warnings, err = runtime.Preflight(ctx, cfg, env.runtimeOptions("", nil), runtime.PreflightOptions{Online: s.online, FileOnly: s.fileOnly})
 	}
 	if err != nil {
 		return nil, s.explain(cfg, err)

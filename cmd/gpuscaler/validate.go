@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -20,6 +21,9 @@ other clouds are asked too (their credentials must work).`,
 			cfg, err := src.load(cmd.Context(), loadEnviron(".env"))
 			if err != nil {
 				return err
+			}
+			for _, w := range src.warnings {
+				fmt.Fprintln(cmd.ErrOrStderr(), "warning: "+src.explain(cfg, errors.New(w)).Error())
 			}
 			_, err = fmt.Fprintf(cmd.OutOrStdout(), "valid (%d node groups)\n", len(cfg.NodeGroups))
 			return err

@@ -41,6 +41,9 @@ type InstanceType struct {
 	DiskGiB int
 	// Arch is the CPU architecture in GOARCH spelling ("amd64", "arm64").
 	Arch string
+	// Images are the OS images the type accepts, where the cloud says;
+	// empty when it does not (any image may be tried).
+	Images []string
 	// OnDemandPrice and SpotPrice are hourly prices in the cloud's currency;
 	// SpotPrice is 0 when the type has no spot offering.
 	OnDemandPrice float64
@@ -181,6 +184,15 @@ type Provider interface {
 	Create(ctx context.Context, spec CreateSpec) (Instance, error)
 	// Delete removes an instance. An instance already gone is success.
 	Delete(ctx context.Context, inst Instance) error
+}
+
+// ImageChooser is implemented by clouds that choose each order's image per
+// instance type (a type may not accept every image).
+type ImageChooser interface {
+	// Image returns the image an order of instanceType asking for image
+	// ("" for the cloud's default) will use, and whether that differs
+	// from the image asked for.
+	Image(ctx context.Context, instanceType, image string) (chosen string, changed bool, err error)
 }
 
 // OptionChecker is implemented by clouds that read node groups' Options.

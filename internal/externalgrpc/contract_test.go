@@ -92,7 +92,11 @@ func newFixture(t *testing.T, doc, backend string) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	engine, err := sim.NewEngine(gsruntime.SimConfig(*cfg.Clouds.Sim), sim.Options{})
+	newEngine := sim.NewEngine
+	if backend == "verda" {
+		newEngine = verdatest.NewEngine
+	}
+	engine, err := newEngine(gsruntime.SimConfig(*cfg.Clouds.Sim), sim.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -450,6 +450,36 @@ func (m *Manager) Check(ctx context.Context, clouds ...string) error {
 	return nil
 }
 
+// Advice says, for each group, what its cloud will order differently from
+// its configuration (today: an image its instance type does not accept,
+// replaced by one it does). Call it after Check; it asks the clouds'
+// catalogs, so it may call them.
+func (m *Manager) Advice(ctx context.Context, clouds ...string) []string {
+	var out []string
+	for i, g := range m.cfg.NodeGroups {
+		if len(clouds) > 0 && !slices.Contains(clouds, g.Cloud) {
+			continue
+		}
+		c, ok := m.clients[g.Cloud]
+		if !ok {
+			continue
+		}
+		chooser, ok := c.p.(cloud.ImageChooser)
+		if !ok {
+			continue
+		}
+		chosen, changed, err := chooser.Image(ctx, g.InstanceType, g.Image)
+		if err == nil && changed {
+			asked := g.Image
+			if asked == "" {
+				asked = "the cloud's default image"
+			}
+			out = append(out, fmt.Sprintf("nodeGroups[%d].image: %s does not run on %s; orders will use %s", i, asked, g.InstanceType, chosen))
+		}
+	}
+	return out
+}
+
 // checkOptions asks each cloud whether it takes its groups' cloudOptions,
 // so that a misspelt key or a bad value stops start-up, naming the field,
 // rather than fail every order.

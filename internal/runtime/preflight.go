@@ -27,8 +27,9 @@ type PreflightOptions struct {
 // the TLS files, builds the runtime (credentials, kubeconfig, bootstrap
 // templates, each group's cloudOptions) and resolves every group against
 // its cloud's catalog. A config that passes starts, unless a cloud refuses
-// it online or a port is taken.
-func Preflight(ctx context.Context, cfg *config.Config, opts Options, po PreflightOptions) error {
+// it online or a port is taken. The warnings say what the clouds will do
+// differently from the configuration (an image a type does not accept).
+func Preflight(ctx context.Context, cfg *config.Config, opts Options, po PreflightOptions) (warnings []string, err error) {
 	var errs []error
 	if t := cfg.Provider.TLS; t.Enabled() && !po.FileOnly {
 		errs = append(errs, checkTLS("provider.tls", t, true)...)
@@ -49,19 +50,22 @@ func Preflight(ctx context.Context, cfg *config.Config, opts Options, po Preflig
 	}
 	rt, err := Build(ctx, cfg, opts)
 	if err != nil {
-		return errors.Join(append(errs, err)...)
+		return nil, errors.Join(append(errs, err)...)
 	}
 	var local []string
 	if !po.Online {
 		local = []string{config.CloudSim}
 		if cfg.Clouds.Sim == nil {
-			return errors.Join(errs...)
+			return nil, errors.Join(errs...)
 		}
 	}
 	if err := rt.Core().Check(ctx, local...); err != nil {
-		errs = append(errs, err)
+		return nil, errors.Join(append(errs, err)...)
 	}
-	return errors.Join(errs...)
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return rt.Core().Advice(ctx, local...), nil
 }
 
 // environmentOf returns cfg without the settings that only the place it

@@ -26,7 +26,7 @@ import (
 // lease, adopts the 5 and orders nothing.
 func TestTwoControllerReplicas(t *testing.T) {
 	env := testenv.Start(t, testenv.Options{CRDDirs: []string{"../../deploy/crds"}})
-	engine, err := sim.NewEngine(sim.Config{BootDelay: sim.Duration(time.Second)}, sim.Options{})
+	engine, err := verdatest.NewEngine(sim.Config{BootDelay: sim.Duration(time.Second)}, sim.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

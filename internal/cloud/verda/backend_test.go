@@ -61,7 +61,7 @@ type backend struct {
 
 func newBackend(t *testing.T, groupYAML string) *backend {
 	t.Helper()
-	engine, err := sim.NewEngine(sim.Config{
+	engine, err := verdatest.NewEngine(sim.Config{
 		BootDelay: sim.Duration(10 * time.Millisecond), DeleteDelay: sim.Duration(10 * time.Millisecond),
 	}, sim.Options{})
 	if err != nil {
@@ -212,7 +212,7 @@ func TestScriptsNeverLeak(t *testing.T) {
 }
 
 func TestLeftoverScriptsAreSwept(t *testing.T) {
-	engine, _ := sim.NewEngine(sim.Config{}, sim.Options{})
+	engine, _ := verdatest.NewEngine(sim.Config{}, sim.Options{})
 	fake := verdatest.New(engine, verdatest.Options{ClientID: "id", ClientSecret: secret})
 	defer fake.Close()
 	api, _ := verda.NewClient(verda.ClientOptions{BaseURL: fake.URL + "/v1", ClientID: "id", ClientSecret: secret})
@@ -238,7 +238,7 @@ func TestLeftoverScriptsAreSwept(t *testing.T) {
 // script at the cloud and answers its ID; the instance boots with it, and
 // gpuscaler deletes it once the instance runs.
 func TestDataCrunchScriptFetchURL(t *testing.T) {
-	engine, err := sim.NewEngine(sim.Config{BootDelay: sim.Duration(10 * time.Millisecond)}, sim.Options{})
+	engine, err := verdatest.NewEngine(sim.Config{BootDelay: sim.Duration(10 * time.Millisecond)}, sim.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -292,12 +292,12 @@ func TestDataCrunchScriptFetchURL(t *testing.T) {
 func TestLegacyAdoptionIsScopedToTheCluster(t *testing.T) {
 	b := newBackend(t, "  - {name: gpu-pool, cloud: verda, instanceType: 1V100.6V, locations: [FIN-01], maxSize: 3}\n")
 	ctx := context.Background()
-	ours, err := b.api.CreateInstance(ctx, verda.CreateRequest{InstanceType: "1V100.6V", Image: "ubuntu", Hostname: "gpu-pool-0a1b2c3d",
+	ours, err := b.api.CreateInstance(ctx, verda.CreateRequest{InstanceType: "1V100.6V", Image: "ubuntu-22.04", Hostname: "gpu-pool-0a1b2c3d",
 		Description: "gpu-pool", LocationCode: "FIN-01", SSHKeyIDs: []string{}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.api.CreateInstance(ctx, verda.CreateRequest{InstanceType: "1V100.6V", Image: "ubuntu", Hostname: "gpu-pool-9f8e7d6c",
+	if _, err := b.api.CreateInstance(ctx, verda.CreateRequest{InstanceType: "1V100.6V", Image: "ubuntu-22.04", Hostname: "gpu-pool-9f8e7d6c",
 		Description: "gpu-pool", LocationCode: "FIN-01", SSHKeyIDs: []string{}}); err != nil {
 		t.Fatal(err)
 	}
@@ -395,5 +395,47 @@ func TestStoppedInstancesAreDeletedAndReplaced(t *testing.T) {
 	}
 	if live := len(b.fake.Engine().Instances("verda-account")); live != 2 {
 		t.Fatalf("%d instances at the cloud, want the 2 replacements", live)
+	}
+}
+
+// TestImagePerTypeAndArch: a type whose supported_os lacks the image gets
+// a supported one (V100 does not take the default image); a type whose
+// listing names no image (GB300) gets the configured one as is; Grace
+// types are arm64 in their node template.
+func TestImagePerTypeAndArch(t *testing.T) {
+	b := newBackend(t, `  - {name: v100, cloud: verda, instanceType: 1V100.6V, locations: [FIN-01], maxSize: 1}
+  - {name: gb300, cloud: verda, instanceType: 1GB300.32V, locations: [FIN-01], maxSize: 1}
+`)
+	ctx := context.Background()
+	for _, g := range []string{"v100", "gb300"} {
+		if err := b.mgr.IncreaseSize(ctx, g, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.wait(t, "both running", func() bool { return len(b.running(t, "v100")) == 1 && len(b.running(t, "gb300")) == 1 })
+	insts, err := b.api.ListInstances(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range insts {
+		switch in.InstanceType {
+		case "1V100.6V":
+			if in.Image != "ubuntu-22.04-cuda-12.0-docker" {
+				t.Errorf("V100 ordered with %q, want the first supported fallback", in.Image)
+			}
+		case "1GB300.32V":
+			if in.Image != "ubuntu-24.04-cuda-12.8-open-docker" {
+				t.Errorf("GB300 ordered with %q, want the configured image", in.Image)
+			}
+		}
+	}
+	for group, want := range map[string]string{"v100": "amd64", "gb300": "arm64"} {
+		tmpl, err := b.mgr.Template(group)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := tmpl.Labels["kubernetes.io/arch"]; got != want {
+			t.Errorf("%s: kubernetes.io/arch=%q, want %q", group, got, want)
+		}
 	}
 }

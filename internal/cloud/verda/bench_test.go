@@ -22,7 +22,7 @@ import (
 func benchManager(b *testing.B, doc string, latency time.Duration) (*verdatest.Server, *nodegroup.Manager, *config.Config) {
 	b.Helper()
 	capacity := 1000
-	engine, err := sim.NewEngine(sim.Config{BootDelay: sim.Duration(time.Millisecond), DeleteDelay: sim.Duration(0),
+	engine, err := verdatest.NewEngine(sim.Config{BootDelay: sim.Duration(time.Millisecond), DeleteDelay: sim.Duration(0),
 		DefaultCapacity: &capacity}, sim.Options{})
 	if err != nil {
 		b.Fatal(err)

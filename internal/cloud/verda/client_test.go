@@ -29,7 +29,7 @@ type fixture struct {
 func newFixture(t *testing.T, fopts verdatest.Options, copts ClientOptions) *fixture {
 	t.Helper()
 	two := 2
-	engine, err := sim.NewEngine(sim.Config{
+	engine, err := verdatest.NewEngine(sim.Config{
 		BootDelay: sim.Duration(300 * time.Millisecond), DeleteDelay: sim.Duration(50 * time.Millisecond),
 		DefaultCapacity: &two,
 	}, sim.Options{})

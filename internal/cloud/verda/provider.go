@@ -141,8 +141,65 @@ func convertType(t InstanceType) cloud.InstanceType {
 	return cloud.InstanceType{
 		Name: t.InstanceType, GPUModel: gpuModel(t.InstanceType, perGPU), GPUCount: gpus, GPUMemoryGiB: perGPU,
 		VCPUs: t.CPU.NumberOfCores, MemoryGiB: t.Memory.SizeInGigabytes, DiskGiB: t.Storage.SizeInGigabytes,
-		Arch: "amd64", OnDemandPrice: float64(t.PricePerHour), SpotPrice: float64(t.SpotPrice),
+		Arch: arch(t.InstanceType), Images: t.SupportedOS,
+		OnDemandPrice: float64(t.PricePerHour), SpotPrice: float64(t.SpotPrice),
 	}
+}
+
+// arch derives a type's CPU architecture, which the API does not report,
+// from its GPU family: Grace-Blackwell and Grace-Hopper superchips (GB200,
+// GB300, GH200: names with a "GB" or "GH" family) have Arm Neoverse
+// (arm64) CPUs; every other type is x86-64. docs/clouds/verda.md keeps the
+// table.
+func arch(typeName string) string {
+	family := strings.SplitN(strings.TrimLeft(typeName, "0123456789"), ".", 2)[0]
+	if strings.HasPrefix(family, "GB") || strings.HasPrefix(family, "GH") {
+		return "arm64"
+	}
+	return "amd64"
+}
+
+// fallbackImages are tried, in order, when a type does not accept the
+// group's image: images with the NVIDIA driver and a container runtime,
+// newest first, then plain Ubuntu. docs/clouds/verda.md lists them.
+var fallbackImages = []string{
+	"ubuntu-24.04-cuda-12.8-open-docker", "ubuntu-24.04-cuda-13.0-open-docker",
+	"ubuntu-22.04-cuda-12.8-open-docker", "ubuntu-22.04-cuda-12.0-docker", "ubuntu-24.04", "ubuntu-22.04",
+}
+
+// Image implements cloud.ImageChooser with imageFor over the catalog; ""
+// asks for the default image (Options.Image).
+func (c *Cloud) Image(ctx context.Context, instanceType, image string) (string, bool, error) {
+	if image == "" {
+		image = c.opts.Image
+	}
+	types, err := c.InstanceTypes(ctx)
+	if err != nil {
+		return image, false, err
+	}
+	for _, t := range types {
+		if t.Name == instanceType {
+			chosen, changed := imageFor(t, image)
+			return chosen, changed, nil
+		}
+	}
+	return image, false, nil
+}
+
+// imageFor chooses the image of an order: the wanted one when the type
+// accepts it or says nothing (an empty supported_os), else the first of
+// fallbackImages it accepts, else the first it lists. changed reports a
+// substitution.
+func imageFor(t cloud.InstanceType, wanted string) (image string, changed bool) {
+	if len(t.Images) == 0 || slices.Contains(t.Images, wanted) {
+		return wanted, false
+	}
+	for _, img := range fallbackImages {
+		if slices.Contains(t.Images, img) {
+			return img, true
+		}
+	}
+	return t.Images[0], true
 }
 
 // gpuModel maps a type name ("8H100.80S.176V") and per-GPU memory to a key
@@ -402,6 +459,10 @@ func (c *Cloud) Create(ctx context.Context, spec cloud.CreateSpec) (cloud.Instan
 	}
 	if req.Image == "" {
 		req.Image = c.opts.Image
+	}
+	if img, changed, err := c.Image(ctx, spec.InstanceType, req.Image); err == nil && changed {
+		c.log.Debug("verda: the type does not accept the image; ordering a supported one", "type", spec.InstanceType, "image", req.Image, "instead", img)
+		req.Image = img
 	}
 	if ids := spec.Options[OptionSSHKeyIDs]; ids != "" {
 		req.SSHKeyIDs = strings.Split(ids, ",")

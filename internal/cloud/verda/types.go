@@ -101,6 +101,9 @@ type InstanceType struct {
 	PricePerHour Price  `json:"price_per_hour"`
 	SpotPrice    Price  `json:"spot_price"`
 	Currency     string `json:"currency"`
+	// SupportedOS lists the images the type accepts; empty in the
+	// listing for some types (GB300).
+	SupportedOS []string `json:"supported_os"`
 }
 
 // Availability is one location's entry of GET /instance-availability.

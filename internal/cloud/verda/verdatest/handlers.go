@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -150,6 +151,10 @@ func (s *Server) createInstance(w http.ResponseWriter, r *http.Request) {
 		apiError(w, http.StatusBadRequest, "invalid_request", "at most 10 tags")
 		return
 	}
+	if os := supportedOS(b.InstanceType); len(os) > 0 && !slices.Contains(os, b.Image) {
+		apiError(w, http.StatusBadRequest, "invalid_request", fmt.Sprintf("Image %s is not supported for instance type %s", b.Image, b.InstanceType))
+		return
+	}
 	if b.StartupScriptID != nil {
 		s.mu.Lock()
 		_, ok := s.scripts[*b.StartupScriptID]
@@ -268,29 +273,11 @@ func (s *Server) action(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// instanceTypes serves the recorded listing as it is.
 func (s *Server) instanceTypes(w http.ResponseWriter) {
-	out := []map[string]any{}
-	for _, t := range s.engine.Catalog() {
-		model := strings.SplitN(strings.TrimLeft(t.Name, "0123456789"), ".", 2)[0]
-		gpuDesc := ""
-		if t.GPUCount > 0 {
-			gpuDesc = fmt.Sprintf("%dx %s", t.GPUCount, model)
-		} else {
-			model = "CPU Node"
-		}
-		out = append(out, map[string]any{
-			"id": newID(), "instance_type": t.Name, "model": model, "name": model,
-			"cpu":            map[string]any{"description": fmt.Sprintf("%d CPU", t.VCPUs), "number_of_cores": t.VCPUs},
-			"gpu":            map[string]any{"description": gpuDesc, "number_of_gpus": t.GPUCount},
-			"gpu_memory":     map[string]any{"description": fmt.Sprintf("%dGB GPU RAM", t.GPUMemoryGiB*t.GPUCount), "size_in_gigabytes": t.GPUMemoryGiB * t.GPUCount},
-			"memory":         map[string]any{"description": fmt.Sprintf("%dGB RAM", t.MemoryGiB), "size_in_gigabytes": t.MemoryGiB},
-			"storage":        map[string]any{"description": "dynamic"},
-			"price_per_hour": strconv.FormatFloat(t.OnDemandPrice, 'f', -1, 64),
-			"spot_price":     strconv.FormatFloat(t.SpotPrice, 'f', -1, 64),
-			"currency":       "usd", "manufacturer": "NVIDIA", "p2p": nil, "deploy_warning": nil, "display_name": nil,
-		})
-	}
-	writeJSON(w, http.StatusOK, out)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(instanceTypesJSON)
 }
 
 func (s *Server) availability(w http.ResponseWriter, r *http.Request, instanceType string) {

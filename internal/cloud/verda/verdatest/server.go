@@ -103,8 +103,18 @@ type fault struct {
 	body         string
 }
 
-// New starts a fake API over a simulated engine.
+// New starts a fake API over a simulated engine built by NewEngine (its
+// catalog must be the recorded listing the fake serves).
 func New(engine *sim.Engine, opts Options) *Server {
+	have := map[string]bool{}
+	for _, t := range engine.Catalog() {
+		have[t.Name] = true
+	}
+	for _, t := range Catalog() {
+		if !have[t.Name] {
+			panic("verdatest: the engine lacks " + t.Name + "; build it with verdatest.NewEngine")
+		}
+	}
 	if opts.TokenTTL == 0 {
 		opts.TokenTTL = time.Hour
 	}
