@@ -291,7 +291,20 @@ func decode(op string, data []byte, out any) error {
 	case nil:
 		return nil
 	case *string:
-		*v = strings.Trim(strings.TrimSpace(string(data)), `"`)
+		// A create answers the new id as bare text, or the new object as
+		// JSON (both forms are in use); the caller wants the id.
+		text := strings.TrimSpace(string(data))
+		if strings.HasPrefix(text, "{") {
+			var obj struct {
+				ID string `json:"id"`
+			}
+			if err := json.Unmarshal([]byte(text), &obj); err != nil || obj.ID == "" {
+				return cloud.Errorf(cloud.ErrTransient, op, "unreadable answer: no id in the object")
+			}
+			*v = obj.ID
+			return nil
+		}
+		*v = strings.Trim(text, `"`)
 		return nil
 	default:
 		if err := json.Unmarshal(data, out); err != nil {

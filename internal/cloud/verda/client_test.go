@@ -421,3 +421,27 @@ func TestPartlyFailedDeletes(t *testing.T) {
 		t.Fatalf("a refused delete was sent %d times", n)
 	}
 }
+
+// TestCreateAnswersInBothForms: creates answer the bare id as text or the
+// new object as JSON; either way the client returns the id.
+func TestCreateAnswersInBothForms(t *testing.T) {
+	for _, asJSON := range []bool{false, true} {
+		f := newFixture(t, verdatest.Options{CreateAnswersJSON: asJSON}, ClientOptions{})
+		ctx := context.Background()
+		id, err := f.client.CreateInstance(ctx, order("both-forms", false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		in, err := f.client.GetInstance(ctx, id)
+		if err != nil || in.Hostname != "both-forms" {
+			t.Fatalf("JSON=%v: create returned %q, which finds %+v (%v)", asJSON, id, in, err)
+		}
+		sid, err := f.client.CreateScript(ctx, "s", "#!/bin/sh\n")
+		if err != nil || len(sid) != 36 {
+			t.Fatalf("JSON=%v: script id %q (%v)", asJSON, sid, err)
+		}
+		if err := f.client.DeleteScript(ctx, sid); err != nil || f.fake.ScriptCount() != 0 {
+			t.Fatalf("JSON=%v: the script id does not delete its script: %v", asJSON, err)
+		}
+	}
+}

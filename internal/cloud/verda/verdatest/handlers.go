@@ -200,6 +200,10 @@ func (s *Server) createInstance(w http.ResponseWriter, r *http.Request) {
 	s.meta[m.id] = m
 	s.byName[b.Hostname] = m.id
 	s.mu.Unlock()
+	if s.opts.CreateAnswersJSON {
+		writeJSON(w, http.StatusAccepted, s.instanceJSON(in, m))
+		return
+	}
 	w.Header().Set("Content-Type", "text/plain")
 	w.WriteHeader(http.StatusAccepted)
 	_, _ = w.Write([]byte(m.id))
@@ -373,6 +377,12 @@ func (s *Server) scriptsAPI(w http.ResponseWriter, r *http.Request, id string) {
 		}
 		sc := &script{ID: newID(), Name: b.Name, Script: b.Script, CreatedAt: time.Now().UTC().Format(time.RFC3339)}
 		s.scripts[sc.ID] = sc
+		if s.opts.CreateAnswersJSON {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusCreated)
+			_ = json.NewEncoder(w).Encode(sc)
+			return
+		}
 		w.WriteHeader(http.StatusCreated)
 		_, _ = w.Write([]byte(sc.ID))
 	case r.Method == http.MethodDelete && id != "":

@@ -38,6 +38,10 @@ type Options struct {
 	// no paging headers, as the SDK's plain GET sees it, or a proxy that
 	// strips query parameters.
 	IgnoreScriptPaging bool
+	// CreateAnswersJSON answers creates (instances and scripts) with the
+	// new object as JSON, the other form the API uses, instead of the bare
+	// id as text.
+	CreateAnswersJSON bool
 }
 
 // Server is the fake API. Its URL is Server.URL.
