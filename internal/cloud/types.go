@@ -186,6 +186,14 @@ type Provider interface {
 	Delete(ctx context.Context, inst Instance) error
 }
 
+// RequestLimiter is implemented by clouds whose client limits its own
+// request rate at the wire (every HTTP request, retries, sign-ins and
+// script uploads included). The core then adds no limiter of its own, so a
+// cloud has one request budget, not two stacked.
+type RequestLimiter interface {
+	LimitsRequests() bool
+}
+
 // ImageChooser is implemented by clouds that choose each order's image per
 // instance type (a type may not accept every image).
 type ImageChooser interface {

@@ -19,8 +19,11 @@ const (
 	DefaultSyncPeriod = 30 * time.Second
 	// DefaultMaxConcurrentCreates is sync.maxConcurrentCreates.
 	DefaultMaxConcurrentCreates = 10
-	// DefaultRequestsPerSecond is sync.requestsPerSecond.
-	DefaultRequestsPerSecond = 10.0
+	// DefaultRequestsPerSecond is sync.requestsPerSecond: requests per
+	// second to one cloud, with a burst of as many. Verda publishes no
+	// limit (its SDKs back off on 429, as gpuscaler does); see
+	// docs/clouds/verda.md.
+	DefaultRequestsPerSecond = 25.0
 	// DefaultOfferingBackoff is sync.offeringBackoff.
 	DefaultOfferingBackoff = 5 * time.Minute
 	// DefaultMaxGroupSize is sync.maxGroupSize.

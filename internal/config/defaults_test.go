@@ -39,7 +39,7 @@ func TestSetDefaultsFillsEveryDefault(t *testing.T) {
 		{"metrics.address", cfg.Metrics.Address, "127.0.0.1:9090"},
 		{"sync.period", cfg.Sync.Period.Duration, 30 * time.Second},
 		{"sync.maxConcurrentCreates", cfg.Sync.MaxConcurrentCreates, 10},
-		{"sync.requestsPerSecond", cfg.Sync.RequestsPerSecond, 10.0},
+		{"sync.requestsPerSecond", cfg.Sync.RequestsPerSecond, 25.0},
 		{"sync.offeringBackoff", cfg.Sync.OfferingBackoff.Duration, 5 * time.Minute},
 		{"sync.createRetries", *cfg.Sync.CreateRetries, 5},
 		{"leakedInstances.gracePeriod", cfg.LeakedInstances.GracePeriod.Duration, 30 * time.Minute},

@@ -27,9 +27,13 @@ func newClient(p cloud.Provider, rps float64, maxCreates int, clk clock.Clock, m
 	if burst < 1 {
 		burst = 1
 	}
+	limiter := rate.NewLimiter(rate.Limit(rps), burst)
+	if l, ok := p.(cloud.RequestLimiter); ok && l.LimitsRequests() {
+		limiter = rate.NewLimiter(rate.Inf, 0) // the cloud's client holds the budget
+	}
 	return &client{
 		p:       p,
-		limiter: rate.NewLimiter(rate.Limit(rps), burst),
+		limiter: limiter,
 		creates: make(chan struct{}, maxCreates),
 		clock:   clk,
 		metrics: m,

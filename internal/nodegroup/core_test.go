@@ -547,3 +547,34 @@ func TestStartHasADeadline(t *testing.T) {
 		t.Fatal("start hangs on a cloud that never answers")
 	}
 }
+
+// selfLimited is a cloud whose client holds its own request budget.
+type selfLimited struct{ *sim.Cloud }
+
+func (selfLimited) LimitsRequests() bool { return true }
+
+// TestOneRequestBudget: a cloud that limits its own requests at the wire
+// is not limited a second time by the core; one that does not is.
+func TestOneRequestBudget(t *testing.T) {
+	engine, err := sim.NewEngine(sim.Config{}, sim.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	acct := engine.Account("budget")
+	waits := func(p cloud.Provider) time.Duration {
+		c := newClient(p, 1, 1, clocktesting.NewFakeClock(time.Now()), newMetrics(nil))
+		start := time.Now()
+		for range 3 {
+			if err := c.wait(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return time.Since(start)
+	}
+	if d := waits(selfLimited{acct}); d > 100*time.Millisecond {
+		t.Fatalf("a self-limited cloud waited %s on the core's limiter", d)
+	}
+	if d := waits(acct); d < time.Second {
+		t.Fatalf("a cloud without its own limiter was not limited (3 calls at 1/s in %s)", d)
+	}
+}

@@ -106,6 +106,10 @@ func New(api *Client, opts Options) *Cloud {
 	return &Cloud{api: api, opts: opts, log: opts.Logger, scripts: map[string]trackedScript{}, creating: map[string]bool{}, discontinued: map[string]bool{}}
 }
 
+// LimitsRequests implements cloud.RequestLimiter: the client holds the
+// request budget (ClientOptions.RequestsPerSecond).
+func (c *Cloud) LimitsRequests() bool { return true }
+
 // Name returns "verda".
 func (c *Cloud) Name() string { return Name }
 

@@ -65,6 +65,7 @@ func (s *Server) instanceJSON(in cloud.Instance, m *meta) map[string]any {
 // live returns the account's instances with their metadata, forgetting
 // those the engine no longer has.
 func (s *Server) live() ([]cloud.Instance, map[string]*meta) {
+	snapshot := time.Now()
 	insts := s.engine.Instances(account)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -81,7 +82,9 @@ func (s *Server) live() ([]cloud.Instance, map[string]*meta) {
 		out = append(out, in)
 	}
 	for id, m := range s.meta {
-		if !present[id] {
+		// An instance created after the engine's snapshot is not in it,
+		// and is not gone.
+		if !present[id] && m.pendingSince.Before(snapshot) {
 			delete(s.meta, id)
 			delete(s.byName, m.hostname)
 			s.gone = append(s.gone, m)
