@@ -105,7 +105,7 @@ func newFixture(t *testing.T, doc, backend string) *fixture {
 	f := &fixture{engine: engine, account: cfg.ClusterName}
 	var prov cloud.Provider = engine.Account(cfg.ClusterName)
 	if backend == "verda" {
-		fake := verdatest.New(engine, verdatest.Options{ClientID: "id", ClientSecret: "secret"})
+		fake := verdatest.New(engine, verdatest.Options{ClientID: "id", ClientSecret: "secret", CreateAnswersJSON: true, IgnoreScriptPaging: true})
 		t.Cleanup(fake.Close)
 		api, err := verda.NewClient(verda.ClientOptions{BaseURL: fake.URL + "/v1", ClientID: "id", ClientSecret: "secret",
 			RequestsPerSecond: 1000, RetryBase: time.Millisecond, Logger: log})

@@ -30,7 +30,7 @@ func TestTwoControllerReplicas(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fake := verdatest.New(engine, verdatest.Options{ClientID: "id", ClientSecret: "secret"})
+	fake := verdatest.New(engine, verdatest.Options{ClientID: "id", ClientSecret: "secret", CreateAnswersJSON: true, IgnoreScriptPaging: true})
 	t.Cleanup(fake.Close)
 	t.Setenv("VERDA_CLIENT_ID", "id")
 	t.Setenv("VERDA_CLIENT_SECRET", "secret")

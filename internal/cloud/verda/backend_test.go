@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -437,5 +438,73 @@ func TestImagePerTypeAndArch(t *testing.T) {
 		if got := tmpl.Labels["kubernetes.io/arch"]; got != want {
 			t.Errorf("%s: kubernetes.io/arch=%q, want %q", group, got, want)
 		}
+	}
+}
+
+// TestScaleCyclesLeaveNothing: 100 scale-ups and scale-downs while spot
+// instances are reclaimed, hosts go offline and deletes partly fail; once
+// the group is scaled to zero, the account holds no instance, no startup
+// script and no volume.
+func TestScaleCyclesLeaveNothing(t *testing.T) {
+	b := newBackend(t, `  - {name: gpu, cloud: verda, instanceType: 1V100.6V, locations: [FIN-01, FIN-02], capacityPolicy: prefer-spot, maxSize: 8}`)
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, seed))
+	ctx := context.Background()
+	live := func() []cloud.Instance { return b.fake.Engine().Instances("verda-account") }
+	for i := range 100 {
+		insts, err := b.mgr.Instances("gpu")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i%2 == 0 {
+			if room := 8 - len(insts); room > 0 {
+				_ = b.mgr.IncreaseSize(ctx, "gpu", 1+rng.IntN(min(room, 3)))
+			}
+		} else if len(insts) > 0 {
+			var ids []string
+			for _, in := range insts {
+				if in.State == nodegroup.StateRunning && rng.IntN(2) == 0 {
+					ids = append(ids, in.ProviderID)
+				}
+			}
+			if len(ids) > 0 {
+				_ = b.mgr.DeleteNodes(ctx, "gpu", ids) // may be refused while the group changes
+			}
+		}
+		if all := live(); len(all) > 0 && rng.IntN(10) < 3 {
+			in := all[rng.IntN(len(all))]
+			status := "offline"
+			if in.CapacityType == cloud.Spot {
+				status = "discontinued"
+			}
+			b.fake.Stop(in.Name, status)
+		}
+		if all := live(); len(all) > 0 && rng.IntN(10) < 3 {
+			b.fake.FailDeleteOf(all[rng.IntN(len(all))].Name, 1+rng.IntN(2), http.StatusInternalServerError, "internal error")
+		}
+		time.Sleep(time.Duration(10+rng.IntN(40)) * time.Millisecond)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		insts, _ := b.mgr.Instances("gpu")
+		var ids []string
+		for _, in := range insts {
+			ids = append(ids, in.ProviderID)
+		}
+		if len(ids) > 0 {
+			_ = b.mgr.DeleteNodes(ctx, "gpu", ids)
+		}
+		if len(live()) == 0 && len(insts) == 0 && b.fake.ScriptCount() == 0 && b.fake.Volumes() == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("left behind: %d instances, %d members, %d scripts, %d volumes (seed %d)",
+				len(live()), len(insts), b.fake.ScriptCount(), b.fake.Volumes(), seed)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if n, _ := b.mgr.TargetSize("gpu"); n != 0 {
+		t.Fatalf("target %d after scaling to zero", n)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"sort"
@@ -16,6 +17,10 @@ import (
 
 // instanceJSON renders an engine instance the way the API does.
 func (s *Server) instanceJSON(in cloud.Instance, m *meta) map[string]any {
+	s.mu.Lock()
+	lost, volume := m.lost, volumeID(m)
+	overrides := maps.Clone(s.overrides[m.hostname])
+	s.mu.Unlock()
 	status := "running"
 	switch in.State {
 	case cloud.StatePending:
@@ -29,8 +34,8 @@ func (s *Server) instanceJSON(in cloud.Instance, m *meta) map[string]any {
 	case cloud.StateFailed:
 		status = "error"
 	}
-	if m.lost != "" && in.State != cloud.StateDeleting {
-		status = m.lost
+	if lost != "" && in.State != cloud.StateDeleting {
+		status = lost
 	}
 	var ip any
 	if in.State == cloud.StateRunning {
@@ -51,14 +56,12 @@ func (s *Server) instanceJSON(in cloud.Instance, m *meta) map[string]any {
 		"created_at": m.createdAt.UTC().Format("2006-01-02T15:04:05.000Z"), "ip": ip,
 		"hostname": m.hostname, "description": m.description, "location": in.Location,
 		"price_per_hour": price, "is_spot": in.CapacityType == cloud.Spot, "contract": m.contract, "pricing": m.pricing,
-		"image": m.image, "startup_script_id": m.scriptID, "ssh_key_ids": m.sshKeyIDs, "os_volume_id": nil,
+		"image": m.image, "startup_script_id": m.scriptID, "ssh_key_ids": m.sshKeyIDs, "os_volume_id": volume,
 		"tags": tags,
 	}
-	s.mu.Lock()
-	for field, raw := range s.overrides[m.hostname] {
+	for field, raw := range overrides {
 		out[field] = raw
 	}
-	s.mu.Unlock()
 	return out
 }
 
@@ -194,7 +197,10 @@ func (s *Server) createInstance(w http.ResponseWriter, r *http.Request) {
 	m := &meta{
 		id: newID(), hostname: b.Hostname, description: b.Description, image: b.Image, contract: b.Contract,
 		pricing: b.Pricing, scriptID: b.StartupScriptID, sshKeyIDs: b.SSHKeyIDs, tags: b.Tags,
-		createdAt: in.CreatedAt, pendingSince: time.Now(),
+		createdAt: in.CreatedAt, pendingSince: time.Now(), volumeID: newID(), onSpotDiscontinue: "keep_detached",
+	}
+	if b.OSVolume != nil && b.OSVolume.OnSpotDiscontinue != "" {
+		m.onSpotDiscontinue = b.OSVolume.OnSpotDiscontinue
 	}
 	if m.sshKeyIDs == nil {
 		m.sshKeyIDs = []string{}
@@ -202,6 +208,10 @@ func (s *Server) createInstance(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	s.meta[m.id] = m
 	s.byName[b.Hostname] = m.id
+	if s.volumes == nil {
+		s.volumes = map[string]bool{}
+	}
+	s.volumes[m.volumeID] = true
 	s.mu.Unlock()
 	if s.opts.CreateAnswersJSON {
 		writeJSON(w, http.StatusAccepted, s.instanceJSON(in, m))
@@ -266,6 +276,16 @@ func (s *Server) action(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
 		if m := s.meta[id]; m != nil {
 			m.deleteVolumes = volumes
+			// null: the API's default deletes the OS volume; a list deletes
+			// those named; [] deletes none.
+			var named []string
+			_ = json.Unmarshal(volumes, &named)
+			if string(volumes) == "null" || slices.Contains(named, m.volumeID) {
+				delete(s.volumes, m.volumeID)
+			}
+			for _, v := range named {
+				delete(s.volumes, v)
+			}
 		}
 		s.mu.Unlock()
 		results = append(results, map[string]any{"action": "delete", "instanceId": id, "status": "success", "statusCode": 202})
@@ -408,4 +428,12 @@ func (s *Server) scriptsAPI(w http.ResponseWriter, r *http.Request, id string) {
 	default:
 		apiError(w, http.StatusMethodNotAllowed, "invalid_request", "method not allowed")
 	}
+}
+
+// volumeID renders an instance's OS volume id, null once it has none.
+func volumeID(m *meta) any {
+	if m.volumeID == "" {
+		return nil
+	}
+	return m.volumeID
 }

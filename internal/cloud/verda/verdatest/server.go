@@ -56,6 +56,10 @@ type Server struct {
 	refreshes map[string]bool
 	meta      map[string]*meta   // instance id -> what the engine does not keep
 	gone      []*meta            // metadata of deleted instances, for DeleteVolumes
+	// volumes are the account's volumes that still exist (and bill), by
+	// id: OS volumes live on after their instance when a delete keeps
+	// them (volume_ids []) or a discontinue detaches them (keep_detached).
+	volumes map[string]bool
 	byName    map[string]string  // hostname -> instance id
 	scripts   map[string]*script // by id
 	calls     map[string]int
@@ -87,6 +91,9 @@ type meta struct {
 	lost string
 	// deleteVolumes is the volume_ids of the last delete asked for it.
 	deleteVolumes json.RawMessage
+	// volumeID is its OS volume; onSpotDiscontinue that volume's fate
+	// when the instance is discontinued.
+	volumeID, onSpotDiscontinue string
 }
 
 type tag struct {
@@ -209,8 +216,25 @@ func (s *Server) Stop(hostname, status string) bool {
 	if !ok {
 		return false
 	}
-	s.meta[id].lost = status
+	m := s.meta[id]
+	m.lost = status
+	if status == "discontinued" && m.volumeID != "" {
+		switch m.onSpotDiscontinue {
+		case "delete_permanently", "move_to_trash":
+			delete(s.volumes, m.volumeID)
+			m.volumeID = ""
+		default: // keep_detached: the volume stays, detached
+			m.volumeID = ""
+		}
+	}
 	return true
+}
+
+// Volumes returns how many volumes the account holds.
+func (s *Server) Volumes() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.volumes)
 }
 
 // DeleteVolumes returns the volume_ids (raw JSON: null, [] or a list) of
