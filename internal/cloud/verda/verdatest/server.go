@@ -54,18 +54,18 @@ type Server struct {
 	mu        sync.Mutex
 	tokens    map[string]time.Time // access token -> expiry
 	refreshes map[string]bool
-	meta      map[string]*meta   // instance id -> what the engine does not keep
-	gone      []*meta            // metadata of deleted instances, for DeleteVolumes
+	meta      map[string]*meta // instance id -> what the engine does not keep
+	gone      []*meta          // metadata of deleted instances, for DeleteVolumes
 	// volumes are the account's volumes that still exist (and bill), by
 	// id: OS volumes live on after their instance when a delete keeps
 	// them (volume_ids []) or a discontinue detaches them (keep_detached).
-	volumes map[string]bool
-	byName    map[string]string  // hostname -> instance id
-	scripts   map[string]*script // by id
-	calls     map[string]int
-	faults    []fault
-	latency   time.Duration
-	hangNext  map[string]time.Duration
+	volumes  map[string]bool
+	byName   map[string]string  // hostname -> instance id
+	scripts  map[string]*script // by id
+	calls    map[string]int
+	faults   []fault
+	latency  time.Duration
+	hangNext map[string]time.Duration
 	// overrides replace fields of an instance's record (by hostname) with
 	// raw JSON, for records the real API sends oddly.
 	overrides map[string]map[string]json.RawMessage
