@@ -23,7 +23,8 @@ import (
 // cloud account (the Verda API's fake, served from this test) with leader
 // election: only the leader's core orders, so a group with minSize 5 gets 5
 // instances, not 5 per replica; when the leader dies the standby takes the
-// lease, adopts the 5 and orders nothing.
+// lease, adopts the 5 and orders nothing; a host lost then (its first
+// delete failing) is deleted and replaced once.
 func TestTwoControllerReplicas(t *testing.T) {
 	env := testenv.Start(t, testenv.Options{CRDDirs: []string{"../../deploy/crds"}})
 	engine, err := verdatest.NewEngine(sim.Config{BootDelay: sim.Duration(time.Second)}, sim.Options{})
@@ -97,6 +98,25 @@ nodeGroups:
 	time.Sleep(5 * time.Second)
 	if n, calls := live(), engine.Calls()["create"]; n != 5 || calls != 5 {
 		t.Fatalf("after failover: %d instances, %d create calls; want 5 and 5", n, calls)
+	}
+	// A host is lost under the new leader, and the first delete of its
+	// instance fails in the API's per-instance results: the instance is
+	// deleted all the same and replaced, once.
+	lost := engine.Instances("verda-account")[0].Name
+	fake.FailDeleteOf(lost, 1, http.StatusInternalServerError, "internal error")
+	fake.Stop(lost, "offline")
+	gone := func() bool {
+		for _, in := range engine.Instances("verda-account") {
+			if in.Name == lost && in.State != cloud.StateDeleting {
+				return false
+			}
+		}
+		return true
+	}
+	waitFor(t, ctx, "the lost instance deleted and replaced", func() bool { return gone() && live() == 5 })
+	time.Sleep(3 * time.Second)
+	if n, calls := live(), engine.Calls()["create"]; n != 5 || calls != 6 {
+		t.Fatalf("after a lost host: %d instances, %d create calls; want 5 and 6", n, calls)
 	}
 }
 
