@@ -31,7 +31,10 @@ type deleter struct {
 	events  *events
 	// done is called after a delete the cloud accepted (the core syncs early).
 	done func(cloudName string)
-	run  func(func())
+	// outcome hears how each delete ended (err nil: accepted), so that a
+	// delete that keeps failing shows on its instance's status.
+	outcome func(inst cloud.Instance, err error)
+	run     func(func())
 
 	mu       sync.Mutex
 	inflight map[string]bool
@@ -67,6 +70,9 @@ func (d *deleter) delete(ctx context.Context, cloudName string, inst cloud.Insta
 			d.notBefore[key] = d.clock.Now().Add(deleteRetryAfter)
 		}
 		d.mu.Unlock()
+		if err == nil && d.outcome != nil {
+			d.outcome(inst, nil)
+		}
 		switch {
 		case err == nil:
 			d.done(cloudName)
@@ -92,7 +98,13 @@ func (d *deleter) attempt(ctx context.Context, cloudName string, inst cloud.Inst
 		if err == nil || errors.Is(err, cloud.ErrNotFound) {
 			return nil
 		}
-		if ctx.Err() != nil || !cloud.Retryable(err) {
+		if ctx.Err() != nil {
+			return err
+		}
+		if d.outcome != nil {
+			d.outcome(inst, err) // on the instance's status while it retries
+		}
+		if !cloud.Retryable(err) {
 			return err
 		}
 		d.log.Warn("delete failed, retrying", "instance", inst.Name, "attempt", i+1, "error", err)

@@ -131,6 +131,16 @@ func New(cfg *config.Config, providers map[string]cloud.Provider, opts Options) 
 		clients: m.clients, clock: opts.Clock, log: opts.Logger, metrics: met, resolveAfter: opts.ResolveAfter, startTimeout: opts.StartTimeout, syncNow: syncNow}
 	m.deleter = &deleter{clients: m.clients, clock: opts.Clock, log: opts.Logger, metrics: met, events: ev,
 		done: m.syncer.kick, run: m.run, inflight: map[string]bool{}, notBefore: map[string]time.Time{}}
+	m.deleter.outcome = func(inst cloud.Instance, err error) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if mem := s.byProviderID[inst.ProviderID]; mem != nil && mem.name == inst.Name {
+			mem.deleteErr = ""
+			if err != nil {
+				mem.deleteErr = err.Error()
+			}
+		}
+	}
 	queues := map[string]*createQueue{}
 	for name := range m.clients {
 		queues[name] = newCreateQueue(cfg.Sync.MaxConcurrentCreates)
@@ -308,6 +318,9 @@ func (mem *member) view() Instance {
 		in.ErrorCode, in.ErrorMessage, in.ErrorClass = mem.errCode, mem.errMsg, mem.errClass
 	case phaseDeleting:
 		in.State = StateDeleting
+		if mem.deleteErr != "" {
+			in.ErrorCode, in.ErrorMessage, in.ErrorClass = CodeDeleteFailed, mem.deleteErr, ErrorClassOther
+		}
 	case phaseCreated:
 		in.State = StateCreating
 		if mem.state == cloud.StateRunning {

@@ -13,13 +13,16 @@ import (
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
 )
 
-// Error codes reported on instances that could not be created.
+// Error codes reported on instances that could not be created, and on
+// deleting ones whose delete failed (CodeDeleteFailed: the instance still
+// runs, and bills, until a retry goes through).
 const (
 	CodeOutOfResources  = "OutOfResources"
 	CodeQuotaExceeded   = "QuotaExceeded"
 	CodeInvalidConfig   = "InvalidConfiguration"
 	CodeCostLimit       = "CostLimitExceeded"
 	CodeCreateFailed    = "CreateFailed"
+	CodeDeleteFailed    = "DeleteFailed"
 	CodeNeverRegistered = "NeverRegistered"
 )
 

@@ -138,6 +138,9 @@ type member struct {
 	reported bool
 	errCode  string
 	errMsg   string
+	// deleteErr is why the last delete of the instance failed; shown on
+	// its status until a delete goes through.
+	deleteErr string
 	errClass ErrorClass
 	// resolved is closed when a launch's outcome-unknown create is settled.
 	resolved chan struct{}

@@ -508,3 +508,29 @@ func TestScaleCyclesLeaveNothing(t *testing.T) {
 		t.Fatalf("target %d after scaling to zero", n)
 	}
 }
+
+// TestFailingDeleteShowsOnTheInstance: a delete that keeps failing leaves
+// the instance deleting with a DeleteFailed error on its status (what
+// cluster-autoscaler reads), while it still runs, instead of dropping it.
+func TestFailingDeleteShowsOnTheInstance(t *testing.T) {
+	b := newBackend(t, `  - {name: gpu, cloud: verda, instanceType: 1V100.6V, locations: [FIN-01], minSize: 0, maxSize: 2}`)
+	ctx := context.Background()
+	if err := b.mgr.IncreaseSize(ctx, "gpu", 1); err != nil {
+		t.Fatal(err)
+	}
+	b.wait(t, "1 running", func() bool { return len(b.running(t, "gpu")) == 1 })
+	in := b.running(t, "gpu")[0]
+	b.fake.FailDeleteOf(in.Name, 1000, http.StatusInternalServerError, "internal error")
+	if err := b.mgr.DeleteNodes(ctx, "gpu", []string{in.ProviderID}); err != nil {
+		t.Fatal(err)
+	}
+	b.wait(t, "the failed delete on the instance's status", func() bool {
+		insts, _ := b.mgr.Instances("gpu")
+		return len(insts) == 1 && insts[0].State == nodegroup.StateDeleting && insts[0].ErrorCode == nodegroup.CodeDeleteFailed
+	})
+	for _, live := range b.fake.Engine().Instances("verda-account") {
+		if live.Name == in.Name && live.State == cloud.StateDeleting {
+			t.Fatal("the fake deleted an instance whose delete it failed")
+		}
+	}
+}
