@@ -141,7 +141,7 @@ type member struct {
 	// deleteErr is why the last delete of the instance failed; shown on
 	// its status until a delete goes through.
 	deleteErr string
-	errClass ErrorClass
+	errClass  ErrorClass
 	// resolved is closed when a launch's outcome-unknown create is settled.
 	resolved chan struct{}
 }
