@@ -1,0 +1,241 @@
+package kamatera
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/gpuscaler/gpuscaler/internal/cloud"
+)
+
+// Server is one row of GET /service/servers.
+type Server struct {
+	ID         string `json:"id,omitempty"`
+	Name       string `json:"name"`
+	Datacenter string `json:"datacenter,omitempty"`
+	// Power is "on" or "off".
+	Power string `json:"power"`
+}
+
+// ServerInfo is one entry of POST /service/server/info.
+type ServerInfo struct {
+	ID         string `json:"id"`
+	Name       string `json:"name"`
+	Datacenter string `json:"datacenter"`
+	Power      string `json:"power"`
+	CPU        string `json:"cpu"`
+	RAM        int    `json:"ram"`
+	DiskSizes  []int  `json:"diskSizes"`
+	Networks   []struct {
+		Network string   `json:"network"`
+		IPs     []string `json:"ips"`
+	} `json:"networks"`
+	Billing       string  `json:"billing"`
+	PriceHourlyOn float64 `json:"priceHourlyOn"`
+}
+
+// CreateRequest is the body of POST /service/server, as the seed
+// autoscaler sends it: lists (disk, network, tag) are space-joined
+// strings, and flags are "yes"/"no".
+type CreateRequest struct {
+	Name             string `json:"name"`
+	Password         string `json:"password"`
+	PasswordValidate string `json:"passwordValidate"`
+	SSHKey           string `json:"ssh-key"`
+	Datacenter       string `json:"datacenter"`
+	Image            string `json:"image"`
+	CPU              string `json:"cpu"`
+	RAM              string `json:"ram"`
+	Disk             string `json:"disk"`
+	DailyBackup      string `json:"dailybackup"`
+	Managed          string `json:"managed"`
+	Network          string `json:"network"`
+	Quantity         int    `json:"quantity"`
+	BillingCycle     string `json:"billingCycle"`
+	MonthlyPackage   string `json:"monthlypackage"`
+	PowerOnAfter     string `json:"poweronaftercreate"`
+	ScriptFile       string `json:"script-file"`
+	UserDataFile     string `json:"userdata-file"`
+	Tag              string `json:"tag"`
+}
+
+// Command is a queued command's state (GET /service/queue).
+type Command struct {
+	ID json.RawMessage `json:"id"`
+	// Status is "complete", "error", or anything else while it runs.
+	Status      string `json:"status"`
+	Log         string `json:"log"`
+	CommandInfo string `json:"commandInfo"`
+}
+
+// ListServers returns every server of the account.
+func (c *Client) ListServers(ctx context.Context) ([]Server, error) {
+	var out []Server
+	return out, c.do(ctx, call{op: "list", method: http.MethodGet, path: "/service/servers", idempotent: true}, &out)
+}
+
+// ServerInfo returns a server's details; cloud.ErrNotFound when there is
+// no such server.
+func (c *Client) ServerInfo(ctx context.Context, name string) (ServerInfo, error) {
+	var out []ServerInfo
+	err := c.do(ctx, call{op: "info", method: http.MethodPost, path: "/service/server/info", body: map[string]string{"name": name}, idempotent: true}, &out)
+	if err != nil {
+		return ServerInfo{}, err
+	}
+	for _, in := range out {
+		if in.Name == name {
+			return in, nil
+		}
+	}
+	return ServerInfo{}, cloud.Errorf(cloud.ErrNotFound, "info", "no server named %s", name)
+}
+
+// ServerTags returns a server's tags (POST /server/tags, outside /service).
+func (c *Client) ServerTags(ctx context.Context, name string) ([]string, error) {
+	var out []struct {
+		TagName string `json:"tagName"`
+	}
+	if err := c.do(ctx, call{op: "tags", method: http.MethodPost, path: "/server/tags", body: map[string]string{"name": name}, idempotent: true}, &out); err != nil {
+		return nil, err
+	}
+	tags := make([]string, len(out))
+	for i, t := range out {
+		tags[i] = t.TagName
+	}
+	return tags, nil
+}
+
+// CreateServer orders one server and returns its command id (the order
+// runs in the queue: see WaitCommand). It is sent once: when the answer is
+// lost, ErrOutcomeUnknown says the server must be looked up by name.
+func (c *Client) CreateServer(ctx context.Context, req CreateRequest) (string, error) {
+	req.Quantity = 1
+	var raw json.RawMessage
+	if err := c.do(ctx, call{op: "create", method: http.MethodPost, path: "/service/server", body: req}, &raw); err != nil {
+		return "", err
+	}
+	ids, err := commandIDs(raw)
+	if err != nil || len(ids) != 1 {
+		return "", cloud.Errorf(cloud.ErrOutcomeUnknown, "create", "unreadable answer (%d command ids): %v", len(ids), err)
+	}
+	return ids[0], nil
+}
+
+// PowerOff powers a server off and returns the command id.
+func (c *Client) PowerOff(ctx context.Context, name string) (string, error) {
+	return c.power(ctx, "poweroff", name)
+}
+
+// PowerOn powers a server on and returns the command id.
+func (c *Client) PowerOn(ctx context.Context, name string) (string, error) {
+	return c.power(ctx, "poweron", name)
+}
+
+func (c *Client) power(ctx context.Context, action, name string) (string, error) {
+	var raw json.RawMessage
+	if err := c.do(ctx, call{op: action, method: http.MethodPost, path: "/service/server/" + action, body: map[string]string{"name": name}, idempotent: true}, &raw); err != nil {
+		return "", err
+	}
+	ids, err := commandIDs(raw)
+	if err != nil || len(ids) == 0 {
+		return "", cloud.Errorf(cloud.ErrTransient, action, "unreadable answer: %v", err)
+	}
+	return ids[0], nil
+}
+
+// Terminate deletes a server, powered on or not; one already gone is
+// success.
+func (c *Client) Terminate(ctx context.Context, name string) error {
+	body := map[string]any{"name": name, "force": true}
+	err := c.do(ctx, call{op: "terminate", method: http.MethodPost, path: "/service/server/terminate", body: body, idempotent: true}, nil)
+	if errors.Is(err, cloud.ErrNotFound) {
+		return nil
+	}
+	return err
+}
+
+// Command returns a queued command's state.
+func (c *Client) Command(ctx context.Context, id string) (Command, error) {
+	var out []Command
+	q := url.Values{"id": {id}}
+	if err := c.do(ctx, call{op: "queue", method: http.MethodGet, path: "/service/queue", query: q, idempotent: true}, &out); err != nil {
+		return Command{}, err
+	}
+	if len(out) != 1 {
+		return Command{}, cloud.Errorf(cloud.ErrTransient, "queue", "%d entries for command %s, want 1", len(out), id)
+	}
+	return out[0], nil
+}
+
+// WaitCommand polls a queued command until it completes (its log is
+// returned) or fails: a failed command is an error classed by its log
+// (capacity, quota, invalid configuration; otherwise transient), with the
+// log's words, redacted. It gives up after ClientOptions.CommandTimeout.
+func (c *Client) WaitCommand(ctx context.Context, id string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.opts.CommandTimeout)
+	defer cancel()
+	interval := c.opts.PollInterval
+	for {
+		select {
+		case <-ctx.Done():
+			return "", cloud.Errorf(cloud.ErrTransient, "queue", "command %s did not end within %s", id, c.opts.CommandTimeout)
+		case <-time.After(interval):
+		}
+		cmd, err := c.Command(ctx, id)
+		if err != nil {
+			if ctx.Err() != nil {
+				continue
+			}
+			return "", err
+		}
+		switch cmd.Status {
+		case "complete":
+			return cmd.Log, nil
+		case "error":
+			class := classifyText(cmd.Log)
+			if class == nil {
+				class = cloud.ErrTransient
+			}
+			return cmd.Log, cloud.Errorf(class, "queue", "command %s (%s) failed: %s", id, cmd.CommandInfo, c.redact.Text(cmd.Log))
+		}
+		interval = min(interval+interval/2, 10*time.Second)
+	}
+}
+
+// commandIDs reads a mutation's answer: ["id", ...] (ids as strings or
+// numbers), or {"commandIds": [...], "password": "..."}.
+func commandIDs(raw json.RawMessage) ([]string, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) > 0 && raw[0] == '{' {
+		var obj struct {
+			CommandIDs []json.RawMessage `json:"commandIds"`
+		}
+		if err := json.Unmarshal(raw, &obj); err != nil {
+			return nil, err
+		}
+		return idStrings(obj.CommandIDs), nil
+	}
+	var list []json.RawMessage
+	if err := json.Unmarshal(raw, &list); err != nil {
+		return nil, err
+	}
+	return idStrings(list), nil
+}
+
+func idStrings(raws []json.RawMessage) []string {
+	out := make([]string, 0, len(raws))
+	for _, r := range raws {
+		var s string
+		if json.Unmarshal(r, &s) == nil {
+			out = append(out, s)
+			continue
+		}
+		out = append(out, strings.TrimSpace(string(r)))
+	}
+	return out
+}

@@ -1,0 +1,486 @@
+// Package kamateratest is an in-process fake of Kamatera's cloudcli API,
+// built on the simulated cloud's engine so that capacity and boot times
+// have one source of truth. It follows the shapes the Kamatera
+// cluster-autoscaler, the Terraform provider and cloudcli-server use
+// (shared/reference/cloud-apis.md §2): AuthClientId/AuthSecret headers,
+// {"message"} errors, "No servers found", /server/tags outside /service,
+// every mutation answering command ids that the queue (GET /service/queue)
+// takes from pending to complete or error with a log, "Name: <server>" in
+// a create's log, space-joined lists and "yes"/"no" flags in the create
+// body (and the Terraform spellings billingcycle and a numeric ram).
+package kamateratest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gpuscaler/gpuscaler/internal/cloud"
+	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
+)
+
+// account is the engine account every fake server lives in.
+const account = "kamatera-account"
+
+// Datacenters are the fake's datacenters (the engine's locations).
+var Datacenters = []string{"EU", "EU-FR", "US-NY2", "IL"}
+
+// CPUs and RAMs are the server configurations the fake sells; the engine
+// knows each as the instance type "<cpu>-<ram>".
+var (
+	CPUs = []string{"1A", "2A", "4A", "8A", "2B", "4B", "8B", "16B", "4D", "8D", "16D"}
+	RAMs = []int{1024, 2048, 4096, 8192, 16384, 32768, 65536}
+)
+
+// TypeName is the engine instance type of a configuration.
+func TypeName(cpu string, ram int) string { return cpu + "-" + strconv.Itoa(ram) }
+
+// Catalog returns the configurations as an engine catalog: an hourly price
+// of 0.005 per core and 0.003 per GiB.
+func Catalog() []cloud.InstanceType {
+	var out []cloud.InstanceType
+	for _, c := range CPUs {
+		cores, _ := strconv.Atoi(strings.TrimRight(c, "ABTD"))
+		for _, ram := range RAMs {
+			price := 0.005*float64(cores) + 0.003*float64(ram/1024)
+			out = append(out, cloud.InstanceType{
+				Name: TypeName(c, ram), VCPUs: cores, MemoryGiB: ram / 1024, Arch: "amd64", OnDemandPrice: price,
+			})
+		}
+	}
+	return out
+}
+
+// NewEngine returns a simulated engine that sells the fake's
+// configurations in its datacenters.
+func NewEngine(cfg sim.Config, opts sim.Options) (*sim.Engine, error) {
+	opts.Catalog = Catalog()
+	if len(cfg.Locations) == 0 {
+		cfg.Locations = Datacenters
+	}
+	return sim.NewEngine(cfg, opts)
+}
+
+// Options configure a Server.
+type Options struct {
+	ClientID, Secret string
+	// CommandDelay is how long a queued command stays pending; default
+	// 50 ms.
+	CommandDelay time.Duration
+}
+
+// Server is the fake API. Its URL is Server.URL.
+type Server struct {
+	*httptest.Server
+	engine *sim.Engine
+	acct   *sim.Cloud
+	opts   Options
+
+	mu       sync.Mutex
+	servers  map[string]*server // by name
+	commands map[string]*command
+	nextCmd  int
+	calls    map[string]int
+	faults   []fault
+	latency  time.Duration
+}
+
+type server struct {
+	id, name, datacenter, cpu string
+	ram                       int
+	tags                      []string
+	power                     string
+	script                    string
+	createdAt                 time.Time
+}
+
+type command struct {
+	id, info, server string
+	readyAt          time.Time
+	// finish runs once when the command leaves pending; it returns the
+	// final status and log.
+	finish func() (status, log string)
+	// finishing is set while finish runs (one poll runs it; the others
+	// still see pending).
+	finishing bool
+	status    string
+	log       string
+}
+
+type fault struct {
+	method, path string
+	status       int
+	message      string
+}
+
+// New starts a fake API over an engine built by NewEngine.
+func New(engine *sim.Engine, opts Options) *Server {
+	if opts.CommandDelay == 0 {
+		opts.CommandDelay = 50 * time.Millisecond
+	}
+	s := &Server{engine: engine, acct: engine.Account(account), opts: opts,
+		servers: map[string]*server{}, commands: map[string]*command{}, calls: map[string]int{}}
+	s.Server = httptest.NewServer(http.HandlerFunc(s.serve))
+	return s
+}
+
+// Engine returns the simulated engine behind the API.
+func (s *Server) Engine() *sim.Engine { return s.engine }
+
+// FailNext makes the next request with method and path answer status with
+// {"message": message}.
+func (s *Server) FailNext(method, path string, status int, message string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.faults = append(s.faults, fault{method, path, status, message})
+}
+
+// SetLatency adds a delay to every request.
+func (s *Server) SetLatency(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.latency = d
+}
+
+// Calls returns the number of requests per "METHOD /path".
+func (s *Server) Calls() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]int, len(s.calls))
+	for k, v := range s.calls {
+		out[k] = v
+	}
+	return out
+}
+
+// Tags returns a server's tags, as the old autoscaler or gpuscaler set
+// them.
+func (s *Server) Tags(name string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sv, ok := s.servers[name]; ok {
+		return append([]string(nil), sv.tags...)
+	}
+	return nil
+}
+
+// Script returns the startup script a server was created with.
+func (s *Server) Script(name string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sv, ok := s.servers[name]; ok {
+		return sv.script
+	}
+	return ""
+}
+
+// Servers returns the names of the account's servers.
+func (s *Server) Servers() []string {
+	s.live()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for n := range s.servers {
+		out = append(out, n)
+	}
+	return out
+}
+
+// AddServer puts a server in the account directly, as another tool (or
+// the old Kamatera autoscaler) made it.
+func (s *Server) AddServer(name, datacenter, cpu string, ram int, tags []string) error {
+	in, err := s.acct.Create(context.Background(), cloud.CreateSpec{Name: name, InstanceType: TypeName(cpu, ram), Location: datacenter, CapacityType: cloud.OnDemand})
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.servers[name] = &server{id: in.ID, name: name, datacenter: datacenter, cpu: cpu, ram: ram, tags: tags, power: "on", createdAt: in.CreatedAt}
+	return nil
+}
+
+func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	s.calls[r.Method+" "+r.URL.Path]++
+	latency := s.latency
+	var injected *fault
+	for i, f := range s.faults {
+		if f.method == r.Method && f.path == r.URL.Path {
+			injected = &f
+			s.faults = append(s.faults[:i], s.faults[i+1:]...)
+			break
+		}
+	}
+	s.mu.Unlock()
+	if latency > 0 {
+		time.Sleep(latency)
+	}
+	if r.Header.Get("AuthClientId") != s.opts.ClientID || r.Header.Get("AuthSecret") != s.opts.Secret {
+		message(w, http.StatusUnauthorized, "Authentication failed")
+		return
+	}
+	if injected != nil {
+		message(w, injected.status, injected.message)
+		return
+	}
+	switch {
+	case r.Method == http.MethodGet && r.URL.Path == "/service/servers":
+		s.list(w)
+	case r.Method == http.MethodPost && r.URL.Path == "/server/tags":
+		s.tags(w, r)
+	case r.Method == http.MethodPost && r.URL.Path == "/service/server/info":
+		s.info(w, r)
+	case r.Method == http.MethodPost && r.URL.Path == "/service/server":
+		s.create(w, r)
+	case r.Method == http.MethodPost && (r.URL.Path == "/service/server/poweroff" || r.URL.Path == "/service/server/poweron"):
+		s.power(w, r, strings.TrimPrefix(r.URL.Path, "/service/server/power"))
+	case r.Method == http.MethodPost && r.URL.Path == "/service/server/terminate":
+		s.terminate(w, r)
+	case r.Method == http.MethodGet && r.URL.Path == "/service/queue":
+		s.queue(w, r)
+	default:
+		message(w, http.StatusNotFound, "Unknown endpoint "+r.URL.Path)
+	}
+}
+
+func message(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, map[string]string{"message": msg})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// live forgets the servers the engine no longer has (terminated) and
+// returns the engine's view by name.
+func (s *Server) live() map[string]cloud.Instance {
+	insts := s.engine.Instances(account)
+	by := make(map[string]cloud.Instance, len(insts))
+	for _, in := range insts {
+		if in.State != cloud.StateDeleting {
+			by[in.Name] = in
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for name := range s.servers {
+		if _, ok := by[name]; !ok && !s.creating(name) {
+			delete(s.servers, name)
+		}
+	}
+	return by
+}
+
+// creating reports whether a create command for name is still pending;
+// s.mu is held.
+func (s *Server) creating(name string) bool {
+	for _, c := range s.commands {
+		if c.server == name && c.info == "Create Server" && c.status == "pending" {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Server) list(w http.ResponseWriter) {
+	live := s.live()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := []map[string]string{}
+	for name, sv := range s.servers {
+		if _, ok := live[name]; !ok {
+			continue // still being created
+		}
+		out = append(out, map[string]string{"id": sv.id, "name": name, "datacenter": sv.datacenter, "power": sv.power})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func nameOf(r *http.Request) string {
+	var b struct {
+		Name string `json:"name"`
+	}
+	_ = json.NewDecoder(r.Body).Decode(&b)
+	return b.Name
+}
+
+func (s *Server) tags(w http.ResponseWriter, r *http.Request) {
+	name := nameOf(r)
+	live := s.live()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sv, ok := s.servers[name]
+	if _, running := live[name]; !ok || !running {
+		message(w, http.StatusInternalServerError, "Failed to run command method (serverTags)")
+		return
+	}
+	out := []map[string]string{}
+	for _, t := range sv.tags {
+		out = append(out, map[string]string{"tagName": t})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) info(w http.ResponseWriter, r *http.Request) {
+	name := nameOf(r)
+	live := s.live()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sv, ok := s.servers[name]
+	in, running := live[name]
+	if !ok || !running {
+		message(w, http.StatusInternalServerError, "No servers found")
+		return
+	}
+	price := 0.0
+	for _, t := range s.engine.Catalog() {
+		if t.Name == in.InstanceType {
+			price = t.OnDemandPrice
+		}
+	}
+	writeJSON(w, http.StatusOK, []map[string]any{{
+		"id": sv.id, "name": name, "datacenter": sv.datacenter, "power": sv.power, "cpu": sv.cpu, "ram": sv.ram,
+		"diskSizes": []int{100}, "networks": []map[string]any{{"network": "wan-" + sv.datacenter, "ips": []string{in.IP}}},
+		"billing": "hourly", "traffic": "t5000", "backup": "0", "managed": "0", "priceHourlyOn": price,
+	}})
+}
+
+// createBody accepts the autoscaler's and the Terraform provider's
+// spellings.
+type createBody struct {
+	Name         string          `json:"name"`
+	Datacenter   string          `json:"datacenter"`
+	Image        string          `json:"image"`
+	CPU          string          `json:"cpu"`
+	RAM          json.RawMessage `json:"ram"`
+	Disk         string          `json:"disk"`
+	Network      string          `json:"network"`
+	BillingCycle string          `json:"billingCycle"`
+	Billingcycle string          `json:"billingcycle"`
+	Script       string          `json:"script-file"`
+	Tag          string          `json:"tag"`
+	Quantity     json.RawMessage `json:"quantity"`
+}
+
+func (s *Server) create(w http.ResponseWriter, r *http.Request) {
+	var b createBody
+	if err := json.NewDecoder(r.Body).Decode(&b); err != nil {
+		message(w, http.StatusBadRequest, "Invalid request body")
+		return
+	}
+	ram, err := strconv.Atoi(strings.Trim(string(b.RAM), `"`))
+	switch {
+	case err != nil:
+		message(w, http.StatusBadRequest, "Invalid ram value")
+		return
+	case b.Name == "" || len(b.Name) > 64 || b.Datacenter == "" || b.Image == "" || b.CPU == "":
+		message(w, http.StatusBadRequest, "Missing required parameters: name, datacenter, image, cpu")
+		return
+	}
+	for _, t := range strings.Fields(b.Tag) {
+		if len(t) < 3 || len(t) > 24 {
+			message(w, http.StatusBadRequest, "Invalid tag name: "+t)
+			return
+		}
+	}
+	s.mu.Lock()
+	if _, taken := s.servers[b.Name]; taken {
+		s.mu.Unlock()
+		message(w, http.StatusBadRequest, "Server name already in use: "+b.Name)
+		return
+	}
+	sv := &server{name: b.Name, datacenter: b.Datacenter, cpu: b.CPU, ram: ram, tags: strings.Fields(b.Tag), power: "on", script: b.Script}
+	s.servers[b.Name] = sv
+	id := s.newCommandLocked("Create Server", b.Name, func() (string, string) {
+		in, err := s.acct.Create(context.Background(), cloud.CreateSpec{Name: b.Name, InstanceType: TypeName(b.CPU, ram), Location: b.Datacenter, CapacityType: cloud.OnDemand})
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if err != nil {
+			delete(s.servers, b.Name)
+			if cloud.Class(err) == cloud.ErrCapacity {
+				return "error", "Creating server " + b.Name + "\nError: insufficient resources in datacenter " + b.Datacenter
+			}
+			return "error", "Creating server " + b.Name + "\nError: invalid server configuration: " + err.Error()
+		}
+		sv.id, sv.createdAt = in.ID, in.CreatedAt
+		return "complete", "Creating server\nName: " + b.Name + "\nServer created successfully"
+	})
+	s.mu.Unlock()
+	writeJSON(w, http.StatusOK, []string{id})
+}
+
+func (s *Server) power(w http.ResponseWriter, r *http.Request, state string) {
+	name := nameOf(r)
+	live := s.live()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sv, ok := s.servers[name]
+	if _, running := live[name]; !ok || !running {
+		message(w, http.StatusInternalServerError, "No servers found")
+		return
+	}
+	id := s.newCommandLocked("Power "+state, name, func() (string, string) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		sv.power = state
+		return "complete", "Server powered " + state
+	})
+	writeJSON(w, http.StatusOK, []string{id})
+}
+
+func (s *Server) terminate(w http.ResponseWriter, r *http.Request) {
+	name := nameOf(r)
+	live := s.live()
+	in, running := live[name]
+	if !running {
+		message(w, http.StatusInternalServerError, "No servers found")
+		return
+	}
+	if err := s.acct.Delete(r.Context(), in); err != nil {
+		message(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	s.mu.Lock()
+	delete(s.servers, name)
+	s.mu.Unlock()
+	writeJSON(w, http.StatusOK, map[string]any{})
+}
+
+// newCommandLocked queues a command that ends after CommandDelay; s.mu is
+// held.
+func (s *Server) newCommandLocked(info, server string, finish func() (string, string)) string {
+	s.nextCmd++
+	id := fmt.Sprintf("%d", 9000000+s.nextCmd)
+	s.commands[id] = &command{id: id, info: info, server: server, readyAt: time.Now().Add(s.opts.CommandDelay), finish: finish, status: "pending"}
+	return id
+}
+
+func (s *Server) queue(w http.ResponseWriter, r *http.Request) {
+	id := r.URL.Query().Get("id")
+	s.mu.Lock()
+	c, ok := s.commands[id]
+	if !ok {
+		s.mu.Unlock()
+		message(w, http.StatusInternalServerError, "Command not found")
+		return
+	}
+	if c.status == "pending" && !c.finishing && time.Now().After(c.readyAt) {
+		c.finishing = true
+		finish := c.finish
+		s.mu.Unlock()
+		status, log := finish()
+		s.mu.Lock()
+		c.status, c.log = status, log
+	}
+	out := []map[string]any{{"id": c.id, "status": c.status, "log": c.log, "commandInfo": c.info, "serviceName": c.server}}
+	s.mu.Unlock()
+	writeJSON(w, http.StatusOK, out)
+}
