@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"strings"
@@ -167,7 +166,7 @@ func (c *Client) do(ctx context.Context, cl call, out any) error {
 			return err
 		}
 		c.log.Debug("kamatera: retrying", "op", cl.op, "attempt", attempt+1, "error", err)
-		if err := c.sleep(ctx, c.opts.RetryBase<<min(attempt, 10)); err != nil {
+		if err := cloud.Backoff(ctx, c.opts.RetryBase, attempt); err != nil {
 			return cloud.NewError(cloud.ErrTransient, cl.op, err)
 		}
 	}
@@ -185,18 +184,6 @@ func (c *Client) send(req *http.Request) (int, []byte, error) {
 		return 0, nil, err
 	}
 	return resp.StatusCode, data, nil
-}
-
-// sleep waits d, capped at 30 s, plus up to half of it as jitter.
-func (c *Client) sleep(ctx context.Context, d time.Duration) error {
-	d = min(d, 30*time.Second)
-	d += time.Duration(rand.Int64N(int64(d)/2 + 1))
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(d):
-		return nil
-	}
 }
 
 // apiError is the API's error body.

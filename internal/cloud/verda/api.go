@@ -104,7 +104,7 @@ func (c *Client) DeleteInstances(ctx context.Context, ids []string, volumeIDs []
 			return errors.Join(failed...)
 		}
 		c.log.Debug("verda: some deletes failed; sending them again", "ids", pending, "attempt", attempt+1)
-		if err := c.sleep(ctx, attempt); err != nil {
+		if err := cloud.Backoff(ctx, c.opts.RetryBase, attempt); err != nil {
 			return err
 		}
 	}

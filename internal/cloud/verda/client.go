@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
@@ -157,7 +156,7 @@ func (c *Client) grant(ctx context.Context, body map[string]string) error {
 		if !cloud.Retryable(err) || attempt >= c.opts.MaxRetries {
 			return err
 		}
-		if err := c.sleep(ctx, attempt); err != nil {
+		if err := cloud.Backoff(ctx, c.opts.RetryBase, attempt); err != nil {
 			return err
 		}
 	}
@@ -242,7 +241,7 @@ func (c *Client) do(ctx context.Context, cl call, out any) error {
 			return err
 		}
 		c.log.Debug("verda: retrying", "op", cl.op, "attempt", attempt+1, "error", err)
-		if err := c.sleep(ctx, attempt); err != nil {
+		if err := cloud.Backoff(ctx, c.opts.RetryBase, attempt); err != nil {
 			return err
 		}
 	}
@@ -270,20 +269,6 @@ func (c *Client) send(ctx context.Context, req *http.Request) (int, http.Header,
 		return 0, nil, nil, err
 	}
 	return resp.StatusCode, resp.Header, data, nil
-}
-
-// sleep waits the backoff of an attempt: base·2^attempt, capped at 30 s,
-// with up to 50% jitter.
-func (c *Client) sleep(ctx context.Context, attempt int) error {
-	d := c.opts.RetryBase << min(attempt, 10)
-	d = min(d, 30*time.Second)
-	d += time.Duration(rand.Int64N(int64(d)/2 + 1))
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(d):
-		return nil
-	}
 }
 
 func decode(op string, data []byte, out any) error {
