@@ -99,12 +99,12 @@ nodeGroups:
 	if n, calls := live(), engine.Calls()["create"]; n != 5 || calls != 5 {
 		t.Fatalf("after failover: %d instances, %d create calls; want 5 and 5", n, calls)
 	}
-	// A host is lost under the new leader, and the first delete of its
+	// An instance is lost under the new leader, and the first delete of its
 	// instance fails in the API's per-instance results: the instance is
 	// deleted all the same and replaced, once.
 	lost := engine.Instances("verda-account")[0].Name
 	fake.FailDeleteOf(lost, 1, http.StatusInternalServerError, "internal error")
-	fake.Stop(lost, "offline")
+	fake.Stop(lost, "discontinued") // lost at once (an offline one waits 10 minutes)
 	gone := func() bool {
 		for _, in := range engine.Instances("verda-account") {
 			if in.Name == lost && in.State != cloud.StateDeleting {

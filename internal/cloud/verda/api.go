@@ -12,6 +12,9 @@ import (
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
 )
 
+// identity are the instance fields that say whose an instance is.
+var identity = map[string]bool{"id": true, "hostname": true, "description": true, "tags": true, "(not a JSON object)": true}
+
 // ListInstances returns every instance of the account not yet deleted. A
 // record with a field the client cannot read is kept with that field
 // empty, and reported: one odd record must not stop every sync (an
@@ -26,6 +29,14 @@ func (c *Client) ListInstances(ctx context.Context) ([]Instance, error) {
 		return nil, cloud.Errorf(cloud.ErrTransient, "list", "unreadable answer: %v", err)
 	}
 	for i, fields := range lost {
+		for _, f := range fields {
+			if identity[f] {
+				// Without it the instance cannot be told ours: dropped from
+				// the list it would be taken for gone and replaced, while
+				// it runs on. Better no list than a wrong one.
+				return nil, cloud.Errorf(cloud.ErrTransient, "list", "instance record %d: its %s cannot be read", i, f)
+			}
+		}
 		c.log.Warn("verda: an instance record has fields the client cannot read; kept without them", "id", out[i].ID, "hostname", out[i].Hostname, "fields", fields)
 	}
 	return out, nil

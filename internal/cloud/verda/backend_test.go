@@ -87,7 +87,7 @@ nodeGroups:
 	if err != nil {
 		t.Fatal(err)
 	}
-	prov := verda.New(api, verda.Options{ClusterName: "prod", Logger: log, ScriptGrace: 2 * time.Second})
+	prov := verda.New(api, verda.Options{ClusterName: "prod", Logger: log, ScriptGrace: 2 * time.Second, OfflineGrace: 500 * time.Millisecond})
 	mgr, err := nodegroup.New(cfg, map[string]cloud.Provider{"verda": prov},
 		nodegroup.Options{Logger: log, Registerer: prometheus.NewRegistry(), Bootstrap: userData{}})
 	if err != nil {
@@ -532,5 +532,21 @@ func TestFailingDeleteShowsOnTheInstance(t *testing.T) {
 		if live.Name == in.Name && live.State == cloud.StateDeleting {
 			t.Fatal("the fake deleted an instance whose delete it failed")
 		}
+	}
+}
+
+// TestOfflineForAWhileIsNotLost: an instance offline for less than the
+// grace (a reboot, a shutdown to debug) is neither deleted nor replaced.
+func TestOfflineForAWhileIsNotLost(t *testing.T) {
+	b := newBackend(t, `  - {name: gpu, cloud: verda, instanceType: 1V100.6V, locations: [FIN-01], minSize: 1, maxSize: 2}`)
+	b.wait(t, "1 running", func() bool { return len(b.running(t, "gpu")) == 1 })
+	name := b.running(t, "gpu")[0].Name
+	b.fake.Stop(name, "offline")
+	time.Sleep(250 * time.Millisecond) // half the test's 500 ms grace
+	b.fake.Stop(name, "")
+	b.wait(t, "it running again", func() bool { r := b.running(t, "gpu"); return len(r) == 1 && r[0].Name == name })
+	time.Sleep(time.Second)
+	if v, asked := b.fake.DeleteVolumes(name); asked || len(b.fake.Engine().Instances("verda-account")) != 1 {
+		t.Fatalf("an instance offline for less than the grace was deleted (volume_ids %s) or replaced", v)
 	}
 }

@@ -226,7 +226,13 @@ func (c *Client) do(ctx context.Context, cl call, out any) error {
 			if cl.header != nil {
 				*cl.header = hdr
 			}
-			return decode(cl.op, data, out)
+			err := decode(cl.op, data, out)
+			if err != nil && !cl.idempotent {
+				// The order was taken but its answer is unreadable: it
+				// must be looked up, never sent again.
+				return cloud.NewError(cloud.ErrOutcomeUnknown, cl.op, err)
+			}
+			return err
 		default:
 			err = c.classify(cl.op, status, data)
 			// A non-idempotent call is retried only when the API said it did

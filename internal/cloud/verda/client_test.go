@@ -370,6 +370,12 @@ func TestOneOddRecordDoesNotSinkTheList(t *testing.T) {
 	if !strings.Contains(f.logs.String(), "created_at") {
 		t.Errorf("the odd record was not reported:\n%s", f.logs.String())
 	}
+	// Without its hostname an instance cannot be told ours: no list at all
+	// rather than one that makes it look gone.
+	f.fake.OverrideField("odd-1", "hostname", `42`)
+	if _, err := f.client.ListInstances(ctx); !errors.Is(err, cloud.ErrTransient) {
+		t.Fatalf("a record without a readable hostname: %v", err)
+	}
 }
 
 // TestPartlyFailedDeletes: PUT /instances answers a result per instance; an

@@ -67,6 +67,10 @@ type Options struct {
 	// ScriptGrace is how long an order may stay invisible in the instance
 	// list before its script is taken for one that never landed; default 1m.
 	ScriptGrace time.Duration
+	// OfflineGrace is how long an instance may stay offline (a shutdown, a
+	// reboot, host maintenance) before it is taken for lost, deleted and
+	// replaced; default 10m. A discontinued spot instance is lost at once.
+	OfflineGrace time.Duration
 	Logger      *slog.Logger
 }
 
@@ -88,6 +92,8 @@ type Cloud struct {
 	// discontinued: their OS volume has met its on_spot_discontinue fate,
 	// which their delete must not override.
 	discontinued map[string]bool
+	// offlineSince is when each offline instance was first listed so.
+	offlineSince map[string]time.Time
 }
 
 var _ cloud.Provider = (*Cloud)(nil)
@@ -103,7 +109,10 @@ func New(api *Client, opts Options) *Cloud {
 	if opts.ScriptGrace == 0 {
 		opts.ScriptGrace = defaultScriptGrace
 	}
-	return &Cloud{api: api, opts: opts, log: opts.Logger, scripts: map[string]trackedScript{}, creating: map[string]bool{}, discontinued: map[string]bool{}}
+	if opts.OfflineGrace == 0 {
+		opts.OfflineGrace = defaultOfflineGrace
+	}
+	return &Cloud{api: api, opts: opts, log: opts.Logger, scripts: map[string]trackedScript{}, creating: map[string]bool{}, discontinued: map[string]bool{}, offlineSince: map[string]time.Time{}}
 }
 
 // LimitsRequests implements cloud.RequestLimiter: the client holds the
@@ -313,6 +322,21 @@ func (c *Cloud) List(ctx context.Context) ([]cloud.Instance, error) {
 	}
 	c.mu.Lock()
 	c.discontinued = discontinued
+	offline := map[string]time.Time{}
+	for i := range out {
+		if out[i].State != cloud.StateStopped || discontinued[out[i].ID] {
+			continue
+		}
+		since, seen := c.offlineSince[out[i].ID]
+		if !seen {
+			since = start
+		}
+		offline[out[i].ID] = since
+		if start.Sub(since) < c.opts.OfflineGrace {
+			out[i].State = cloud.StatePending // may come back; not serving now
+		}
+	}
+	c.offlineSince = offline
 	c.mu.Unlock()
 	c.cleanScripts(ctx, start, states)
 	return out, nil
@@ -367,7 +391,8 @@ func convertInstance(in Instance, group string) cloud.Instance {
 		out.State = cloud.StateDeleting
 	case StatusDiscontinued, StatusOffline:
 		// A spot instance reclaimed, a host lost or shut down: still in
-		// the account, so the core deletes it.
+		// the account, so the core deletes it (an offline one after
+		// Options.OfflineGrace: see List).
 		out.State = cloud.StateStopped
 	case StatusError, StatusNoCapacity, StatusNotFound:
 		out.State, out.Error = cloud.StateFailed, "instance status "+in.Status
@@ -389,6 +414,9 @@ type trackedScript struct {
 	// seen: a list has shown the instance; its absence now means it is gone.
 	seen bool
 }
+
+// defaultOfflineGrace is Options.OfflineGrace's default.
+const defaultOfflineGrace = 10 * time.Minute
 
 // defaultScriptGrace is Options.ScriptGrace's default.
 const defaultScriptGrace = time.Minute

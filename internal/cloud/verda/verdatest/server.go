@@ -207,8 +207,9 @@ func (s *Server) takeDeleteFault(hostname string) (deleteFault, bool) {
 }
 
 // Stop puts a running instance in status (offline: a host lost or shut
-// down; discontinued: a spot instance reclaimed) until it is deleted; the
-// engine's capacity is not given back, as the instance still exists.
+// down; discontinued: a spot instance reclaimed; or any status the API
+// reports, such as no_capacity) until it is deleted; "" brings it back.
+// The engine's capacity is not given back, as the instance still exists.
 func (s *Server) Stop(hostname, status string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
