@@ -71,7 +71,7 @@ type Options struct {
 	// reboot, host maintenance) before it is taken for lost, deleted and
 	// replaced; default 10m. A discontinued spot instance is lost at once.
 	OfflineGrace time.Duration
-	Logger      *slog.Logger
+	Logger       *slog.Logger
 }
 
 // Cloud is a Verda account as a cloud.Provider.
