@@ -137,12 +137,17 @@ nodeGroups:
 	key := []byte("0123456789abcdef0123456789abcdef")
 	log := slog.New(slog.DiscardHandler)
 	// process starts one gpuscaler process: its script server (keyed),
-	// renderer and core over the shared simulated cloud.
+	// renderer and core over the shared simulated cloud; core starts a core
+	// (a config reload's) over a process's server.
+	var core func(*bootstrap.Server) (*bootstrap.Server, *nodegroup.Manager, context.CancelFunc)
 	process := func(key []byte) (*bootstrap.Server, *nodegroup.Manager, context.CancelFunc) {
 		srv, err := bootstrap.NewServer(bootstrap.ServerOptions{Key: key, Logger: log})
 		if err != nil {
 			t.Fatal(err)
 		}
+		return core(srv)
+	}
+	core = func(srv *bootstrap.Server) (*bootstrap.Server, *nodegroup.Manager, context.CancelFunc) {
 		r, err := bootstrap.New(cfg, bootstrap.Options{Server: srv, ServerURL: "http://scripts.test", Logger: log})
 		if err != nil {
 			t.Fatal(err)
@@ -188,6 +193,13 @@ nodeGroups:
 	}
 	if code, _ := fetch(srv); code != http.StatusNotFound {
 		t.Fatalf("the reissued script was served twice: %d", code)
+	}
+	stop()
+	_, _, stopReload := core(srv) // a config reload: a new core, the same server
+	defer stopReload()
+	time.Sleep(300 * time.Millisecond)
+	if code, _ := fetch(srv); code != http.StatusNotFound {
+		t.Fatalf("a reload put back a script that was handed out: %d", code)
 	}
 
 	other, _, stopOther := process([]byte("another key, another process ok!"))

@@ -96,7 +96,7 @@ func (r *Renderer) UserData(ctx context.Context, spec cloud.CreateSpec) (string,
 	if !ok {
 		return "", nil
 	}
-	script, err := r.script(ctx, g, spec)
+	script, err := r.script(ctx, g, spec, g.Bootstrap.TokenTTL.Duration)
 	if err != nil {
 		r.Release(ctx, spec.Name)
 		return "", err
@@ -125,14 +125,16 @@ func (r *Renderer) UserData(ctx context.Context, spec cloud.CreateSpec) (string,
 // to the node itself.
 func (r *Renderer) Reissue(ctx context.Context, spec cloud.CreateSpec, ordered time.Time) error {
 	g, ok := r.groups[spec.Group]
-	if !ok || g.Bootstrap.Delivery != config.DeliveryServer {
-		return nil
+	if !ok || g.Bootstrap.Delivery != config.DeliveryServer || !r.opts.Server.Keyed() {
+		return nil // a server without a shared key: the node's token cannot be matched
 	}
 	expires := ordered.Add(g.Bootstrap.TokenTTL.Duration)
-	if !r.opts.Clock.Now().Before(expires) {
+	left := expires.Sub(r.opts.Clock.Now())
+	if left <= 0 {
 		return nil
 	}
-	script, err := r.script(ctx, g, spec)
+	// A minted join token lives no longer than the script's first deadline.
+	script, err := r.script(ctx, g, spec, left)
 	if err != nil {
 		return err
 	}
@@ -142,9 +144,9 @@ func (r *Renderer) Reissue(ctx context.Context, spec cloud.CreateSpec, ordered t
 	return nil
 }
 
-// script renders an instance's script itself, minting or reading its join
-// token.
-func (r *Renderer) script(ctx context.Context, g config.NodeGroup, spec cloud.CreateSpec) (string, error) {
+// script renders an instance's script itself, minting (for tokenTTL) or
+// reading its join token.
+func (r *Renderer) script(ctx context.Context, g config.NodeGroup, spec cloud.CreateSpec, tokenTTL time.Duration) (string, error) {
 	b := g.Bootstrap
 	v := Vars{
 		ProviderID: cloud.ProviderID(g.Cloud, spec.Name), NodeName: spec.Name, Cloud: g.Cloud, Group: g.Name,
@@ -162,7 +164,7 @@ func (r *Renderer) script(ctx context.Context, g config.NodeGroup, spec cloud.Cr
 			return "", err
 		}
 	case b.MintToken:
-		if v.JoinToken, err = mintToken(ctx, r.opts.Kube, spec.Name, b.TokenTTL.Duration, r.opts.Clock.Now()); err != nil {
+		if v.JoinToken, err = mintToken(ctx, r.opts.Kube, spec.Name, tokenTTL, r.opts.Clock.Now()); err != nil {
 			return "", err
 		}
 	}

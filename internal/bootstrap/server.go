@@ -53,6 +53,12 @@ type Server struct {
 	refused *prometheus.CounterVec
 	mu      sync.Mutex
 	entries map[string]*entry // by token hash
+	// served are the nodes whose script was handed out, until the
+	// deadline it had: Reissue never puts those back.
+	served map[string]time.Time
+	// keyed: the key was given (it outlives the process), so a restarted
+	// process can issue the same tokens.
+	keyed bool
 	// lastSweep is when expired entries were last dropped.
 	lastSweep time.Time
 	// quiet counts refusals not logged since lastLog, by reason.
@@ -68,6 +74,7 @@ type entry struct {
 
 // NewServer returns an empty script server; it is an http.Handler.
 func NewServer(opts ServerOptions) (*Server, error) {
+	keyed := opts.Key != nil
 	switch {
 	case opts.Key == nil:
 		opts.Key = make([]byte, MinKeyLength)
@@ -90,7 +97,8 @@ func NewServer(opts ServerOptions) (*Server, error) {
 	if opts.Registerer != nil {
 		opts.Registerer.MustRegister(refused)
 	}
-	return &Server{opts: opts, refused: refused, entries: map[string]*entry{}, quiet: map[string]int{}, lastLog: map[string]time.Time{}}, nil
+	return &Server{opts: opts, refused: refused, entries: map[string]*entry{}, served: map[string]time.Time{}, keyed: keyed,
+		quiet: map[string]int{}, lastLog: map[string]time.Time{}}, nil
 }
 
 // sweepLocked drops expired entries, at most once a minute.
@@ -102,6 +110,11 @@ func (s *Server) sweepLocked(now time.Time) {
 	for k, e := range s.entries {
 		if now.After(e.expires) {
 			delete(s.entries, k)
+		}
+	}
+	for node, until := range s.served {
+		if now.After(until) {
+			delete(s.served, node)
 		}
 	}
 }
@@ -130,14 +143,26 @@ func (s *Server) Register(node, script string, ttl time.Duration) string {
 // Reissue puts a node's script back until expires (the deadline of its
 // first registration), under the token Register gave it: for a node that
 // was booting while the process restarted. It reports false, storing
-// nothing, when the deadline has passed.
+// nothing, when the deadline has passed, when this server handed the
+// node's script out already, or when its key is not one a restarted
+// process shares (ServerOptions.Key unset).
 func (s *Server) Reissue(node, script string, expires time.Time) bool {
-	if !s.opts.Clock.Now().Before(expires) {
+	if !s.keyed || !s.opts.Clock.Now().Before(expires) {
+		return false
+	}
+	s.mu.Lock()
+	_, served := s.served[node]
+	s.mu.Unlock()
+	if served {
 		return false
 	}
 	s.store(s.token(node), node, script, expires)
 	return true
 }
+
+// Keyed reports whether the server's tokens outlive the process (its key
+// was given), so that Reissue can work.
+func (s *Server) Keyed() bool { return s.keyed }
 
 func (s *Server) store(token, node, script string, expires time.Time) {
 	s.mu.Lock()
@@ -219,6 +244,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if reason == "" {
 		delete(s.entries, key) // one use
+		s.served[e.node] = e.expires
 	}
 	s.mu.Unlock()
 	if reason != "" {

@@ -56,26 +56,10 @@ func sanitize(errs field.ErrorList) field.ErrorList {
 	return errs
 }
 
-// RedactURL hides the password of a URL, and of URLs within a text, so
-// that a setting such as https://user:pass@host is never echoed whole.
-func RedactURL(s string) string {
-	if !strings.Contains(s, "@") {
-		return s
-	}
-	words := strings.Fields(s)
-	changed := false
-	for i, w := range words {
-		if u, err := url.Parse(w); err == nil && u.User != nil && u.Host != "" {
-			if _, has := u.User.Password(); has {
-				words[i], changed = u.Redacted(), true
-			}
-		}
-	}
-	if !changed {
-		return s
-	}
-	return strings.Join(words, " ")
-}
+// RedactURL hides the user and password of every URL in a text, so that
+// a setting such as https://user:pass@host (or https://KEY@host) is never
+// echoed whole.
+func RedactURL(s string) string { return cloud.RedactUserinfo(s) }
 
 func validateProvider(p *field.Path, pc ProviderConfig) field.ErrorList {
 	errs := validateAddress(p.Child("listenAddress"), pc.ListenAddress)

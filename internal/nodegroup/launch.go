@@ -166,7 +166,7 @@ func (l *launcher) abandon(mem *member) {
 
 // terminate deletes a launched instance; a provider ID the launch API does
 // not know (gone already) is ErrNotLaunched.
-func (l *launcher) terminate(ctx context.Context, providerID string) error {
+func (l *launcher) terminate(_ context.Context, providerID string) error {
 	s := l.store
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -182,7 +182,8 @@ func (l *launcher) terminate(ctx context.Context, providerID string) error {
 		return nil
 	}
 	s.change(s.launches, mem, func() { mem.phase = phaseDeleting })
-	l.deleter.delete(ctx, mem.cloud, mem.instance(), "terminated by "+mem.owner)
+	// The delete outlives the call that asked for it.
+	l.deleter.delete(l.orderer.ctx(), mem.cloud, mem.instance(), "terminated by "+mem.owner)
 	return nil
 }
 

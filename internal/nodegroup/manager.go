@@ -128,13 +128,16 @@ func New(cfg *config.Config, providers map[string]cloud.Provider, opts Options) 
 	m.catalog = &catalog{store: s, clients: m.clients, clock: opts.Clock, log: opts.Logger, types: map[string]map[string]cloud.InstanceType{}}
 	m.templater = &templater{store: s, gpuLabel: opts.GPULabel}
 	m.syncer = &syncer{cfg: cfg, store: s, offerings: m.offerings, cost: m.cost, catalog: m.catalog, nodes: opts.Nodes,
-		clients: m.clients, clock: opts.Clock, log: opts.Logger, metrics: met, resolveAfter: opts.ResolveAfter, startTimeout: opts.StartTimeout, syncNow: syncNow}
+		clients: m.clients, clock: opts.Clock, log: opts.Logger, metrics: met, resolveAfter: opts.ResolveAfter, startTimeout: opts.StartTimeout, syncNow: syncNow, reissuePending: map[string]bool{}}
+	for name := range m.clients {
+		m.syncer.reissuePending[name] = true
+	}
 	m.deleter = &deleter{clients: m.clients, clock: opts.Clock, log: opts.Logger, metrics: met, events: ev,
 		done: m.syncer.kick, run: m.run, inflight: map[string]bool{}, notBefore: map[string]time.Time{}}
 	m.deleter.outcome = func(inst cloud.Instance, err error) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		if mem := s.byProviderID[inst.ProviderID]; mem != nil && mem.name == inst.Name {
+		if mem := s.byProviderID[inst.ProviderID]; mem != nil && mem.name == inst.Name && (inst.ID == "" || inst.ID == mem.id) {
 			mem.deleteErr = ""
 			if err != nil {
 				mem.deleteErr = err.Error()

@@ -138,6 +138,9 @@ type member struct {
 	reported bool
 	errCode  string
 	errMsg   string
+	// ageUnknown: the cloud did not say when the instance was made, and
+	// createdAt is when gpuscaler first listed it.
+	ageUnknown bool
 	// deleteErr is why the last delete of the instance failed; shown on
 	// its status until a delete goes through.
 	deleteErr string

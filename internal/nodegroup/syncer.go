@@ -46,7 +46,10 @@ type syncer struct {
 	resolveAfter time.Duration
 	// startTimeout bounds the first list's calls (see DefaultStartTimeout).
 	startTimeout time.Duration
-	syncNow      map[string]chan struct{}
+	// reissuePending marks the clouds whose instances' scripts are still
+	// to be put back (see unjoinedLocked); guarded by the store's lock.
+	reissuePending map[string]bool
+	syncNow        map[string]chan struct{}
 
 	// nodesLeft are Nodes of gone instances whose delete failed.
 	nodesMu   sync.Mutex
@@ -180,9 +183,6 @@ func (y *syncer) sync(ctx context.Context, cloudName string, initial bool) error
 	y.reaper.beginLocked(cloudName)
 	for _, g := range s.groupsOn(cloudName) {
 		adopted := y.fold(ctx, cloudName, g, l.groups[g.cfg.Name], l.start, initial, &gone)
-		if initial {
-			reissue = append(reissue, y.unjoinedLocked(g, adopted)...)
-		}
 		delete(l.groups, g.cfg.Name)
 		y.sizer.adoptedLocked(g, adopted, initial)
 		y.sizer.reconcileLocked(g)
@@ -192,6 +192,12 @@ func (y *syncer) sync(ctx context.Context, cloudName string, initial bool) error
 	delete(l.groups, launchKey)
 	y.others(cloudName, l)
 	y.reaper.unregisteredLocked(ctx, cloudName)
+	if y.reissuePending[cloudName] {
+		var ready bool
+		if reissue, ready = y.unjoinedLocked(cloudName); ready {
+			y.reissuePending[cloudName] = false
+		}
+	}
 	s.lastSync[cloudName] = start
 	for _, g := range s.groupsOn(cloudName) {
 		y.sizer.publishLocked(g)
@@ -223,30 +229,41 @@ type reissue struct {
 	ordered time.Time
 }
 
-// unjoinedLocked lists the scripts to put back after a restart: those of
-// the group's instances (found by the first list) that may still be
-// booting, with no Node under any of their provider IDs. Without cluster
-// access, every one that may be booting. Callers hold the store's lock.
-func (y *syncer) unjoinedLocked(g *group, found []*member) []reissue {
-	if y.orderer().boot == nil || g.cfg.Bootstrap == nil {
-		return nil
+// unjoinedLocked lists the scripts to put back after a restart (or a
+// reload, which builds a new core; the script server, which lives as long
+// as the process, refuses the scripts it handed out already): those of the
+// cloud's instances that may still be booting, ordered at a known time,
+// with no Node under any of their provider IDs. ready is false while the
+// Node index cannot tell yet; the next sync asks again. Callers hold the
+// store's lock.
+func (y *syncer) unjoinedLocked(cloudName string) (out []reissue, ready bool) {
+	if y.orderer().boot == nil {
+		return nil, true
 	}
-	var out []reissue
-	for _, mem := range found {
-		if mem.phase != phaseCreated || mem.createdAt.IsZero() || mem.offering.InstanceType == "" {
+	for _, g := range y.store.groupsOn(cloudName) {
+		if g.cfg.Bootstrap == nil {
 			continue
 		}
-		if mem.state != cloud.StatePending && mem.state != cloud.StateRunning {
-			continue
-		}
-		if y.nodes != nil {
-			if registered, synced := y.nodes.Registered(mem.providerIDs()...); synced && registered {
+		for _, mem := range g.members {
+			if mem.phase != phaseCreated || mem.ageUnknown || mem.createdAt.IsZero() || mem.offering.InstanceType == "" {
 				continue
 			}
+			if mem.state != cloud.StatePending && mem.state != cloud.StateRunning {
+				continue
+			}
+			if y.nodes != nil {
+				registered, synced := y.nodes.Registered(mem.providerIDs()...)
+				if !synced {
+					return nil, false
+				}
+				if registered {
+					continue
+				}
+			}
+			out = append(out, reissue{spec: y.orderer().templater.spec(g, mem.name, mem.offering), ordered: mem.createdAt})
 		}
-		out = append(out, reissue{spec: y.orderer().templater.spec(g, mem.name, mem.offering), ordered: mem.createdAt})
 	}
-	return out
+	return out, true
 }
 
 // fold updates a group's members from a list that started at start: states,
@@ -317,7 +334,7 @@ func (y *syncer) fold(ctx context.Context, cloudName string, g *group, listed ma
 			// A cloud that did not say when (or in a form we could not
 			// read): the age counts from the first list that shows it, so
 			// that the never-registered check does not take it for ancient.
-			mem.createdAt = start
+			mem.createdAt, mem.ageUnknown = start, true
 		}
 		mem.price = y.offerings.price(cloudName, mem.offering, y.catalog.listPrice(cloudName, mem.offering))
 		switch in.State {

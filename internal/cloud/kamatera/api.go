@@ -176,13 +176,20 @@ func (c *Client) Command(ctx context.Context, id string) (Command, error) {
 // returned) or fails: a failed command is an error classed by its log
 // (capacity, quota, invalid configuration; otherwise transient), with the
 // log's words, redacted. It gives up after ClientOptions.CommandTimeout.
+//
+// A failed wait says nothing of a create's outcome: whoever waits on a
+// create must look the server up before ordering again.
 func (c *Client) WaitCommand(ctx context.Context, id string) (string, error) {
+	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, c.opts.CommandTimeout)
 	defer cancel()
 	interval := c.opts.PollInterval
 	for {
 		select {
 		case <-ctx.Done():
+			if parent.Err() != nil {
+				return "", cloud.NewError(cloud.ErrTransient, "queue", parent.Err())
+			}
 			return "", cloud.Errorf(cloud.ErrTransient, "queue", "command %s did not end within %s", id, c.opts.CommandTimeout)
 		case <-time.After(interval):
 		}

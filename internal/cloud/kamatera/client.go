@@ -141,10 +141,11 @@ func (c *Client) do(ctx context.Context, cl call, out any) error {
 		req.Header.Set("User-Agent", "gpuscaler")
 		status, data, err := c.send(req)
 		switch {
+		case err != nil && !cl.idempotent:
+			// Sent, perhaps taken: it must be looked up, never sent again.
+			return cloud.NewError(cloud.ErrOutcomeUnknown, cl.op, err)
 		case err != nil && ctx.Err() != nil:
 			return cloud.NewError(cloud.ErrTransient, cl.op, ctx.Err())
-		case err != nil && !cl.idempotent:
-			return cloud.NewError(cloud.ErrOutcomeUnknown, cl.op, err)
 		case err != nil:
 			err = cloud.NewError(cloud.ErrTransient, cl.op, err)
 		case status == http.StatusOK:
@@ -152,7 +153,11 @@ func (c *Client) do(ctx context.Context, cl call, out any) error {
 				return nil
 			}
 			if err := json.Unmarshal(data, out); err != nil {
-				return cloud.Errorf(cloud.ErrTransient, cl.op, "unreadable answer: %v", err)
+				class := cloud.ErrTransient
+				if !cl.idempotent {
+					class = cloud.ErrOutcomeUnknown
+				}
+				return cloud.Errorf(class, cl.op, "unreadable answer: %v", err)
 			}
 			return nil
 		default:
@@ -199,15 +204,15 @@ func (c *Client) classify(op string, status int, data []byte) error {
 		ae.Message = string(data)
 	}
 	msg := fmt.Errorf("HTTP %d: %s", status, c.redact.Text(ae.Message))
-	if strings.Contains(strings.ToLower(ae.Message), "no servers found") {
+	switch class := classifyText(ae.Message); {
+	case strings.Contains(strings.ToLower(ae.Message), "no servers found"):
 		return cloud.NewError(cloud.ErrNotFound, op, msg)
-	}
-	if class := classifyText(ae.Message); class != nil {
+	case class == cloud.ErrCapacity || class == cloud.ErrQuota:
 		return cloud.NewError(class, op, msg)
-	}
-	switch {
 	case status == http.StatusTooManyRequests || status == http.StatusRequestTimeout || status >= 500:
 		return cloud.NewError(cloud.ErrTransient, op, msg)
+	case class != nil:
+		return cloud.NewError(class, op, msg)
 	default:
 		return cloud.NewError(cloud.ErrInvalid, op, msg)
 	}
@@ -219,9 +224,9 @@ func (c *Client) classify(op string, status int, data []byte) error {
 func classifyText(text string) error {
 	t := strings.ToLower(text)
 	switch {
-	case containsAny(t, "insufficient resources", "not enough resources", "no available", "out of stock", "capacity"):
+	case containsAny(t, "insufficient resources", "not enough resources", "no available resources", "out of stock", "no capacity"):
 		return cloud.ErrCapacity
-	case containsAny(t, "quota", "limit exceeded", "limit reached", "insufficient funds", "insufficient balance", "credit"):
+	case containsAny(t, "quota", "limit exceeded", "limit reached", "insufficient funds", "insufficient balance", "not enough credit"):
 		return cloud.ErrQuota
 	case containsAny(t, "invalid", "not allowed", "not supported", "unknown image", "does not exist", "illegal"):
 		return cloud.ErrInvalid

@@ -327,6 +327,7 @@ func TestPlaintextEndpointRefused(t *testing.T) {
 		"http://10.0.0.5/v1":                 false,
 		"ftp://api.verda.com/v1":             false,
 		"https://user:pass@api.verda.com/v1": false,
+		"https://passKEY0123@api.verda.com":  false,
 		"https:///v1":                        false,
 	} {
 		_, err := NewClient(ClientOptions{BaseURL: url, ClientID: testID, ClientSecret: testSecret})

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,6 +28,9 @@ import (
 
 // account is the engine account every fake server lives in.
 const account = "kamatera-account"
+
+// tagPattern is what a tag name may be.
+var tagPattern = regexp.MustCompile(`^[a-zA-Z0-9\-_\s\.]{3,24}$`)
 
 // Datacenters are the fake's datacenters (the engine's locations).
 var Datacenters = []string{"EU", "EU-FR", "US-NY2", "IL"}
@@ -102,7 +106,6 @@ type server struct {
 
 type command struct {
 	id, info, server string
-	readyAt          time.Time
 	// finish runs once when the command leaves pending; it returns the
 	// final status and log.
 	finish func() (status, log string)
@@ -381,12 +384,15 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		message(w, http.StatusBadRequest, "Invalid ram value")
 		return
-	case b.Name == "" || len(b.Name) > 64 || b.Datacenter == "" || b.Image == "" || b.CPU == "":
+	case b.Name == "" || b.Datacenter == "" || b.Image == "" || b.CPU == "":
 		message(w, http.StatusBadRequest, "Missing required parameters: name, datacenter, image, cpu")
+		return
+	case len(b.Name) > 15+13: // the 15-character prefix and "-" plus 12 characters of a UUID
+		message(w, http.StatusBadRequest, "Invalid server name: "+b.Name)
 		return
 	}
 	for _, t := range strings.Fields(b.Tag) {
-		if len(t) < 3 || len(t) > 24 {
+		if !tagPattern.MatchString(t) {
 			message(w, http.StatusBadRequest, "Invalid tag name: "+t)
 			return
 		}
@@ -459,8 +465,27 @@ func (s *Server) terminate(w http.ResponseWriter, r *http.Request) {
 func (s *Server) newCommandLocked(info, server string, finish func() (string, string)) string {
 	s.nextCmd++
 	id := fmt.Sprintf("%d", 9000000+s.nextCmd)
-	s.commands[id] = &command{id: id, info: info, server: server, readyAt: time.Now().Add(s.opts.CommandDelay), finish: finish, status: "pending"}
+	c := &command{id: id, info: info, server: server, finish: finish, status: "pending"}
+	s.commands[id] = c
+	// The queue runs the command whether or not anyone polls it, as the
+	// real one does (a create whose answer was lost still makes a server).
+	time.AfterFunc(s.opts.CommandDelay, func() { s.run(c) })
 	return id
+}
+
+// run ends a pending command once.
+func (s *Server) run(c *command) {
+	s.mu.Lock()
+	if c.status != "pending" || c.finishing {
+		s.mu.Unlock()
+		return
+	}
+	c.finishing = true
+	s.mu.Unlock()
+	status, log := c.finish()
+	s.mu.Lock()
+	c.status, c.log = status, log
+	s.mu.Unlock()
 }
 
 func (s *Server) queue(w http.ResponseWriter, r *http.Request) {
@@ -471,14 +496,6 @@ func (s *Server) queue(w http.ResponseWriter, r *http.Request) {
 		s.mu.Unlock()
 		message(w, http.StatusInternalServerError, "Command not found")
 		return
-	}
-	if c.status == "pending" && !c.finishing && time.Now().After(c.readyAt) {
-		c.finishing = true
-		finish := c.finish
-		s.mu.Unlock()
-		status, log := finish()
-		s.mu.Lock()
-		c.status, c.log = status, log
 	}
 	out := []map[string]any{{"id": c.id, "status": c.status, "log": c.log, "commandInfo": c.info, "serviceName": c.server}}
 	s.mu.Unlock()
