@@ -32,6 +32,10 @@ type Options struct {
 	// Kube reads join-token Secrets and mints bootstrap tokens; needed only
 	// by groups that use them.
 	Kube kubernetes.Interface
+	// KubeUnchecked says cluster access exists but cannot be reached from
+	// here (a preflight outside the pod): groups with join tokens are
+	// accepted without Kube, and must not render.
+	KubeUnchecked bool
 	// Server and ServerURL serve scripts of groups with delivery: server.
 	Server    *Server
 	ServerURL string
@@ -78,7 +82,7 @@ func New(cfg *config.Config, opts Options) (*Renderer, error) {
 			}
 			r.custom[g.Name] = t
 		}
-		if (b.TokenSecretRef != nil || b.MintToken) && opts.Kube == nil {
+		if (b.TokenSecretRef != nil || b.MintToken) && opts.Kube == nil && !opts.KubeUnchecked {
 			errs = append(errs, fmt.Errorf("nodeGroups[%d].bootstrap: join tokens need cluster access (set kubeconfig)", i))
 		}
 		if b.Delivery == config.DeliveryServer && (opts.Server == nil || opts.ServerURL == "") {

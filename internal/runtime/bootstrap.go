@@ -23,8 +23,8 @@ const tokenReapPeriod = 30 * time.Second
 // newScriptServer builds the process's script server when the config asks
 // for one; it lives as long as the process, across reloads. instanceIP
 // answers from the core in force.
-func newScriptServer(cfg *config.Config, instanceIP func(string) (string, bool), reg prometheus.Registerer, log *slog.Logger) (*bootstrap.Server, error) {
-	ss := cfg.ScriptServer
+func newScriptServer(cfg *config.Config, instanceIP func(string) (string, bool), reg prometheus.Registerer, opts Options) (*bootstrap.Server, error) {
+	ss, log := cfg.ScriptServer, opts.Logger
 	if ss.ListenAddress == "" {
 		return nil, nil
 	}
@@ -32,7 +32,7 @@ func newScriptServer(cfg *config.Config, instanceIP func(string) (string, bool),
 	if ss.BindToInstanceIP != nil && *ss.BindToInstanceIP {
 		sopts.InstanceIP = instanceIP
 	}
-	if ss.TokenKeyFile != "" {
+	if ss.TokenKeyFile != "" && opts.preflight.readsFiles() {
 		key, err := config.ReadFile(ss.TokenKeyFile)
 		if err != nil {
 			return nil, fmt.Errorf("scriptServer.tokenKeyFile: %w", err)
@@ -58,7 +58,7 @@ func newRenderer(cfg *config.Config, cs *clouds, srv *bootstrap.Server, log *slo
 	if !needed {
 		return nil, nil
 	}
-	opts := bootstrap.Options{Kube: cs.kube, Logger: log.With("component", "bootstrap")}
+	opts := bootstrap.Options{Kube: cs.kube, KubeUnchecked: cs.kubeUnchecked, Logger: log.With("component", "bootstrap")}
 	if srv != nil {
 		opts.Server, opts.ServerURL = srv, cfg.ScriptServer.URL
 	}

@@ -30,6 +30,9 @@ type clouds struct {
 	nodes *nodeindex.Index
 	// kube reaches the cluster named by the config's kubeconfig; nil without.
 	kube kubernetes.Interface
+	// kubeUnchecked: the config names cluster access that a preflight
+	// cannot reach from where it runs (in-cluster outside a pod).
+	kubeUnchecked bool
 }
 
 // buildClouds builds one Provider per configured cloud, and the node
@@ -37,7 +40,10 @@ type clouds struct {
 func buildClouds(_ context.Context, cfg *config.Config, opts Options) (*clouds, error) {
 	getenv, log := opts.Getenv, opts.Logger
 	out := &clouds{providers: map[string]cloud.Provider{}}
-	if cfg.Kubeconfig != "" {
+	switch {
+	case cfg.Kubeconfig != "" && opts.preflight.unreachable(cfg.Kubeconfig):
+		out.kubeUnchecked = true
+	case cfg.Kubeconfig != "":
 		kube, err := kubeClient(cfg.Kubeconfig)
 		if err != nil {
 			return nil, fmt.Errorf("kubeconfig: %w", err)
@@ -52,7 +58,7 @@ func buildClouds(_ context.Context, cfg *config.Config, opts Options) (*clouds, 
 			return nil, fmt.Errorf("clouds.sim: %w", err)
 		}
 		out.providers[sim.Name] = acct
-		if s.Kubeconfig != "" {
+		if s.Kubeconfig != "" && !opts.preflight.unreachable(s.Kubeconfig) {
 			kube, err := kubeClient(s.Kubeconfig)
 			if err != nil {
 				return nil, fmt.Errorf("clouds.sim.kubeconfig: %w", err)
@@ -66,9 +72,12 @@ func buildClouds(_ context.Context, cfg *config.Config, opts Options) (*clouds, 
 		}
 	}
 	if v := cfg.Clouds.Verda; v != nil {
-		id, secret, err := verda.Credentials(getenv, v.ClientIDFile, v.ClientSecretFile)
-		if err != nil {
-			return nil, fmt.Errorf("clouds.verda: %w", err)
+		id, secret := "unread", "unread" // a FileOnly preflight never calls the API
+		if opts.preflight.readsFiles() {
+			var err error
+			if id, secret, err = verda.Credentials(getenv, v.ClientIDFile, v.ClientSecretFile); err != nil {
+				return nil, fmt.Errorf("clouds.verda: %w", err)
+			}
 		}
 		baseURL, baseFrom := v.BaseURL, "clouds.verda.baseURL"
 		if baseURL == "" {

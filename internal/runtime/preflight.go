@@ -38,16 +38,7 @@ func Preflight(ctx context.Context, cfg *config.Config, opts Options, po Preflig
 		errs = append(errs, checkTLS("scriptServer.tls", t, false)...)
 	}
 	opts.Logger = slog.New(slog.DiscardHandler)
-	cfg = environmentOf(cfg, po.FileOnly)
-	if po.FileOnly {
-		getenv := opts.Getenv
-		opts.Getenv = func(k string) string {
-			if credentialVariables[k] {
-				return "unread"
-			}
-			return getenv(k)
-		}
-	}
+	opts.preflight = &po
 	rt, err := Build(ctx, cfg, opts)
 	if err != nil {
 		return nil, errors.Join(append(errs, err)...)
@@ -68,38 +59,16 @@ func Preflight(ctx context.Context, cfg *config.Config, opts Options, po Preflig
 	return rt.Core().Advice(ctx, local...), nil
 }
 
-// environmentOf returns cfg without the settings that only the place it
-// runs in can check: in a pod's cluster, "in-cluster" access outside a
-// pod; with fileOnly, every kubeconfig and credential file too.
-func environmentOf(cfg *config.Config, fileOnly bool) *config.Config {
-	c := *cfg
-	unreachable := func(kubeconfig string) bool {
-		return fileOnly || kubeconfig == "in-cluster" && os.Getenv("KUBERNETES_SERVICE_HOST") == ""
-	}
-	if unreachable(c.Kubeconfig) {
-		c.Kubeconfig = ""
-	}
-	if s := c.Clouds.Sim; s != nil && unreachable(s.Kubeconfig) {
-		sim := *s
-		sim.Kubeconfig = ""
-		c.Clouds.Sim = &sim
-	}
-	if fileOnly {
-		c.ScriptServer.TokenKeyFile = ""
-	}
-	if v := c.Clouds.Verda; v != nil && fileOnly {
-		verda := *v
-		verda.ClientIDFile, verda.ClientSecretFile = "", ""
-		c.Clouds.Verda = &verda
-	}
-	return &c
+// unreachable reports whether a kubeconfig is one that only the place the
+// process runs in can check: "in-cluster" outside a pod, or any with
+// FileOnly.
+func (po *PreflightOptions) unreachable(kubeconfig string) bool {
+	return po != nil && (po.FileOnly || kubeconfig == "in-cluster" && os.Getenv("KUBERNETES_SERVICE_HOST") == "")
 }
 
-// credentialVariables are the variables cloud credentials come from; a
-// FileOnly preflight gives the clients a placeholder, and never calls them.
-var credentialVariables = map[string]bool{
-	"VERDA_CLIENT_ID": true, "VERDA_CLIENT_SECRET": true, "DATACRUNCH_CLIENT_ID": true, "DATACRUNCH_CLIENT_SECRET": true,
-}
+// readsFiles reports whether the environment's files and credentials are
+// read: always but in a FileOnly preflight.
+func (po *PreflightOptions) readsFiles() bool { return po == nil || !po.FileOnly }
 
 // checkTLS loads a certificate and key, and a CA bundle when withCA, as the
 // listeners would.

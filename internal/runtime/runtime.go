@@ -42,6 +42,10 @@ type Options struct {
 	EnvOrigin func(string) string
 	// Logger; default slog.Default().
 	Logger *slog.Logger
+
+	// preflight, set by Preflight, leaves out of Build what only the
+	// place the process runs in can answer.
+	preflight *PreflightOptions
 }
 
 // Runtime is one process's clouds, script server and core. Build it, run
@@ -87,7 +91,7 @@ func Build(ctx context.Context, cfg *config.Config, opts Options) (*Runtime, err
 	}
 	r := &Runtime{opts: opts, log: opts.Logger, clouds: cs, scfg: cfg, process: prometheus.NewRegistry()}
 	r.process.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	if r.scripts, err = newScriptServer(cfg, r.InstanceIP, r.process, opts.Logger); err != nil {
+	if r.scripts, err = newScriptServer(cfg, r.InstanceIP, r.process, opts); err != nil {
 		return nil, err
 	}
 	gen, err := r.newGeneration(cfg)

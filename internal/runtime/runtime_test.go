@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -155,5 +156,38 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestPreflightOutsideThePod: a config meant for a pod (in-cluster access,
+// minted join tokens) validates outside one, and config convert's
+// file-only check needs no credentials; start-up's own checks still run.
+func TestPreflightOutsideThePod(t *testing.T) {
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	t.Setenv("VERDA_CLIENT_ID", "")
+	t.Setenv("VERDA_CLIENT_SECRET", "")
+	cfg := parse(t, `
+clusterName: pod
+kubeconfig: in-cluster
+clouds: {sim: {}, verda: {}}
+nodeGroups:
+  - name: g
+    cloud: sim
+    instanceType: 1V100.6V
+    locations: [FIN-01]
+    maxSize: 2
+    bootstrap: {method: kubeadm, server: "10.0.0.1:6443", mintToken: true, caCertHash: "sha256:`+strings.Repeat("a", 64)+`"}
+  - {name: v, cloud: verda, instanceType: 1V100.6V, locations: [FIN-01], maxSize: 1}
+`)
+	if _, err := Preflight(context.Background(), cfg, Options{}, PreflightOptions{FileOnly: true}); err != nil {
+		t.Fatalf("file-only preflight: %v", err)
+	}
+	_, err := Preflight(context.Background(), cfg, Options{}, PreflightOptions{})
+	if err == nil || !strings.Contains(err.Error(), "VERDA_CLIENT_ID") || strings.Contains(err.Error(), "kubeconfig") {
+		t.Fatalf("a preflight outside the pod must ask for the credentials, not the in-cluster access: %v", err)
+	}
+	cfg.NodeGroups[0].InstanceType = "9Z999.1V"
+	if _, err := Preflight(context.Background(), cfg, Options{}, PreflightOptions{FileOnly: true}); err == nil || !strings.Contains(err.Error(), "nodeGroups[0].instanceType") {
+		t.Fatalf("the catalog check was skipped: %v", err)
 	}
 }
