@@ -303,7 +303,10 @@ func (c *Cloud) List(ctx context.Context) ([]cloud.Instance, error) {
 	}
 	var out []cloud.Instance
 	states := map[string]cloud.InstanceState{}
-	discontinued := map[string]bool{}
+	c.mu.Lock()
+	offlineBefore := c.offlineSince
+	c.mu.Unlock()
+	discontinued, offline := map[string]bool{}, map[string]time.Time{}
 	for _, in := range raw {
 		group, launchOwner, ok := owner(in.Description, c.opts.ClusterName)
 		if !ok {
@@ -314,29 +317,26 @@ func (c *Cloud) List(ctx context.Context) ([]cloud.Instance, error) {
 		}
 		inst := convertInstance(in, group)
 		inst.Owner = launchOwner
-		states[in.Hostname] = inst.State
-		if in.Status == StatusDiscontinued {
+		switch in.Status {
+		case StatusDiscontinued:
 			discontinued[in.ID] = true
+		case StatusOffline:
+			// Lost only once it stays offline past the grace: a shutdown
+			// or a reboot shows offline too.
+			since, seen := offlineBefore[in.ID]
+			if !seen {
+				since = start
+			}
+			offline[in.ID] = since
+			if start.Sub(since) >= c.opts.OfflineGrace {
+				inst.State = cloud.StateStopped
+			}
 		}
+		states[in.Hostname] = inst.State
 		out = append(out, inst)
 	}
 	c.mu.Lock()
-	c.discontinued = discontinued
-	offline := map[string]time.Time{}
-	for i := range out {
-		if out[i].State != cloud.StateStopped || discontinued[out[i].ID] {
-			continue
-		}
-		since, seen := c.offlineSince[out[i].ID]
-		if !seen {
-			since = start
-		}
-		offline[out[i].ID] = since
-		if start.Sub(since) < c.opts.OfflineGrace {
-			out[i].State = cloud.StatePending // may come back; not serving now
-		}
-	}
-	c.offlineSince = offline
+	c.discontinued, c.offlineSince = discontinued, offline
 	c.mu.Unlock()
 	c.cleanScripts(ctx, start, states)
 	return out, nil
@@ -389,11 +389,13 @@ func convertInstance(in Instance, group string) cloud.Instance {
 		out.State = cloud.StateRunning
 	case StatusDeleting:
 		out.State = cloud.StateDeleting
-	case StatusDiscontinued, StatusOffline:
-		// A spot instance reclaimed, a host lost or shut down: still in
-		// the account, so the core deletes it (an offline one after
-		// Options.OfflineGrace: see List).
+	case StatusDiscontinued:
+		// A spot instance reclaimed: still in the account, so the core
+		// deletes it.
 		out.State = cloud.StateStopped
+	case StatusOffline:
+		// Not serving; List takes it for lost after Options.OfflineGrace.
+		out.State = cloud.StatePending
 	case StatusError, StatusNoCapacity, StatusNotFound:
 		out.State, out.Error = cloud.StateFailed, "instance status "+in.Status
 	default:
