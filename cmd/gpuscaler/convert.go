@@ -6,7 +6,7 @@ import (
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
 
-	"github.com/gpuscaler/gpuscaler/internal/config"
+	"github.com/gpuscaler/gpuscaler/internal/cloud"
 )
 
 func newConfigCommand() *cobra.Command {
@@ -29,7 +29,7 @@ func newConfigCommand() *cobra.Command {
 				return err
 			}
 			if v := cfg.Clouds.Verda; v != nil {
-				if r := config.RedactURL(v.StartupScriptFetchURL); r != v.StartupScriptFetchURL {
+				if r := cloud.RedactUserinfo(v.StartupScriptFetchURL); r != v.StartupScriptFetchURL {
 					v.StartupScriptFetchURL = r
 					fmt.Fprintln(cmd.ErrOrStderr(), "note: the password in clouds.verda.startupScriptFetchURL is not printed; put it back where the converted file is kept")
 				}

@@ -49,17 +49,12 @@ const maxEchoedValue = 128
 func sanitize(errs field.ErrorList) field.ErrorList {
 	for _, e := range errs {
 		if s, ok := e.BadValue.(string); ok {
-			e.BadValue = cloud.Truncate(RedactURL(s), maxEchoedValue)
+			e.BadValue = cloud.Truncate(cloud.RedactUserinfo(s), maxEchoedValue)
 		}
-		e.Detail = RedactURL(e.Detail)
+		e.Detail = cloud.RedactUserinfo(e.Detail)
 	}
 	return errs
 }
-
-// RedactURL hides the user and password of every URL in a text, so that
-// a setting such as https://user:pass@host (or https://KEY@host) is never
-// echoed whole.
-func RedactURL(s string) string { return cloud.RedactUserinfo(s) }
 
 func validateProvider(p *field.Path, pc ProviderConfig) field.ErrorList {
 	errs := validateAddress(p.Child("listenAddress"), pc.ListenAddress)
