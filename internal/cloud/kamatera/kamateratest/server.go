@@ -315,16 +315,26 @@ func nameOf(r *http.Request) string {
 	return b.Name
 }
 
-func (s *Server) tags(w http.ResponseWriter, r *http.Request) {
+// named returns the server a request's {"name"} names, if the engine has
+// it (not being created nor terminated).
+func (s *Server) named(r *http.Request) (*server, cloud.Instance, bool) {
 	name := nameOf(r)
 	live := s.live()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sv, ok := s.servers[name]
-	if _, running := live[name]; !ok || !running {
+	in, running := live[name]
+	return sv, in, ok && running
+}
+
+func (s *Server) tags(w http.ResponseWriter, r *http.Request) {
+	sv, _, ok := s.named(r)
+	if !ok {
 		message(w, http.StatusInternalServerError, "Failed to run command method (serverTags)")
 		return
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	out := []map[string]string{}
 	for _, t := range sv.tags {
 		out = append(out, map[string]string{"tagName": t})
@@ -333,16 +343,13 @@ func (s *Server) tags(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) info(w http.ResponseWriter, r *http.Request) {
-	name := nameOf(r)
-	live := s.live()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	sv, ok := s.servers[name]
-	in, running := live[name]
-	if !ok || !running {
+	sv, in, ok := s.named(r)
+	if !ok {
 		message(w, http.StatusInternalServerError, "No servers found")
 		return
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	price := 0.0
 	for _, t := range s.engine.Catalog() {
 		if t.Name == in.InstanceType {
@@ -350,7 +357,7 @@ func (s *Server) info(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeJSON(w, http.StatusOK, []map[string]any{{
-		"id": sv.id, "name": name, "datacenter": sv.datacenter, "power": sv.power, "cpu": sv.cpu, "ram": sv.ram,
+		"id": sv.id, "name": sv.name, "datacenter": sv.datacenter, "power": sv.power, "cpu": sv.cpu, "ram": sv.ram,
 		"diskSizes": []int{100}, "networks": []map[string]any{{"network": "wan-" + sv.datacenter, "ips": []string{in.IP}}},
 		"billing": "hourly", "traffic": "t5000", "backup": "0", "managed": "0", "priceHourlyOn": price,
 	}})
@@ -424,16 +431,14 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) power(w http.ResponseWriter, r *http.Request, state string) {
-	name := nameOf(r)
-	live := s.live()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	sv, ok := s.servers[name]
-	if _, running := live[name]; !ok || !running {
+	sv, _, ok := s.named(r)
+	if !ok {
 		message(w, http.StatusInternalServerError, "No servers found")
 		return
 	}
-	id := s.newCommandLocked("Power "+state, name, func() (string, string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	id := s.newCommandLocked("Power "+state, sv.name, func() (string, string) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		sv.power = state
@@ -443,10 +448,8 @@ func (s *Server) power(w http.ResponseWriter, r *http.Request, state string) {
 }
 
 func (s *Server) terminate(w http.ResponseWriter, r *http.Request) {
-	name := nameOf(r)
-	live := s.live()
-	in, running := live[name]
-	if !running {
+	sv, in, ok := s.named(r)
+	if !ok {
 		message(w, http.StatusInternalServerError, "No servers found")
 		return
 	}
@@ -455,7 +458,7 @@ func (s *Server) terminate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.mu.Lock()
-	delete(s.servers, name)
+	delete(s.servers, sv.name)
 	s.mu.Unlock()
 	writeJSON(w, http.StatusOK, map[string]any{})
 }
