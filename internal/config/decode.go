@@ -50,10 +50,11 @@ func (e *DecodeError) Error() string {
 // decode reads one YAML document into cfg, strictly (see DecodeStrict),
 // and refuses an explicit 0 where 0 would silently mean the default.
 func decode(data []byte, cfg *Config) error {
-	if err := DecodeStrict(data, cfg); err != nil {
+	doc, err := decodeStrict(data, cfg)
+	if err != nil {
 		return err
 	}
-	return explicitZeros(parseNodes(data), cfg)
+	return explicitZeros(doc, cfg)
 }
 
 // DecodeStrict reads one YAML (or JSON) document into v, strictly:
@@ -62,43 +63,49 @@ func decode(data []byte, cfg *Config) error {
 // errors, each naming the key's path and, where it can be found, its line.
 // The seed-format importers decode their files with it too.
 func DecodeStrict(data []byte, v any) error {
+	_, err := decodeStrict(data, v)
+	return err
+}
+
+// decodeStrict is DecodeStrict, also returning the document's node tree.
+func decodeStrict(data []byte, v any) (yamlDoc, error) {
 	doc := parseNodes(data)
 	// The YAML decoder under YAMLToJSONStrict reports syntax errors with
 	// their line; duplicate keys, and NaN and infinities (which JSON cannot
 	// hold), are found first so that they get a path too.
 	if bad := scanNodes(doc, reflect.TypeOf(v).Elem()); bad != nil {
-		return bad
+		return doc, bad
 	}
 	js, err := yaml.YAMLToJSONStrict(data)
 	if err != nil {
-		return err
+		return doc, err
 	}
 	if bytes.Equal(bytes.TrimSpace(js), []byte("null")) {
-		return ErrEmpty
+		return doc, ErrEmpty
 	}
 	if doc.count > 1 {
-		return fmt.Errorf("the file holds %d YAML documents; want one", doc.count)
+		return doc, fmt.Errorf("the file holds %d YAML documents; want one", doc.count)
 	}
 	// sigs.k8s.io/json matches keys case-sensitively, unlike encoding/json
 	// (and so yaml.UnmarshalStrict), which would take "maxsize" for maxSize.
 	strict, decodeErr := kjson.UnmarshalStrict(js, v, kjson.DisallowDuplicateFields, kjson.DisallowUnknownFields)
 	if decodeErr == nil && len(strict) == 0 {
-		return nil
+		return doc, nil
 	}
 	// Name every problem with its path and line; if the walk finds none
 	// (it should not happen), fall back to the decoder's own words.
 	problems := locate(reflect.TypeOf(v).Elem(), js)
 	if len(problems) == 0 {
 		if decodeErr != nil {
-			return decodeErr
+			return doc, decodeErr
 		}
-		return errors.Join(strict...)
+		return doc, errors.Join(strict...)
 	}
 	found := make([]*DecodeError, len(problems))
 	for i, p := range problems {
 		found[i] = &DecodeError{Line: doc.line(p.path), Field: p.path.String(), Detail: p.detail}
 	}
-	return joinByLine(found)
+	return doc, joinByLine(found)
 }
 
 // joinByLine joins decode errors in the document's order (JSON objects

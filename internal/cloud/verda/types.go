@@ -188,6 +188,9 @@ type apiError struct {
 // every field that parses (the others stay at their zero value); lost
 // maps the index of each such record to the JSON names of the fields lost.
 func decodeRecords[T any](data []byte) (out []T, lost map[int][]string, err error) {
+	if json.Unmarshal(data, &out) == nil {
+		return out, nil, nil // the usual case: one pass
+	}
 	var raws []json.RawMessage
 	if err := json.Unmarshal(data, &raws); err != nil {
 		return nil, nil, err
