@@ -49,24 +49,13 @@ nodeGroups:
 		t.Fatal(err)
 	}
 	kube := fake.NewClientset(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "k3s"}, Data: map[string][]byte{"token": []byte("k3s-join-secret")}})
-	log := slog.New(slog.DiscardHandler)
-	r, err := bootstrap.New(cfg, bootstrap.Options{Kube: kube, Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
 	engine, err := sim.NewEngine(gsruntime.SimConfig(*cfg.Clouds.Sim), sim.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	mgr, err := nodegroup.New(cfg, map[string]cloud.Provider{"sim": engine.Account("test")}, nodegroup.Options{Logger: log, Registerer: prometheus.NewRegistry(), Bootstrap: r})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer func() { cancel(); mgr.Wait() }()
-	if err := mgr.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
+	mgr, stop := startCore(t, cfg, engine, bootstrap.Options{Kube: kube})
+	defer stop()
+	ctx := context.Background()
 	if err := mgr.IncreaseSize(ctx, "a100", 2); err != nil {
 		t.Fatal(err)
 	}
@@ -135,32 +124,19 @@ nodeGroups:
 		t.Fatal(err)
 	}
 	key := []byte("0123456789abcdef0123456789abcdef")
-	log := slog.New(slog.DiscardHandler)
-	// process starts one gpuscaler process: its script server (keyed),
-	// renderer and core over the shared simulated cloud; core starts a core
-	// (a config reload's) over a process's server.
-	var core func(*bootstrap.Server) (*bootstrap.Server, *nodegroup.Manager, context.CancelFunc)
-	process := func(key []byte) (*bootstrap.Server, *nodegroup.Manager, context.CancelFunc) {
-		srv, err := bootstrap.NewServer(bootstrap.ServerOptions{Key: key, Logger: log})
+	// core starts a core over a process's script server (a config reload
+	// starts another over the same server); process starts a process: its
+	// keyed script server and a core.
+	core := func(srv *bootstrap.Server) (*bootstrap.Server, *nodegroup.Manager, func()) {
+		mgr, stop := startCore(t, cfg, engine, bootstrap.Options{Server: srv, ServerURL: "http://scripts.test"})
+		return srv, mgr, stop
+	}
+	process := func(key []byte) (*bootstrap.Server, *nodegroup.Manager, func()) {
+		srv, err := bootstrap.NewServer(bootstrap.ServerOptions{Key: key, Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return core(srv)
-	}
-	core = func(srv *bootstrap.Server) (*bootstrap.Server, *nodegroup.Manager, context.CancelFunc) {
-		r, err := bootstrap.New(cfg, bootstrap.Options{Server: srv, ServerURL: "http://scripts.test", Logger: log})
-		if err != nil {
-			t.Fatal(err)
-		}
-		mgr, err := nodegroup.New(cfg, map[string]cloud.Provider{"sim": engine.Account("test")}, nodegroup.Options{Logger: log, Registerer: prometheus.NewRegistry(), Bootstrap: r})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		if err := mgr.Start(ctx); err != nil {
-			t.Fatal(err)
-		}
-		return srv, mgr, func() { cancel(); mgr.Wait() }
 	}
 	_, mgr, stop := process(key)
 	if err := mgr.IncreaseSize(context.Background(), "g", 1); err != nil {
@@ -219,4 +195,25 @@ func waitUntil(t *testing.T, what string, ok func() bool) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// startCore starts the node-group core of cfg over the engine's "test"
+// account, rendering with a renderer of ropts; stop stops it.
+func startCore(t *testing.T, cfg *config.Config, engine *sim.Engine, ropts bootstrap.Options) (*nodegroup.Manager, func()) {
+	t.Helper()
+	log := slog.New(slog.DiscardHandler)
+	ropts.Logger = log
+	r, err := bootstrap.New(cfg, ropts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mgr, err := nodegroup.New(cfg, map[string]cloud.Provider{"sim": engine.Account("test")}, nodegroup.Options{Logger: log, Registerer: prometheus.NewRegistry(), Bootstrap: r})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := mgr.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return mgr, func() { cancel(); mgr.Wait() }
 }
