@@ -29,13 +29,17 @@ func newCatalogCommand() *cobra.Command {
 			var err error
 			cfg := &config.Config{ClusterName: "catalog", Clouds: config.Clouds{Sim: &config.SimConfig{}}}
 			switch {
-			case src.configPath != "" || len(src.nodes) > 0:
+			case src.configPath != "" || len(src.nodes) > 0 || src.cloudConfig != "":
 				if cfg, err = src.load(cmd.Context(), env); err != nil {
 					return err
 				}
 			case cloudName == "verda":
 				// Credentials from the environment are all a catalog needs.
 				cfg.Clouds = config.Clouds{Verda: &config.VerdaConfig{}}
+				config.SetDefaults(cfg)
+			case cloudName == "kamatera":
+				// Every datacenter the account can order in.
+				cfg.Clouds = config.Clouds{Kamatera: &config.KamateraConfig{}}
 				config.SetDefaults(cfg)
 			default:
 				config.SetDefaults(cfg)
@@ -80,7 +84,10 @@ func printCatalog(ctx context.Context, w io.Writer, p cloud.Provider, gpuOnly bo
 		if types[i].GPUModel != types[j].GPUModel {
 			return types[i].GPUModel > types[j].GPUModel
 		}
-		return types[i].OnDemandPrice < types[j].OnDemandPrice
+		if types[i].OnDemandPrice != types[j].OnDemandPrice {
+			return types[i].OnDemandPrice < types[j].OnDemandPrice
+		}
+		return types[i].Name < types[j].Name
 	})
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TYPE\tGPUS\tGPU MEM\tVCPU\tMEMORY\tON-DEMAND/H\tSPOT/H\tON-DEMAND NOW\tSPOT NOW")

@@ -14,7 +14,7 @@ func newConfigCommand() *cobra.Command {
 	src := source{fileOnly: true}
 	convert := &cobra.Command{
 		Use:   "convert [FILE]",
-		Short: "Print the native config equivalent to a DataCrunch (--nodes + DATACRUNCH_CLUSTER_CONFIG*) or ca-verda (config.yaml) setup",
+		Short: "Print the native config equivalent to a DataCrunch (--nodes + DATACRUNCH_CLUSTER_CONFIG*), ca-verda (config.yaml) or Kamatera (--cloud-config INI) setup",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 1 {
@@ -34,11 +34,18 @@ func newConfigCommand() *cobra.Command {
 					fmt.Fprintln(cmd.ErrOrStderr(), "note: the password in clouds.verda.startupScriptFetchURL is not printed; put it back where the converted file is kept")
 				}
 			}
+			credentials := "VERDA_CLIENT_ID/VERDA_CLIENT_SECRET (or DATACRUNCH_*)"
+			if k := cfg.Clouds.Kamatera; k != nil {
+				credentials = "KAMATERA_API_CLIENT_ID/KAMATERA_API_SECRET (or clouds.kamatera.clientIDFile/secretFile)"
+				if k.Imported != nil && len(k.Imported.Passwords) > 0 {
+					fmt.Fprintln(cmd.ErrOrStderr(), "note: the root passwords of the cloud config are not printed; put one in a file named by clouds.kamatera.passwordFile, or log in with cloudOptions.sshKey")
+				}
+			}
 			out, err := yaml.Marshal(cfg)
 			if err != nil {
 				return err
 			}
-			_, err = fmt.Fprintf(cmd.OutOrStdout(), "# Converted by gpuscaler config convert; credentials stay in VERDA_CLIENT_ID/VERDA_CLIENT_SECRET (or DATACRUNCH_*).\n%s", out)
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "# Converted by gpuscaler config convert; credentials stay in %s.\n%s", credentials, out)
 			return err
 		},
 	}

@@ -20,10 +20,12 @@ import (
 )
 
 // source is where a command's configuration comes from: a native config
-// file, a ca-verda config.yaml, or DataCrunch-style --nodes flags with the
-// cluster config in DATACRUNCH_CLUSTER_CONFIG*.
+// file, a ca-verda config.yaml, DataCrunch-style --nodes flags with the
+// cluster config in DATACRUNCH_CLUSTER_CONFIG*, or the Kamatera
+// cluster-autoscaler's INI cloud config (--cloud-config).
 type source struct {
 	configPath  string
+	cloudConfig string
 	nodes       []string
 	clusterName string
 	port        int
@@ -42,6 +44,7 @@ type source struct {
 
 func (s *source) addFlags(cmd *cobra.Command) {
 	cmd.Flags().StringVarP(&s.configPath, "config", "c", "", "config file: gpuscaler's own, or a ca-verda config.yaml (node_groups)")
+	cmd.Flags().StringVar(&s.cloudConfig, "cloud-config", "", "the Kamatera cluster-autoscaler's INI cloud config ([global], [nodegroup \"name\"]), used as it is")
 	cmd.Flags().StringArrayVar(&s.nodes, "nodes", nil,
 		"DataCrunch-style node group min:max:instance-type:region:name (repeatable); pool settings come from DATACRUNCH_CLUSTER_CONFIG_JSON, DATACRUNCH_CLUSTER_CONFIG or DATACRUNCH_CLUSTER_CONFIG_FILE")
 	cmd.Flags().StringVar(&s.clusterName, "cluster-name", "gpuscaler", "cluster name for imported configs (native files name their own)")
@@ -53,7 +56,7 @@ func (s *source) addFlags(cmd *cobra.Command) {
 // imported reports whether the configuration comes from a seed format
 // (which has no reload).
 func (s *source) imported() bool {
-	if len(s.nodes) > 0 {
+	if len(s.nodes) > 0 || s.cloudConfig != "" {
 		return true
 	}
 	data, err := config.ReadFile(s.configPath)
@@ -77,7 +80,8 @@ func (s *source) reloadPath() string {
 // the environment.
 func (s *source) load(ctx context.Context, env *environ) (*config.Config, error) {
 	cfg, err := s.read(env.Getenv)
-	if err == nil && env.err != nil && !s.fileOnly && (cfg.Clouds.Verda != nil || len(s.nodes) > 0) {
+	readsEnv := cfg != nil && (cfg.Clouds.Verda != nil || cfg.Clouds.Kamatera != nil && cfg.Clouds.Kamatera.Imported == nil)
+	if err == nil && env.err != nil && !s.fileOnly && (readsEnv || len(s.nodes) > 0) {
 		return nil, env.err
 	}
 	if err == nil {
@@ -108,6 +112,9 @@ func (s *source) explain(cfg *config.Config, err error) error {
 		place, terms = seedconfig.DataCrunchField, seedconfig.DataCrunchTerms
 	case s.caVerda:
 		place, terms = seedconfig.CAVerdaField, seedconfig.CAVerdaTerms
+	case s.cloudConfig != "":
+		origin = s.cloudConfig
+		place, terms = seedconfig.KamateraField, seedconfig.KamateraTerms
 	}
 	if place != nil && cfg != nil {
 		var ve *config.ValidationError
@@ -131,8 +138,16 @@ func (s *source) explain(cfg *config.Config, err error) error {
 func (s *source) read(getenv func(string) string) (*config.Config, error) {
 	var cfg *config.Config
 	switch {
-	case s.configPath != "" && len(s.nodes) > 0:
-		return nil, errors.New("give --config or --nodes, not both")
+	case btoi(s.configPath != "")+btoi(len(s.nodes) > 0)+btoi(s.cloudConfig != "") > 1:
+		return nil, errors.New("give one of --config, --nodes and --cloud-config")
+	case s.cloudConfig != "":
+		data, err := config.ReadFile(s.cloudConfig)
+		if err != nil {
+			return nil, fmt.Errorf("read cloud config: %w", err)
+		}
+		if cfg, err = seedconfig.FromKamateraINI(data); err != nil {
+			return nil, err
+		}
 	case s.configPath != "":
 		data, err := config.ReadFile(s.configPath)
 		if err != nil {
@@ -161,7 +176,7 @@ func (s *source) read(getenv func(string) string) (*config.Config, error) {
 		}
 		cfg.Clouds.Verda.StartupScriptFetchURL = getenv("DATACRUNCH_STARTUP_SCRIPT_FETCH_URL")
 	default:
-		return nil, errors.New("--config (or DataCrunch-style --nodes) is required")
+		return nil, errors.New("--config (or DataCrunch-style --nodes, or a Kamatera --cloud-config) is required")
 	}
 	if s.port != 0 {
 		// The port only: the host stays as configured (loopback by default).
@@ -229,4 +244,11 @@ func (e *environ) runtimeOptions(owner string, log *slog.Logger) runtime.Options
 		log = slog.New(slog.DiscardHandler)
 	}
 	return runtime.Options{Owner: owner, Getenv: e.Getenv, EnvOrigin: e.Origin, Logger: log}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -194,6 +194,28 @@ type RequestLimiter interface {
 	LimitsRequests() bool
 }
 
+// Namer is implemented by clouds whose instances are named, or whose
+// nodes register provider IDs, by rules of their own (a seed autoscaler's
+// name prefix or provider-ID prefix, kept so its nodes stay recognised).
+// Clouds without it get names "<group>-<hex>" and provider IDs
+// ProviderID(Name(), name).
+type Namer interface {
+	// NamePrefix returns what the names of a group's instances start
+	// with, before "-<hex>"; options are the group's cloud options.
+	NamePrefix(group string, options map[string]string) string
+	// ProviderID returns the provider ID the node of the instance named
+	// name registers with; List reports the same.
+	ProviderID(name string) string
+}
+
+// ProviderIDOf returns the provider ID of the instance named name on p.
+func ProviderIDOf(p Provider, name string) string {
+	if n, ok := p.(Namer); ok {
+		return n.ProviderID(name)
+	}
+	return ProviderID(p.Name(), name)
+}
+
 // ImageChooser is implemented by clouds that choose each order's image per
 // instance type (a type may not accept every image).
 type ImageChooser interface {

@@ -110,8 +110,45 @@ const (
 
 // Clouds holds one optional section per supported cloud.
 type Clouds struct {
-	Sim   *SimConfig   `json:"sim,omitempty"`
-	Verda *VerdaConfig `json:"verda,omitempty"`
+	Sim      *SimConfig      `json:"sim,omitempty"`
+	Verda    *VerdaConfig    `json:"verda,omitempty"`
+	Kamatera *KamateraConfig `json:"kamatera,omitempty"`
+}
+
+// KamateraConfig configures a Kamatera account. The API credentials are
+// never in this file: they come from the files named here, or else from
+// KAMATERA_API_CLIENT_ID and KAMATERA_API_SECRET. Groups on Kamatera have
+// names of at most 15 characters, and so has the cluster: both go into
+// server tags (k8sca-<cluster>, k8scang-<group>), as the Kamatera
+// cluster-autoscaler wrote them.
+type KamateraConfig struct {
+	// BaseURL of the API; default https://cloudcli.cloudwm.com.
+	BaseURL string `json:"baseURL,omitempty"`
+	// ClientIDFile and SecretFile hold the API credentials.
+	ClientIDFile string `json:"clientIDFile,omitempty"`
+	SecretFile   string `json:"secretFile,omitempty"`
+	// Image is the OS image of groups that name none.
+	Image string `json:"image,omitempty"`
+	// PasswordFile holds the servers' root password; without it each
+	// server gets a generated one that nobody keeps (log in with an SSH
+	// key: cloudOptions.sshKey).
+	PasswordFile string `json:"passwordFile,omitempty"`
+	// FilterNamePrefix limits gpuscaler to servers whose names start
+	// with it (the seed's filter-name-prefix).
+	FilterNamePrefix string `json:"filterNamePrefix,omitempty"`
+	// ProviderIDPrefix is what the nodes' provider IDs put before the
+	// server name; default kamatera:// (the seed's provider-id-prefix).
+	ProviderIDPrefix string `json:"providerIDPrefix,omitempty"`
+	// Imported holds the secrets of an imported INI cloud config; it is
+	// never written out.
+	Imported *KamateraSecrets `json:"-"`
+}
+
+// KamateraSecrets are the secrets a Kamatera INI cloud config carries.
+type KamateraSecrets struct {
+	ClientID, Secret string
+	// Passwords are root passwords by group.
+	Passwords map[string]string
 }
 
 // VerdaConfig configures a Verda (formerly DataCrunch) account. The API

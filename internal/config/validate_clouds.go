@@ -1,7 +1,9 @@
 package config
 
 import (
+	"regexp"
 	"slices"
+	"strings"
 
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
 
@@ -10,9 +12,20 @@ import (
 
 // Cloud names, as node groups' cloud field takes them.
 const (
-	CloudSim   = "sim"
-	CloudVerda = "verda"
+	CloudSim      = "sim"
+	CloudVerda    = "verda"
+	CloudKamatera = "kamatera"
 )
+
+// cloudNames are the clouds a config may name.
+func cloudNames() []string { return []string{CloudSim, CloudVerda, CloudKamatera} }
+
+// kamateraMaxName is the longest cluster or group name on Kamatera: both
+// go into 24-character server tags.
+const kamateraMaxName = 15
+
+// providerIDPrefix is the form of clouds.kamatera.providerIDPrefix.
+var providerIDPrefix = regexp.MustCompile(`^[a-z][a-z0-9+.-]*://$`)
 
 // simCapacityTypes are the values clouds.sim.capacity[*].capacityType takes.
 func simCapacityTypes() []string { return []string{"spot", "on-demand"} }
@@ -26,12 +39,15 @@ func configuredClouds(c Clouds) []string {
 	if c.Verda != nil {
 		names = append(names, CloudVerda)
 	}
+	if c.Kamatera != nil {
+		names = append(names, CloudKamatera)
+	}
 	return names
 }
 
 func validateClouds(p *field.Path, c Clouds) field.ErrorList {
 	if len(configuredClouds(c)) == 0 {
-		return field.ErrorList{field.Required(p, "configure at least one cloud (sim, verda)")}
+		return field.ErrorList{field.Required(p, "configure at least one cloud ("+strings.Join(cloudNames(), ", ")+")")}
 	}
 	var errs field.ErrorList
 	if c.Sim != nil {
@@ -39,6 +55,50 @@ func validateClouds(p *field.Path, c Clouds) field.ErrorList {
 	}
 	if c.Verda != nil {
 		errs = append(errs, validateVerda(p.Child(CloudVerda), c.Verda)...)
+	}
+	if c.Kamatera != nil {
+		errs = append(errs, validateKamatera(p.Child(CloudKamatera), c.Kamatera)...)
+	}
+	return errs
+}
+
+func validateKamatera(p *field.Path, k *KamateraConfig) field.ErrorList {
+	var errs field.ErrorList
+	if k.BaseURL != "" {
+		if err := cloud.CheckEndpoint(k.BaseURL); err != nil {
+			errs = append(errs, field.Invalid(p.Child("baseURL"), k.BaseURL, err.Error()))
+		}
+	}
+	if k.ProviderIDPrefix != "" && !providerIDPrefix.MatchString(k.ProviderIDPrefix) {
+		errs = append(errs, field.Invalid(p.Child("providerIDPrefix"), k.ProviderIDPrefix, "must be a scheme and ://, e.g. kamatera://"))
+	}
+	return errs
+}
+
+// validateKamateraNames checks what goes into Kamatera's server tags: the
+// cluster's and the Kamatera groups' names, at most 15 characters.
+func validateKamateraNames(c *Config) field.ErrorList {
+	if c.Clouds.Kamatera == nil {
+		return nil
+	}
+	var errs field.ErrorList
+	if len(c.ClusterName) > kamateraMaxName {
+		errs = append(errs, field.TooLong(field.NewPath("clusterName"), c.ClusterName, kamateraMaxName))
+	}
+	for i, g := range c.NodeGroups {
+		if g.Cloud != CloudKamatera {
+			continue
+		}
+		p := field.NewPath("nodeGroups").Index(i)
+		if len(g.Name) > kamateraMaxName {
+			errs = append(errs, field.TooLong(p.Child("name"), g.Name, kamateraMaxName))
+		}
+		if g.CapacityPolicy == PolicySpotOnly {
+			errs = append(errs, field.Invalid(p.Child("capacityPolicy"), g.CapacityPolicy, "Kamatera has no spot servers"))
+		}
+		if g.Image == "" && c.Clouds.Kamatera.Image == "" {
+			errs = append(errs, field.Required(p.Child("image"), "Kamatera needs an image (or set clouds.kamatera.image)"))
+		}
 	}
 	return errs
 }

@@ -91,8 +91,8 @@ func validateGroupCloud(p *field.Path, name string, c Clouds) field.ErrorList {
 	switch {
 	case name == "":
 		return field.ErrorList{field.Required(p, "name a cloud configured under clouds")}
-	case name != CloudSim && name != CloudVerda:
-		return field.ErrorList{field.NotSupported(p, name, []string{CloudSim, CloudVerda})}
+	case !slices.Contains(cloudNames(), name):
+		return field.ErrorList{field.NotSupported(p, name, cloudNames())}
 	case !slices.Contains(configuredClouds(c), name):
 		return field.ErrorList{field.Invalid(p, name, fmt.Sprintf("clouds.%s is not configured", name))}
 	}

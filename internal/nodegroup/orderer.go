@@ -81,6 +81,7 @@ func (o *orderer) create(ctx context.Context, g *group, mem *member) {
 	}
 	s.mu.Unlock()
 	tried := 0
+	var last error // the last stock-out, whose words say why
 	for _, k := range candidates(g) {
 		s.mu.Lock()
 		if mem.cancelled {
@@ -106,7 +107,8 @@ func (o *orderer) create(ctx context.Context, g *group, mem *member) {
 			continue
 		}
 		tried++
-		switch o.send(ctx, g, mem, spec) {
+		var out outcome
+		switch out, last = o.send(ctx, g, mem, spec); out {
 		case settled:
 			return
 		case stockedOut:
@@ -118,6 +120,9 @@ func (o *orderer) create(ctx context.Context, g *group, mem *member) {
 	}
 	msg := fmt.Sprintf("no capacity for %s in %s (%s); %d offerings tried",
 		g.cfg.InstanceType, strings.Join(g.cfg.Locations, ", "), g.cfg.CapacityPolicy, tried)
+	if last != nil {
+		msg += "; the last said: " + last.Error()
+	}
 	o.fail(g, mem, CodeOutOfResources, ErrorClassOutOfResources, msg, false)
 }
 
@@ -131,13 +136,14 @@ const (
 	stockedOut
 )
 
-// send renders the startup script and orders the member on one offering,
+// send renders the startup script and orders the member on one offering
+// (a stock-out's error comes back with stockedOut),
 // retrying transient failures, which by the cloud contract did not take
 // effect.
-func (o *orderer) send(ctx context.Context, g *group, mem *member, spec cloud.CreateSpec) outcome {
+func (o *orderer) send(ctx context.Context, g *group, mem *member, spec cloud.CreateSpec) (outcome, error) {
 	if err := o.render(ctx, g.cfg.Name, &spec); err != nil {
 		o.fail(g, mem, CodeInvalidConfig, ErrorClassOther, err.Error(), true)
-		return settled
+		return settled, nil
 	}
 	c := o.clients[g.cfg.Cloud]
 	backoff := time.Second
@@ -146,31 +152,31 @@ func (o *orderer) send(ctx context.Context, g *group, mem *member, spec cloud.Cr
 		switch {
 		case err == nil:
 			o.created(g, mem, inst)
-			return settled
+			return settled, nil
 		case errors.Is(err, cloud.ErrOutcomeUnknown), ctx.Err() != nil:
 			// The order may have landed: never send it again before a list says.
 			o.unknown(g, mem, err)
-			return settled
+			return settled, nil
 		}
 		o.release(ctx, mem.name)
 		switch cloud.Class(err) {
 		case cloud.ErrCapacity:
-			return stockedOut
+			return stockedOut, err
 		case cloud.ErrQuota:
 			o.fail(g, mem, CodeQuotaExceeded, ErrorClassOther, err.Error(), true)
-			return settled
+			return settled, nil
 		case cloud.ErrInvalid, cloud.ErrNotFound:
 			o.fail(g, mem, CodeInvalidConfig, ErrorClassOther, err.Error(), true)
-			return settled
+			return settled, nil
 		}
 		if attempt >= o.retries {
 			o.fail(g, mem, CodeCreateFailed, ErrorClassOther, err.Error(), true)
-			return settled
+			return settled, nil
 		}
 		o.log.Warn("create failed, retrying", "group", g.cfg.Name, "instance", spec.Name, "attempt", attempt+1, "error", err)
 		select {
 		case <-ctx.Done():
-			return settled
+			return settled, nil
 		case <-o.clock.After(backoff):
 		}
 		backoff = min(2*backoff, 30*time.Second)
@@ -181,11 +187,11 @@ func (o *orderer) send(ctx context.Context, g *group, mem *member, spec cloud.Cr
 		}
 		o.store.mu.Unlock()
 		if cancelled {
-			return settled
+			return settled, nil
 		}
 		if err := o.render(ctx, g.cfg.Name, &spec); err != nil {
 			o.fail(g, mem, CodeInvalidConfig, ErrorClassOther, err.Error(), true)
-			return settled
+			return settled, nil
 		}
 	}
 }

@@ -29,6 +29,18 @@ type sizer struct {
 	ctx       func() context.Context
 	// maxIncrease caps one IncreaseSize (sync.maxIncrease).
 	maxIncrease int
+	clients     map[string]*client
+}
+
+// namePrefix is what a group's instance names start with: the group's
+// name, unless its cloud names instances its own way (cloud.Namer).
+func (z *sizer) namePrefix(g *group) string {
+	if n, ok := z.clients[g.cfg.Cloud].p.(cloud.Namer); ok {
+		if p := n.NamePrefix(g.cfg.Name, g.cfg.CloudOptions); p != "" {
+			return p
+		}
+	}
+	return g.cfg.Name
 }
 
 // group returns a managed group by name. Callers hold the store's lock.
@@ -176,13 +188,13 @@ func (z *sizer) reconcileLocked(g *group) {
 	}
 	for g.live < g.target {
 		mem := &member{
-			name:      newName(g, g.cfg.Name),
+			name:      newName(g, z.namePrefix(g)),
 			cloud:     g.cfg.Cloud,
 			group:     g.cfg.Name,
 			phase:     phaseCreating,
 			createdAt: z.clock.Now(),
 		}
-		mem.providerID = cloud.ProviderID(g.cfg.Cloud, mem.name)
+		mem.providerID = cloud.ProviderIDOf(z.clients[g.cfg.Cloud].p, mem.name)
 		z.store.add(g, mem)
 		z.orderer.order(g, mem)
 	}

@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"k8s.io/client-go/kubernetes"
@@ -13,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
+	"github.com/gpuscaler/gpuscaler/internal/cloud/kamatera"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/verda"
 	"github.com/gpuscaler/gpuscaler/internal/config"
@@ -119,7 +122,66 @@ func buildClouds(_ context.Context, cfg *config.Config, opts Options) (*clouds, 
 		}
 		out.providers[verda.Name] = verda.New(api, vopts)
 	}
+	if k := cfg.Clouds.Kamatera; k != nil {
+		prov, err := buildKamatera(cfg, k, opts)
+		if err != nil {
+			return nil, fmt.Errorf("clouds.kamatera: %w", err)
+		}
+		out.providers[kamatera.Name] = prov
+	}
 	return out, nil
+}
+
+// buildKamatera builds the Kamatera backend: credentials from an imported
+// INI file, else from files or the environment; datacenters from the
+// groups.
+func buildKamatera(cfg *config.Config, k *config.KamateraConfig, opts Options) (*kamatera.Cloud, error) {
+	log := opts.Logger.With("cloud", kamatera.Name)
+	id, secret := "unread", "unread" // a FileOnly preflight never calls the API
+	passwords := map[string]string{}
+	switch {
+	case k.Imported != nil:
+		id, secret = k.Imported.ClientID, k.Imported.Secret
+		maps.Copy(passwords, k.Imported.Passwords)
+	case opts.preflight.readsFiles():
+		var err error
+		if id, secret, err = kamatera.Credentials(opts.Getenv, k.ClientIDFile, k.SecretFile); err != nil {
+			return nil, err
+		}
+	}
+	var datacenters []string
+	for _, g := range cfg.NodeGroups {
+		if g.Cloud != kamatera.Name {
+			continue
+		}
+		for _, dc := range g.Locations {
+			if !slices.Contains(datacenters, dc) {
+				datacenters = append(datacenters, dc)
+			}
+		}
+		if k.PasswordFile != "" && passwords[g.Name] == "" && opts.preflight.readsFiles() {
+			pw, err := config.ReadFile(k.PasswordFile)
+			if err != nil {
+				return nil, fmt.Errorf("passwordFile: %w", err)
+			}
+			passwords[g.Name] = strings.TrimSpace(string(pw))
+		}
+	}
+	baseURL, baseFrom := k.BaseURL, "baseURL"
+	if baseURL == "" {
+		baseURL, baseFrom = opts.Getenv(kamatera.URLEnv), kamatera.URLEnv
+	}
+	api, err := kamatera.NewClient(kamatera.ClientOptions{
+		BaseURL: baseURL, ClientID: id, Secret: secret, RequestsPerSecond: cfg.Sync.RequestsPerSecond, Logger: log,
+		Redact: slices.Collect(maps.Values(passwords)),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", baseFrom, err)
+	}
+	return kamatera.New(api, kamatera.Options{
+		ClusterName: cfg.ClusterName, Image: k.Image, Datacenters: datacenters, FilterNamePrefix: k.FilterNamePrefix,
+		ProviderIDPrefix: k.ProviderIDPrefix, Passwords: passwords, Logger: log,
+	}), nil
 }
 
 // RestConfig reads a kubeconfig path, or the pod's service account for

@@ -99,15 +99,67 @@ func (c *Client) ServerInfo(ctx context.Context, name string) (ServerInfo, error
 func (c *Client) ServerTags(ctx context.Context, name string) ([]string, error) {
 	var out []struct {
 		TagName string `json:"tagName"`
+		// Older answers spelled it "tag name" (the Kamatera autoscaler
+		// read that key before it read tagName).
+		TagNameSpaced string `json:"tag name"`
 	}
 	if err := c.do(ctx, call{op: "tags", method: http.MethodPost, path: "/server/tags", body: map[string]string{"name": name}, idempotent: true}, &out); err != nil {
 		return nil, err
 	}
-	tags := make([]string, len(out))
-	for i, t := range out {
-		tags[i] = t.TagName
+	tags := make([]string, 0, len(out))
+	for _, t := range out {
+		switch {
+		case t.TagName != "":
+			tags = append(tags, t.TagName)
+		case t.TagNameSpaced != "":
+			tags = append(tags, t.TagNameSpaced)
+		}
 	}
 	return tags, nil
+}
+
+// Datacenter is one row of GET /service/server?datacenter=1.
+type Datacenter struct {
+	ID string `json:"id"`
+	// Name is the country; SubCategory the city.
+	Name        string `json:"name"`
+	Category    string `json:"category"`
+	SubCategory string `json:"subCategory"`
+}
+
+// Datacenters returns the datacenters the account can order in.
+func (c *Client) Datacenters(ctx context.Context) ([]Datacenter, error) {
+	var out []Datacenter
+	q := url.Values{"datacenter": {"1"}}
+	return out, c.do(ctx, call{op: "datacenters", method: http.MethodGet, path: "/service/server", query: q, idempotent: true}, &out)
+}
+
+// Capabilities is what a datacenter sells (GET
+// /service/server?capabilities=1&datacenter=<id>): CPU types with their
+// core counts and RAM sizes, disk sizes and traffic packages.
+type Capabilities struct {
+	CPUTypes []CPUType `json:"cpuTypes"`
+	// DiskSizeGB are the disk sizes a disk spec may ask for.
+	DiskSizeGB []int `json:"diskSizeGB"`
+	// MonthlyTrafficPackage maps package ids to their descriptions.
+	MonthlyTrafficPackage        map[string]string `json:"monthlyTrafficPackage"`
+	DefaultMonthlyTrafficPackage string            `json:"defaultMonthlyTrafficPackage"`
+}
+
+// CPUType is one CPU type of a datacenter ("A", "B", "D", "T").
+type CPUType struct {
+	ID          string `json:"id"`
+	Name        string `json:"name"`
+	Description string `json:"description"`
+	CPUCores    []int  `json:"cpuCores"`
+	RAMMB       []int  `json:"ramMB"`
+}
+
+// Capabilities returns what a datacenter sells.
+func (c *Client) Capabilities(ctx context.Context, datacenter string) (Capabilities, error) {
+	var out Capabilities
+	q := url.Values{"capabilities": {"1"}, "datacenter": {datacenter}}
+	return out, c.do(ctx, call{op: "capabilities", method: http.MethodGet, path: "/service/server", query: q, idempotent: true}, &out)
 }
 
 // CreateServer orders one server and returns its command id (the order

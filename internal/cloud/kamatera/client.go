@@ -46,7 +46,10 @@ type ClientOptions struct {
 	// CommandTimeout bounds the wait for one queued command; default
 	// 40 min, as the seed autoscaler.
 	CommandTimeout time.Duration
-	Logger         *slog.Logger
+	// Redact are further secrets (root passwords) kept out of errors and
+	// logs, beside the credentials.
+	Redact []string
+	Logger *slog.Logger
 }
 
 // Client calls the Kamatera cloudcli API. It is safe for concurrent use.
@@ -97,7 +100,7 @@ func NewClient(opts ClientOptions) (*Client, error) {
 		limiter: rate.NewLimiter(rate.Limit(opts.RequestsPerSecond), max(1, int(opts.RequestsPerSecond))),
 		opts:    opts,
 		log:     opts.Logger,
-		redact:  cloud.NewRedactor(opts.ClientID, opts.Secret),
+		redact:  cloud.NewRedactor(append([]string{opts.ClientID, opts.Secret}, opts.Redact...)...),
 	}, nil
 }
 

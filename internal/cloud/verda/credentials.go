@@ -1,10 +1,9 @@
 package verda
 
 import (
-	"errors"
 	"fmt"
-	"os"
-	"strings"
+
+	"github.com/gpuscaler/gpuscaler/internal/cloud"
 )
 
 // Environment variables the credentials are read from, newest names first;
@@ -18,32 +17,13 @@ var (
 // given, else from the environment through getenv. Values are trimmed; the
 // error never contains them.
 func Credentials(getenv func(string) string, idFile, secretFile string) (id, secret string, err error) {
-	id, err = credential(getenv, idFile, clientIDEnv)
+	id, err = cloud.ReadCredential(getenv, idFile, clientIDEnv, "clouds.verda")
 	if err != nil {
 		return "", "", fmt.Errorf("verda client ID: %w", err)
 	}
-	secret, err = credential(getenv, secretFile, clientSecretEnv)
+	secret, err = cloud.ReadCredential(getenv, secretFile, clientSecretEnv, "clouds.verda")
 	if err != nil {
 		return "", "", fmt.Errorf("verda client secret: %w", err)
 	}
 	return id, secret, nil
-}
-
-func credential(getenv func(string) string, file string, envs []string) (string, error) {
-	if file != "" {
-		b, err := os.ReadFile(file)
-		if err != nil {
-			return "", fmt.Errorf("read %s: %w", file, errors.Unwrap(err))
-		}
-		if v := strings.TrimSpace(string(b)); v != "" {
-			return v, nil
-		}
-		return "", fmt.Errorf("%s is empty", file)
-	}
-	for _, e := range envs {
-		if v := strings.TrimSpace(getenv(e)); v != "" {
-			return v, nil
-		}
-	}
-	return "", fmt.Errorf("set %s (or name a file in clouds.verda)", strings.Join(envs, " or "))
 }

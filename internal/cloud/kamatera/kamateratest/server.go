@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -35,12 +36,31 @@ var tagPattern = regexp.MustCompile(`^[a-zA-Z0-9\-_\s\.]{3,24}$`)
 // Datacenters are the fake's datacenters (the engine's locations).
 var Datacenters = []string{"EU", "EU-FR", "US-NY2", "IL"}
 
-// CPUs and RAMs are the server configurations the fake sells; the engine
-// knows each as the instance type "<cpu>-<ram>".
-var (
-	CPUs = []string{"1A", "2A", "4A", "8A", "2B", "4B", "8B", "16B", "4D", "8D", "16D"}
-	RAMs = []int{1024, 2048, 4096, 8192, 16384, 32768, 65536}
-)
+// CPUType is one CPU type the fake sells in every datacenter, in the
+// shape of the capabilities answer.
+type CPUType struct {
+	ID          string `json:"id"`
+	Name        string `json:"name"`
+	Description string `json:"description"`
+	CPUCores    []int  `json:"cpuCores"`
+	RAMMB       []int  `json:"ramMB"`
+}
+
+// CPUTypes are the server configurations the fake sells; the engine knows
+// each as the instance type "<cores><type>-<ramMB>", e.g. "4B-8192".
+var CPUTypes = []CPUType{
+	{ID: "B", Name: "Type B - General Purpose", Description: "dedicated thread, reserved resources",
+		CPUCores: []int{1, 2, 4, 8, 16, 32, 48}, RAMMB: []int{1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072}},
+	{ID: "D", Name: "Type D - Dedicated", Description: "dedicated core",
+		CPUCores: []int{2, 4, 8, 16}, RAMMB: []int{2048, 4096, 8192, 16384, 32768, 65536, 131072}},
+	{ID: "T", Name: "Type T - Burstable", Description: "burstable thread",
+		CPUCores: []int{1, 2, 4, 8}, RAMMB: []int{1024, 2048, 4096, 8192, 16384}},
+	{ID: "A", Name: "Type A - Availability", Description: "shared thread, no guarantee",
+		CPUCores: []int{1, 2, 4, 8, 16, 32}, RAMMB: []int{1024, 2048, 4096, 8192, 16384, 32768, 65536}},
+}
+
+// DiskSizesGB are the disk sizes the fake sells.
+var DiskSizesGB = []int{10, 20, 50, 100, 200, 500, 1000}
 
 // TypeName is the engine instance type of a configuration.
 func TypeName(cpu string, ram int) string { return cpu + "-" + strconv.Itoa(ram) }
@@ -49,13 +69,14 @@ func TypeName(cpu string, ram int) string { return cpu + "-" + strconv.Itoa(ram)
 // of 0.005 per core and 0.003 per GiB.
 func Catalog() []cloud.InstanceType {
 	var out []cloud.InstanceType
-	for _, c := range CPUs {
-		cores, _ := strconv.Atoi(strings.TrimRight(c, "ABTD"))
-		for _, ram := range RAMs {
-			price := 0.005*float64(cores) + 0.003*float64(ram/1024)
-			out = append(out, cloud.InstanceType{
-				Name: TypeName(c, ram), VCPUs: cores, MemoryGiB: ram / 1024, Arch: "amd64", OnDemandPrice: price,
-			})
+	for _, t := range CPUTypes {
+		for _, cores := range t.CPUCores {
+			for _, ram := range t.RAMMB {
+				price := 0.005*float64(cores) + 0.003*float64(ram/1024)
+				out = append(out, cloud.InstanceType{
+					Name: TypeName(strconv.Itoa(cores)+t.ID, ram), VCPUs: cores, MemoryGiB: ram / 1024, Arch: "amd64", OnDemandPrice: price,
+				})
+			}
 		}
 	}
 	return out
@@ -120,6 +141,9 @@ type fault struct {
 	method, path string
 	status       int
 	message      string
+	// lose: the request is carried out, then the connection dropped
+	// before the answer (a lost answer).
+	lose bool
 }
 
 // New starts a fake API over an engine built by NewEngine.
@@ -141,7 +165,23 @@ func (s *Server) Engine() *sim.Engine { return s.engine }
 func (s *Server) FailNext(method, path string, status int, message string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.faults = append(s.faults, fault{method, path, status, message})
+	s.faults = append(s.faults, fault{method: method, path: path, status: status, message: message})
+}
+
+// LoseNextAnswer makes the API carry out the next request with method
+// and path, then drop the connection without answering.
+func (s *Server) LoseNextAnswer(method, path string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.faults = append(s.faults, fault{method: method, path: path, lose: true})
+}
+
+// SetCommandDelay changes how long the commands queued from now on stay
+// pending.
+func (s *Server) SetCommandDelay(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.opts.CommandDelay = d
 }
 
 // SetLatency adds a delay to every request.
@@ -228,11 +268,25 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		message(w, http.StatusUnauthorized, "Authentication failed")
 		return
 	}
-	if injected != nil {
+	switch {
+	case injected != nil && injected.lose:
+		s.route(httptest.NewRecorder(), r)
+		if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+			conn.Close()
+		}
+		return
+	case injected != nil:
 		message(w, injected.status, injected.message)
 		return
 	}
+	s.route(w, r)
+}
+
+// route serves one request.
+func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 	switch {
+	case r.Method == http.MethodGet && r.URL.Path == "/service/server":
+		s.options(w, r)
 	case r.Method == http.MethodGet && r.URL.Path == "/service/servers":
 		s.list(w)
 	case r.Method == http.MethodPost && r.URL.Path == "/server/tags":
@@ -249,6 +303,40 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		s.queue(w, r)
 	default:
 		message(w, http.StatusNotFound, "Unknown endpoint "+r.URL.Path)
+	}
+}
+
+// datacenterNames are the fake's datacenters' countries and cities.
+var datacenterNames = map[string][2]string{
+	"EU": {"The Netherlands", "Amsterdam"}, "EU-FR": {"Germany", "Frankfurt"},
+	"US-NY2": {"United States", "New York"}, "IL": {"Israel", "Rosh Haayin"},
+}
+
+// options answers GET /service/server?datacenter=1 (the datacenters) and
+// ?capabilities=1&datacenter=<id> (what one sells).
+func (s *Server) options(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	locations := s.engine.Locations()
+	switch {
+	case q.Get("capabilities") != "":
+		dc := q.Get("datacenter")
+		if !slices.Contains(locations, dc) {
+			message(w, http.StatusInternalServerError, "Invalid datacenter: "+dc)
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{
+			"diskSizeGB": DiskSizesGB, "cpuTypes": CPUTypes, "defaultMonthlyTrafficPackage": "t5000",
+			"monthlyTrafficPackage": map[string]string{"t5000": "5000GB/month on 10Gbit/sec port", "b20": "20Mbit/sec unmetered on 10Gbit/sec port"},
+		})
+	case q.Get("datacenter") == "1":
+		out := []map[string]string{}
+		for _, dc := range locations {
+			n := datacenterNames[dc]
+			out = append(out, map[string]string{"id": dc, "name": n[0], "category": "", "subCategory": n[1]})
+		}
+		writeJSON(w, http.StatusOK, out)
+	default:
+		message(w, http.StatusBadRequest, "Invalid request")
 	}
 }
 
@@ -378,6 +466,7 @@ type createBody struct {
 	Script       string          `json:"script-file"`
 	Tag          string          `json:"tag"`
 	Quantity     json.RawMessage `json:"quantity"`
+	Password     string          `json:"password"`
 }
 
 func (s *Server) create(w http.ResponseWriter, r *http.Request) {
@@ -427,8 +516,17 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		return "complete", "Creating server\nName: " + b.Name + "\nServer created successfully"
 	})
 	s.mu.Unlock()
+	if b.Password == "__generate__" {
+		// The API answers a generated password beside the command ids.
+		writeJSON(w, http.StatusOK, map[string]any{"password": GeneratedPassword, "commandIds": []string{id}})
+		return
+	}
 	writeJSON(w, http.StatusOK, []string{id})
 }
+
+// GeneratedPassword is the root password the fake answers for a create
+// asking "__generate__"; tests check it never reaches a log.
+const GeneratedPassword = "Gen3rated-root-pw"
 
 func (s *Server) power(w http.ResponseWriter, r *http.Request, state string) {
 	sv, _, ok := s.named(r)

@@ -1,0 +1,452 @@
+package kamatera_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpuscaler/gpuscaler/internal/cloud"
+	"github.com/gpuscaler/gpuscaler/internal/cloud/kamatera"
+	"github.com/gpuscaler/gpuscaler/internal/cloud/kamatera/kamateratest"
+	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
+	"github.com/gpuscaler/gpuscaler/internal/config"
+	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
+)
+
+const (
+	clientID     = "kamatera-id"
+	secret       = "kamatera-secret-never-logged"
+	rootPassword = "root-pw-never-logged"
+	account      = "kamatera-account"
+)
+
+// syncBuffer is a log sink safe for concurrent writers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// userData stands in for bootstrap: every server gets a script holding a
+// join token.
+type userData struct{}
+
+func (userData) UserData(_ context.Context, spec cloud.CreateSpec) (string, error) {
+	return "#!/bin/bash\nJOIN_TOKEN=join-token-for-" + spec.Name + "\n", nil
+}
+
+type backend struct {
+	fake   *kamateratest.Server
+	engine *sim.Engine
+	prov   *kamatera.Cloud
+	mgr    *nodegroup.Manager
+	cfg    *config.Config
+	logs   *syncBuffer
+	stop   func()
+}
+
+const groupsYAML = `
+  - {name: ng1, cloud: kamatera, instanceType: 2A-4096, locations: [EU], image: ubuntu_server_24.04_64-bit, maxSize: 6,
+     cloudOptions: {networks: "name=wan,ip=auto", sshKey: "ssh-ed25519 AAAAC3Nza test"}}
+`
+
+// newBackend runs the real core over the Kamatera backend over the fake
+// API. capacity bounds each offering of the engine.
+func newBackend(t *testing.T, capacity int, groups string) *backend {
+	t.Helper()
+	engine, err := kamateratest.NewEngine(sim.Config{BootDelay: sim.Duration(10 * time.Millisecond), DeleteDelay: sim.Duration(10 * time.Millisecond),
+		DefaultCapacity: &capacity}, sim.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake := kamateratest.New(engine, kamateratest.Options{ClientID: clientID, Secret: secret, CommandDelay: 30 * time.Millisecond})
+	t.Cleanup(fake.Close)
+	cfg, err := config.Parse([]byte("clusterName: prod\nsync: {period: 100ms, requestsPerSecond: 2000}\nclouds:\n  kamatera: {}\nnodeGroups:\n" + groups))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &backend{fake: fake, engine: engine, cfg: cfg, logs: &syncBuffer{}}
+	b.start(t)
+	t.Cleanup(func() {
+		b.stop()
+		for _, s := range []string{secret, rootPassword, kamateratest.GeneratedPassword, "join-token-for-"} {
+			if strings.Contains(b.logs.String(), s) {
+				t.Errorf("a secret (%s) reached the logs", s)
+			}
+		}
+	})
+	return b
+}
+
+// start runs a fresh backend and core, as a new process would.
+func (b *backend) start(t *testing.T) {
+	t.Helper()
+	log := slog.New(slog.NewTextHandler(b.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	api, err := kamatera.NewClient(kamatera.ClientOptions{BaseURL: b.fake.URL, ClientID: clientID, Secret: secret,
+		RequestsPerSecond: 2000, RetryBase: time.Millisecond, PollInterval: 5 * time.Millisecond, Redact: []string{rootPassword}, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.prov = kamatera.New(api, kamatera.Options{ClusterName: "prod", Datacenters: []string{"EU", "EU-FR"},
+		Passwords: map[string]string{"ng1": rootPassword}, LostCreateWindow: 5 * time.Second, Logger: log})
+	mgr, err := nodegroup.New(b.cfg, map[string]cloud.Provider{kamatera.Name: b.prov},
+		nodegroup.Options{Logger: log, Registerer: prometheus.NewRegistry(), Bootstrap: userData{}, ResolveAfter: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := mgr.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b.mgr = mgr
+	b.stop = func() { cancel(); mgr.Wait() }
+}
+
+func (b *backend) wait(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s\n%s", what, b.logs.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func (b *backend) running(t *testing.T, group string) []nodegroup.Instance {
+	t.Helper()
+	insts, err := b.mgr.Instances(group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []nodegroup.Instance
+	for _, in := range insts {
+		if in.State == nodegroup.StateRunning {
+			out = append(out, in)
+		}
+	}
+	return out
+}
+
+func (b *backend) servers() []string {
+	names := b.fake.Servers()
+	slices.Sort(names)
+	return names
+}
+
+// TestScaleUpAndDown: servers are ordered with the seed's tags, the
+// group's server settings and the rendered script, listed as running with
+// their address, and powered off and terminated on scale-down.
+func TestScaleUpAndDown(t *testing.T) {
+	b := newBackend(t, 5, groupsYAML)
+	ctx := context.Background()
+	if err := b.mgr.IncreaseSize(ctx, "ng1", 2); err != nil {
+		t.Fatal(err)
+	}
+	b.wait(t, "2 running", func() bool { return len(b.running(t, "ng1")) == 2 })
+	for _, in := range b.running(t, "ng1") {
+		if !strings.HasPrefix(in.ProviderID, "kamatera://ng1-") || in.InstanceType != "2A-4096" || in.Location != "EU" {
+			t.Errorf("instance %+v", in)
+		}
+		if ip, ok := b.mgr.InstanceIP(in.Name); !ok || ip == "" {
+			t.Errorf("no address for %s", in.Name)
+		}
+		tags := b.fake.Tags(in.Name)
+		if !slices.Equal(tags, []string{"k8sca-prod", "k8scang-ng1"}) {
+			t.Errorf("tags of %s: %v", in.Name, tags)
+		}
+		if !strings.Contains(b.fake.Script(in.Name), "join-token-for-"+in.Name) {
+			t.Errorf("script of %s: %q", in.Name, b.fake.Script(in.Name))
+		}
+	}
+	victim := b.running(t, "ng1")[0]
+	if err := b.mgr.DeleteNodes(ctx, "ng1", []string{victim.ProviderID}); err != nil {
+		t.Fatal(err)
+	}
+	b.wait(t, "the server terminated", func() bool { return !slices.Contains(b.fake.Servers(), victim.Name) })
+	calls := b.fake.Calls()
+	if calls["POST /service/server/poweroff"] != 1 || calls["POST /service/server/terminate"] != 1 {
+		t.Errorf("scale-down calls: %v", calls)
+	}
+	if n, _ := b.mgr.TargetSize("ng1"); n != 1 {
+		t.Errorf("target %d after deleting one of two", n)
+	}
+}
+
+// TestOldAutoscalerServersAreManaged: servers the Kamatera
+// cluster-autoscaler made (its tags, its name pattern) are found at start
+// and scaled down; servers of another cluster or no cluster are left
+// alone.
+func TestOldAutoscalerServersAreManaged(t *testing.T) {
+	b := newBackendWith(t, groupsYAML, func(fake *kamateratest.Server) {
+		for _, sv := range []struct {
+			name string
+			tags []string
+		}{
+			{"ng1-8c1f0e2a9b3", []string{"k8sca-prod", "k8scang-ng1"}},
+			{"ng1-51d0aa7e03c", []string{"k8sca-prod", "k8scang-ng1"}},
+			{"ng1-0000other00", []string{"k8sca-staging", "k8scang-ng1"}},
+			{"db-server", nil},
+		} {
+			if err := fake.AddServer(sv.name, "EU", "2A", 4096, sv.tags); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+	b.wait(t, "the old servers found", func() bool { return len(b.running(t, "ng1")) == 2 })
+	if n, _ := b.mgr.TargetSize("ng1"); n != 2 {
+		t.Fatalf("target %d, want the 2 servers found", n)
+	}
+	ctx := context.Background()
+	if err := b.mgr.DeleteNodes(ctx, "ng1", []string{"kamatera://ng1-8c1f0e2a9b3"}); err != nil {
+		t.Fatal(err)
+	}
+	b.wait(t, "the old server terminated", func() bool { return !slices.Contains(b.fake.Servers(), "ng1-8c1f0e2a9b3") })
+	if got := b.servers(); !slices.Equal(got, []string{"db-server", "ng1-0000other00", "ng1-51d0aa7e03c"}) {
+		t.Fatalf("servers left %v", got)
+	}
+}
+
+// newBackendWith is newBackend with servers put in the account before the
+// core starts.
+func newBackendWith(t *testing.T, groups string, before func(*kamateratest.Server)) *backend {
+	t.Helper()
+	capacity := 100
+	engine, err := kamateratest.NewEngine(sim.Config{BootDelay: sim.Duration(10 * time.Millisecond), DeleteDelay: sim.Duration(10 * time.Millisecond),
+		DefaultCapacity: &capacity}, sim.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake := kamateratest.New(engine, kamateratest.Options{ClientID: clientID, Secret: secret, CommandDelay: 30 * time.Millisecond})
+	t.Cleanup(fake.Close)
+	before(fake)
+	cfg, err := config.Parse([]byte("clusterName: prod\nsync: {period: 100ms, requestsPerSecond: 2000}\nclouds:\n  kamatera: {}\nnodeGroups:\n" + groups))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &backend{fake: fake, engine: engine, cfg: cfg, logs: &syncBuffer{}}
+	b.start(t)
+	t.Cleanup(func() { b.stop() })
+	return b
+}
+
+// TestFailedQueueCommandIsAFailedScaleUp: a create whose queue command
+// errors (a stock-out in the log) is reported on the instance with the
+// log's words, and leaves no server.
+func TestFailedQueueCommandIsAFailedScaleUp(t *testing.T) {
+	b := newBackend(t, 0, groupsYAML)
+	if err := b.mgr.IncreaseSize(context.Background(), "ng1", 1); err != nil {
+		t.Fatal(err)
+	}
+	var failed nodegroup.Instance
+	b.wait(t, "a failed instance", func() bool {
+		insts, _ := b.mgr.Instances("ng1")
+		if len(insts) == 1 && insts[0].ErrorCode != "" {
+			failed = insts[0]
+			return true
+		}
+		return false
+	})
+	if failed.ErrorClass != nodegroup.ErrorClassOutOfResources || !strings.Contains(failed.ErrorMessage, "insufficient resources") {
+		t.Fatalf("failed instance %+v", failed)
+	}
+	if got := b.fake.Servers(); len(got) != 0 {
+		t.Fatalf("servers left %v", got)
+	}
+}
+
+// TestLostCreateAnswerOrdersOnce: the create is carried out but its answer
+// lost: the server is found by name once its command has run, and nothing
+// is ordered twice.
+func TestLostCreateAnswerOrdersOnce(t *testing.T) {
+	b := newBackend(t, 5, groupsYAML)
+	b.fake.SetCommandDelay(1500 * time.Millisecond) // well past the core's ResolveAfter
+	b.fake.LoseNextAnswer(http.MethodPost, "/service/server")
+	if err := b.mgr.IncreaseSize(context.Background(), "ng1", 1); err != nil {
+		t.Fatal(err)
+	}
+	b.wait(t, "1 running", func() bool { return len(b.running(t, "ng1")) == 1 })
+	time.Sleep(time.Second) // several syncs past ResolveAfter
+	if calls := b.fake.Calls()["POST /service/server"]; calls != 1 {
+		t.Fatalf("%d creates for one server", calls)
+	}
+	if got := b.fake.Servers(); len(got) != 1 {
+		t.Fatalf("servers %v", got)
+	}
+}
+
+// TestLostCommandPollsStillOrderOnce: every poll of the create's command
+// fails: the create's outcome is unknown, the backend follows the command
+// itself, and the server is adopted once, not ordered again.
+func TestLostCommandPollsStillOrderOnce(t *testing.T) {
+	b := newBackend(t, 5, groupsYAML)
+	b.fake.SetCommandDelay(1500 * time.Millisecond)
+	for range 8 { // the client's 5 retries of one poll, and more
+		b.fake.FailNext(http.MethodGet, "/service/queue", http.StatusBadGateway, "bad gateway")
+	}
+	if err := b.mgr.IncreaseSize(context.Background(), "ng1", 1); err != nil {
+		t.Fatal(err)
+	}
+	b.wait(t, "1 running", func() bool { return len(b.running(t, "ng1")) == 1 })
+	time.Sleep(time.Second)
+	if calls := b.fake.Calls()["POST /service/server"]; calls != 1 {
+		t.Fatalf("%d creates for one server", calls)
+	}
+}
+
+// TestRestartMidCreate: the process stops while a create's command is
+// still queued; the next process finds the server by its tags when it
+// lands and orders nothing more.
+func TestRestartMidCreate(t *testing.T) {
+	b := newBackend(t, 5, groupsYAML)
+	b.fake.SetCommandDelay(600 * time.Millisecond)
+	if err := b.mgr.IncreaseSize(context.Background(), "ng1", 2); err != nil {
+		t.Fatal(err)
+	}
+	b.wait(t, "2 creates sent", func() bool { return b.fake.Calls()["POST /service/server"] == 2 })
+	b.stop()
+	b.start(t)
+	b.wait(t, "2 running after the restart", func() bool { return len(b.running(t, "ng1")) == 2 })
+	time.Sleep(500 * time.Millisecond)
+	if calls := b.fake.Calls()["POST /service/server"]; calls != 2 {
+		t.Fatalf("%d creates for two servers", calls)
+	}
+	if n, _ := b.mgr.TargetSize("ng1"); n != 2 {
+		t.Fatalf("target %d after the restart", n)
+	}
+}
+
+// TestAnotherReplicasServerIsAdopted: a server of the group that another
+// replica ordered (or an operator tagged) joins the group; the core does
+// not order past it.
+func TestAnotherReplicasServerIsAdopted(t *testing.T) {
+	b := newBackend(t, 5, groupsYAML)
+	if err := b.mgr.IncreaseSize(context.Background(), "ng1", 1); err != nil {
+		t.Fatal(err)
+	}
+	b.wait(t, "1 running", func() bool { return len(b.running(t, "ng1")) == 1 })
+	if err := b.fake.AddServer("ng1-aaaabbbbccc", "EU", "2A", 4096, []string{"k8sca-prod", "k8scang-ng1"}); err != nil {
+		t.Fatal(err)
+	}
+	b.wait(t, "2 running", func() bool { return len(b.running(t, "ng1")) == 2 })
+	if n, _ := b.mgr.TargetSize("ng1"); n != 2 {
+		t.Fatalf("target %d with the other replica's server", n)
+	}
+	if calls := b.fake.Calls()["POST /service/server"]; calls != 1 {
+		t.Fatalf("%d creates", calls)
+	}
+}
+
+// TestSteadyStateCallsDoNotGrowWithServers: once each server's tags and
+// details are known, a sync costs one list call, however many servers.
+func TestSteadyStateCallsDoNotGrowWithServers(t *testing.T) {
+	b := newBackendWith(t, strings.Replace(groupsYAML, "maxSize: 6", "maxSize: 40", 1), func(fake *kamateratest.Server) {
+		for i := range 30 {
+			name := "ng1-" + strings.Repeat("0", 8) + string(rune('a'+i%26)) + string(rune('a'+i/26)) + "x"
+			if err := fake.AddServer(name, "EU", "2A", 4096, []string{"k8sca-prod", "k8scang-ng1"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i := range 20 {
+			if err := fake.AddServer("other-"+string(rune('a'+i)), "EU", "2A", 4096, []string{"k8sca-staging"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+	b.wait(t, "the servers found", func() bool { return len(b.running(t, "ng1")) == 30 })
+	time.Sleep(300 * time.Millisecond)
+	before := b.fake.Calls()
+	time.Sleep(time.Second) // about 10 syncs
+	after := b.fake.Calls()
+	for _, k := range []string{"POST /server/tags", "POST /service/server/info"} {
+		if after[k] != before[k] {
+			t.Errorf("%s grew in steady state: %d → %d", k, before[k], after[k])
+		}
+	}
+	if lists := after["GET /service/servers"] - before["GET /service/servers"]; lists < 3 {
+		t.Errorf("only %d lists in a second", lists)
+	}
+	if tags := after["POST /server/tags"]; tags != 50 {
+		t.Errorf("%d tag lookups for 50 servers, want one each", tags)
+	}
+}
+
+// TestScaleCyclesLeaveNothing: 100 random scale-ups and scale-downs, with
+// failing calls and stock-outs, then scale to zero: no server is left.
+func TestScaleCyclesLeaveNothing(t *testing.T) {
+	b := newBackend(t, 4, `
+  - {name: ng1, cloud: kamatera, instanceType: 2A-4096, locations: [EU, EU-FR], image: ubuntu, maxSize: 8}
+`)
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, seed))
+	ctx := context.Background()
+	for i := range 100 {
+		insts, err := b.mgr.Instances("ng1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i%2 == 0 {
+			if room := 8 - len(insts); room > 0 {
+				_ = b.mgr.IncreaseSize(ctx, "ng1", 1+rng.IntN(min(room, 3)))
+			}
+		} else {
+			var ids []string
+			for _, in := range insts {
+				if in.State == nodegroup.StateRunning && rng.IntN(2) == 0 {
+					ids = append(ids, in.ProviderID)
+				}
+			}
+			if len(ids) > 0 {
+				_ = b.mgr.DeleteNodes(ctx, "ng1", ids)
+			}
+		}
+		switch rng.IntN(10) {
+		case 0:
+			b.fake.FailNext(http.MethodPost, "/service/server/terminate", http.StatusInternalServerError, "Failed to run command method (terminate)")
+		case 1:
+			b.fake.FailNext(http.MethodGet, "/service/servers", http.StatusServiceUnavailable, "Service Unavailable")
+		case 2:
+			b.fake.LoseNextAnswer(http.MethodPost, "/service/server")
+		}
+		time.Sleep(time.Duration(10+rng.IntN(40)) * time.Millisecond)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		insts, _ := b.mgr.Instances("ng1")
+		var ids []string
+		for _, in := range insts {
+			ids = append(ids, in.ProviderID)
+		}
+		if len(ids) > 0 {
+			_ = b.mgr.DeleteNodes(ctx, "ng1", ids)
+		}
+		if len(b.fake.Servers()) == 0 && len(insts) == 0 && len(b.engine.Instances(account)) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("left behind: servers %v, %d members (seed %d)", b.fake.Servers(), len(insts), seed)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
