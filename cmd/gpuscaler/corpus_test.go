@@ -15,8 +15,9 @@ import (
 type corpusCase struct {
 	File string `json:"file"`
 	// Kind is "datacrunch" for a cluster config given through
-	// DATACRUNCH_CLUSTER_CONFIG_FILE with Nodes as --nodes flags; native
-	// and ca-verda files are given with --config.
+	// DATACRUNCH_CLUSTER_CONFIG_FILE with Nodes as --nodes flags, and
+	// "kamatera" for an INI cloud config given with --cloud-config;
+	// native and ca-verda files are given with --config.
 	Kind  string            `json:"kind"`
 	Nodes []string          `json:"nodes"`
 	Env   map[string]string `json:"env"`
@@ -55,7 +56,7 @@ func TestMalformedConfigCorpus(t *testing.T) {
 	if len(cases) < 60 || len(files) != len(cases)+1 {
 		t.Fatalf("%d cases for %d files; every file needs a case, and the corpus at least 60", len(cases), len(files)-1)
 	}
-	for _, variable := range []string{"VERDA_CLIENT_ID", "VERDA_CLIENT_SECRET", "VERDA_BASE_URL", "DATACRUNCH_CLUSTER_CONFIG_JSON", "DATACRUNCH_CLUSTER_CONFIG", "DATACRUNCH_CLUSTER_CONFIG_FILE", "DATACRUNCH_STARTUP_SCRIPT_FETCH_URL"} {
+	for _, variable := range []string{"VERDA_CLIENT_ID", "VERDA_CLIENT_SECRET", "VERDA_BASE_URL", "DATACRUNCH_CLUSTER_CONFIG_JSON", "DATACRUNCH_CLUSTER_CONFIG", "DATACRUNCH_CLUSTER_CONFIG_FILE", "DATACRUNCH_STARTUP_SCRIPT_FETCH_URL", "KAMATERA_API_CLIENT_ID", "KAMATERA_API_SECRET", "KAMATERA_API_URL"} {
 		t.Setenv(variable, "")
 		os.Unsetenv(variable)
 	}
@@ -77,6 +78,9 @@ func TestMalformedConfigCorpus(t *testing.T) {
 			}
 			path := filepath.Join(dir, c.File)
 			args := []string{"--config", path}
+			if c.Kind == "kamatera" {
+				args = []string{"--cloud-config", path}
+			}
 			if c.Kind == "datacrunch" {
 				t.Setenv("DATACRUNCH_CLUSTER_CONFIG_FILE", path)
 				args = nil

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"regexp"
 	"slices"
 	"strings"
@@ -83,7 +84,7 @@ func validateKamateraNames(c *Config) field.ErrorList {
 	}
 	var errs field.ErrorList
 	if len(c.ClusterName) > kamateraMaxName {
-		errs = append(errs, field.TooLong(field.NewPath("clusterName"), c.ClusterName, kamateraMaxName))
+		errs = append(errs, field.Invalid(field.NewPath("clusterName"), c.ClusterName, fmt.Sprintf("at most %d characters with Kamatera: it goes into the k8sca- server tag", kamateraMaxName)))
 	}
 	for i, g := range c.NodeGroups {
 		if g.Cloud != CloudKamatera {
@@ -91,7 +92,7 @@ func validateKamateraNames(c *Config) field.ErrorList {
 		}
 		p := field.NewPath("nodeGroups").Index(i)
 		if len(g.Name) > kamateraMaxName {
-			errs = append(errs, field.TooLong(p.Child("name"), g.Name, kamateraMaxName))
+			errs = append(errs, field.Invalid(p.Child("name"), g.Name, fmt.Sprintf("at most %d characters on Kamatera: it goes into the k8scang- server tag", kamateraMaxName)))
 		}
 		if g.CapacityPolicy == PolicySpotOnly {
 			errs = append(errs, field.Invalid(p.Child("capacityPolicy"), g.CapacityPolicy, "Kamatera has no spot servers"))

@@ -163,7 +163,12 @@ func groupSection(name string) string { return `[nodegroup "` + name + `"]` }
 func FromKamateraINI(data []byte) (*config.Config, error) {
 	var ini kamateraINI
 	if err := gcfg.ReadInto(&ini, bytes.NewReader(data)); err != nil {
-		return nil, fmt.Errorf("kamatera cloud config: %s", strings.ReplaceAll(strings.TrimSpace(strings.TrimPrefix(err.Error(), "warnings:\n")), "\n", "; "))
+		// gcfg lists unknown keys as "warning(s):" lines; all are errors here.
+		msg := strings.TrimSpace(err.Error())
+		for _, p := range []string{"warnings:", "warning:"} {
+			msg = strings.TrimSpace(strings.TrimPrefix(msg, p))
+		}
+		return nil, fmt.Errorf("kamatera cloud config: %s", strings.ReplaceAll(msg, "\n", "; "))
 	}
 	gl := ini.Global
 	var errs []error
