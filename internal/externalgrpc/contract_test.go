@@ -22,6 +22,8 @@ import (
 	"log/slog"
 
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
+	"github.com/gpuscaler/gpuscaler/internal/cloud/kamatera"
+	"github.com/gpuscaler/gpuscaler/internal/cloud/kamatera/kamateratest"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/verda"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/verda/verdatest"
@@ -68,14 +70,39 @@ type fixture struct {
 	account string
 }
 
+// kamateraContractConfig is contractConfig's groups on Kamatera, which
+// sells CPU servers on demand only: same names and sizes, CPU types, no
+// MIG, and the scarce group's datacenter out of stock.
+const kamateraContractConfig = `
+clusterName: contract
+sync: {period: 200ms, requestsPerSecond: 1000}
+clouds:
+  kamatera: {image: ubuntu_server_24.04_64-bit}
+nodeGroups:
+  - {name: h100, cloud: kamatera, instanceType: 8B-32768, locations: [EU, EU-FR], maxSize: 10, labels: {team: ml}}
+  - {name: mig, cloud: kamatera, instanceType: 16B-65536, locations: [US-NY2], maxSize: 2}
+  - {name: scarce, cloud: kamatera, instanceType: 4A-8192, locations: [IL], maxSize: 3}
+`
+
 // backends are the clouds the contract tests run against: the simulated
-// cloud directly, and Verda's backend over its fake REST API (itself on a
-// simulated engine).
-var backends = []string{"sim", "verda"}
+// cloud directly, and Verda's and Kamatera's backends over their fake REST
+// APIs (themselves on a simulated engine).
+var backends = []string{"sim", "verda", "kamatera"}
+
+// gpuBackends are the backends whose catalogs have GPUs and spot.
+var gpuBackends = []string{"sim", "verda"}
 
 // forEachBackend runs a contract test once per backend.
 func forEachBackend(t *testing.T, test func(t *testing.T, backend string)) {
 	for _, b := range backends {
+		t.Run(b, func(t *testing.T) { test(t, b) })
+	}
+}
+
+// forEachGPUBackend runs a contract test of GPU templates, GPU types or
+// spot prices once per backend that sells them.
+func forEachGPUBackend(t *testing.T, test func(t *testing.T, backend string)) {
+	for _, b := range gpuBackends {
 		t.Run(b, func(t *testing.T) { test(t, b) })
 	}
 }
@@ -88,22 +115,40 @@ func newFixture(t *testing.T, doc, backend string) *fixture {
 		doc = strings.ReplaceAll(doc, "cloud: sim", "cloud: verda")
 		doc = strings.Replace(doc, "clouds:\n", "clouds:\n  verda: {}\n", 1)
 	}
+	if backend == "kamatera" {
+		doc = kamateraContractConfig
+	}
 	cfg, err := config.Parse([]byte(doc))
 	if err != nil {
 		t.Fatal(err)
 	}
-	newEngine := sim.NewEngine
-	if backend == "verda" {
-		newEngine = verdatest.NewEngine
+	var engine *sim.Engine
+	switch backend {
+	case "kamatera":
+		engine, err = kamateratest.NewEngine(sim.Config{BootDelay: sim.Duration(100 * time.Millisecond), DeleteDelay: sim.Duration(50 * time.Millisecond)}, sim.Options{})
+	case "verda":
+		engine, err = verdatest.NewEngine(gsruntime.SimConfig(*cfg.Clouds.Sim), sim.Options{})
+	default:
+		engine, err = sim.NewEngine(gsruntime.SimConfig(*cfg.Clouds.Sim), sim.Options{})
 	}
-	engine, err := newEngine(gsruntime.SimConfig(*cfg.Clouds.Sim), sim.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	engine.SetCapacity(cloud.OfferingKey{InstanceType: "1A100.22V", Location: "ICE-01", CapacityType: cloud.Spot}, 0)
+	engine.SetCapacity(cloud.OfferingKey{InstanceType: "4A-8192", Location: "IL", CapacityType: cloud.OnDemand}, 0)
 	log := slog.New(slog.DiscardHandler)
 	f := &fixture{engine: engine, account: cfg.ClusterName}
 	var prov cloud.Provider = engine.Account(cfg.ClusterName)
+	if backend == "kamatera" {
+		fake := kamateratest.New(engine, kamateratest.Options{ClientID: "id", Secret: "secret", CommandDelay: 20 * time.Millisecond})
+		t.Cleanup(fake.Close)
+		api, err := kamatera.NewClient(kamatera.ClientOptions{BaseURL: fake.URL, ClientID: "id", Secret: "secret",
+			RequestsPerSecond: 1000, RetryBase: time.Millisecond, PollInterval: 5 * time.Millisecond, Logger: log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		prov, f.account = kamatera.New(api, kamatera.Options{ClusterName: cfg.ClusterName, Image: cfg.Clouds.Kamatera.Image, Logger: log}), "kamatera-account"
+	}
 	if backend == "verda" {
 		fake := verdatest.New(engine, verdatest.Options{ClientID: "id", ClientSecret: "secret", CreateAnswersJSON: true, IgnoreScriptPaging: true})
 		t.Cleanup(fake.Close)
@@ -280,7 +325,7 @@ func TestContractInstanceIDsAreProviderIDs(t *testing.T) {
 }
 
 func TestContractTemplates(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, backend string) {
+	forEachGPUBackend(t, func(t *testing.T, backend string) {
 		f := newFixture(t, contractConfig, backend)
 		ctx := call(t)
 		tests := []struct {
@@ -395,6 +440,17 @@ func TestContractDeleteAndDecrease(t *testing.T) {
 		}
 		h100 := instancesOf(t, f, "h100", 1)
 		mig := instancesOf(t, f, "mig", 1)
+		inCloud := func() bool {
+			for _, in := range f.engine.Instances(f.account) {
+				if in.Group == "h100" {
+					return true
+				}
+			}
+			return false
+		}
+		// A cloud may take a while to make it (Kamatera's queue): the
+		// delete must find it there, not just cancel an order.
+		wait(t, "h100 at the cloud", inCloud)
 		_, err := f.client.NodeGroupDeleteNodes(ctx, &pb.NodeGroupDeleteNodesRequest{Id: "h100", Nodes: []*pb.ExternalGrpcNode{{ProviderID: mig[0].GetId()}}})
 		if status.Code(err) != codes.FailedPrecondition {
 			t.Fatalf("deleting another group's node: %v", err)
@@ -408,19 +464,12 @@ func TestContractDeleteAndDecrease(t *testing.T) {
 		if _, err := f.client.NodeGroupDeleteNodes(ctx, &pb.NodeGroupDeleteNodesRequest{Id: "h100", Nodes: []*pb.ExternalGrpcNode{{ProviderID: h100[0].GetId()}}}); err != nil {
 			t.Fatal(err)
 		}
-		wait(t, "h100 empty at the cloud", func() bool {
-			for _, in := range f.engine.Instances(f.account) {
-				if in.Group == "h100" {
-					return false
-				}
-			}
-			return true
-		})
+		wait(t, "h100 empty at the cloud", func() bool { return !inCloud() })
 	})
 }
 
 func TestContractOptionsPricingAndGPUs(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, backend string) {
+	forEachGPUBackend(t, func(t *testing.T, backend string) {
 		f := newFixture(t, contractConfig, backend)
 		ctx := call(t)
 		defaults := &pb.NodeGroupAutoscalingOptions{

@@ -238,7 +238,7 @@ func (s *Server) Servers() []string {
 // AddServer puts a server in the account directly, as another tool (or
 // the old Kamatera autoscaler) made it.
 func (s *Server) AddServer(name, datacenter, cpu string, ram int, tags []string) error {
-	in, err := s.acct.Create(context.Background(), cloud.CreateSpec{Name: name, InstanceType: TypeName(cpu, ram), Location: datacenter, CapacityType: cloud.OnDemand})
+	in, err := s.acct.Create(context.Background(), cloud.CreateSpec{Name: name, Group: groupTag(tags), InstanceType: TypeName(cpu, ram), Location: datacenter, CapacityType: cloud.OnDemand})
 	if err != nil {
 		return err
 	}
@@ -246,6 +246,17 @@ func (s *Server) AddServer(name, datacenter, cpu string, ram int, tags []string)
 	defer s.mu.Unlock()
 	s.servers[name] = &server{id: in.ID, name: name, datacenter: datacenter, cpu: cpu, ram: ram, tags: tags, power: "on", createdAt: in.CreatedAt}
 	return nil
+}
+
+// groupTag is the node group a server's k8scang- tag names, so that the
+// engine's view groups servers as the autoscalers do.
+func groupTag(tags []string) string {
+	for _, t := range tags {
+		if g, ok := strings.CutPrefix(t, "k8scang-"); ok {
+			return g
+		}
+	}
+	return ""
 }
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
@@ -502,7 +513,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	sv := &server{name: b.Name, datacenter: b.Datacenter, cpu: b.CPU, ram: ram, tags: strings.Fields(b.Tag), power: "on", script: b.Script}
 	s.servers[b.Name] = sv
 	id := s.newCommandLocked("Create Server", b.Name, func() (string, string) {
-		in, err := s.acct.Create(context.Background(), cloud.CreateSpec{Name: b.Name, InstanceType: TypeName(b.CPU, ram), Location: b.Datacenter, CapacityType: cloud.OnDemand})
+		in, err := s.acct.Create(context.Background(), cloud.CreateSpec{Name: b.Name, Group: groupTag(strings.Fields(b.Tag)), InstanceType: TypeName(b.CPU, ram), Location: b.Datacenter, CapacityType: cloud.OnDemand})
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if err != nil {

@@ -179,7 +179,7 @@ func (s *Server) createInstance(w http.ResponseWriter, r *http.Request) {
 		ct = cloud.Spot
 	}
 	in, err := s.acct.Create(r.Context(), cloud.CreateSpec{
-		Name: b.Hostname, InstanceType: b.InstanceType, Location: *b.LocationCode, CapacityType: ct,
+		Name: b.Hostname, Group: descriptionGroup(b.Description), InstanceType: b.InstanceType, Location: *b.LocationCode, CapacityType: ct,
 	})
 	switch {
 	case errors.Is(err, cloud.ErrCapacity):
@@ -436,4 +436,15 @@ func volumeID(m *meta) any {
 		return nil
 	}
 	return m.volumeID
+}
+
+// descriptionGroup is the group a description "... group=<name>" names,
+// so that the engine's view groups instances as the autoscaler does.
+func descriptionGroup(desc string) string {
+	for _, f := range strings.Fields(desc) {
+		if g, ok := strings.CutPrefix(f, "group="); ok {
+			return g
+		}
+	}
+	return ""
 }
