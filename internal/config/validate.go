@@ -37,7 +37,7 @@ func Validate(c *Config) field.ErrorList {
 	errs = append(errs, validateKubeconfig(c)...)
 	errs = append(errs, validateClouds(field.NewPath("clouds"), c.Clouds)...)
 	errs = append(errs, validateGroups(field.NewPath("nodeGroups"), c)...)
-	errs = append(errs, validateKamateraNames(c)...)
+	errs = append(errs, validateKamateraGroups(c)...)
 	return sanitize(errs)
 }
 

@@ -76,9 +76,10 @@ func validateKamatera(p *field.Path, k *KamateraConfig) field.ErrorList {
 	return errs
 }
 
-// validateKamateraNames checks what goes into Kamatera's server tags: the
-// cluster's and the Kamatera groups' names, at most 15 characters.
-func validateKamateraNames(c *Config) field.ErrorList {
+// validateKamateraGroups checks what Kamatera asks of its groups: the
+// cluster's and the groups' names fit server tags (at most 15 characters),
+// no spot, an image, and startup scripts that hold no secret.
+func validateKamateraGroups(c *Config) field.ErrorList {
 	if c.Clouds.Kamatera == nil {
 		return nil
 	}
@@ -96,6 +97,10 @@ func validateKamateraNames(c *Config) field.ErrorList {
 		}
 		if g.CapacityPolicy == PolicySpotOnly {
 			errs = append(errs, field.Invalid(p.Child("capacityPolicy"), g.CapacityPolicy, "Kamatera has no spot servers"))
+		}
+		if g.Bootstrap != nil && g.Bootstrap.Delivery == DeliveryInline {
+			errs = append(errs, field.Invalid(p.Child("bootstrap", "delivery"), g.Bootstrap.Delivery,
+				"Kamatera's API has no call to remove a server's script after boot, so the join secrets would stay there: use delivery: server (the server gets a one-time stub)"))
 		}
 		if g.Image == "" && c.Clouds.Kamatera.Image == "" {
 			errs = append(errs, field.Required(p.Child("image"), "Kamatera needs an image (or set clouds.kamatera.image)"))

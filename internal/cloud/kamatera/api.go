@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
@@ -224,6 +225,10 @@ func (c *Client) Command(ctx context.Context, id string) (Command, error) {
 	return out[0], nil
 }
 
+// ErrCommandFailed marks a queued command that ended in error: unlike a
+// failure to follow it, the command is over.
+var ErrCommandFailed = errors.New("failed")
+
 // WaitCommand polls a queued command until it completes (its log is
 // returned) or fails: a failed command is an error classed by its log
 // (capacity, quota, invalid configuration; otherwise transient), with the
@@ -260,7 +265,7 @@ func (c *Client) WaitCommand(ctx context.Context, id string) (string, error) {
 			if class == nil {
 				class = cloud.ErrTransient
 			}
-			return cmd.Log, cloud.Errorf(class, "queue", "command %s (%s) failed: %s", id, cmd.CommandInfo, c.redact.Text(cmd.Log))
+			return cmd.Log, cloud.NewError(class, "queue", fmt.Errorf("command %s (%s): %w: %s", id, cmd.CommandInfo, ErrCommandFailed, c.redact.Text(cmd.Log)))
 		}
 		interval = min(interval+interval/2, 10*time.Second)
 	}

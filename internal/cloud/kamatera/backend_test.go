@@ -275,6 +275,25 @@ func TestFailedQueueCommandIsAFailedScaleUp(t *testing.T) {
 	}
 }
 
+// TestHalfMadeServerIsTerminated: a create command fails with words that
+// say nothing known, but the server was made: it is terminated, and the
+// order retried once, so one server is left.
+func TestHalfMadeServerIsTerminated(t *testing.T) {
+	b := newBackend(t, 5, groupsYAML)
+	b.fake.FailNextCreate("Creating server\nError: unexpected failure attaching disk", true)
+	if err := b.mgr.IncreaseSize(context.Background(), "ng1", 1); err != nil {
+		t.Fatal(err)
+	}
+	b.wait(t, "1 running", func() bool { return len(b.running(t, "ng1")) == 1 })
+	b.wait(t, "the half-made server gone", func() bool { return len(b.fake.Servers()) == 1 })
+	if calls := b.fake.Calls(); calls["POST /service/server"] != 2 || calls["POST /service/server/terminate"] != 1 {
+		t.Fatalf("calls %v", calls)
+	}
+	if !strings.Contains(b.logs.String(), "unexpected failure attaching disk") {
+		t.Errorf("the command's log is not in the logs")
+	}
+}
+
 // TestLostCreateAnswerOrdersOnce: the create is carried out but its answer
 // lost: the server is found by name once its command has run, and nothing
 // is ordered twice.

@@ -507,7 +507,7 @@ func (c *Cloud) Create(ctx context.Context, spec cloud.CreateSpec) (cloud.Instan
 		return cloud.Instance{}, err
 	}
 	if _, err := c.api.WaitCommand(ctx, cmd); err != nil {
-		if cloud.Class(err) == cloud.ErrTransient {
+		if !errors.Is(err, ErrCommandFailed) {
 			// The command may still run: the server is looked up by name.
 			c.remember(spec, start, cmd)
 			return cloud.Instance{}, cloud.NewError(cloud.ErrOutcomeUnknown, "create", err)

@@ -205,3 +205,25 @@ func TestKamateraFieldNames(t *testing.T) {
 		}
 	}
 }
+
+// TestKamateraExample: examples/kamatera.ini loads as documented.
+func TestKamateraExample(t *testing.T) {
+	data, err := os.ReadFile("../../../examples/kamatera.ini")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := loadKamatera(t, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.NodeGroups) != 2 {
+		t.Fatalf("groups %+v", cfg.NodeGroups)
+	}
+	big, workers := cfg.NodeGroups[0], cfg.NodeGroups[1]
+	if big.InstanceType != "16D-65536" || big.MaxSize != 4 || big.CloudOptions["disks"] != "size=200 size=500" || big.Labels["tier"] != "big" {
+		t.Errorf("big %+v", big)
+	}
+	if workers.InstanceType != "4B-8192" || workers.MinSize != 0 || workers.MaxSize != 10 || workers.CloudOptions["scriptBase64"] == "" {
+		t.Errorf("workers %+v", workers)
+	}
+}

@@ -113,6 +113,8 @@ type Server struct {
 	nextCmd  int
 	calls    map[string]int
 	faults   []fault
+	// brokenCreates fail the next create commands, in order.
+	brokenCreates []brokenCreate
 	latency  time.Duration
 }
 
@@ -174,6 +176,39 @@ func (s *Server) LoseNextAnswer(method, path string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.faults = append(s.faults, fault{method: method, path: path, lose: true})
+}
+
+// brokenCreate is how the next create command fails.
+type brokenCreate struct {
+	log string
+	// leaveServer: the server is made but the command still errors.
+	leaveServer bool
+}
+
+// FailNextCreate makes the next create's queue command end in error with
+// log; with leaveServer the server is made all the same (a half-failed
+// create that leaves a billed server behind).
+func (s *Server) FailNextCreate(log string, leaveServer bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.brokenCreates = append(s.brokenCreates, brokenCreate{log: log, leaveServer: leaveServer})
+}
+
+// breakCreate ends a create command in error, leaving the server or not.
+func (s *Server) breakCreate(name, datacenter, cpu string, ram int, sv *server, b brokenCreate) (string, string) {
+	if b.leaveServer {
+		in, err := s.acct.Create(context.Background(), cloud.CreateSpec{Name: name, Group: groupTag(sv.tags), InstanceType: TypeName(cpu, ram), Location: datacenter, CapacityType: cloud.OnDemand})
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if err == nil {
+			sv.id, sv.createdAt = in.ID, in.CreatedAt
+		}
+		return "error", b.log
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.servers, name)
+	return "error", b.log
 }
 
 // SetCommandDelay changes how long the commands queued from now on stay
@@ -512,7 +547,14 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	}
 	sv := &server{name: b.Name, datacenter: b.Datacenter, cpu: b.CPU, ram: ram, tags: strings.Fields(b.Tag), power: "on", script: b.Script}
 	s.servers[b.Name] = sv
+	broken := s.brokenCreates
+	if len(broken) > 0 {
+		s.brokenCreates = broken[1:]
+	}
 	id := s.newCommandLocked("Create Server", b.Name, func() (string, string) {
+		if len(broken) > 0 {
+			return s.breakCreate(b.Name, b.Datacenter, b.CPU, ram, sv, broken[0])
+		}
 		in, err := s.acct.Create(context.Background(), cloud.CreateSpec{Name: b.Name, Group: groupTag(strings.Fields(b.Tag)), InstanceType: TypeName(b.CPU, ram), Location: b.Datacenter, CapacityType: cloud.OnDemand})
 		s.mu.Lock()
 		defer s.mu.Unlock()
