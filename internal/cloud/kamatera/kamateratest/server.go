@@ -115,7 +115,7 @@ type Server struct {
 	faults   []fault
 	// brokenCreates fail the next create commands, in order.
 	brokenCreates []brokenCreate
-	latency  time.Duration
+	latency       time.Duration
 }
 
 type server struct {
