@@ -98,6 +98,16 @@ func validateKamateraGroups(c *Config) field.ErrorList {
 		if g.CapacityPolicy == PolicySpotOnly {
 			errs = append(errs, field.Invalid(p.Child("capacityPolicy"), g.CapacityPolicy, "Kamatera has no spot servers"))
 		}
+		if f := c.Clouds.Kamatera.FilterNamePrefix; f != "" {
+			prefix, path := g.Name, p.Child("name")
+			if np := g.CloudOptions["namePrefix"]; np != "" {
+				prefix, path = np, p.Child("cloudOptions").Key("namePrefix")
+			}
+			if !strings.HasPrefix(prefix, f) {
+				errs = append(errs, field.Invalid(path, prefix, fmt.Sprintf(
+					"server names start with it, and clouds.kamatera.filterNamePrefix (%q) hides every server whose name does not start with that: set a namePrefix that does", f)))
+			}
+		}
 		if g.Bootstrap != nil && g.Bootstrap.Delivery == DeliveryInline {
 			errs = append(errs, field.Invalid(p.Child("bootstrap", "delivery"), g.Bootstrap.Delivery,
 				"Kamatera's API has no call to remove a server's script after boot, so the join secrets would stay there: use delivery: server (the server gets a one-time stub)"))

@@ -548,7 +548,7 @@ func (c *Cloud) cleanUp(name string) {
 // request builds the API's create body from an order.
 func (c *Cloud) request(spec cloud.CreateSpec) (CreateRequest, error) {
 	if spec.CapacityType == cloud.Spot {
-		return CreateRequest{}, errors.New("Kamatera has no spot servers")
+		return CreateRequest{}, errors.New("no spot servers on Kamatera")
 	}
 	cpu, ram, err := ParseType(spec.InstanceType)
 	if err != nil {
@@ -585,6 +585,10 @@ func (c *Cloud) request(spec cloud.CreateSpec) (CreateRequest, error) {
 			return CreateRequest{}, fmt.Errorf("%s: %w", OptionScriptBase64, err)
 		}
 		script = string(b)
+	}
+	if f := c.opts.FilterNamePrefix; f != "" && !strings.HasPrefix(spec.Name, f) {
+		// List would never see the server: it would be ordered again and again.
+		return CreateRequest{}, fmt.Errorf("server name %q does not start with the filter name prefix %q", spec.Name, f)
 	}
 	tags := c.tags(spec)
 	for _, t := range tags {

@@ -338,6 +338,8 @@ func KamateraField(cfg *config.Config, path string) string {
 		return "[global] kamatera-api-url"
 	case "clouds.kamatera.providerIDPrefix":
 		return "[global] provider-id-prefix"
+	case "clouds.kamatera.filterNamePrefix":
+		return "[global] filter-name-prefix"
 	}
 	i, rest, ok := splitGroup(cfg, path)
 	if !ok {
@@ -370,4 +372,5 @@ var kamateraFields = fieldNames{
 
 // KamateraTerms renames the native field names a message mentions in the
 // INI file's terms.
-var KamateraTerms = strings.NewReplacer("minSize", "min-size", "maxSize", "max-size", "instanceType", "cpu and ram")
+var KamateraTerms = strings.NewReplacer("clouds.kamatera.filterNamePrefix", "filter-name-prefix",
+	"namePrefix", "name-prefix", "minSize", "min-size", "maxSize", "max-size", "instanceType", "cpu and ram")
