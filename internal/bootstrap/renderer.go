@@ -152,8 +152,12 @@ func (r *Renderer) Reissue(ctx context.Context, spec cloud.CreateSpec, ordered t
 // reading its join token.
 func (r *Renderer) script(ctx context.Context, g config.NodeGroup, spec cloud.CreateSpec, tokenTTL time.Duration) (string, error) {
 	b := g.Bootstrap
+	pid := spec.ProviderID
+	if pid == "" {
+		pid = cloud.ProviderID(g.Cloud, spec.Name)
+	}
 	v := Vars{
-		ProviderID: cloud.ProviderID(g.Cloud, spec.Name), NodeName: spec.Name, Cloud: g.Cloud, Group: g.Name,
+		ProviderID: pid, NodeName: spec.Name, Cloud: g.Cloud, Group: g.Name,
 		Labels: spec.Labels, LabelsArg: labelsArg(spec.Labels), Taints: spec.Taints, TaintsArg: taintsArg(spec.Taints),
 		KubeletExtraArgs: b.KubeletExtraArgs, JoinEndpoint: b.Server, CACertHash: b.CACertHash,
 	}

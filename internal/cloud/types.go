@@ -154,6 +154,9 @@ type CreateSpec struct {
 	Image string
 	// DiskGiB is the OS disk size; 0 means the cloud's default.
 	DiskGiB int
+	// ProviderID is what the node registers as spec.providerID, known
+	// before the order (see Namer); empty means ProviderID(cloud, Name).
+	ProviderID string
 	// Labels and Taints are what the node must register with. A real cloud
 	// delivers them through UserData; the simulated cloud registers the Node
 	// with them directly. Both may be shared between orders: neither the

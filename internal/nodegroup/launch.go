@@ -137,6 +137,7 @@ func (l *launcher) prepareLocked(req LaunchRequest) (cloud.CreateSpec, *member, 
 		providerID: cloud.ProviderIDOf(l.clients[req.Cloud].p, name), offering: k, price: price,
 		createdAt: l.orderer.clock.Now(), resolved: make(chan struct{}),
 	}
+	spec.ProviderID = mem.providerID
 	return spec, mem, nil
 }
 

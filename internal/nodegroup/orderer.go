@@ -101,6 +101,7 @@ func (o *orderer) create(ctx context.Context, g *group, mem *member) {
 		var spec cloud.CreateSpec
 		if ok {
 			spec = o.templater.spec(g, mem.name, k)
+			spec.ProviderID = mem.providerID
 		}
 		s.mu.Unlock()
 		if !ok {

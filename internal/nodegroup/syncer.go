@@ -260,7 +260,9 @@ func (y *syncer) unjoinedLocked(cloudName string) (out []reissue, ready bool) {
 					continue
 				}
 			}
-			out = append(out, reissue{spec: y.orderer().templater.spec(g, mem.name, mem.offering), ordered: mem.createdAt})
+			spec := y.orderer().templater.spec(g, mem.name, mem.offering)
+			spec.ProviderID = mem.providerID
+			out = append(out, reissue{spec: spec, ordered: mem.createdAt})
 		}
 	}
 	return out, true

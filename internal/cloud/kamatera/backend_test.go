@@ -52,7 +52,7 @@ func (s *syncBuffer) String() string {
 type userData struct{}
 
 func (userData) UserData(_ context.Context, spec cloud.CreateSpec) (string, error) {
-	return "#!/bin/bash\nJOIN_TOKEN=join-token-for-" + spec.Name + "\n", nil
+	return "#!/bin/bash\nPROVIDER_ID=" + spec.ProviderID + "\nJOIN_TOKEN=join-token-for-" + spec.Name + "\n", nil
 }
 
 type backend struct {
@@ -63,6 +63,8 @@ type backend struct {
 	cfg    *config.Config
 	logs   *syncBuffer
 	stop   func()
+	// tweak, when set, changes the backend's options at each start.
+	tweak func(*kamatera.Options)
 }
 
 const groupsYAML = `
@@ -107,8 +109,12 @@ func (b *backend) start(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.prov = kamatera.New(api, kamatera.Options{ClusterName: "prod", Datacenters: []string{"EU", "EU-FR"},
-		Passwords: map[string]string{"ng1": rootPassword}, LostCreateWindow: 5 * time.Second, Logger: log})
+	opts := kamatera.Options{ClusterName: "prod", Datacenters: []string{"EU", "EU-FR"},
+		Passwords: map[string]string{"ng1": rootPassword}, LostCreateWindow: 5 * time.Second, Logger: log}
+	if b.tweak != nil {
+		b.tweak(&opts)
+	}
+	b.prov = kamatera.New(api, opts)
 	mgr, err := nodegroup.New(b.cfg, map[string]cloud.Provider{kamatera.Name: b.prov},
 		nodegroup.Options{Logger: log, Registerer: prometheus.NewRegistry(), Bootstrap: userData{}, ResolveAfter: 300 * time.Millisecond})
 	if err != nil {
@@ -494,5 +500,29 @@ func TestLaunchRecordsOwner(t *testing.T) {
 	}
 	if len(listed) != 1 || listed[0].Owner != "karpenter" || listed[0].Group != "" || listed[0].Name != in.Name || listed[0].InstanceType != "4B-8192" {
 		t.Fatalf("listed %+v", listed)
+	}
+}
+
+// TestProviderIDPrefix: with the seed's provider-id-prefix, instances
+// report it, the script hands it to the kubelet, and the canonical
+// kamatera:// form still resolves.
+func TestProviderIDPrefix(t *testing.T) {
+	b := newBackend(t, 5, groupsYAML)
+	b.stop()
+	b.tweak = func(o *kamatera.Options) { o.ProviderIDPrefix = "rke2://" }
+	b.start(t)
+	if err := b.mgr.IncreaseSize(context.Background(), "ng1", 1); err != nil {
+		t.Fatal(err)
+	}
+	b.wait(t, "1 running", func() bool { return len(b.running(t, "ng1")) == 1 })
+	in := b.running(t, "ng1")[0]
+	if in.ProviderID != "rke2://"+in.Name || !slices.Contains(in.Aliases, "kamatera://"+in.Name) {
+		t.Fatalf("instance %+v", in)
+	}
+	if !strings.Contains(b.fake.Script(in.Name), "PROVIDER_ID=rke2://"+in.Name+"\n") {
+		t.Fatalf("script %q", b.fake.Script(in.Name))
+	}
+	if g, ok := b.mgr.GroupForProviderID("kamatera://" + in.Name); !ok || g != "ng1" {
+		t.Fatalf("alias lookup: %q %v", g, ok)
 	}
 }
