@@ -208,3 +208,21 @@ func TestGroupsWithoutBootstrapGetNothing(t *testing.T) {
 		t.Fatalf("got %q, %v", out, err)
 	}
 }
+
+// TestCloudsOwnProviderID: an order carrying its cloud's own provider-ID
+// form (a seed's prefix, a zone and id) hands exactly that to the kubelet.
+func TestCloudsOwnProviderID(t *testing.T) {
+	r, err := New(testConfig(t), Options{Kube: secrets()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := spec("k3s-plain")
+	s.ProviderID = "rke2://k3s-plain-0123456789"
+	out, err := r.UserData(context.Background(), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "provider-id=rke2://k3s-plain-0123456789") || strings.Contains(out, "sim://") {
+		t.Fatalf("script does not carry the order's provider ID:\n%s", out)
+	}
+}
