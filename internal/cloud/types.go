@@ -165,6 +165,11 @@ type CreateSpec struct {
 	Taints []corev1.Taint
 	// UserData is the rendered startup script or cloud-init document.
 	UserData string
+	// RenderUserData, set instead of UserData for clouds that assign the
+	// provider ID at create (IDAssigner), renders the startup script for
+	// the provider ID; the cloud calls it once it knows the ID, before
+	// the instance boots. Nil when the order has no script.
+	RenderUserData func(ctx context.Context, providerID string) (string, error)
 	// Options carries cloud-specific settings from the node group's config
 	// (for example Verda's contract or SSH key IDs). Keys are documented by
 	// each cloud package.
@@ -209,6 +214,15 @@ type Namer interface {
 	// ProviderID returns the provider ID the node of the instance named
 	// name registers with; List reports the same.
 	ProviderID(name string) string
+}
+
+// IDAssigner is implemented by clouds whose provider IDs hold an ID the
+// cloud assigns when it creates the instance (Scaleway's server UUID), so
+// no name-based provider ID can be known before the order: the core hands
+// such clouds CreateSpec.RenderUserData instead of UserData, and takes the
+// provider ID from the Instance Create returns.
+type IDAssigner interface {
+	AssignsIDs() bool
 }
 
 // ProviderIDOf returns the provider ID of the instance named name on p.

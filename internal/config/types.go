@@ -113,6 +113,28 @@ type Clouds struct {
 	Sim      *SimConfig      `json:"sim,omitempty"`
 	Verda    *VerdaConfig    `json:"verda,omitempty"`
 	Kamatera *KamateraConfig `json:"kamatera,omitempty"`
+	Scaleway *ScalewayConfig `json:"scaleway,omitempty"`
+}
+
+// ScalewayConfig configures a Scaleway project. The API keys are never in
+// this file: they come from the files named here, else from SCW_ACCESS_KEY
+// and SCW_SECRET_KEY, else from a profile of the Scaleway config file
+// (~/.config/scw/config.yaml, or SCW_CONFIG_PATH).
+type ScalewayConfig struct {
+	// ProjectID is where servers are made; default SCW_DEFAULT_PROJECT_ID,
+	// else the profile's.
+	ProjectID string `json:"projectID,omitempty"`
+	// APIURL defaults to SCW_API_URL, else https://api.scaleway.com.
+	APIURL string `json:"apiURL,omitempty"`
+	// AccessKeyFile and SecretKeyFile hold the API keys.
+	AccessKeyFile string `json:"accessKeyFile,omitempty"`
+	SecretKeyFile string `json:"secretKeyFile,omitempty"`
+	// Profile names a profile of the Scaleway config file; default its
+	// active profile, when the keys are not found elsewhere.
+	Profile string `json:"profile,omitempty"`
+	// Image is the marketplace label or image UUID of groups that name
+	// none; default ubuntu_noble_gpu_os_12 (Scaleway's GPU OS).
+	Image string `json:"image,omitempty"`
 }
 
 // KamateraConfig configures a Kamatera account. The API credentials are

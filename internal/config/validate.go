@@ -38,6 +38,7 @@ func Validate(c *Config) field.ErrorList {
 	errs = append(errs, validateClouds(field.NewPath("clouds"), c.Clouds)...)
 	errs = append(errs, validateGroups(field.NewPath("nodeGroups"), c)...)
 	errs = append(errs, validateKamateraGroups(c)...)
+	errs = append(errs, validateScalewayGroups(c)...)
 	return sanitize(errs)
 }
 

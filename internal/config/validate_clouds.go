@@ -16,10 +16,14 @@ const (
 	CloudSim      = "sim"
 	CloudVerda    = "verda"
 	CloudKamatera = "kamatera"
+	CloudScaleway = "scaleway"
 )
 
 // cloudNames are the clouds a config may name.
-func cloudNames() []string { return []string{CloudSim, CloudVerda, CloudKamatera} }
+func cloudNames() []string { return []string{CloudSim, CloudVerda, CloudKamatera, CloudScaleway} }
+
+// scalewayZone is the form of a Scaleway zone (fr-par-2, nl-ams-1).
+var scalewayZone = regexp.MustCompile(`^[a-z]{2}-[a-z]{3}-[0-9]+$`)
 
 // kamateraMaxName is the longest cluster or group name on Kamatera: both
 // go into 24-character server tags.
@@ -43,6 +47,9 @@ func configuredClouds(c Clouds) []string {
 	if c.Kamatera != nil {
 		names = append(names, CloudKamatera)
 	}
+	if c.Scaleway != nil {
+		names = append(names, CloudScaleway)
+	}
 	return names
 }
 
@@ -59,6 +66,32 @@ func validateClouds(p *field.Path, c Clouds) field.ErrorList {
 	}
 	if c.Kamatera != nil {
 		errs = append(errs, validateKamatera(p.Child(CloudKamatera), c.Kamatera)...)
+	}
+	if c.Scaleway != nil && c.Scaleway.APIURL != "" {
+		if err := cloud.CheckEndpoint(c.Scaleway.APIURL); err != nil {
+			errs = append(errs, field.Invalid(p.Child(CloudScaleway, "apiURL"), c.Scaleway.APIURL, err.Error()))
+		}
+	}
+	return errs
+}
+
+// validateScalewayGroups checks what Scaleway asks of its groups: zones
+// as locations, and no spot.
+func validateScalewayGroups(c *Config) field.ErrorList {
+	var errs field.ErrorList
+	for i, g := range c.NodeGroups {
+		if g.Cloud != CloudScaleway {
+			continue
+		}
+		p := field.NewPath("nodeGroups").Index(i)
+		for j, z := range g.Locations {
+			if !scalewayZone.MatchString(z) {
+				errs = append(errs, field.Invalid(p.Child("locations").Index(j), z, "a Scaleway zone, such as fr-par-2 or nl-ams-1"))
+			}
+		}
+		if g.CapacityPolicy == PolicySpotOnly {
+			errs = append(errs, field.Invalid(p.Child("capacityPolicy"), g.CapacityPolicy, "Scaleway has no spot servers"))
+		}
 	}
 	return errs
 }

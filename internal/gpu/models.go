@@ -38,6 +38,8 @@ var models = []Model{
 	{Name: "L4", Product: "NVIDIA-L4", Accelerator: "l4", MemoryMiB: 23034, Family: "ada-lovelace"},
 	{Name: "V100-16GB", Product: "Tesla-V100-SXM2-16GB", Accelerator: "v100", MemoryMiB: 16384, Family: "volta"},
 	{Name: "T4", Product: "Tesla-T4", Accelerator: "t4", MemoryMiB: 15360, Family: "turing"},
+	{Name: "RTX3070", Product: "NVIDIA-GeForce-RTX-3070", Accelerator: "rtx3070", MemoryMiB: 8192, Family: "ampere"},
+	{Name: "P100", Product: "Tesla-P100-PCIE-16GB", Accelerator: "p100", MemoryMiB: 16280, Family: "pascal"},
 }
 
 // LookupModel returns the model with the given table key.

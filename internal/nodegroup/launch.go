@@ -69,7 +69,7 @@ func (l *launcher) launch(ctx context.Context, req LaunchRequest) (Instance, err
 	s.add(lg, mem)
 	s.mu.Unlock()
 
-	if err := l.orderer.render(ctx, req.Template, &spec); err != nil {
+	if err := l.orderer.render(ctx, req.Cloud, req.Template, &spec); err != nil {
 		l.abandon(mem)
 		return Instance{}, cloud.NewError(cloud.ErrInvalid, "launch", err)
 	}

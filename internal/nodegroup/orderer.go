@@ -142,7 +142,7 @@ const (
 // retrying transient failures, which by the cloud contract did not take
 // effect.
 func (o *orderer) send(ctx context.Context, g *group, mem *member, spec cloud.CreateSpec) (outcome, error) {
-	if err := o.render(ctx, g.cfg.Name, &spec); err != nil {
+	if err := o.render(ctx, g.cfg.Cloud, g.cfg.Name, &spec); err != nil {
 		o.fail(g, mem, CodeInvalidConfig, ErrorClassOther, err.Error(), true)
 		return settled, nil
 	}
@@ -190,7 +190,7 @@ func (o *orderer) send(ctx context.Context, g *group, mem *member, spec cloud.Cr
 		if cancelled {
 			return settled, nil
 		}
-		if err := o.render(ctx, g.cfg.Name, &spec); err != nil {
+		if err := o.render(ctx, g.cfg.Cloud, g.cfg.Name, &spec); err != nil {
 			o.fail(g, mem, CodeInvalidConfig, ErrorClassOther, err.Error(), true)
 			return settled, nil
 		}
@@ -200,12 +200,26 @@ func (o *orderer) send(ctx context.Context, g *group, mem *member, spec cloud.Cr
 // render puts the startup script of bootGroup's bootstrap on an order. A
 // launched instance renders with its template group's (spec.Group is set to
 // it only while rendering); with no group, the order has no script.
-func (o *orderer) render(ctx context.Context, bootGroup string, spec *cloud.CreateSpec) error {
+func (o *orderer) render(ctx context.Context, cloudName, bootGroup string, spec *cloud.CreateSpec) error {
 	if o.boot == nil || bootGroup == "" {
 		return nil
 	}
 	rs := *spec
 	rs.Group = bootGroup
+	if a, ok := o.clients[cloudName].p.(cloud.IDAssigner); ok && a.AssignsIDs() {
+		// The cloud renders once it knows the instance's ID.
+		boot := o.boot
+		spec.RenderUserData = func(ctx context.Context, providerID string) (string, error) {
+			r := rs
+			r.ProviderID = providerID
+			ud, err := boot.UserData(ctx, r)
+			if err != nil {
+				return "", fmt.Errorf("render startup script for %s: %w", r.Name, err)
+			}
+			return ud, nil
+		}
+		return nil
+	}
 	ud, err := o.boot.UserData(ctx, rs)
 	if err != nil {
 		return fmt.Errorf("render startup script for %s: %w", spec.Name, err)

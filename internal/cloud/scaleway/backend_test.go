@@ -1,0 +1,400 @@
+package scaleway_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/scaleway/scaleway-sdk-go/api/instance/v1"
+	"github.com/scaleway/scaleway-sdk-go/scw"
+
+	"github.com/gpuscaler/gpuscaler/internal/cloud"
+	"github.com/gpuscaler/gpuscaler/internal/cloud/scaleway"
+	"github.com/gpuscaler/gpuscaler/internal/cloud/scaleway/scwtest"
+	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
+	"github.com/gpuscaler/gpuscaler/internal/config"
+	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
+)
+
+const (
+	accessKey = "SCWACCESSKEY0000TEST"
+	secretKey = "11111111-2222-4333-8444-555555555555"
+	projectID = "22222222-2222-4222-8222-222222222222"
+	account   = "scaleway-account"
+)
+
+// syncBuffer is a log sink safe for concurrent writers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// cloudInit stands in for bootstrap: a cloud-init document naming the
+// node's provider ID, labels and taints, as the renderer writes them.
+type cloudInit struct{}
+
+func (cloudInit) UserData(_ context.Context, spec cloud.CreateSpec) (string, error) {
+	var b strings.Builder
+	b.WriteString("#cloud-config\nruncmd:\n  - [sh, -c, 'k3s agent --kubelet-arg=provider-id=" + spec.ProviderID + " --node-name " + spec.Name)
+	for k, v := range spec.Labels {
+		b.WriteString(" --node-label " + k + "=" + v)
+	}
+	for _, t := range spec.Taints {
+		b.WriteString(" --node-taint " + t.ToString())
+	}
+	b.WriteString(" --token join-token-for-" + spec.Name + "']\n")
+	return b.String(), nil
+}
+
+type backend struct {
+	fake   *scwtest.Server
+	engine *sim.Engine
+	mgr    *nodegroup.Manager
+	cfg    *config.Config
+	logs   *syncBuffer
+	stop   func()
+	opts   scaleway.Options
+}
+
+const groupsYAML = `
+  - name: l4
+    cloud: scaleway
+    instanceType: L4-1-24G
+    locations: [fr-par-2, nl-ams-1]
+    maxSize: 6
+    diskSizeGiB: 80
+    labels: {team: ml}
+    taints: [{key: nvidia.com/gpu, value: present, effect: NoSchedule}]
+`
+
+func newBackend(t *testing.T, capacity int, groups string, fakeOpts scwtest.Options) *backend {
+	t.Helper()
+	engine, err := scwtest.NewEngine(sim.Config{BootDelay: sim.Duration(20 * time.Millisecond), DeleteDelay: sim.Duration(20 * time.Millisecond),
+		DefaultCapacity: &capacity}, sim.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fakeOpts.SecretKey = secretKey
+	fake := scwtest.New(engine, fakeOpts)
+	t.Cleanup(fake.Close)
+	cfg, err := config.Parse([]byte("clusterName: prod\nsync: {period: 100ms, requestsPerSecond: 2000}\nclouds:\n  scaleway: {}\nnodeGroups:\n" + groups))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &backend{fake: fake, engine: engine, cfg: cfg, logs: &syncBuffer{}, opts: scaleway.Options{
+		ClusterName: "prod", ProjectID: projectID, Zones: []string{"fr-par-1", "fr-par-2", "nl-ams-1"},
+		StartGrace: 2 * time.Second, RetryBase: time.Millisecond, Secrets: []string{secretKey},
+	}}
+	b.start(t)
+	t.Cleanup(func() {
+		b.stop()
+		for _, s := range []string{secretKey, "join-token-for-"} {
+			if strings.Contains(b.logs.String(), s) {
+				t.Errorf("a secret (%s) reached the logs", s)
+			}
+		}
+	})
+	return b
+}
+
+func (b *backend) client(t *testing.T) *scw.Client {
+	t.Helper()
+	c, err := scaleway.NewClient(scaleway.ClientOptions{AccessKey: accessKey, SecretKey: secretKey, ProjectID: projectID,
+		APIURL: b.fake.URL, RequestsPerSecond: 2000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// start runs a fresh backend and core, as a new process would.
+func (b *backend) start(t *testing.T) {
+	t.Helper()
+	log := slog.New(slog.NewTextHandler(b.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	opts := b.opts
+	opts.Logger = log
+	prov := scaleway.New(b.client(t), opts)
+	mgr, err := nodegroup.New(b.cfg, map[string]cloud.Provider{scaleway.Name: prov},
+		nodegroup.Options{Logger: log, Registerer: prometheus.NewRegistry(), Bootstrap: cloudInit{}, ResolveAfter: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := mgr.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b.mgr = mgr
+	b.stop = func() { cancel(); mgr.Wait() }
+}
+
+func (b *backend) wait(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s\n%s", what, b.logs.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func (b *backend) running(t *testing.T, group string) []nodegroup.Instance {
+	t.Helper()
+	insts, err := b.mgr.Instances(group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []nodegroup.Instance
+	for _, in := range insts {
+		if in.State == nodegroup.StateRunning {
+			out = append(out, in)
+		}
+	}
+	return out
+}
+
+// TestScaleUpAndDown: a server is made with the cluster's and group's
+// tags and a boot volume of the group's size, booted with a cloud-init
+// that names its provider ID (scaleway://<zone>/<id>), labels and taints
+// and no Scaleway credential, and on scale-down it goes with its volume.
+func TestScaleUpAndDown(t *testing.T) {
+	b := newBackend(t, 5, groupsYAML, scwtest.Options{})
+	ctx := context.Background()
+	if err := b.mgr.IncreaseSize(ctx, "l4", 2); err != nil {
+		t.Fatal(err)
+	}
+	b.wait(t, "2 running", func() bool { return len(b.running(t, "l4")) == 2 })
+	for _, sv := range b.fake.Servers() {
+		pid := "scaleway://" + sv.Zone + "/" + sv.ID
+		if sv.Zone != "fr-par-2" || sv.CommercialType != "L4-1-24G" || sv.VolumeType != "sbs_volume" || sv.VolumeSize != 80_000_000_000 ||
+			!slices.Contains(sv.Tags, "gpuscaler-cluster=prod") || !slices.Contains(sv.Tags, "gpuscaler-group=l4") ||
+			sv.Image != scwtest.Images[scaleway.DefaultImage] {
+			t.Errorf("server %+v", sv)
+		}
+		for _, want := range []string{"provider-id=" + pid + " ", "--node-label team=ml", "--node-taint nvidia.com/gpu=present:NoSchedule"} {
+			if !strings.Contains(sv.CloudInit, want) {
+				t.Errorf("cloud-init of %s lacks %q:\n%s", sv.Name, want, sv.CloudInit)
+			}
+		}
+		for _, secret := range []string{secretKey, accessKey} {
+			if strings.Contains(sv.CloudInit, secret) {
+				t.Errorf("a Scaleway credential in the cloud-init of %s", sv.Name)
+			}
+		}
+		if g, ok := b.mgr.GroupForProviderID(pid); !ok || g != "l4" {
+			t.Errorf("%s resolves to %q, %v", pid, g, ok)
+		}
+		if g, ok := b.mgr.GroupForProviderID("scaleway://instance/" + sv.Zone + "/" + sv.ID); !ok || g != "l4" {
+			t.Errorf("Kapsule's form of %s resolves to %q, %v", pid, g, ok)
+		}
+	}
+	victim := b.running(t, "l4")[0]
+	if err := b.mgr.DeleteNodes(ctx, "l4", []string{victim.ProviderID}); err != nil {
+		t.Fatal(err)
+	}
+	b.wait(t, "the server and its volume gone", func() bool { return b.fake.ServerCount() == 1 && b.fake.VolumeCount() == 1 })
+}
+
+// TestStockOutMovesToNextZone: a zone whose stock says shortage is
+// skipped, and one that runs out between the stock read and the order
+// (out_of_stock at create) moves the order to the next zone.
+func TestStockOutMovesToNextZone(t *testing.T) {
+	b := newBackend(t, 5, groupsYAML, scwtest.Options{})
+	b.engine.SetCapacity(cloud.OfferingKey{InstanceType: "L4-1-24G", Location: "fr-par-2", CapacityType: cloud.OnDemand}, 0)
+	if err := b.mgr.IncreaseSize(context.Background(), "l4", 1); err != nil {
+		t.Fatal(err)
+	}
+	b.wait(t, "1 running", func() bool { return len(b.running(t, "l4")) == 1 })
+	if in := b.running(t, "l4")[0]; in.Location != "nl-ams-1" {
+		t.Fatalf("ordered in %s", in.Location)
+	}
+}
+
+// TestOutOfStockAtCreate: the stock read said available, the order met
+// out_of_stock: the next zone is tried, and nothing is left in the first.
+func TestOutOfStockAtCreate(t *testing.T) {
+	b := newBackend(t, 5, groupsYAML, scwtest.Options{})
+	b.stop()
+	b.opts.AvailabilityTTL = time.Hour
+	b.start(t)
+	if err := b.mgr.IncreaseSize(context.Background(), "l4", 1); err != nil {
+		t.Fatal(err)
+	}
+	b.wait(t, "1 running", func() bool { return len(b.running(t, "l4")) == 1 })
+	b.engine.SetCapacity(cloud.OfferingKey{InstanceType: "L4-1-24G", Location: "fr-par-2", CapacityType: cloud.OnDemand}, 1)
+	if err := b.mgr.IncreaseSize(context.Background(), "l4", 1); err != nil {
+		t.Fatal(err)
+	}
+	b.wait(t, "2 running", func() bool { return len(b.running(t, "l4")) == 2 })
+	zones := map[string]int{}
+	for _, sv := range b.fake.Servers() {
+		zones[sv.Zone]++
+	}
+	if zones["fr-par-2"] != 1 || zones["nl-ams-1"] != 1 || b.fake.VolumeCount() != 2 {
+		t.Fatalf("servers by zone %v, %d volumes", zones, b.fake.VolumeCount())
+	}
+	if b.fake.Calls()["POST /instance/v1/zones/{zone}/servers"] != 3 {
+		t.Fatalf("creates: %v", b.fake.Calls())
+	}
+}
+
+// TestQuotaFailsCleanly: past the project's quota the order fails as a
+// quota error on the instance, and leaves no server or volume.
+func TestQuotaFailsCleanly(t *testing.T) {
+	b := newBackend(t, 5, groupsYAML, scwtest.Options{ServerQuota: 1})
+	if err := b.mgr.IncreaseSize(context.Background(), "l4", 2); err != nil {
+		t.Fatal(err)
+	}
+	b.wait(t, "a quota failure", func() bool {
+		insts, _ := b.mgr.Instances("l4")
+		for _, in := range insts {
+			if in.ErrorCode == nodegroup.CodeQuotaExceeded {
+				return true
+			}
+		}
+		return false
+	})
+	b.wait(t, "1 running", func() bool { return len(b.running(t, "l4")) == 1 })
+	if b.fake.ServerCount() != 1 || b.fake.VolumeCount() != 1 {
+		t.Fatalf("%d servers, %d volumes", b.fake.ServerCount(), b.fake.VolumeCount())
+	}
+}
+
+// TestLostCreateAnswerYieldsOneServer: the create is carried out but its
+// answer lost: the server is found by name, started, and is the only one.
+func TestLostCreateAnswerYieldsOneServer(t *testing.T) {
+	b := newBackend(t, 5, groupsYAML, scwtest.Options{})
+	b.fake.LoseNextAnswer(http.MethodPost, "/servers")
+	if err := b.mgr.IncreaseSize(context.Background(), "l4", 1); err != nil {
+		t.Fatal(err)
+	}
+	b.wait(t, "1 running", func() bool { return len(b.running(t, "l4")) == 1 })
+	time.Sleep(500 * time.Millisecond)
+	if n := b.fake.ServerCount(); n != 1 {
+		t.Fatalf("%d servers", n)
+	}
+	if calls := b.fake.Calls()["POST /instance/v1/zones/{zone}/servers"]; calls != 1 {
+		t.Fatalf("%d creates", calls)
+	}
+}
+
+// TestRestartMidCreate: the process died after making a server and
+// before starting it: the server, stopped, is deleted with its volume
+// once StartGrace passes, and replaced.
+func TestRestartMidCreate(t *testing.T) {
+	b := newBackend(t, 5, groupsYAML, scwtest.Options{})
+	api := instance.NewAPI(b.client(t))
+	_, err := api.CreateServer(&instance.CreateServerRequest{Zone: "fr-par-2", Name: "l4-deadbeef00", CommercialType: "L4-1-24G",
+		Image: scw.StringPtr(scwtest.Images[scaleway.DefaultImage]), Tags: []string{"gpuscaler-cluster=prod", "gpuscaler-group=l4"},
+		Volumes: map[string]*instance.VolumeServerTemplate{"0": {Boot: scw.BoolPtr(true), Size: scw.SizePtr(20 * scw.GB),
+			VolumeType: instance.VolumeVolumeTypeSbsVolume, Name: scw.StringPtr("gpuscaler-prod-l4-deadbeef00")}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.stop()
+	b.start(t)
+	b.wait(t, "the stopped server replaced", func() bool {
+		svs := b.fake.Servers()
+		return len(svs) == 1 && svs[0].Name != "l4-deadbeef00" && svs[0].State == "running" && b.fake.VolumeCount() == 1
+	})
+}
+
+// TestAnotherReplicasServerIsAdopted: a running server of the group made
+// elsewhere joins the group; nothing more is ordered.
+func TestAnotherReplicasServerIsAdopted(t *testing.T) {
+	b := newBackend(t, 5, groupsYAML, scwtest.Options{})
+	if _, err := b.fake.AddServer("nl-ams-1", "l4-aaaabbbbcc", "L4-1-24G", []string{"gpuscaler-cluster=prod", "gpuscaler-group=l4"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.fake.AddServer("nl-ams-1", "l4-otherclust", "L4-1-24G", []string{"gpuscaler-cluster=staging", "gpuscaler-group=l4"}); err != nil {
+		t.Fatal(err)
+	}
+	b.wait(t, "1 running", func() bool { return len(b.running(t, "l4")) == 1 })
+	time.Sleep(300 * time.Millisecond)
+	if n, _ := b.mgr.TargetSize("l4"); n != 1 || b.fake.Calls()["POST /instance/v1/zones/{zone}/servers"] != 0 {
+		t.Fatalf("target %d, calls %v", n, b.fake.Calls())
+	}
+}
+
+// TestScaleCyclesLeaveNothing: 100 random scale-ups and scale-downs with
+// failing and lost calls, then scale to zero: no server and no volume is
+// left.
+func TestScaleCyclesLeaveNothing(t *testing.T) {
+	b := newBackend(t, 4, `
+  - {name: l4, cloud: scaleway, instanceType: L4-1-24G, locations: [fr-par-2, nl-ams-1], maxSize: 8}
+`, scwtest.Options{})
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, seed))
+	ctx := context.Background()
+	for i := range 100 {
+		insts, err := b.mgr.Instances("l4")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i%2 == 0 {
+			if room := 8 - len(insts); room > 0 {
+				_ = b.mgr.IncreaseSize(ctx, "l4", 1+rng.IntN(min(room, 3)))
+			}
+		} else {
+			var ids []string
+			for _, in := range insts {
+				if in.State == nodegroup.StateRunning && rng.IntN(2) == 0 {
+					ids = append(ids, in.ProviderID)
+				}
+			}
+			if len(ids) > 0 {
+				_ = b.mgr.DeleteNodes(ctx, "l4", ids)
+			}
+		}
+		switch rng.IntN(10) {
+		case 0:
+			b.fake.FailNext(http.MethodPost, "/action", http.StatusServiceUnavailable, "service_unavailable", "try again")
+		case 1:
+			b.fake.FailNext(http.MethodGet, "/servers", http.StatusBadGateway, "bad_gateway", "bad gateway")
+		case 2:
+			b.fake.LoseNextAnswer(http.MethodPost, "/servers")
+		case 3:
+			b.fake.FailNext(http.MethodDelete, "", http.StatusConflict, "transient_state", "resource in transient state")
+		}
+		time.Sleep(time.Duration(10+rng.IntN(40)) * time.Millisecond)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		insts, _ := b.mgr.Instances("l4")
+		var ids []string
+		for _, in := range insts {
+			ids = append(ids, in.ProviderID)
+		}
+		if len(ids) > 0 {
+			_ = b.mgr.DeleteNodes(ctx, "l4", ids)
+		}
+		if b.fake.ServerCount() == 0 && b.fake.VolumeCount() == 0 && len(insts) == 0 && len(b.engine.Instances(account)) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("left behind: %d servers, %d volumes, %d members (seed %d)", b.fake.ServerCount(), b.fake.VolumeCount(), len(insts), seed)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

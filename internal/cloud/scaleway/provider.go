@@ -1,0 +1,686 @@
+package scaleway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	block "github.com/scaleway/scaleway-sdk-go/api/block/v1"
+	"github.com/scaleway/scaleway-sdk-go/api/instance/v1"
+	marketplace "github.com/scaleway/scaleway-sdk-go/api/marketplace/v2"
+	"github.com/scaleway/scaleway-sdk-go/scw"
+
+	"github.com/gpuscaler/gpuscaler/internal/cloud"
+)
+
+// Name is Scaleway's name in provider IDs and config.
+const Name = "scaleway"
+
+// Tags that mark ownership. Scaleway lists servers by exact tags, so the
+// cluster's servers are one filtered list per zone.
+const (
+	tagCluster = "gpuscaler-cluster="
+	tagGroup   = "gpuscaler-group="
+	tagOwner   = "gpuscaler-owner="
+)
+
+// Defaults.
+const (
+	// DefaultImage is the marketplace label of Scaleway's GPU OS (NVIDIA
+	// driver and container toolkit installed).
+	DefaultImage           = "ubuntu_noble_gpu_os_12"
+	defaultDiskGiB         = 100
+	defaultStartGrace      = 10 * time.Minute
+	defaultAvailabilityTTL = 2 * time.Minute
+	defaultVolumeSweep     = 10 * time.Minute
+	catalogTTL             = time.Hour
+	// userDataKey is the user data key cloud-init reads.
+	userDataKey = "cloud-init"
+)
+
+// Options configure the Scaleway backend.
+type Options struct {
+	// ClusterName marks the servers this cluster owns.
+	ClusterName string
+	// ProjectID is where servers are made.
+	ProjectID string
+	// Zones are where the groups order (fr-par-2, nl-ams-1, ...): the
+	// catalog, stock and lists cover them.
+	Zones []string
+	// Image is the marketplace label (or image UUID) of orders that name
+	// none; default DefaultImage.
+	Image string
+	// StartGrace is how long a stopped server gpuscaler is not starting
+	// may stay stopped before it is taken for one that will never run (a
+	// create whose answer was lost, a start that failed) and deleted;
+	// default 10m.
+	StartGrace time.Duration
+	// AvailabilityTTL is how long a zone's stock is trusted; default 2m.
+	AvailabilityTTL time.Duration
+	// RetryBase is the first backoff of retried calls; default 1 s.
+	RetryBase time.Duration
+	// Secrets are kept out of errors and logs.
+	Secrets []string
+	Logger  *slog.Logger
+}
+
+// Cloud is a Scaleway project as a cloud.Provider.
+type Cloud struct {
+	inst   *instance.API
+	blk    *block.API
+	market *marketplace.API
+	opts   Options
+	log    *slog.Logger
+	redact *cloud.Redactor
+
+	mu        sync.Mutex
+	catalog   []cloud.InstanceType
+	inZone    map[string][]string // types each zone sells
+	catalogAt time.Time
+	stock     map[string]map[string]bool // zone → type → available
+	stockAt   map[string]time.Time
+	images    map[imageKey]string
+	// starting are the servers a Create is bringing up, by name.
+	starting map[string]bool
+	// orphans are block volumes of deleted servers still to delete.
+	orphans   map[string]scw.Zone
+	lastSweep time.Time
+}
+
+type imageKey struct{ label, zone, commercialType string }
+
+var (
+	_ cloud.Provider       = (*Cloud)(nil)
+	_ cloud.IDAssigner     = (*Cloud)(nil)
+	_ cloud.RequestLimiter = (*Cloud)(nil)
+)
+
+// New returns the backend over an SDK client (see NewClient).
+func New(client *scw.Client, opts Options) *Cloud {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Image == "" {
+		opts.Image = DefaultImage
+	}
+	if opts.StartGrace == 0 {
+		opts.StartGrace = defaultStartGrace
+	}
+	if opts.AvailabilityTTL == 0 {
+		opts.AvailabilityTTL = defaultAvailabilityTTL
+	}
+	if opts.RetryBase == 0 {
+		opts.RetryBase = time.Second
+	}
+	return &Cloud{
+		inst: instance.NewAPI(client), blk: block.NewAPI(client), market: marketplace.NewAPI(client),
+		opts: opts, log: opts.Logger, redact: cloud.NewRedactor(opts.Secrets...),
+		stock: map[string]map[string]bool{}, stockAt: map[string]time.Time{}, images: map[imageKey]string{},
+		starting: map[string]bool{}, orphans: map[string]scw.Zone{},
+	}
+}
+
+// Name implements cloud.Provider.
+func (c *Cloud) Name() string { return Name }
+
+// LimitsRequests implements cloud.RequestLimiter: the SDK client's
+// transport holds the budget.
+func (c *Cloud) LimitsRequests() bool { return true }
+
+// AssignsIDs implements cloud.IDAssigner: provider IDs hold the server's
+// UUID, known once it is created.
+func (c *Cloud) AssignsIDs() bool { return true }
+
+// ProviderID is a server's provider ID, "scaleway://<zone>/<id>".
+func ProviderID(zone, id string) string { return Name + "://" + zone + "/" + id }
+
+// aliases are the other provider IDs of a server (Kapsule's form).
+func aliases(zone, id string) []string { return []string{Name + "://instance/" + zone + "/" + id} }
+
+func (c *Cloud) retry(ctx context.Context, op string, call func() error) error {
+	return retry(ctx, c.log, op, c.redact, 5, c.opts.RetryBase, call)
+}
+
+// CheckOptions implements cloud.OptionChecker: Scaleway groups take none
+// yet.
+func (c *Cloud) CheckOptions(opts map[string]string) []*cloud.OptionError {
+	return cloud.CheckKnownOptions(opts)
+}
+
+// InstanceTypes returns the commercial types the zones sell, with GPU
+// model, count and memory from gpu_info, and the hourly price.
+func (c *Cloud) InstanceTypes(ctx context.Context) ([]cloud.InstanceType, error) {
+	if err := c.loadCatalog(ctx); err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.catalog), nil
+}
+
+func (c *Cloud) loadCatalog(ctx context.Context) error {
+	c.mu.Lock()
+	fresh := c.catalog != nil && time.Since(c.catalogAt) < catalogTTL
+	c.mu.Unlock()
+	if fresh {
+		return nil
+	}
+	types := map[string]cloud.InstanceType{}
+	inZone := map[string][]string{}
+	for _, zone := range c.opts.Zones {
+		var resp *instance.ListServersTypesResponse
+		err := c.retry(ctx, "catalog", func() error {
+			var err error
+			resp, err = c.inst.ListServersTypes(&instance.ListServersTypesRequest{Zone: scw.Zone(zone)}, scw.WithContext(ctx), scw.WithAllPages())
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("zone %s: %w", zone, err)
+		}
+		for name, st := range resp.Servers {
+			if st == nil || st.EndOfService {
+				continue
+			}
+			types[name] = convertType(name, st)
+			inZone[zone] = append(inZone[zone], name)
+		}
+	}
+	catalog := make([]cloud.InstanceType, 0, len(types))
+	for _, t := range types {
+		catalog = append(catalog, t)
+	}
+	slices.SortFunc(catalog, func(a, b cloud.InstanceType) int { return strings.Compare(a.Name, b.Name) })
+	c.mu.Lock()
+	c.catalog, c.inZone, c.catalogAt = catalog, inZone, time.Now()
+	c.mu.Unlock()
+	return nil
+}
+
+// gpuModel maps gpu_info.gpu_name to the GPU model table.
+func gpuModel(name string) string {
+	switch strings.ToUpper(strings.ReplaceAll(name, " ", "")) {
+	case "L4":
+		return "L4"
+	case "L40S":
+		return "L40S"
+	case "H100", "H100-SXM", "H100-PCIE":
+		return "H100-80GB"
+	case "RTX3070":
+		return "RTX3070"
+	case "P100":
+		return "P100"
+	case "B300":
+		return "B300"
+	}
+	return name // unknown to the table: a group using it is refused at start, naming it
+}
+
+func convertType(name string, st *instance.ServerType) cloud.InstanceType {
+	t := cloud.InstanceType{Name: name, VCPUs: int(st.Ncpus), MemoryGiB: int(st.RAM >> 30), Arch: "amd64", OnDemandPrice: float64(st.HourlyPrice)}
+	if st.Arch == instance.ArchArm64 {
+		t.Arch = "arm64"
+	}
+	if st.Gpu != nil && *st.Gpu > 0 {
+		t.GPUCount = int(*st.Gpu)
+		if gi := st.GpuInfo; gi != nil {
+			t.GPUMemoryGiB = int(uint64(gi.GpuMemory) >> 30)
+			t.GPUModel = gpuModel(gi.GpuName)
+		}
+	}
+	return t
+}
+
+// Offerings returns each type in each zone that sells it, on demand
+// (Scaleway has no spot), available unless the zone's stock says
+// "shortage". Stock is read per zone at most every AvailabilityTTL.
+func (c *Cloud) Offerings(ctx context.Context) ([]cloud.Offering, error) {
+	if err := c.loadCatalog(ctx); err != nil {
+		return nil, err
+	}
+	for _, zone := range c.opts.Zones {
+		if err := c.loadStock(ctx, zone); err != nil {
+			return nil, err
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	price := map[string]float64{}
+	for _, t := range c.catalog {
+		price[t.Name] = t.OnDemandPrice
+	}
+	var out []cloud.Offering
+	for _, zone := range c.opts.Zones {
+		for _, name := range c.inZone[zone] {
+			out = append(out, cloud.Offering{InstanceType: name, Location: zone, CapacityType: cloud.OnDemand,
+				Available: c.stock[zone][name], Price: price[name]})
+		}
+	}
+	return out, nil
+}
+
+func (c *Cloud) loadStock(ctx context.Context, zone string) error {
+	c.mu.Lock()
+	fresh := time.Since(c.stockAt[zone]) < c.opts.AvailabilityTTL
+	c.mu.Unlock()
+	if fresh {
+		return nil
+	}
+	var resp *instance.GetServerTypesAvailabilityResponse
+	err := c.retry(ctx, "availability", func() error {
+		var err error
+		resp, err = c.inst.GetServerTypesAvailability(&instance.GetServerTypesAvailabilityRequest{Zone: scw.Zone(zone)}, scw.WithContext(ctx), scw.WithAllPages())
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("stock in %s: %w", zone, err)
+	}
+	now := map[string]bool{}
+	for name, a := range resp.Servers {
+		now[name] = a != nil && a.Availability != instance.ServerTypesAvailabilityShortage
+	}
+	c.mu.Lock()
+	c.stock[zone], c.stockAt[zone] = now, time.Now()
+	c.mu.Unlock()
+	return nil
+}
+
+// markOutOfStock records a stock-out an order met, until the next read.
+func (c *Cloud) markOutOfStock(zone, commercialType string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stock[zone] != nil {
+		c.stock[zone][commercialType] = false
+	}
+}
+
+// ownership reads a server's tags.
+func (c *Cloud) ownership(tags []string) (group, owner string) {
+	for _, t := range tags {
+		if g, ok := strings.CutPrefix(t, tagGroup); ok {
+			group = g
+		}
+		if o, ok := strings.CutPrefix(t, tagOwner); ok {
+			owner = o
+		}
+	}
+	if group != "" {
+		owner = ""
+	}
+	return group, owner
+}
+
+// List returns the cluster's servers in every zone: one list by the
+// cluster's tag per zone (paged by the SDK), plus, now and then, a sweep
+// of block volumes left by deleted servers.
+func (c *Cloud) List(ctx context.Context) ([]cloud.Instance, error) {
+	var out []cloud.Instance
+	names := map[string]bool{}
+	for _, zone := range c.opts.Zones {
+		var resp *instance.ListServersResponse
+		err := c.retry(ctx, "list", func() error {
+			var err error
+			resp, err = c.inst.ListServers(&instance.ListServersRequest{Zone: scw.Zone(zone), Tags: []string{tagCluster + c.opts.ClusterName}},
+				scw.WithContext(ctx), scw.WithAllPages())
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("zone %s: %w", zone, err)
+		}
+		for _, sv := range resp.Servers {
+			group, owner := c.ownership(sv.Tags)
+			if group == "" && owner == "" {
+				continue
+			}
+			names[sv.Name] = true
+			out = append(out, c.instance(sv, group, owner))
+		}
+	}
+	c.sweepVolumes(ctx, names)
+	return out, nil
+}
+
+func (c *Cloud) instance(sv *instance.Server, group, owner string) cloud.Instance {
+	zone := string(sv.Zone)
+	in := cloud.Instance{
+		ID: sv.ID, Name: sv.Name, ProviderID: ProviderID(zone, sv.ID), Aliases: aliases(zone, sv.ID),
+		Group: group, Owner: owner, InstanceType: sv.CommercialType, Location: zone, CapacityType: cloud.OnDemand,
+	}
+	if sv.CreationDate != nil {
+		in.CreatedAt = *sv.CreationDate
+	}
+	if sv.PublicIP != nil && sv.PublicIP.Address != nil {
+		in.IP = sv.PublicIP.Address.String()
+	} else if sv.PrivateIP != nil {
+		in.IP = *sv.PrivateIP
+	}
+	c.mu.Lock()
+	starting := c.starting[sv.Name]
+	c.mu.Unlock()
+	switch sv.State {
+	case instance.ServerStateRunning:
+		in.State = cloud.StateRunning
+	case instance.ServerStateStarting:
+		in.State = cloud.StatePending
+	case instance.ServerStateStopping:
+		in.State = cloud.StateDeleting
+	case instance.ServerStateLocked:
+		in.State, in.Error = cloud.StateFailed, "server locked: "+sv.StateDetail
+	default: // stopped, stopped in place
+		in.State = cloud.StatePending
+		if !starting && time.Since(in.CreatedAt) > c.opts.StartGrace {
+			// Never started (its create's answer was lost, its start
+			// failed) or stopped since: it serves nothing and keeps its
+			// volume billing.
+			in.State, in.Error = cloud.StateStopped, "server "+string(sv.State)+" "+sv.StateDetail
+		}
+	}
+	return in
+}
+
+// Create makes a server stopped, uploads its cloud-init (rendered now
+// that its provider ID is known), and powers it on. A server that cannot
+// be started is deleted with its volume; a create whose answer was lost
+// is looked up by name before anything is said.
+func (c *Cloud) Create(ctx context.Context, spec cloud.CreateSpec) (cloud.Instance, error) {
+	if spec.CapacityType == cloud.Spot {
+		return cloud.Instance{}, cloud.Errorf(cloud.ErrInvalid, "create", "no spot servers on Scaleway")
+	}
+	zone := scw.Zone(spec.Location)
+	image, err := c.image(ctx, spec)
+	if err != nil {
+		return cloud.Instance{}, err
+	}
+	size := spec.DiskGiB
+	if size == 0 {
+		size = defaultDiskGiB
+	}
+	tags := []string{tagCluster + c.opts.ClusterName}
+	if spec.Group == "" && spec.Owner != "" {
+		tags = append(tags, tagOwner+spec.Owner)
+	} else {
+		tags = append(tags, tagGroup+spec.Group)
+	}
+	c.mu.Lock()
+	c.starting[spec.Name] = true
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		delete(c.starting, spec.Name)
+		c.mu.Unlock()
+	}()
+	req := &instance.CreateServerRequest{
+		Zone: zone, Name: spec.Name, CommercialType: spec.InstanceType, Image: scw.StringPtr(image),
+		Project: scw.StringPtr(c.opts.ProjectID), Tags: tags, DynamicIPRequired: scw.BoolPtr(true),
+		Volumes: map[string]*instance.VolumeServerTemplate{"0": {
+			Boot: scw.BoolPtr(true), Size: scw.SizePtr(scw.Size(size) * scw.GB), VolumeType: instance.VolumeVolumeTypeSbsVolume,
+			Name: scw.StringPtr(c.volumeName(spec.Name)),
+		}},
+	}
+	resp, err := c.inst.CreateServer(req, scw.WithContext(ctx))
+	var sv *instance.Server
+	switch {
+	case err == nil:
+		sv = resp.Server
+	case sent(err):
+		// It may have been made: find it by name before saying anything.
+		found, ferr := c.findByName(ctx, zone, spec.Name)
+		if ferr != nil || found == nil {
+			return cloud.Instance{}, cloud.NewError(cloud.ErrOutcomeUnknown, "create", classify("create", err, c.redact))
+		}
+		sv = found
+	default:
+		err = classify("create", err, c.redact)
+		if errors.Is(err, cloud.ErrCapacity) {
+			c.markOutOfStock(spec.Location, spec.InstanceType)
+		}
+		return cloud.Instance{}, err
+	}
+	if err := c.start(ctx, spec, sv); err != nil {
+		c.discard(sv)
+		return cloud.Instance{}, err
+	}
+	created := time.Now()
+	if sv.CreationDate != nil {
+		created = *sv.CreationDate
+	}
+	return cloud.Instance{
+		ID: sv.ID, Name: spec.Name, ProviderID: ProviderID(spec.Location, sv.ID), Aliases: aliases(spec.Location, sv.ID),
+		Group: spec.Group, Owner: spec.Owner, InstanceType: spec.InstanceType, Location: spec.Location,
+		CapacityType: cloud.OnDemand, State: cloud.StatePending, CreatedAt: created,
+	}, nil
+}
+
+// start uploads a made server's cloud-init and powers it on.
+func (c *Cloud) start(ctx context.Context, spec cloud.CreateSpec, sv *instance.Server) error {
+	ud := spec.UserData
+	if spec.RenderUserData != nil {
+		var err error
+		if ud, err = spec.RenderUserData(ctx, ProviderID(spec.Location, sv.ID)); err != nil {
+			return cloud.NewError(cloud.ErrInvalid, "create", err)
+		}
+	}
+	if ud != "" {
+		err := c.retry(ctx, "user-data", func() error {
+			return c.inst.SetServerUserData(&instance.SetServerUserDataRequest{Zone: sv.Zone, ServerID: sv.ID, Key: userDataKey,
+				Content: strings.NewReader(ud)}, scw.WithContext(ctx))
+		})
+		if err != nil {
+			return err
+		}
+	}
+	err := c.retry(ctx, "poweron", func() error {
+		_, err := c.inst.ServerAction(&instance.ServerActionRequest{Zone: sv.Zone, ServerID: sv.ID, Action: instance.ServerActionPoweron}, scw.WithContext(ctx))
+		return err
+	})
+	if errors.Is(err, cloud.ErrCapacity) {
+		c.markOutOfStock(spec.Location, spec.InstanceType)
+	}
+	return err
+}
+
+// discard deletes a server that could not be started, and its volume, on
+// a context of its own: the order's may be spent.
+func (c *Cloud) discard(sv *instance.Server) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := c.Delete(ctx, cloud.Instance{ID: sv.ID, Name: sv.Name, Location: string(sv.Zone), State: cloud.StateStopped}); err != nil {
+		c.log.Warn("scaleway: could not delete a server that failed to start; the next syncs retry", "server", sv.Name, "error", err)
+	}
+}
+
+// findByName looks a server of this cluster up by its exact name.
+func (c *Cloud) findByName(ctx context.Context, zone scw.Zone, name string) (*instance.Server, error) {
+	var resp *instance.ListServersResponse
+	err := c.retry(ctx, "lookup", func() error {
+		var err error
+		resp, err = c.inst.ListServers(&instance.ListServersRequest{Zone: zone, Name: scw.StringPtr(name), Tags: []string{tagCluster + c.opts.ClusterName}},
+			scw.WithContext(ctx), scw.WithAllPages())
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, sv := range resp.Servers {
+		if sv.Name == name {
+			return sv, nil
+		}
+	}
+	return nil, nil
+}
+
+// image resolves an order's image to a UUID, once per label, zone and
+// type.
+func (c *Cloud) image(ctx context.Context, spec cloud.CreateSpec) (string, error) {
+	label := spec.Image
+	if label == "" {
+		label = c.opts.Image
+	}
+	if isUUID(label) {
+		return label, nil
+	}
+	k := imageKey{label, spec.Location, spec.InstanceType}
+	c.mu.Lock()
+	id, ok := c.images[k]
+	c.mu.Unlock()
+	if ok {
+		return id, nil
+	}
+	var img *marketplace.LocalImage
+	err := c.retry(ctx, "image", func() error {
+		var err error
+		img, err = c.market.GetLocalImageByLabel(&marketplace.GetLocalImageByLabelRequest{ImageLabel: label, Zone: scw.Zone(spec.Location),
+			CommercialType: spec.InstanceType, Type: marketplace.LocalImageTypeInstanceSbs}, scw.WithContext(ctx))
+		return err
+	})
+	if err != nil {
+		if cloud.Class(err) == cloud.ErrTransient && strings.Contains(err.Error(), "couldn't find a local image") {
+			err = cloud.Errorf(cloud.ErrInvalid, "image", "no image %q for %s in %s", label, spec.InstanceType, spec.Location)
+		}
+		return "", err
+	}
+	c.mu.Lock()
+	c.images[k] = img.ID
+	c.mu.Unlock()
+	return img.ID, nil
+}
+
+func isUUID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i, r := range s {
+		switch {
+		case i == 8 || i == 13 || i == 18 || i == 23:
+			if r != '-' {
+				return false
+			}
+		case !strings.ContainsRune("0123456789abcdefABCDEF", r):
+			return false
+		}
+	}
+	return true
+}
+
+// volumeName names a server's boot volume, so a sweep finds those left
+// behind.
+func (c *Cloud) volumeName(server string) string {
+	return "gpuscaler-" + c.opts.ClusterName + "-" + server
+}
+
+// Delete terminates a running server (sbs volumes are only detached) or
+// deletes a stopped one (volumes kept), then deletes its block volumes
+// through the Block API, so nothing keeps billing. A server already gone
+// is success; its volumes are left to the sweep.
+func (c *Cloud) Delete(ctx context.Context, inst cloud.Instance) error {
+	zone := scw.Zone(inst.Location)
+	id := inst.ID
+	if id == "" {
+		sv, err := c.findByName(ctx, zone, inst.Name)
+		if err != nil {
+			return err
+		}
+		if sv == nil {
+			return nil
+		}
+		id = sv.ID
+	}
+	var sv *instance.Server
+	err := c.retry(ctx, "get", func() error {
+		resp, err := c.inst.GetServer(&instance.GetServerRequest{Zone: zone, ServerID: id}, scw.WithContext(ctx))
+		if err == nil {
+			sv = resp.Server
+		}
+		return err
+	})
+	if errors.Is(err, cloud.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, v := range sv.Volumes {
+		if v != nil && v.VolumeType == instance.VolumeServerVolumeTypeSbsVolume {
+			c.mu.Lock()
+			c.orphans[v.ID] = zone
+			c.mu.Unlock()
+		}
+	}
+	switch sv.State {
+	case instance.ServerStateStopped, instance.ServerStateStoppedInPlace:
+		err = c.retry(ctx, "delete", func() error {
+			return c.inst.DeleteServer(&instance.DeleteServerRequest{Zone: zone, ServerID: id}, scw.WithContext(ctx))
+		})
+	case instance.ServerStateStopping:
+		return nil // on its way out
+	default:
+		err = c.retry(ctx, "terminate", func() error {
+			_, err := c.inst.ServerAction(&instance.ServerActionRequest{Zone: zone, ServerID: id, Action: instance.ServerActionTerminate}, scw.WithContext(ctx))
+			return err
+		})
+	}
+	if err != nil && !errors.Is(err, cloud.ErrNotFound) {
+		return err
+	}
+	c.deleteOrphans(ctx)
+	return nil
+}
+
+// deleteOrphans deletes the recorded volumes that are detached; those
+// still attached (a server terminating) wait for a later call.
+func (c *Cloud) deleteOrphans(ctx context.Context) {
+	c.mu.Lock()
+	pending := make(map[string]scw.Zone, len(c.orphans))
+	for id, z := range c.orphans {
+		pending[id] = z
+	}
+	c.mu.Unlock()
+	for id, zone := range pending {
+		err := classify("volume", c.blk.DeleteVolume(&block.DeleteVolumeRequest{Zone: zone, VolumeID: id}, scw.WithContext(ctx)), c.redact)
+		if err == nil || errors.Is(err, cloud.ErrNotFound) {
+			c.mu.Lock()
+			delete(c.orphans, id)
+			c.mu.Unlock()
+			continue
+		}
+		c.log.Debug("scaleway: volume not deleted yet", "volume", id, "error", err)
+	}
+}
+
+// sweepVolumes deletes the recorded volumes, and now and then every
+// detached volume named for a server of this cluster that is gone (left
+// by a restart in the middle of a delete).
+func (c *Cloud) sweepVolumes(ctx context.Context, live map[string]bool) {
+	c.deleteOrphans(ctx)
+	c.mu.Lock()
+	due := time.Since(c.lastSweep) >= defaultVolumeSweep
+	if due {
+		c.lastSweep = time.Now()
+	}
+	c.mu.Unlock()
+	if !due {
+		return
+	}
+	prefix := c.volumeName("")
+	for _, zone := range c.opts.Zones {
+		resp, err := c.blk.ListVolumes(&block.ListVolumesRequest{Zone: scw.Zone(zone), Name: scw.StringPtr(prefix)}, scw.WithContext(ctx), scw.WithAllPages())
+		if err != nil {
+			c.log.Debug("scaleway: volume sweep skipped", "zone", zone, "error", classify("volumes", err, c.redact))
+			continue
+		}
+		for _, v := range resp.Volumes {
+			server, ok := strings.CutPrefix(v.Name, prefix)
+			if !ok || live[server] || len(v.References) > 0 || v.Status != block.VolumeStatusAvailable {
+				continue
+			}
+			c.mu.Lock()
+			c.orphans[v.ID] = scw.Zone(zone)
+			c.mu.Unlock()
+		}
+	}
+	c.deleteOrphans(ctx)
+}
