@@ -106,7 +106,9 @@ func New(engine *sim.Engine, opts Options) *Server {
 	s := &Server{engine: engine, acct: engine.Account(account), opts: opts,
 		servers: map[string]*server{}, volumes: map[string]*volume{}, calls: map[string]int{}}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /metadata", func(w http.ResponseWriter, _ *http.Request) { apiError(w, http.StatusNotFound, "not_found", "not found", nil) })
+	mux.HandleFunc("GET /metadata", func(w http.ResponseWriter, _ *http.Request) {
+		apiError(w, http.StatusNotFound, "not_found", "not found", nil)
+	})
 	mux.HandleFunc("GET /instance/v1/zones/{zone}/products/servers", s.productServers)
 	mux.HandleFunc("GET /instance/v1/zones/{zone}/products/servers/availability", s.availability)
 	mux.HandleFunc("GET /instance/v1/zones/{zone}/servers", s.listServers)
