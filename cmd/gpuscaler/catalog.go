@@ -37,6 +37,11 @@ func newCatalogCommand() *cobra.Command {
 				// Credentials from the environment are all a catalog needs.
 				cfg.Clouds = config.Clouds{Verda: &config.VerdaConfig{}}
 				config.SetDefaults(cfg)
+			case cloudName == "scaleway":
+				// Keys from the environment or the Scaleway config file;
+				// every GPU zone.
+				cfg.Clouds = config.Clouds{Scaleway: &config.ScalewayConfig{}}
+				config.SetDefaults(cfg)
 			case cloudName == "kamatera":
 				// Every datacenter the account can order in.
 				cfg.Clouds = config.Clouds{Kamatera: &config.KamateraConfig{}}

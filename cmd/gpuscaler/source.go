@@ -80,7 +80,7 @@ func (s *source) reloadPath() string {
 // the environment.
 func (s *source) load(ctx context.Context, env *environ) (*config.Config, error) {
 	cfg, err := s.read(env.Getenv)
-	readsEnv := cfg != nil && (cfg.Clouds.Verda != nil || cfg.Clouds.Kamatera != nil && cfg.Clouds.Kamatera.Imported == nil)
+	readsEnv := cfg != nil && (cfg.Clouds.Verda != nil || cfg.Clouds.Scaleway != nil || cfg.Clouds.Kamatera != nil && cfg.Clouds.Kamatera.Imported == nil)
 	if err == nil && env.err != nil && !s.fileOnly && (readsEnv || len(s.nodes) > 0) {
 		return nil, env.err
 	}

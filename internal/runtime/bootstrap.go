@@ -58,7 +58,9 @@ func newRenderer(cfg *config.Config, cs *clouds, srv *bootstrap.Server, log *slo
 	if !needed {
 		return nil, nil
 	}
-	opts := bootstrap.Options{Kube: cs.kube, KubeUnchecked: cs.kubeUnchecked, Logger: log.With("component", "bootstrap")}
+	opts := bootstrap.Options{Kube: cs.kube, KubeUnchecked: cs.kubeUnchecked, Logger: log.With("component", "bootstrap"),
+		// Scaleway boots its servers with cloud-init user data.
+		Formats: map[string]bootstrap.Format{config.CloudScaleway: bootstrap.FormatCloudInit}}
 	if srv != nil {
 		opts.Server, opts.ServerURL = srv, cfg.ScriptServer.URL
 	}

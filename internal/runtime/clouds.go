@@ -16,6 +16,7 @@ import (
 
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/kamatera"
+	"github.com/gpuscaler/gpuscaler/internal/cloud/scaleway"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/verda"
 	"github.com/gpuscaler/gpuscaler/internal/config"
@@ -121,6 +122,13 @@ func buildClouds(_ context.Context, cfg *config.Config, opts Options) (*clouds, 
 			}
 		}
 		out.providers[verda.Name] = verda.New(api, vopts)
+	}
+	if sc := cfg.Clouds.Scaleway; sc != nil {
+		prov, err := buildScaleway(cfg, sc, opts)
+		if err != nil {
+			return nil, fmt.Errorf("clouds.scaleway: %w", err)
+		}
+		out.providers[scaleway.Name] = prov
 	}
 	if k := cfg.Clouds.Kamatera; k != nil {
 		prov, err := buildKamatera(cfg, k, opts)
@@ -230,3 +238,41 @@ func Providers(ctx context.Context, cfg *config.Config, getenv func(string) stri
 	}
 	return cs.providers, nil
 }
+
+// buildScaleway builds the Scaleway backend: keys from files, the
+// environment or a profile of the Scaleway config file; zones from the
+// groups (every GPU zone when none names one, for catalog).
+func buildScaleway(cfg *config.Config, sc *config.ScalewayConfig, opts Options) (*scaleway.Cloud, error) {
+	log := opts.Logger.With("cloud", scaleway.Name)
+	creds := scaleway.ClientOptions{AccessKey: "unread", SecretKey: "unread", ProjectID: "unread", APIURL: sc.APIURL}
+	if opts.preflight.readsFiles() {
+		var err error
+		creds, err = scaleway.Credentials(opts.Getenv, scaleway.Source{AccessKeyFile: sc.AccessKeyFile, SecretKeyFile: sc.SecretKeyFile,
+			Profile: sc.Profile, ProjectID: sc.ProjectID, APIURL: sc.APIURL})
+		if err != nil {
+			return nil, err
+		}
+	}
+	creds.RequestsPerSecond = cfg.Sync.RequestsPerSecond
+	client, err := scaleway.NewClient(creds)
+	if err != nil {
+		return nil, err
+	}
+	var zones []string
+	for _, g := range cfg.NodeGroups {
+		if g.Cloud != scaleway.Name {
+			continue
+		}
+		for _, z := range g.Locations {
+			if !slices.Contains(zones, z) {
+				zones = append(zones, z)
+			}
+		}
+	}
+	if len(zones) == 0 {
+		zones = scaleway.GPUZones
+	}
+	return scaleway.New(client, scaleway.Options{ClusterName: cfg.ClusterName, ProjectID: creds.ProjectID, Zones: zones, Image: sc.Image,
+		Secrets: []string{creds.SecretKey}, Logger: log}), nil
+}
+

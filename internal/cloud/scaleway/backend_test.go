@@ -192,12 +192,12 @@ func TestScaleUpAndDown(t *testing.T) {
 			t.Errorf("server %+v", sv)
 		}
 		for _, want := range []string{"provider-id=" + pid + " ", "--node-label team=ml", "--node-taint nvidia.com/gpu=present:NoSchedule"} {
-			if !strings.Contains(sv.CloudInit, want) {
-				t.Errorf("cloud-init of %s lacks %q:\n%s", sv.Name, want, sv.CloudInit)
+			if !strings.Contains(sv.BootCloudInit, want) {
+				t.Errorf("cloud-init of %s lacks %q:\n%s", sv.Name, want, sv.BootCloudInit)
 			}
 		}
 		for _, secret := range []string{secretKey, accessKey} {
-			if strings.Contains(sv.CloudInit, secret) {
+			if strings.Contains(sv.BootCloudInit, secret) {
 				t.Errorf("a Scaleway credential in the cloud-init of %s", sv.Name)
 			}
 		}
@@ -397,4 +397,21 @@ func TestScaleCyclesLeaveNothing(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// TestCloudInitDeletedAfterBoot: a server boots with its cloud-init, and
+// once it has run for UserDataGrace the API no longer holds it.
+func TestCloudInitDeletedAfterBoot(t *testing.T) {
+	b := newBackend(t, 5, groupsYAML, scwtest.Options{})
+	b.stop()
+	b.opts.UserDataGrace = 200 * time.Millisecond
+	b.start(t)
+	if err := b.mgr.IncreaseSize(context.Background(), "l4", 1); err != nil {
+		t.Fatal(err)
+	}
+	b.wait(t, "1 running", func() bool { return len(b.running(t, "l4")) == 1 })
+	b.wait(t, "the cloud-init deleted", func() bool {
+		svs := b.fake.Servers()
+		return len(svs) == 1 && svs[0].CloudInit == "" && strings.Contains(svs[0].BootCloudInit, "join-token-for-")
+	})
 }

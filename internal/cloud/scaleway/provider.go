@@ -43,6 +43,10 @@ const (
 	userDataKey = "cloud-init"
 )
 
+// GPUZones are the zones Scaleway sells GPU servers in, listed when no
+// group names a zone (gpuscaler catalog).
+var GPUZones = []string{"fr-par-1", "fr-par-2", "nl-ams-1", "pl-waw-2"}
+
 // Options configure the Scaleway backend.
 type Options struct {
 	// ClusterName marks the servers this cluster owns.
@@ -62,6 +66,10 @@ type Options struct {
 	StartGrace time.Duration
 	// AvailabilityTTL is how long a zone's stock is trusted; default 2m.
 	AvailabilityTTL time.Duration
+	// UserDataGrace is how long a server runs before its cloud-init is
+	// deleted from the API (cloud-init reads it at first boot; join
+	// secrets must not stay there); default 3m.
+	UserDataGrace time.Duration
 	// RetryBase is the first backoff of retried calls; default 1 s.
 	RetryBase time.Duration
 	// Secrets are kept out of errors and logs.
@@ -90,6 +98,10 @@ type Cloud struct {
 	// orphans are block volumes of deleted servers still to delete.
 	orphans   map[string]scw.Zone
 	lastSweep time.Time
+	// runningSince is when each server was first listed running, and
+	// wiped the servers whose user data is deleted.
+	runningSince map[string]time.Time
+	wiped        map[string]bool
 }
 
 type imageKey struct{ label, zone, commercialType string }
@@ -117,11 +129,14 @@ func New(client *scw.Client, opts Options) *Cloud {
 	if opts.RetryBase == 0 {
 		opts.RetryBase = time.Second
 	}
+	if opts.UserDataGrace == 0 {
+		opts.UserDataGrace = 3 * time.Minute
+	}
 	return &Cloud{
 		inst: instance.NewAPI(client), blk: block.NewAPI(client), market: marketplace.NewAPI(client),
 		opts: opts, log: opts.Logger, redact: cloud.NewRedactor(opts.Secrets...),
 		stock: map[string]map[string]bool{}, stockAt: map[string]time.Time{}, images: map[imageKey]string{},
-		starting: map[string]bool{}, orphans: map[string]scw.Zone{},
+		starting: map[string]bool{}, orphans: map[string]scw.Zone{}, runningSince: map[string]time.Time{}, wiped: map[string]bool{},
 	}
 }
 
@@ -320,6 +335,7 @@ func (c *Cloud) ownership(tags []string) (group, owner string) {
 func (c *Cloud) List(ctx context.Context) ([]cloud.Instance, error) {
 	var out []cloud.Instance
 	names := map[string]bool{}
+	listed := map[string]*instance.Server{}
 	for _, zone := range c.opts.Zones {
 		var resp *instance.ListServersResponse
 		err := c.retry(ctx, "list", func() error {
@@ -338,10 +354,52 @@ func (c *Cloud) List(ctx context.Context) ([]cloud.Instance, error) {
 			}
 			names[sv.Name] = true
 			out = append(out, c.instance(sv, group, owner))
+			listed[sv.ID] = sv
 		}
 	}
+	c.wipeUserData(ctx, listed)
 	c.sweepVolumes(ctx, names)
 	return out, nil
+}
+
+// wipeUserData deletes the cloud-init of servers running for longer than
+// UserDataGrace, once each: the API would otherwise keep the join
+// secrets it may hold for as long as the server lives.
+func (c *Cloud) wipeUserData(ctx context.Context, listed map[string]*instance.Server) {
+	now := time.Now()
+	var due []*instance.Server
+	c.mu.Lock()
+	for id := range c.runningSince {
+		if listed[id] == nil {
+			delete(c.runningSince, id)
+			delete(c.wiped, id)
+		}
+	}
+	for id, sv := range listed {
+		if sv.State != instance.ServerStateRunning || c.wiped[id] {
+			continue
+		}
+		since, ok := c.runningSince[id]
+		if !ok {
+			c.runningSince[id] = now
+			continue
+		}
+		if now.Sub(since) >= c.opts.UserDataGrace {
+			due = append(due, sv)
+		}
+	}
+	c.mu.Unlock()
+	for _, sv := range due {
+		err := classify("user-data", c.inst.DeleteServerUserData(&instance.DeleteServerUserDataRequest{Zone: sv.Zone, ServerID: sv.ID, Key: userDataKey},
+			scw.WithContext(ctx)), c.redact)
+		if err != nil && !errors.Is(err, cloud.ErrNotFound) {
+			c.log.Debug("scaleway: user data not deleted yet", "server", sv.Name, "error", err)
+			continue
+		}
+		c.mu.Lock()
+		c.wiped[sv.ID] = true
+		c.mu.Unlock()
+	}
 }
 
 func (c *Cloud) instance(sv *instance.Server, group, owner string) cloud.Instance {

@@ -87,6 +87,8 @@ type server struct {
 	createdAt  time.Time
 	engineName string
 	booted     bool
+	// bootCloudInit is the cloud-init the server had when powered on.
+	bootCloudInit string
 }
 
 type volume struct {
@@ -119,6 +121,7 @@ func New(engine *sim.Engine, opts Options) *Server {
 	mux.HandleFunc("GET /instance/v1/zones/{zone}/servers/{id}/user_data", s.userDataKeys)
 	mux.HandleFunc("GET /instance/v1/zones/{zone}/servers/{id}/user_data/{key}", s.getUserData)
 	mux.HandleFunc("PATCH /instance/v1/zones/{zone}/servers/{id}/user_data/{key}", s.setUserData)
+	mux.HandleFunc("DELETE /instance/v1/zones/{zone}/servers/{id}/user_data/{key}", s.deleteUserData)
 	mux.HandleFunc("GET /marketplace/v2/local-images", s.localImages)
 	mux.HandleFunc("GET /block/v1/zones/{zone}/volumes", s.listVolumes)
 	mux.HandleFunc("GET /block/v1/zones/{zone}/volumes/{id}", s.getVolume)
@@ -185,8 +188,10 @@ func (s *Server) VolumeCount() int {
 type ServerView struct {
 	ID, Name, Zone, CommercialType, State, Image string
 	Tags                                         []string
-	CloudInit                                    string
-	VolumeType                                   string
+	// CloudInit is the user data the API holds now; BootCloudInit what it
+	// held when the server was powered on.
+	CloudInit, BootCloudInit string
+	VolumeType               string
 	VolumeSize                                   int64
 }
 
@@ -198,7 +203,7 @@ func (s *Server) Servers() []ServerView {
 	var out []ServerView
 	for _, sv := range s.servers {
 		v := ServerView{ID: sv.id, Name: sv.name, Zone: sv.zone, CommercialType: sv.commercialType, State: sv.state,
-			Image: sv.image, Tags: slices.Clone(sv.tags), CloudInit: sv.userData["cloud-init"]}
+			Image: sv.image, Tags: slices.Clone(sv.tags), CloudInit: sv.userData["cloud-init"], BootCloudInit: sv.bootCloudInit}
 		if vol, ok := s.volumes[sv.volumeID]; ok {
 			v.VolumeType, v.VolumeSize = "sbs_volume", vol.size
 		}
@@ -638,7 +643,7 @@ func (s *Server) action(w http.ResponseWriter, r *http.Request) {
 	state := sv.state
 	switch {
 	case b.Action == "poweron" && state == "stopped":
-		sv.state = "starting"
+		sv.state, sv.bootCloudInit = "starting", sv.userData["cloud-init"]
 	case b.Action == "terminate" && (state == "running" || state == "starting"):
 		sv.state = "stopping"
 	case b.Action == "poweroff" && state == "running":
@@ -707,6 +712,22 @@ func (s *Server) setUserData(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	sv.userData[r.PathValue("key")] = string(data)
 	s.mu.Unlock()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) deleteUserData(w http.ResponseWriter, r *http.Request) {
+	sv, ok := s.lookup(w, r)
+	if !ok {
+		return
+	}
+	s.mu.Lock()
+	_, had := sv.userData[r.PathValue("key")]
+	delete(sv.userData, r.PathValue("key"))
+	s.mu.Unlock()
+	if !had {
+		apiError(w, http.StatusNotFound, "not_found", "resource is not found", map[string]any{"resource": "instance_user_data", "resource_id": r.PathValue("key")})
+		return
+	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
