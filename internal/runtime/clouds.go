@@ -275,4 +275,3 @@ func buildScaleway(cfg *config.Config, sc *config.ScalewayConfig, opts Options) 
 	return scaleway.New(client, scaleway.Options{ClusterName: cfg.ClusterName, ProjectID: creds.ProjectID, Zones: zones, Image: sc.Image,
 		Secrets: []string{creds.SecretKey}, Logger: log}), nil
 }
-

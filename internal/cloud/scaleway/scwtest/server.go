@@ -192,7 +192,7 @@ type ServerView struct {
 	// held when the server was powered on.
 	CloudInit, BootCloudInit string
 	VolumeType               string
-	VolumeSize                                   int64
+	VolumeSize               int64
 }
 
 // Servers returns the project's servers.
