@@ -24,6 +24,8 @@ import (
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/kamatera"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/kamatera/kamateratest"
+	"github.com/gpuscaler/gpuscaler/internal/cloud/scaleway"
+	"github.com/gpuscaler/gpuscaler/internal/cloud/scaleway/scwtest"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/verda"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/verda/verdatest"
@@ -84,10 +86,25 @@ nodeGroups:
   - {name: scarce, cloud: kamatera, instanceType: 4A-8192, locations: [IL], maxSize: 3}
 `
 
+// scalewayContractConfig is contractConfig's groups on Scaleway, which
+// sells GPUs on demand only: an H100, eight H100s partitioned with MIG,
+// and an L4 zone out of stock.
+const scalewayContractConfig = `
+clusterName: contract
+sync: {period: 200ms, requestsPerSecond: 1000}
+clouds:
+  scaleway: {}
+nodeGroups:
+  - {name: h100, cloud: scaleway, instanceType: H100-1-80G, locations: [fr-par-2, pl-waw-2], maxSize: 10, labels: {team: ml},
+     taints: [{key: nvidia.com/gpu, value: present, effect: NoSchedule}]}
+  - {name: mig, cloud: scaleway, instanceType: H100-SXM-8-80G, locations: [fr-par-2], maxSize: 2, mig: {profile: all-1g.10gb, strategy: mixed}}
+  - {name: scarce, cloud: scaleway, instanceType: L4-1-24G, locations: [fr-par-1], maxSize: 3}
+`
+
 // backends are the clouds the contract tests run against: the simulated
-// cloud directly, and Verda's and Kamatera's backends over their fake REST
-// APIs (themselves on a simulated engine).
-var backends = []string{"sim", "verda", "kamatera"}
+// cloud directly, and Verda's, Kamatera's and Scaleway's backends over
+// their fake APIs (themselves on a simulated engine).
+var backends = []string{"sim", "verda", "kamatera", "scaleway"}
 
 // gpuBackends are the backends whose catalogs have GPUs and spot.
 var gpuBackends = []string{"sim", "verda"}
@@ -95,6 +112,17 @@ var gpuBackends = []string{"sim", "verda"}
 // forEachBackend runs a contract test once per backend.
 func forEachBackend(t *testing.T, test func(t *testing.T, backend string)) {
 	for _, b := range backends {
+		t.Run(b, func(t *testing.T) { test(t, b) })
+	}
+}
+
+// gpuTemplateBackends are the backends whose catalogs have the GPU types
+// the template contract needs (one H100, eight H100s for MIG).
+var gpuTemplateBackends = []string{"sim", "verda", "scaleway"}
+
+// forEachBackendOf runs a contract test once per backend of a list.
+func forEachBackendOf(t *testing.T, list []string, test func(t *testing.T, backend string)) {
+	for _, b := range list {
 		t.Run(b, func(t *testing.T) { test(t, b) })
 	}
 }
@@ -115,8 +143,11 @@ func newFixture(t *testing.T, doc, backend string) *fixture {
 		doc = strings.ReplaceAll(doc, "cloud: sim", "cloud: verda")
 		doc = strings.Replace(doc, "clouds:\n", "clouds:\n  verda: {}\n", 1)
 	}
-	if backend == "kamatera" {
+	switch backend {
+	case "kamatera":
 		doc = kamateraContractConfig
+	case "scaleway":
+		doc = scalewayContractConfig
 	}
 	cfg, err := config.Parse([]byte(doc))
 	if err != nil {
@@ -126,6 +157,8 @@ func newFixture(t *testing.T, doc, backend string) *fixture {
 	switch backend {
 	case "kamatera":
 		engine, err = kamateratest.NewEngine(sim.Config{BootDelay: sim.Duration(100 * time.Millisecond), DeleteDelay: sim.Duration(50 * time.Millisecond)}, sim.Options{})
+	case "scaleway":
+		engine, err = scwtest.NewEngine(sim.Config{BootDelay: sim.Duration(100 * time.Millisecond), DeleteDelay: sim.Duration(50 * time.Millisecond)}, sim.Options{})
 	case "verda":
 		engine, err = verdatest.NewEngine(gsruntime.SimConfig(*cfg.Clouds.Sim), sim.Options{})
 	default:
@@ -136,9 +169,22 @@ func newFixture(t *testing.T, doc, backend string) *fixture {
 	}
 	engine.SetCapacity(cloud.OfferingKey{InstanceType: "1A100.22V", Location: "ICE-01", CapacityType: cloud.Spot}, 0)
 	engine.SetCapacity(cloud.OfferingKey{InstanceType: "4A-8192", Location: "IL", CapacityType: cloud.OnDemand}, 0)
+	engine.SetCapacity(cloud.OfferingKey{InstanceType: "L4-1-24G", Location: "fr-par-1", CapacityType: cloud.OnDemand}, 0)
 	log := slog.New(slog.DiscardHandler)
 	f := &fixture{engine: engine, account: cfg.ClusterName}
 	var prov cloud.Provider = engine.Account(cfg.ClusterName)
+	if backend == "scaleway" {
+		const secretKey, projectID = "11111111-2222-4333-8444-555555555555", "22222222-2222-4222-8222-222222222222"
+		fake := scwtest.New(engine, scwtest.Options{SecretKey: secretKey})
+		t.Cleanup(fake.Close)
+		client, err := scaleway.NewClient(scaleway.ClientOptions{AccessKey: "SCWACCESSKEY0000TEST", SecretKey: secretKey, ProjectID: projectID,
+			APIURL: fake.URL, RequestsPerSecond: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		prov, f.account = scaleway.New(client, scaleway.Options{ClusterName: cfg.ClusterName, ProjectID: projectID,
+			Zones: []string{"fr-par-1", "fr-par-2", "pl-waw-2"}, RetryBase: time.Millisecond, Logger: log}), "scaleway-account"
+	}
 	if backend == "kamatera" {
 		fake := kamateratest.New(engine, kamateratest.Options{ClientID: "id", Secret: "secret", CommandDelay: 20 * time.Millisecond})
 		t.Cleanup(fake.Close)
@@ -325,7 +371,7 @@ func TestContractInstanceIDsAreProviderIDs(t *testing.T) {
 }
 
 func TestContractTemplates(t *testing.T) {
-	forEachGPUBackend(t, func(t *testing.T, backend string) {
+	forEachBackendOf(t, gpuTemplateBackends, func(t *testing.T, backend string) {
 		f := newFixture(t, contractConfig, backend)
 		ctx := call(t)
 		tests := []struct {
@@ -380,7 +426,11 @@ func TestContractTemplates(t *testing.T) {
 		}
 		resp, _ = f.client.NodeGroupTemplateNodeInfo(ctx, &pb.NodeGroupTemplateNodeInfoRequest{Id: "h100"})
 		_ = node.Unmarshal(resp.GetNodeBytes())
-		if len(node.Spec.Taints) != 1 || node.Spec.Taints[0].Key != "nvidia.com/gpu" || node.Labels["gpuscaler.dev/capacity-type"] != "spot" {
+		wantCapacity := "spot" // prefer-spot
+		if backend == "scaleway" {
+			wantCapacity = "on-demand" // no spot there
+		}
+		if len(node.Spec.Taints) != 1 || node.Spec.Taints[0].Key != "nvidia.com/gpu" || node.Labels["gpuscaler.dev/capacity-type"] != wantCapacity {
 			t.Errorf("h100 template taints %v labels %v", node.Spec.Taints, node.Labels)
 		}
 		if _, err := f.client.NodeGroupTemplateNodeInfo(ctx, &pb.NodeGroupTemplateNodeInfoRequest{Id: "nope"}); status.Code(err) != codes.NotFound {

@@ -244,7 +244,10 @@ func Providers(ctx context.Context, cfg *config.Config, getenv func(string) stri
 // groups (every GPU zone when none names one, for catalog).
 func buildScaleway(cfg *config.Config, sc *config.ScalewayConfig, opts Options) (*scaleway.Cloud, error) {
 	log := opts.Logger.With("cloud", scaleway.Name)
-	creds := scaleway.ClientOptions{AccessKey: "unread", SecretKey: "unread", ProjectID: "unread", APIURL: sc.APIURL}
+	// A FileOnly preflight never calls the API; the SDK checks the keys'
+	// forms all the same.
+	creds := scaleway.ClientOptions{AccessKey: "SCWXXXXXXXXXXXXXXXXX", SecretKey: "00000000-0000-4000-8000-000000000000",
+		ProjectID: "00000000-0000-4000-8000-000000000000", APIURL: sc.APIURL}
 	if opts.preflight.readsFiles() {
 		var err error
 		creds, err = scaleway.Credentials(opts.Getenv, scaleway.Source{AccessKeyFile: sc.AccessKeyFile, SecretKeyFile: sc.SecretKeyFile,
