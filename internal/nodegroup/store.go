@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -269,13 +270,16 @@ func (s *store) index(mem *member) {
 	}
 }
 
-// reindex moves a member to a new canonical provider ID.
+// reindex moves a member to a new canonical provider ID. The old one
+// stays an alias: a cloud that assigns IDs at create (Scaleway) replaces
+// the placeholder a front end may still hold (cluster-autoscaler deleting
+// a slot it listed while the order was in flight).
 func (s *store) reindex(mem *member, providerID string) {
 	if providerID == "" || providerID == mem.providerID {
 		return
 	}
-	if s.byProviderID[mem.providerID] == mem {
-		delete(s.byProviderID, mem.providerID)
+	if old := mem.providerID; old != "" && !slices.Contains(mem.aliases, old) {
+		mem.aliases = append(slices.Clone(mem.aliases), old)
 	}
 	mem.providerID = providerID
 	s.index(mem)
