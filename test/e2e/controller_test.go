@@ -61,7 +61,20 @@ nodeGroups:
 		t.Fatal(err)
 	}
 	acct := engine.Account(cfg.ClusterName)
-	core, err := nodegroup.New(cfg, map[string]cloud.Provider{"sim": acct}, nodegroup.Options{Logger: log, Registerer: prometheus.NewRegistry()})
+	runCtx, kube := runController(t, ctx, env, cfg, map[string]cloud.Provider{"sim": acct}, nil)
+	reg := sim.NewRegistrar(acct, env.Client, sim.RegistrarOptions{Kwok: true, Logger: log})
+	go func() { _ = reg.Run(runCtx) }()
+	return &controllerEnv{env: env, engine: engine, kube: kube}
+}
+
+// runController runs the core of cfg over the clouds, rendering startup
+// scripts with boot (nil: none), and the NodeProvisioner controller
+// against env, until the test ends; it returns their context and a client
+// that knows the CRDs.
+func runController(t testing.TB, ctx context.Context, env *testenv.Env, cfg *config.Config, clouds map[string]cloud.Provider, boot nodegroup.Bootstrapper) (context.Context, client.Client) {
+	t.Helper()
+	log := slog.New(slog.DiscardHandler)
+	core, err := nodegroup.New(cfg, clouds, nodegroup.Options{Logger: log, Registerer: prometheus.NewRegistry(), Bootstrap: boot})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,8 +83,6 @@ nodeGroups:
 	if err := core.Start(runCtx); err != nil {
 		t.Fatal(err)
 	}
-	reg := sim.NewRegistrar(acct, env.Client, sim.RegistrarOptions{Kwok: true, Logger: log})
-	go func() { _ = reg.Run(runCtx) }()
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
@@ -94,7 +105,7 @@ nodeGroups:
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &controllerEnv{env: env, engine: engine, kube: kube}
+	return runCtx, kube
 }
 
 // TestNodeProvisionerScalesFromZero: five pending pods that each want one

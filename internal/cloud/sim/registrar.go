@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -40,30 +39,65 @@ type RegistrarOptions struct {
 	Logger *slog.Logger
 }
 
-// Registrar stands in for the kubelets of a simulated cluster: it keeps one
-// Node per running instance, registered with the instance's provider ID,
-// labels, taints and GPU capacity (MIG devices included, as mig-manager and
-// the device plugin would advertise them), and removes the Node when its
-// instance is deleted or gone.
-type Registrar struct {
-	cloud  *Cloud
-	client kubernetes.Interface
-	opts   RegistrarOptions
+// Machine is a running machine as its kubelet registers it.
+type Machine struct {
+	Name, ProviderID, IP string
+	// Type gives the capacity (GPUs included).
+	Type   cloud.InstanceType
+	Labels map[string]string
+	Taints []corev1.Taint
 }
 
-// NewRegistrar returns a Registrar for one cluster account.
+// Registrar stands in for the kubelets of a simulated cluster: it keeps one
+// Node per running machine, registered with the machine's provider ID,
+// labels, taints and GPU capacity (MIG devices included, as mig-manager and
+// the device plugin would advertise them), and removes the Node when its
+// machine is deleted or gone.
+type Registrar struct {
+	engine *Engine
+	// owner marks the Nodes this Registrar manages (AnnotationCluster).
+	owner    string
+	machines func() ([]Machine, error)
+	client   kubernetes.Interface
+	opts     RegistrarOptions
+}
+
+// NewRegistrar returns a Registrar for one cluster account: its running
+// instances, as the engine made them.
 func NewRegistrar(c *Cloud, client kubernetes.Interface, opts RegistrarOptions) *Registrar {
+	e := c.engine
+	return NewKubelets(e, c.cluster, func() ([]Machine, error) {
+		var out []Machine
+		for _, in := range e.snapshot(c.cluster) {
+			if in.State != cloud.StateRunning {
+				continue
+			}
+			t, ok := e.types[in.InstanceType]
+			if !ok {
+				return nil, fmt.Errorf("instance %s: type %q not in catalog", in.Name, in.InstanceType)
+			}
+			out = append(out, Machine{Name: in.Name, ProviderID: in.ProviderID, IP: in.IP, Type: t, Labels: in.labels, Taints: in.taints})
+		}
+		return out, nil
+	}, client, opts)
+}
+
+// NewKubelets returns a Registrar over machines another fake describes
+// (a cloud's fake API whose servers carry their kubelet's flags in their
+// startup scripts); it syncs on the engine's changes and every few
+// seconds. owner marks its Nodes.
+func NewKubelets(e *Engine, owner string, machines func() ([]Machine, error), client kubernetes.Interface, opts RegistrarOptions) *Registrar {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	return &Registrar{cloud: c, client: client, opts: opts}
+	return &Registrar{engine: e, owner: owner, machines: machines, client: client, opts: opts}
 }
 
 // Run reconciles Nodes until ctx is done: on every change of the engine, at
 // each scheduled boot or deletion, and every few seconds. Errors are logged
 // and retried.
 func (r *Registrar) Run(ctx context.Context) error {
-	e := r.cloud.engine
+	e := r.engine
 	for {
 		changed := e.Changed()
 		if err := r.Sync(ctx); err != nil && ctx.Err() == nil {
@@ -86,12 +120,13 @@ func (r *Registrar) Run(ctx context.Context) error {
 
 // Sync makes the cluster's simulated Nodes match the running instances once.
 func (r *Registrar) Sync(ctx context.Context) error {
-	insts := r.cloud.engine.snapshot(r.cloud.cluster)
-	running := map[string]*instance{}
-	for _, in := range insts {
-		if in.State == cloud.StateRunning {
-			running[in.Name] = in
-		}
+	machines, err := r.machines()
+	if err != nil {
+		return err
+	}
+	running := map[string]Machine{}
+	for _, m := range machines {
+		running[m.Name] = m
 	}
 	nodes, err := r.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -101,7 +136,7 @@ func (r *Registrar) Sync(ctx context.Context) error {
 	have := map[string]*corev1.Node{}
 	for i := range nodes.Items {
 		n := &nodes.Items[i]
-		if !strings.HasPrefix(n.Spec.ProviderID, Name+"://") || n.Annotations[AnnotationCluster] != r.cloud.cluster {
+		if n.Annotations[AnnotationCluster] != r.owner {
 			continue
 		}
 		if _, ok := running[n.Name]; !ok {
@@ -123,22 +158,22 @@ func (r *Registrar) Sync(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// ensure registers one instance's Node, and its status, if missing.
-func (r *Registrar) ensure(ctx context.Context, in *instance, node *corev1.Node) error {
+// ensure registers one machine's Node, and its status, if missing.
+func (r *Registrar) ensure(ctx context.Context, in Machine, node *corev1.Node) error {
 	nodes := r.client.CoreV1().Nodes()
 	if node == nil {
-		labels := maps.Clone(in.labels)
+		labels := maps.Clone(in.Labels)
 		if labels == nil {
 			labels = map[string]string{}
 		}
 		labels[corev1.LabelHostname] = in.Name
-		ann := map[string]string{AnnotationCluster: r.cloud.cluster}
+		ann := map[string]string{AnnotationCluster: r.owner}
 		if r.opts.Kwok {
 			ann[AnnotationKwok] = "fake"
 		}
 		created, err := nodes.Create(ctx, &corev1.Node{
 			ObjectMeta: metav1.ObjectMeta{Name: in.Name, Labels: labels, Annotations: ann},
-			Spec:       corev1.NodeSpec{ProviderID: in.ProviderID, Taints: in.taints},
+			Spec:       corev1.NodeSpec{ProviderID: in.ProviderID, Taints: in.Taints},
 		}, metav1.CreateOptions{})
 		if apierrors.IsAlreadyExists(err) {
 			created, err = nodes.Get(ctx, in.Name, metav1.GetOptions{})
@@ -163,7 +198,7 @@ func (r *Registrar) ensure(ctx context.Context, in *instance, node *corev1.Node)
 	node.Status.Allocatable = capacity.DeepCopy()
 	node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: in.IP}, {Type: corev1.NodeHostName, Address: in.Name}}
 	if !r.opts.Kwok {
-		now := metav1.NewTime(r.cloud.engine.clock.Now())
+		now := metav1.NewTime(r.engine.clock.Now())
 		node.Status.Phase = corev1.NodeRunning
 		node.Status.Conditions = []corev1.NodeCondition{{
 			Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
@@ -201,22 +236,19 @@ func isReady(n *corev1.Node) bool {
 	return false
 }
 
-// capacity is what the instance's kubelet and device plugin advertise.
-func (r *Registrar) capacity(in *instance) (corev1.ResourceList, error) {
-	t, ok := r.cloud.engine.types[in.InstanceType]
-	if !ok {
-		return nil, fmt.Errorf("instance %s: type %q not in catalog", in.Name, in.InstanceType)
-	}
+// capacity is what the machine's kubelet and device plugin advertise.
+func (r *Registrar) capacity(in Machine) (corev1.ResourceList, error) {
+	t := in.Type
 	rl := cloud.NodeResources(t, 0)
 	if t.GPUCount == 0 {
 		return rl, nil
 	}
-	profile := in.labels[gpu.LabelMIGConfig]
+	profile := in.Labels[gpu.LabelMIGConfig]
 	if profile == "" {
 		rl[gpu.ResourceGPU] = *resource.NewQuantity(int64(t.GPUCount), resource.DecimalSI)
 		return rl, nil
 	}
-	strategy := in.labels[gpu.LabelMIGStrategy]
+	strategy := in.Labels[gpu.LabelMIGStrategy]
 	if strategy == "" {
 		strategy = gpu.StrategyMixed
 	}

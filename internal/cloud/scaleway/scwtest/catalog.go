@@ -53,10 +53,14 @@ func Catalog() []cloud.InstanceType {
 	out := make([]cloud.InstanceType, 0, len(serverTypes))
 	for _, t := range serverTypes {
 		out = append(out, cloud.InstanceType{Name: t.name, VCPUs: t.ncpus, MemoryGiB: t.ramGiB, GPUCount: t.gpus,
-			Arch: "amd64", OnDemandPrice: t.hourly})
+			GPUModel: engineModels[t.gpuName], GPUMemoryGiB: t.gpuMemGiB, Arch: "amd64", OnDemandPrice: t.hourly})
 	}
 	return out
 }
+
+// engineModels name the fake's GPUs in the GPU model table, for the
+// capacity its kubelets advertise (MIG devices included).
+var engineModels = map[string]string{"L4": "L4", "L40S": "L40S", "H100": "H100-80GB", "H100-SXM": "H100-80GB", "RTX 3070": "RTX3070", "P100": "P100"}
 
 func typeNamed(name string) (serverType, bool) {
 	for _, t := range serverTypes {
