@@ -56,10 +56,13 @@ func TestMalformedConfigCorpus(t *testing.T) {
 	if len(cases) < 60 || len(files) != len(cases)+1 {
 		t.Fatalf("%d cases for %d files; every file needs a case, and the corpus at least 60", len(cases), len(files)-1)
 	}
-	for _, variable := range []string{"VERDA_CLIENT_ID", "VERDA_CLIENT_SECRET", "VERDA_BASE_URL", "DATACRUNCH_CLUSTER_CONFIG_JSON", "DATACRUNCH_CLUSTER_CONFIG", "DATACRUNCH_CLUSTER_CONFIG_FILE", "DATACRUNCH_STARTUP_SCRIPT_FETCH_URL", "KAMATERA_API_CLIENT_ID", "KAMATERA_API_SECRET", "KAMATERA_API_URL"} {
+	for _, variable := range []string{"VERDA_CLIENT_ID", "VERDA_CLIENT_SECRET", "VERDA_BASE_URL", "DATACRUNCH_CLUSTER_CONFIG_JSON", "DATACRUNCH_CLUSTER_CONFIG", "DATACRUNCH_CLUSTER_CONFIG_FILE", "DATACRUNCH_STARTUP_SCRIPT_FETCH_URL", "KAMATERA_API_CLIENT_ID", "KAMATERA_API_SECRET", "KAMATERA_API_URL",
+		"SCW_ACCESS_KEY", "SCW_SECRET_KEY", "SCW_DEFAULT_PROJECT_ID", "SCW_API_URL", "SCW_PROFILE"} {
 		t.Setenv(variable, "")
 		os.Unsetenv(variable)
 	}
+	// No Scaleway profile of the machine running the tests.
+	t.Setenv("SCW_CONFIG_PATH", filepath.Join(t.TempDir(), "no-scw-config.yaml"))
 	wd, _ := os.Getwd()
 	t.Cleanup(func() { _ = os.Chdir(wd) })
 	for _, c := range cases {

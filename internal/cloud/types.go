@@ -263,9 +263,13 @@ func (e *OptionError) Error() string { return e.Key + ": " + e.Detail }
 // ones it has: the common part of CheckOptions.
 func CheckKnownOptions(opts map[string]string, known ...string) []*OptionError {
 	var errs []*OptionError
+	reads := "this cloud reads " + strings.Join(known, ", ")
+	if len(known) == 0 {
+		reads = "this cloud reads none"
+	}
 	for k := range opts {
 		if !slices.Contains(known, k) {
-			errs = append(errs, &OptionError{Key: k, Detail: "unknown option; this cloud reads " + strings.Join(known, ", ")})
+			errs = append(errs, &OptionError{Key: k, Detail: "unknown option; " + reads})
 		}
 	}
 	slices.SortFunc(errs, func(a, b *OptionError) int { return strings.Compare(a.Key, b.Key) })

@@ -415,3 +415,21 @@ func TestCloudInitDeletedAfterBoot(t *testing.T) {
 		return len(svs) == 1 && svs[0].CloudInit == "" && strings.Contains(svs[0].BootCloudInit, "join-token-for-")
 	})
 }
+
+// TestGroupOptions: a group's security group, placement group and public
+// address setting reach the create request.
+func TestGroupOptions(t *testing.T) {
+	const sg, pg = "33333333-3333-4333-8333-333333333333", "44444444-4444-4444-8444-444444444444"
+	b := newBackend(t, 5, `
+  - {name: l4, cloud: scaleway, instanceType: L4-1-24G, locations: [fr-par-2], maxSize: 2,
+     cloudOptions: {securityGroupID: `+sg+`, placementGroupID: `+pg+`, publicIP: "false"}}
+`, scwtest.Options{})
+	if err := b.mgr.IncreaseSize(context.Background(), "l4", 1); err != nil {
+		t.Fatal(err)
+	}
+	b.wait(t, "1 running", func() bool { return len(b.running(t, "l4")) == 1 })
+	sv := b.fake.Servers()[0]
+	if sv.SecurityGroup != sg || sv.PlacementGroup != pg || sv.PublicIP {
+		t.Fatalf("server %+v", sv)
+	}
+}

@@ -161,10 +161,27 @@ func (c *Cloud) retry(ctx context.Context, op string, call func() error) error {
 	return retry(ctx, c.log, op, c.redact, 5, c.opts.RetryBase, call)
 }
 
-// CheckOptions implements cloud.OptionChecker: Scaleway groups take none
-// yet.
+// Keys of a node group's cloudOptions that the Scaleway backend reads.
+const (
+	OptionSecurityGroupID  = "securityGroupID"  // the servers' security group (firewall); default the project's
+	OptionPlacementGroupID = "placementGroupID" // a placement group of the zone
+	// OptionPublicIP is "false" for servers without a public address
+	// (reached over a private network); default true.
+	OptionPublicIP = "publicIP"
+)
+
+// CheckOptions implements cloud.OptionChecker.
 func (c *Cloud) CheckOptions(opts map[string]string) []*cloud.OptionError {
-	return cloud.CheckKnownOptions(opts)
+	errs := cloud.CheckKnownOptions(opts, OptionSecurityGroupID, OptionPlacementGroupID, OptionPublicIP)
+	for _, k := range []string{OptionSecurityGroupID, OptionPlacementGroupID} {
+		if v, ok := opts[k]; ok && !isUUID(v) {
+			errs = append(errs, &cloud.OptionError{Key: k, Detail: "must be a UUID"})
+		}
+	}
+	if v, ok := opts[OptionPublicIP]; ok && v != "true" && v != "false" {
+		errs = append(errs, &cloud.OptionError{Key: OptionPublicIP, Detail: "must be true or false"})
+	}
+	return errs
 }
 
 // InstanceTypes returns the commercial types the zones sell, with GPU
@@ -473,11 +490,17 @@ func (c *Cloud) Create(ctx context.Context, spec cloud.CreateSpec) (cloud.Instan
 	}()
 	req := &instance.CreateServerRequest{
 		Zone: zone, Name: spec.Name, CommercialType: spec.InstanceType, Image: scw.StringPtr(image),
-		Project: scw.StringPtr(c.opts.ProjectID), Tags: tags, DynamicIPRequired: scw.BoolPtr(true),
+		Project: scw.StringPtr(c.opts.ProjectID), Tags: tags, DynamicIPRequired: scw.BoolPtr(spec.Options[OptionPublicIP] != "false"),
 		Volumes: map[string]*instance.VolumeServerTemplate{"0": {
 			Boot: scw.BoolPtr(true), Size: scw.SizePtr(scw.Size(size) * scw.GB), VolumeType: instance.VolumeVolumeTypeSbsVolume,
 			Name: scw.StringPtr(c.volumeName(spec.Name)),
 		}},
+	}
+	if v := spec.Options[OptionSecurityGroupID]; v != "" {
+		req.SecurityGroup = scw.StringPtr(v)
+	}
+	if v := spec.Options[OptionPlacementGroupID]; v != "" {
+		req.PlacementGroup = scw.StringPtr(v)
 	}
 	resp, err := c.inst.CreateServer(req, scw.WithContext(ctx))
 	var sv *instance.Server

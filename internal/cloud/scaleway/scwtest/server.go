@@ -88,7 +88,9 @@ type server struct {
 	engineName string
 	booted     bool
 	// bootCloudInit is the cloud-init the server had when powered on.
-	bootCloudInit string
+	bootCloudInit                 string
+	securityGroup, placementGroup string
+	publicIP                      bool
 }
 
 type volume struct {
@@ -192,7 +194,11 @@ type ServerView struct {
 	// held when the server was powered on.
 	CloudInit, BootCloudInit string
 	VolumeType               string
-	VolumeSize               int64
+	// SecurityGroup and PlacementGroup are the ids the order named;
+	// PublicIP whether it asked for a dynamic public address.
+	SecurityGroup, PlacementGroup string
+	PublicIP                      bool
+	VolumeSize                    int64
 }
 
 // Servers returns the project's servers.
@@ -203,7 +209,8 @@ func (s *Server) Servers() []ServerView {
 	var out []ServerView
 	for _, sv := range s.servers {
 		v := ServerView{ID: sv.id, Name: sv.name, Zone: sv.zone, CommercialType: sv.commercialType, State: sv.state,
-			Image: sv.image, Tags: slices.Clone(sv.tags), CloudInit: sv.userData["cloud-init"], BootCloudInit: sv.bootCloudInit}
+			Image: sv.image, Tags: slices.Clone(sv.tags), CloudInit: sv.userData["cloud-init"], BootCloudInit: sv.bootCloudInit,
+			SecurityGroup: sv.securityGroup, PlacementGroup: sv.placementGroup, PublicIP: sv.publicIP}
 		if vol, ok := s.volumes[sv.volumeID]; ok {
 			v.VolumeType, v.VolumeSize = "sbs_volume", vol.size
 		}
@@ -472,6 +479,9 @@ type createBody struct {
 	Image          string   `json:"image"`
 	Project        string   `json:"project"`
 	Tags           []string `json:"tags"`
+	SecurityGroup  string   `json:"security_group"`
+	PlacementGroup string   `json:"placement_group"`
+	DynamicIP      *bool    `json:"dynamic_ip_required"`
 	Volumes        map[string]struct {
 		Boot       *bool  `json:"boot"`
 		Name       string `json:"name"`
@@ -536,7 +546,8 @@ func (s *Server) createServer(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Lock()
 	sv := &server{id: newID(), name: b.Name, zone: zone, commercialType: b.CommercialType, project: b.Project, image: b.Image,
-		tags: b.Tags, state: "stopped", userData: map[string]string{}, createdAt: in.CreatedAt, engineName: engineName}
+		tags: b.Tags, state: "stopped", userData: map[string]string{}, createdAt: in.CreatedAt, engineName: engineName,
+		securityGroup: b.SecurityGroup, placementGroup: b.PlacementGroup, publicIP: b.DynamicIP == nil || *b.DynamicIP}
 	volName := boot.Name
 	if volName == "" {
 		volName = b.Name + "-boot"
