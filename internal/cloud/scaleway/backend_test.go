@@ -283,7 +283,7 @@ func TestQuotaFailsCleanly(t *testing.T) {
 // TestLostCreateAnswerYieldsOneServer: the create is carried out but its
 // answer lost: the server is found by name, started, and is the only one.
 func TestLostCreateAnswerYieldsOneServer(t *testing.T) {
-	b := newBackend(t, 5, groupsYAML, scwtest.Options{})
+	b := newBackend(t, 5, groupsYAML, scwtest.Options{NoMetadata: true}) // a gateway without /metadata works too
 	b.fake.LoseNextAnswer(http.MethodPost, "/servers")
 	if err := b.mgr.IncreaseSize(context.Background(), "l4", 1); err != nil {
 		t.Fatal(err)
@@ -431,5 +431,32 @@ func TestGroupOptions(t *testing.T) {
 	sv := b.fake.Servers()[0]
 	if sv.SecurityGroup != sg || sv.PlacementGroup != pg || sv.PublicIP {
 		t.Fatalf("server %+v", sv)
+	}
+}
+
+// TestDeletingManyServersCostsLinearCalls: deleting 20 servers deletes
+// each volume with a bounded number of calls, not one per volume per
+// delete (a budget-eating quadratic the scale-up benchmark once showed).
+func TestDeletingManyServersCostsLinearCalls(t *testing.T) {
+	b := newBackend(t, 30, `
+  - {name: l4, cloud: scaleway, instanceType: L4-1-24G, locations: [fr-par-2], maxSize: 20}
+`, scwtest.Options{})
+	ctx := context.Background()
+	if err := b.mgr.IncreaseSize(ctx, "l4", 20); err != nil {
+		t.Fatal(err)
+	}
+	b.wait(t, "20 running", func() bool { return len(b.running(t, "l4")) == 20 })
+	var ids []string
+	for _, in := range b.running(t, "l4") {
+		ids = append(ids, in.ProviderID)
+	}
+	if err := b.mgr.DeleteNodes(ctx, "l4", ids); err != nil {
+		t.Fatal(err)
+	}
+	b.wait(t, "every server and volume gone", func() bool { return b.fake.ServerCount() == 0 && b.fake.VolumeCount() == 0 })
+	n := b.fake.Calls()["DELETE /block/v1/zones/{zone}/volumes/{id}"]
+	t.Logf("%d volume deletes", n)
+	if n > 100 {
+		t.Fatalf("%d volume deletes for 20 volumes", n)
 	}
 }

@@ -357,8 +357,8 @@ func (c *Cloud) List(ctx context.Context) ([]cloud.Instance, error) {
 		var resp *instance.ListServersResponse
 		err := c.retry(ctx, "list", func() error {
 			var err error
-			resp, err = c.inst.ListServers(&instance.ListServersRequest{Zone: scw.Zone(zone), Tags: []string{tagCluster + c.opts.ClusterName}},
-				scw.WithContext(ctx), scw.WithAllPages())
+			resp, err = c.inst.ListServers(&instance.ListServersRequest{Zone: scw.Zone(zone), Tags: []string{tagCluster + c.opts.ClusterName},
+				PerPage: scw.Uint32Ptr(100)}, scw.WithContext(ctx), scw.WithAllPages())
 			return err
 		})
 		if err != nil {
@@ -684,8 +684,10 @@ func (c *Cloud) Delete(ctx context.Context, inst cloud.Instance) error {
 	if err != nil {
 		return err
 	}
+	var volumes []string
 	for _, v := range sv.Volumes {
 		if v != nil && v.VolumeType == instance.VolumeServerVolumeTypeSbsVolume {
+			volumes = append(volumes, v.ID)
 			c.mu.Lock()
 			c.orphans[v.ID] = zone
 			c.mu.Unlock()
@@ -707,17 +709,22 @@ func (c *Cloud) Delete(ctx context.Context, inst cloud.Instance) error {
 	if err != nil && !errors.Is(err, cloud.ErrNotFound) {
 		return err
 	}
-	c.deleteOrphans(ctx)
+	// A deleted (stopped) server's volumes are free now; a terminating
+	// one's once it is gone: the syncs' sweeps take those.
+	c.deleteOrphans(ctx, volumes)
 	return nil
 }
 
-// deleteOrphans deletes the recorded volumes that are detached; those
-// still attached (a server terminating) wait for a later call.
-func (c *Cloud) deleteOrphans(ctx context.Context) {
+// deleteOrphans deletes recorded volumes that are detached (ids, or all
+// recorded when ids is nil); those still attached (a server terminating)
+// wait for a later call.
+func (c *Cloud) deleteOrphans(ctx context.Context, ids []string) {
 	c.mu.Lock()
 	pending := make(map[string]scw.Zone, len(c.orphans))
 	for id, z := range c.orphans {
-		pending[id] = z
+		if ids == nil || slices.Contains(ids, id) {
+			pending[id] = z
+		}
 	}
 	c.mu.Unlock()
 	for id, zone := range pending {
@@ -736,7 +743,7 @@ func (c *Cloud) deleteOrphans(ctx context.Context) {
 // detached volume named for a server of this cluster that is gone (left
 // by a restart in the middle of a delete).
 func (c *Cloud) sweepVolumes(ctx context.Context, live map[string]bool) {
-	c.deleteOrphans(ctx)
+	c.deleteOrphans(ctx, nil)
 	c.mu.Lock()
 	due := time.Since(c.lastSweep) >= defaultVolumeSweep
 	if due {
@@ -763,5 +770,5 @@ func (c *Cloud) sweepVolumes(ctx context.Context, live map[string]bool) {
 			c.mu.Unlock()
 		}
 	}
-	c.deleteOrphans(ctx)
+	c.deleteOrphans(ctx, nil)
 }

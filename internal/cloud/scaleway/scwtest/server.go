@@ -10,8 +10,9 @@
 // boots them; cloud-init as raw text/plain user data; servers listed by
 // exact tags with X-Total-Count paging; terminate removing the server and
 // detaching its sbs volumes, which stay (and bill) until deleted through
-// the Block API; DELETE of a stopped server keeping its volumes; a 404
-// /metadata; marketplace local-images resolving image labels.
+// the Block API; DELETE of a stopped server keeping its volumes; the
+// gateway's /metadata (or a 404); marketplace local-images resolving
+// image labels.
 package scwtest
 
 import (
@@ -59,6 +60,8 @@ type Options struct {
 	SecretKey string
 	// ServerQuota is how many servers the project may have; 0 = no limit.
 	ServerQuota int
+	// NoMetadata answers /metadata with 404.
+	NoMetadata bool
 }
 
 // Server is the fake API; its URL is Server.URL.
@@ -110,8 +113,16 @@ func New(engine *sim.Engine, opts Options) *Server {
 	s := &Server{engine: engine, acct: engine.Account(account), opts: opts,
 		servers: map[string]*server{}, volumes: map[string]*volume{}, calls: map[string]int{}}
 	mux := http.NewServeMux()
+	// The API gateway's metadata, which the SDK asks for on every list
+	// until it gets a non-empty answer (the values are not recorded; only
+	// their presence matters to the SDK). Options.NoMetadata answers 404,
+	// which the SDK ignores.
 	mux.HandleFunc("GET /metadata", func(w http.ResponseWriter, _ *http.Request) {
-		apiError(w, http.StatusNotFound, "not_found", "not found", nil)
+		if opts.NoMetadata {
+			apiError(w, http.StatusNotFound, "not_found", "not found", nil)
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]string{"platform": "scaleway", "partition": "scaleway", "domain": "scaleway.com"})
 	})
 	mux.HandleFunc("GET /instance/v1/zones/{zone}/products/servers", s.productServers)
 	mux.HandleFunc("GET /instance/v1/zones/{zone}/products/servers/availability", s.availability)
@@ -403,7 +414,7 @@ func (s *Server) settle() {
 		switch {
 		case sv.state == "starting" && ok && in.State == cloud.StateRunning:
 			sv.state, sv.booted = "running", true
-		case sv.state == "stopping" && (!ok || in.State == cloud.StateDeleting):
+		case sv.state == "stopping" && !ok: // the engine let it go (its delete delay passed)
 			delete(s.servers, id)
 			if vol, ok := s.volumes[sv.volumeID]; ok {
 				vol.serverID = "" // detached: it stays, and bills, until deleted
