@@ -208,6 +208,11 @@ func TestScaleUpAndDown(t *testing.T) {
 			t.Errorf("Kapsule's form of %s resolves to %q, %v", pid, g, ok)
 		}
 	}
+	for _, in := range b.running(t, "l4") {
+		if ip, ok := b.mgr.InstanceIP(in.Name); !ok || !strings.HasPrefix(ip, "51.15.0.") {
+			t.Errorf("address of %s: %q", in.Name, ip)
+		}
+	}
 	victim := b.running(t, "l4")[0]
 	if err := b.mgr.DeleteNodes(ctx, "l4", []string{victim.ProviderID}); err != nil {
 		t.Fatal(err)

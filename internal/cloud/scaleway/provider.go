@@ -428,9 +428,13 @@ func (c *Cloud) instance(sv *instance.Server, group, owner string) cloud.Instanc
 	if sv.CreationDate != nil {
 		in.CreatedAt = *sv.CreationDate
 	}
-	if sv.PublicIP != nil && sv.PublicIP.Address != nil {
-		in.IP = sv.PublicIP.Address.String()
-	} else if sv.PrivateIP != nil {
+	for _, ip := range sv.PublicIPs {
+		if ip != nil && ip.Address != nil {
+			in.IP = ip.Address.String()
+			break
+		}
+	}
+	if in.IP == "" && sv.PrivateIP != nil {
 		in.IP = *sv.PrivateIP
 	}
 	c.mu.Lock()
