@@ -134,7 +134,7 @@ func (l *launcher) prepareLocked(req LaunchRequest) (cloud.CreateSpec, *member, 
 	spec.Taints = append(slices.Clone(spec.Taints), req.Taints...)
 	mem := &member{
 		name: name, cloud: req.Cloud, owner: req.Owner, phase: phaseCreating,
-		providerID: cloud.ProviderIDOf(l.clients[req.Cloud].p, name), offering: k, price: price,
+		providerID: cloud.ProviderIDOf(l.clients[req.Cloud].p, name), placeholder: true, offering: k, price: price,
 		createdAt: l.orderer.clock.Now(), resolved: make(chan struct{}),
 	}
 	spec.ProviderID = mem.providerID

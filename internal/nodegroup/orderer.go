@@ -113,7 +113,7 @@ func (o *orderer) create(ctx context.Context, g *group, mem *member) {
 		case settled:
 			return
 		case stockedOut:
-			o.log.Info("offering stocked out, trying the next", "group", g.cfg.Name, "offering", k.String())
+			o.log.Info("offering stocked out, trying the next", "group", g.cfg.Name, "offering", k.String(), "error", last)
 			s.mu.Lock()
 			o.offerings.markStockedOut(g.cfg.Cloud, k)
 			s.mu.Unlock()

@@ -194,7 +194,7 @@ func (z *sizer) reconcileLocked(g *group) {
 			phase:     phaseCreating,
 			createdAt: z.clock.Now(),
 		}
-		mem.providerID = cloud.ProviderIDOf(z.clients[g.cfg.Cloud].p, mem.name)
+		mem.providerID, mem.placeholder = cloud.ProviderIDOf(z.clients[g.cfg.Cloud].p, mem.name), true
 		z.store.add(g, mem)
 		z.orderer.order(g, mem)
 	}

@@ -114,7 +114,10 @@ type member struct {
 	group      string // empty for launched instances
 	owner      string // the launch API's caller
 	providerID string
-	aliases    []string
+	// placeholder: providerID is the one the core made up at order
+	// time, not yet one the cloud reported.
+	placeholder bool
+	aliases     []string
 	// id is the cloud's ID once known; it tells duplicates apart.
 	id       string
 	phase    phase
@@ -270,18 +273,25 @@ func (s *store) index(mem *member) {
 	}
 }
 
-// reindex moves a member to a new canonical provider ID. The old one
-// stays an alias: a cloud that assigns IDs at create (Scaleway) replaces
-// the placeholder a front end may still hold (cluster-autoscaler deleting
-// a slot it listed while the order was in flight).
+// reindex moves a member to a new canonical provider ID. A placeholder
+// made up at order time stays an alias: a cloud that assigns IDs at create
+// (Scaleway) replaces the placeholder a front end may still hold
+// (cluster-autoscaler deleting a slot it listed while the order was in
+// flight).
 func (s *store) reindex(mem *member, providerID string) {
 	if providerID == "" || providerID == mem.providerID {
 		return
 	}
-	if old := mem.providerID; old != "" && !slices.Contains(mem.aliases, old) {
+	old := mem.providerID
+	switch {
+	case mem.placeholder && old != "" && !slices.Contains(mem.aliases, old):
 		mem.aliases = append(slices.Clone(mem.aliases), old)
+	case s.byProviderID[old] == mem:
+		// A real ID replaced (the member now stands for another listed
+		// instance): the old one must not lead to it.
+		delete(s.byProviderID, old)
 	}
-	mem.providerID = providerID
+	mem.providerID, mem.placeholder = providerID, false
 	s.index(mem)
 }
 

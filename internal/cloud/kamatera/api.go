@@ -166,17 +166,27 @@ func (c *Client) Capabilities(ctx context.Context, datacenter string) (Capabilit
 // CreateServer orders one server and returns its command id (the order
 // runs in the queue: see WaitCommand). It is sent once: when the answer is
 // lost, ErrOutcomeUnknown says the server must be looked up by name.
-func (c *Client) CreateServer(ctx context.Context, req CreateRequest) (string, error) {
+//
+// A generated root password ("__generate__") comes back too: it is
+// neither logged nor kept, only returned so that the command's log can be
+// cleaned of it (see WaitCommand).
+func (c *Client) CreateServer(ctx context.Context, req CreateRequest) (command, password string, err error) {
 	req.Quantity = 1
 	var raw json.RawMessage
 	if err := c.do(ctx, call{op: "create", method: http.MethodPost, path: "/service/server", body: req}, &raw); err != nil {
-		return "", err
+		return "", "", err
+	}
+	var generated struct {
+		Password string `json:"password"`
+	}
+	if len(raw) > 0 && raw[0] == '{' {
+		_ = json.Unmarshal(raw, &generated)
 	}
 	ids, err := commandIDs(raw)
 	if err != nil || len(ids) != 1 {
-		return "", cloud.Errorf(cloud.ErrOutcomeUnknown, "create", "unreadable answer (%d command ids): %v", len(ids), err)
+		return "", generated.Password, cloud.Errorf(cloud.ErrOutcomeUnknown, "create", "unreadable answer (%d command ids): %v", len(ids), err)
 	}
-	return ids[0], nil
+	return ids[0], generated.Password, nil
 }
 
 // PowerOff powers a server off and returns the command id.
@@ -236,7 +246,9 @@ var ErrCommandFailed = errors.New("failed")
 //
 // A failed wait says nothing of a create's outcome: whoever waits on a
 // create must look the server up before ordering again.
-func (c *Client) WaitCommand(ctx context.Context, id string) (string, error) {
+//
+// secrets are further values (a generated password) kept out of the error.
+func (c *Client) WaitCommand(ctx context.Context, id string, secrets ...string) (string, error) {
 	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, c.opts.CommandTimeout)
 	defer cancel()
@@ -265,7 +277,13 @@ func (c *Client) WaitCommand(ctx context.Context, id string) (string, error) {
 			if class == nil {
 				class = cloud.ErrTransient
 			}
-			return cmd.Log, cloud.NewError(class, "queue", fmt.Errorf("command %s (%s): %w: %s", id, cmd.CommandInfo, ErrCommandFailed, c.redact.Text(cmd.Log)))
+			log := cmd.Log
+			for _, s := range secrets {
+				if s != "" {
+					log = strings.ReplaceAll(log, s, "[redacted]")
+				}
+			}
+			return log, cloud.NewError(class, "queue", fmt.Errorf("command %s (%s): %w: %s", id, cmd.CommandInfo, ErrCommandFailed, c.redact.Text(log)))
 		}
 		interval = min(interval+interval/2, 10*time.Second)
 	}

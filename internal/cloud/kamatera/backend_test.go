@@ -283,15 +283,18 @@ func TestFailedQueueCommandIsAFailedScaleUp(t *testing.T) {
 
 // TestHalfMadeServerIsTerminated: a create command fails with words that
 // say nothing known, but the server was made: it is terminated, and the
-// order retried once, so one server is left.
+// order moves to the next datacenter, so one server is left.
 func TestHalfMadeServerIsTerminated(t *testing.T) {
-	b := newBackend(t, 5, groupsYAML)
+	b := newBackend(t, 5, strings.Replace(groupsYAML, "locations: [EU]", "locations: [EU, EU-FR]", 1))
 	b.fake.FailNextCreate("Creating server\nError: unexpected failure attaching disk", true)
 	if err := b.mgr.IncreaseSize(context.Background(), "ng1", 1); err != nil {
 		t.Fatal(err)
 	}
 	b.wait(t, "1 running", func() bool { return len(b.running(t, "ng1")) == 1 })
 	b.wait(t, "the half-made server gone", func() bool { return len(b.fake.Servers()) == 1 })
+	if in := b.running(t, "ng1")[0]; in.Location != "EU-FR" {
+		t.Errorf("retried in %s", in.Location)
+	}
 	if calls := b.fake.Calls(); calls["POST /service/server"] != 2 || calls["POST /service/server/terminate"] != 1 {
 		t.Fatalf("calls %v", calls)
 	}
@@ -524,5 +527,27 @@ func TestProviderIDPrefix(t *testing.T) {
 	}
 	if g, ok := b.mgr.GroupForProviderID("kamatera://" + in.Name); !ok || g != "ng1" {
 		t.Fatalf("alias lookup: %q %v", g, ok)
+	}
+}
+
+// TestBrokenForeignServerDoesNotStopSyncs: a server (not the cluster's)
+// whose tags can never be read fails a few lists, then is skipped, and
+// the cluster's servers are found.
+func TestBrokenForeignServerDoesNotStopSyncs(t *testing.T) {
+	b := newBackendWith(t, groupsYAML, func(fake *kamateratest.Server) {
+		for _, name := range []string{"db-server", "ng1-aaaabbbbccc"} {
+			tags := []string{"k8sca-prod", "k8scang-ng1"}
+			if name == "db-server" {
+				tags = nil
+			}
+			if err := fake.AddServer(name, "EU", "2A", 4096, tags); err != nil {
+				t.Fatal(err)
+			}
+		}
+		fake.BreakTags("db-server")
+	})
+	b.wait(t, "the cluster's server found", func() bool { return len(b.running(t, "ng1")) == 1 })
+	if !strings.Contains(b.logs.String(), "tags of a server stay unreadable") {
+		t.Error("the skipped server was not reported")
 	}
 }

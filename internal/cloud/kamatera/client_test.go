@@ -65,7 +65,7 @@ func order(name, datacenter string) CreateRequest {
 func TestServerLifecycle(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
-	cmd, err := f.client.CreateServer(ctx, order("ng1-0a1b2c3d4e5", "EU"))
+	cmd, _, err := f.client.CreateServer(ctx, order("ng1-0a1b2c3d4e5", "EU"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +118,7 @@ func TestFailedCommandIsClassedByItsLog(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
 	f.fake.Engine().SetCapacity(cloud.OfferingKey{InstanceType: kamateratest.TypeName("2A", 4096), Location: "IL", CapacityType: cloud.OnDemand}, 0)
-	cmd, err := f.client.CreateServer(ctx, order("ng1-full", "IL"))
+	cmd, _, err := f.client.CreateServer(ctx, order("ng1-full", "IL"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +145,7 @@ func TestRetriesAndErrors(t *testing.T) {
 		t.Fatalf("%d list calls, want 2", n)
 	}
 	f.fake.FailNext(http.MethodPost, "/service/server", http.StatusInternalServerError, "upstream error")
-	if _, err := f.client.CreateServer(ctx, order("ng1-lost", "EU")); !errors.Is(err, cloud.ErrOutcomeUnknown) {
+	if _, _, err := f.client.CreateServer(ctx, order("ng1-lost", "EU")); !errors.Is(err, cloud.ErrOutcomeUnknown) {
 		t.Fatalf("a create answered 500: %v", err)
 	}
 	if n := f.fake.Calls()["POST /service/server"]; n != 1 {

@@ -62,6 +62,13 @@ var tagPattern = regexp.MustCompile(`^[a-zA-Z0-9\-_\s.]{3,24}$`)
 
 const (
 	catalogTTL = time.Hour
+	// untaggedTTL is how long a server without tags is taken for one
+	// that is not the cluster's before its tags are read again.
+	untaggedTTL = 10 * time.Minute
+	// tagFailureLimit is how many lists in a row a server's unreadable
+	// tags fail before that server is skipped (it is then most likely not
+	// the cluster's, and must not stop every sync).
+	tagFailureLimit = 3
 	// defaultLostCreateWindow is Options.LostCreateWindow's default.
 	defaultLostCreateWindow = 15 * time.Minute
 	defaultDiskGiB          = 100
@@ -114,6 +121,9 @@ type Cloud struct {
 	limbo map[string]*lostCreate
 	// stopping are servers gpuscaler is powering off to delete them.
 	stopping map[string]bool
+	// tagFailures counts the lists in a row a new server's tags could
+	// not be read.
+	tagFailures map[string]int
 }
 
 // server is what List knows of one server.
@@ -124,8 +134,13 @@ type server struct {
 	instanceType string
 	ip           string
 	// detailed: info has been read (type and address).
-	detailed  bool
-	firstSeen time.Time
+	detailed   bool
+	datacenter string
+	firstSeen  time.Time
+	// untaggedAt is when a server with no tags at all was looked at: it
+	// may be a server whose tags are still being applied, so it is
+	// looked at again after untaggedTTL.
+	untaggedAt time.Time
 }
 
 // lostCreate is an order that may still land.
@@ -134,6 +149,9 @@ type lostCreate struct {
 	since time.Time
 	// command is the create's queue command, when its id came back.
 	command string
+	// completedAt is when the queue said the command completed: the
+	// server shows in a list from then on.
+	completedAt time.Time
 }
 
 var _ cloud.Provider = (*Cloud)(nil)
@@ -149,7 +167,8 @@ func New(api *Client, opts Options) *Cloud {
 	if opts.LostCreateWindow == 0 {
 		opts.LostCreateWindow = defaultLostCreateWindow
 	}
-	return &Cloud{api: api, opts: opts, log: opts.Logger, known: map[string]*server{}, limbo: map[string]*lostCreate{}, stopping: map[string]bool{}}
+	return &Cloud{api: api, opts: opts, log: opts.Logger, known: map[string]*server{}, limbo: map[string]*lostCreate{}, stopping: map[string]bool{},
+		tagFailures: map[string]int{}}
 }
 
 // Name implements cloud.Provider.
@@ -334,7 +353,7 @@ func (c *Cloud) List(ctx context.Context) ([]cloud.Instance, error) {
 		return nil, err
 	}
 	now := time.Now()
-	listed := map[string]bool{}
+	listed, ours := map[string]bool{}, map[string]bool{}
 	var out []cloud.Instance
 	for _, row := range rows {
 		if c.opts.FilterNamePrefix != "" && !strings.HasPrefix(row.Name, c.opts.FilterNamePrefix) {
@@ -348,6 +367,7 @@ func (c *Cloud) List(ctx context.Context) ([]cloud.Instance, error) {
 		if sv == nil || !sv.ours {
 			continue
 		}
+		ours[row.Name] = true
 		out = append(out, c.instance(row, sv))
 	}
 	c.mu.Lock()
@@ -358,7 +378,7 @@ func (c *Cloud) List(ctx context.Context) ([]cloud.Instance, error) {
 		}
 	}
 	c.mu.Unlock()
-	out = append(out, c.pendingCreates(ctx, listed, now)...)
+	out = append(out, c.pendingCreates(ctx, ours, now)...)
 	return out, nil
 }
 
@@ -371,21 +391,38 @@ func (c *Cloud) learn(ctx context.Context, row Server, now time.Time) (*server, 
 	if ok && row.ID != "" && sv.id != "" && sv.id != row.ID {
 		ok = false // a new server under an old name
 	}
+	if ok && !sv.untaggedAt.IsZero() && (now.Sub(sv.untaggedAt) >= untaggedTTL || c.limbo[row.Name] != nil) {
+		ok = false // no tags then: perhaps they were still being applied
+	}
 	c.mu.Unlock()
 	if !ok {
 		tags, err := c.api.ServerTags(ctx, row.Name)
 		if err != nil {
-			// A server deleted since the list fails its tag lookup; any
-			// other failure fails the list, or an owned server would
-			// look vanished and be ordered again.
+			// A server deleted since the list fails its tag lookup.
 			if _, ierr := c.api.ServerInfo(ctx, row.Name); errors.Is(ierr, cloud.ErrNotFound) {
+				return nil, nil
+			}
+			// Any other failure fails the list, or an owned server would
+			// look vanished and be ordered again; but a server whose tags
+			// stay unreadable list after list is skipped, so that one
+			// broken server (most likely not ours) cannot stop every sync.
+			c.mu.Lock()
+			c.tagFailures[row.Name]++
+			n, inLimbo := c.tagFailures[row.Name], c.limbo[row.Name] != nil
+			c.mu.Unlock()
+			if n >= tagFailureLimit && !inLimbo {
+				c.log.Warn("kamatera: the tags of a server stay unreadable; skipping it", "server", row.Name, "lists", n, "error", err)
 				return nil, nil
 			}
 			return nil, fmt.Errorf("tags of server %s: %w", row.Name, err)
 		}
-		sv = &server{id: row.ID, firstSeen: now}
+		sv = &server{id: row.ID, firstSeen: now, datacenter: row.Datacenter}
 		sv.ours, sv.group, sv.owner = c.ownership(tags)
+		if len(tags) == 0 {
+			sv.untaggedAt = now
+		}
 		c.mu.Lock()
+		delete(c.tagFailures, row.Name)
 		c.known[row.Name] = sv
 		c.mu.Unlock()
 	}
@@ -400,6 +437,9 @@ func (c *Cloud) learn(ctx context.Context, row Server, now time.Time) (*server, 
 		default:
 			c.mu.Lock()
 			sv.detailed, sv.id = true, info.ID
+			if info.Datacenter != "" {
+				sv.datacenter = info.Datacenter
+			}
 			if info.CPU != "" && info.RAM > 0 {
 				sv.instanceType = TypeName(info.CPU, info.RAM)
 			}
@@ -438,6 +478,9 @@ func (c *Cloud) instance(row Server, sv *server) cloud.Instance {
 	if inst.ID == "" {
 		inst.ID = row.ID
 	}
+	if inst.Location == "" {
+		inst.Location = sv.datacenter // list rows may lack it; the details have it
+	}
 	if row.Power != "on" {
 		c.mu.Lock()
 		stopping := c.stopping[row.Name]
@@ -453,10 +496,12 @@ func (c *Cloud) instance(row Server, sv *server) cloud.Instance {
 }
 
 // pendingCreates reports the creates whose answer was lost and that may
-// still land as pending instances, asking the queue about those whose
-// command id came back; creates that failed or outlived the window are
-// forgotten (the core then sees them gone).
-func (c *Cloud) pendingCreates(ctx context.Context, listed map[string]bool, now time.Time) []cloud.Instance {
+// still land as pending instances, until a list shows the server as the
+// cluster's. It follows the queue for those whose command id came back: a
+// failed command never made its server; a complete one did, and the server
+// stays pending here until it is listed. Creates with no command id are
+// given LostCreateWindow, and any at most CommandTimeout plus that window.
+func (c *Cloud) pendingCreates(ctx context.Context, ours map[string]bool, now time.Time) []cloud.Instance {
 	c.mu.Lock()
 	lost := make(map[string]lostCreate, len(c.limbo))
 	for name, l := range c.limbo {
@@ -465,12 +510,26 @@ func (c *Cloud) pendingCreates(ctx context.Context, listed map[string]bool, now 
 	c.mu.Unlock()
 	var out []cloud.Instance
 	for name, l := range lost {
-		done := listed[name] || now.Sub(l.since) > c.opts.LostCreateWindow
-		if !done && l.command != "" {
-			if cmd, err := c.api.Command(ctx, l.command); err == nil && (cmd.Status == "complete" || cmd.Status == "error") {
-				// Complete: the server shows in the next list. Error: it
-				// never came to be.
-				done = true
+		done := ours[name]
+		switch {
+		case done:
+		case !l.completedAt.IsZero():
+			done = now.Sub(l.completedAt) > c.opts.LostCreateWindow
+		case l.command == "":
+			done = now.Sub(l.since) > c.opts.LostCreateWindow
+		default:
+			done = now.Sub(l.since) > c.api.opts.CommandTimeout+c.opts.LostCreateWindow
+			if cmd, err := c.api.Command(ctx, l.command); err == nil {
+				switch cmd.Status {
+				case "error":
+					done = true
+				case "complete":
+					c.mu.Lock()
+					if e := c.limbo[name]; e != nil {
+						e.completedAt = now
+					}
+					c.mu.Unlock()
+				}
 			}
 		}
 		if done {
@@ -498,21 +557,32 @@ func (c *Cloud) Create(ctx context.Context, spec cloud.CreateSpec) (cloud.Instan
 		return cloud.Instance{}, cloud.NewError(cloud.ErrInvalid, "create", err)
 	}
 	start := time.Now()
-	cmd, err := c.api.CreateServer(ctx, req)
+	cmd, generated, err := c.api.CreateServer(ctx, req)
 	if errors.Is(err, cloud.ErrOutcomeUnknown) {
-		c.remember(spec, start, "")
+		c.remember(spec, "")
 		return cloud.Instance{}, err
 	}
 	if err != nil {
 		return cloud.Instance{}, err
 	}
-	if _, err := c.api.WaitCommand(ctx, cmd); err != nil {
+	if _, err := c.api.WaitCommand(ctx, cmd, generated, req.Password); err != nil {
 		if !errors.Is(err, ErrCommandFailed) {
 			// The command may still run: the server is looked up by name.
-			c.remember(spec, start, cmd)
+			c.remember(spec, cmd)
 			return cloud.Instance{}, cloud.NewError(cloud.ErrOutcomeUnknown, "create", err)
 		}
-		c.cleanUp(spec.Name)
+		if err := c.cleanUp(spec.Name); err != nil {
+			// A server may be left: it must be found, not ordered again.
+			c.remember(spec, "")
+			return cloud.Instance{}, cloud.NewError(cloud.ErrOutcomeUnknown, "create", err)
+		}
+		var ce *cloud.Error
+		if cloud.Class(err) == cloud.ErrTransient && errors.As(err, &ce) {
+			// A failed create whose log says nothing known: taken for a
+			// stock-out, so the next datacenter is tried rather than this
+			// one again.
+			return cloud.Instance{}, cloud.Errorf(cloud.ErrCapacity, "create", "unexplained failure, taken for a stock-out: %w", ce.Err)
+		}
 		return cloud.Instance{}, err
 	}
 	// The tags are the order's: the server's first list needs no lookup.
@@ -526,23 +596,29 @@ func (c *Cloud) Create(ctx context.Context, spec cloud.CreateSpec) (cloud.Instan
 	}, nil
 }
 
-func (c *Cloud) remember(spec cloud.CreateSpec, since time.Time, command string) {
+func (c *Cloud) remember(spec cloud.CreateSpec, command string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.limbo[spec.Name] = &lostCreate{spec: spec, since: since, command: command}
+	c.limbo[spec.Name] = &lostCreate{spec: spec, since: time.Now(), command: command}
 }
 
-// cleanUp terminates what a failed create command may have left.
-func (c *Cloud) cleanUp(name string) {
+// cleanUp terminates what a failed create command may have left; an
+// error says a server may be left.
+func (c *Cloud) cleanUp(name string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	if _, err := c.api.ServerInfo(ctx, name); errors.Is(err, cloud.ErrNotFound) {
-		return
+	_, err := c.api.ServerInfo(ctx, name)
+	switch {
+	case errors.Is(err, cloud.ErrNotFound):
+		return nil
+	case err != nil:
+		return fmt.Errorf("after a failed create, could not tell whether it left server %s: %w", name, err)
 	}
 	c.log.Warn("kamatera: a failed create left a server; terminating it", "server", name)
 	if err := c.api.Terminate(ctx, name); err != nil {
-		c.log.Error("kamatera: could not terminate the server a failed create left; the leaked-instance reaper retries", "server", name, "error", err)
+		return fmt.Errorf("could not terminate server %s a failed create left: %w", name, err)
 	}
+	return nil
 }
 
 // request builds the API's create body from an order.
@@ -621,11 +697,20 @@ func yesNo(v string) string {
 // did; a server already gone is success. A create still in doubt is
 // forgotten, and its server, should it land, is a leftover the core
 // deletes.
-func (c *Cloud) Delete(ctx context.Context, inst cloud.Instance) error {
+func (c *Cloud) Delete(ctx context.Context, inst cloud.Instance) (err error) {
 	c.mu.Lock()
 	delete(c.limbo, inst.Name)
 	c.stopping[inst.Name] = true
 	c.mu.Unlock()
+	defer func() {
+		if err != nil {
+			// Not on its way out after all: listed powered off, it is
+			// stopped, and deleted again.
+			c.mu.Lock()
+			delete(c.stopping, inst.Name)
+			c.mu.Unlock()
+		}
+	}()
 	if inst.State != cloud.StateStopped {
 		cmd, err := c.api.PowerOff(ctx, inst.Name)
 		if err == nil {

@@ -328,10 +328,14 @@ func TestRestartMidCreate(t *testing.T) {
 // elsewhere joins the group; nothing more is ordered.
 func TestAnotherReplicasServerIsAdopted(t *testing.T) {
 	b := newBackend(t, 5, groupsYAML, scwtest.Options{})
-	if _, err := b.fake.AddServer("nl-ams-1", "l4-aaaabbbbcc", "L4-1-24G", []string{"gpuscaler-cluster=prod", "gpuscaler-group=l4"}); err != nil {
+	if _, err := b.fake.AddServer(projectID, "nl-ams-1", "l4-aaaabbbbcc", "L4-1-24G", []string{"gpuscaler-cluster=prod", "gpuscaler-group=l4"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.fake.AddServer("nl-ams-1", "l4-otherclust", "L4-1-24G", []string{"gpuscaler-cluster=staging", "gpuscaler-group=l4"}); err != nil {
+	if _, err := b.fake.AddServer(projectID, "nl-ams-1", "l4-otherclust", "L4-1-24G", []string{"gpuscaler-cluster=staging", "gpuscaler-group=l4"}); err != nil {
+		t.Fatal(err)
+	}
+	// Another project of the organisation, with the same cluster name.
+	if _, err := b.fake.AddServer("99999999-2222-4222-8222-222222222222", "nl-ams-1", "l4-otherproj0", "L4-1-24G", []string{"gpuscaler-cluster=prod", "gpuscaler-group=l4"}); err != nil {
 		t.Fatal(err)
 	}
 	b.wait(t, "1 running", func() bool { return len(b.running(t, "l4")) == 1 })
@@ -463,5 +467,21 @@ func TestDeletingManyServersCostsLinearCalls(t *testing.T) {
 	t.Logf("%d volume deletes", n)
 	if n > 100 {
 		t.Fatalf("%d volume deletes for 20 volumes", n)
+	}
+}
+
+// TestLostPowerOnAnswer: the power-on is carried out but its answer lost;
+// the retry is refused (the server is starting), which is taken for the
+// success it is: one server, running, not deleted.
+func TestLostPowerOnAnswer(t *testing.T) {
+	b := newBackend(t, 5, groupsYAML, scwtest.Options{})
+	b.fake.LoseNextAnswer(http.MethodPost, "/action")
+	if err := b.mgr.IncreaseSize(context.Background(), "l4", 1); err != nil {
+		t.Fatal(err)
+	}
+	b.wait(t, "1 running", func() bool { return len(b.running(t, "l4")) == 1 })
+	time.Sleep(300 * time.Millisecond)
+	if n, creates := b.fake.ServerCount(), b.fake.Calls()["POST /instance/v1/zones/{zone}/servers"]; n != 1 || creates != 1 {
+		t.Fatalf("%d servers, %d creates", n, creates)
 	}
 }

@@ -358,7 +358,7 @@ func (c *Cloud) List(ctx context.Context) ([]cloud.Instance, error) {
 		err := c.retry(ctx, "list", func() error {
 			var err error
 			resp, err = c.inst.ListServers(&instance.ListServersRequest{Zone: scw.Zone(zone), Tags: []string{tagCluster + c.opts.ClusterName},
-				PerPage: scw.Uint32Ptr(100)}, scw.WithContext(ctx), scw.WithAllPages())
+				Project: scw.StringPtr(c.opts.ProjectID), PerPage: scw.Uint32Ptr(100)}, scw.WithContext(ctx), scw.WithAllPages())
 			return err
 		})
 		if err != nil {
@@ -526,7 +526,11 @@ func (c *Cloud) Create(ctx context.Context, spec cloud.CreateSpec) (cloud.Instan
 		return cloud.Instance{}, err
 	}
 	if err := c.start(ctx, spec, sv); err != nil {
-		c.discard(sv)
+		if derr := c.discard(sv); derr != nil {
+			// The server may be left (and may even start): it must be
+			// found by a list, not ordered again.
+			return cloud.Instance{}, cloud.NewError(cloud.ErrOutcomeUnknown, "create", fmt.Errorf("%w; and the server could not be deleted: %w", err, derr))
+		}
 		return cloud.Instance{}, err
 	}
 	created := time.Now()
@@ -560,6 +564,11 @@ func (c *Cloud) start(ctx context.Context, spec cloud.CreateSpec, sv *instance.S
 	}
 	err := c.retry(ctx, "poweron", func() error {
 		_, err := c.inst.ServerAction(&instance.ServerActionRequest{Zone: sv.Zone, ServerID: sv.ID, Action: instance.ServerActionPoweron}, scw.WithContext(ctx))
+		if err != nil && c.started(ctx, sv) {
+			// An earlier power-on whose answer was lost took effect: a
+			// second is refused, and is no failure.
+			return nil
+		}
 		return err
 	})
 	if errors.Is(err, cloud.ErrCapacity) {
@@ -568,14 +577,18 @@ func (c *Cloud) start(ctx context.Context, spec cloud.CreateSpec, sv *instance.S
 	return err
 }
 
+// started reports whether a server is starting or running.
+func (c *Cloud) started(ctx context.Context, sv *instance.Server) bool {
+	resp, err := c.inst.GetServer(&instance.GetServerRequest{Zone: sv.Zone, ServerID: sv.ID}, scw.WithContext(ctx))
+	return err == nil && (resp.Server.State == instance.ServerStateStarting || resp.Server.State == instance.ServerStateRunning)
+}
+
 // discard deletes a server that could not be started, and its volume, on
 // a context of its own: the order's may be spent.
-func (c *Cloud) discard(sv *instance.Server) {
+func (c *Cloud) discard(sv *instance.Server) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if err := c.Delete(ctx, cloud.Instance{ID: sv.ID, Name: sv.Name, Location: string(sv.Zone), State: cloud.StateStopped}); err != nil {
-		c.log.Warn("scaleway: could not delete a server that failed to start; the next syncs retry", "server", sv.Name, "error", err)
-	}
+	return c.Delete(ctx, cloud.Instance{ID: sv.ID, Name: sv.Name, Location: string(sv.Zone), State: cloud.StateStopped})
 }
 
 // findByName looks a server of this cluster up by its exact name.
@@ -583,8 +596,8 @@ func (c *Cloud) findByName(ctx context.Context, zone scw.Zone, name string) (*in
 	var resp *instance.ListServersResponse
 	err := c.retry(ctx, "lookup", func() error {
 		var err error
-		resp, err = c.inst.ListServers(&instance.ListServersRequest{Zone: zone, Name: scw.StringPtr(name), Tags: []string{tagCluster + c.opts.ClusterName}},
-			scw.WithContext(ctx), scw.WithAllPages())
+		resp, err = c.inst.ListServers(&instance.ListServersRequest{Zone: zone, Name: scw.StringPtr(name), Tags: []string{tagCluster + c.opts.ClusterName},
+			Project: scw.StringPtr(c.opts.ProjectID)}, scw.WithContext(ctx), scw.WithAllPages())
 		return err
 	})
 	if err != nil {
@@ -652,9 +665,10 @@ func isUUID(s string) bool {
 }
 
 // volumeName names a server's boot volume, so a sweep finds those left
-// behind.
+// behind: "gpuscaler.<cluster>.<server>" (cluster and server names are
+// DNS labels, so the dots keep cluster "a" from matching cluster "a-b").
 func (c *Cloud) volumeName(server string) string {
-	return "gpuscaler-" + c.opts.ClusterName + "-" + server
+	return "gpuscaler." + c.opts.ClusterName + "." + server
 }
 
 // Delete terminates a running server (sbs volumes are only detached) or
@@ -759,7 +773,8 @@ func (c *Cloud) sweepVolumes(ctx context.Context, live map[string]bool) {
 	}
 	prefix := c.volumeName("")
 	for _, zone := range c.opts.Zones {
-		resp, err := c.blk.ListVolumes(&block.ListVolumesRequest{Zone: scw.Zone(zone), Name: scw.StringPtr(prefix)}, scw.WithContext(ctx), scw.WithAllPages())
+		resp, err := c.blk.ListVolumes(&block.ListVolumesRequest{Zone: scw.Zone(zone), Name: scw.StringPtr(prefix), ProjectID: scw.StringPtr(c.opts.ProjectID)},
+			scw.WithContext(ctx), scw.WithAllPages())
 		if err != nil {
 			c.log.Debug("scaleway: volume sweep skipped", "zone", zone, "error", classify("volumes", err, c.redact))
 			continue

@@ -115,7 +115,9 @@ type Server struct {
 	faults   []fault
 	// brokenCreates fail the next create commands, in order.
 	brokenCreates []brokenCreate
-	latency       time.Duration
+	// brokenTags are servers whose tag lookups always fail.
+	brokenTags map[string]bool
+	latency    time.Duration
 }
 
 type server struct {
@@ -176,6 +178,17 @@ func (s *Server) LoseNextAnswer(method, path string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.faults = append(s.faults, fault{method: method, path: path, lose: true})
+}
+
+// BreakTags makes every tag lookup of a server fail, as the API's
+// "Failed to run command method (serverTags)" does.
+func (s *Server) BreakTags(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.brokenTags == nil {
+		s.brokenTags = map[string]bool{}
+	}
+	s.brokenTags[name] = true
 }
 
 // brokenCreate is how the next create command fails.
@@ -463,7 +476,10 @@ func (s *Server) named(r *http.Request) (*server, cloud.Instance, bool) {
 
 func (s *Server) tags(w http.ResponseWriter, r *http.Request) {
 	sv, _, ok := s.named(r)
-	if !ok {
+	s.mu.Lock()
+	broken := ok && s.brokenTags[sv.name]
+	s.mu.Unlock()
+	if !ok || broken {
 		message(w, http.StatusInternalServerError, "Failed to run command method (serverTags)")
 		return
 	}

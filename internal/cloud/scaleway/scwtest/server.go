@@ -241,16 +241,16 @@ func (s *Server) PowerOff(id string) {
 	}
 }
 
-// AddServer puts a server in the project directly, as another tool made
+// AddServer puts a server in a project directly, as another tool made
 // it (running, with an sbs boot volume).
-func (s *Server) AddServer(zone, name, commercialType string, tags []string) (string, error) {
+func (s *Server) AddServer(project, zone, name, commercialType string, tags []string) (string, error) {
 	in, err := s.acct.Create(context.Background(), cloud.CreateSpec{Name: name, InstanceType: commercialType, Location: zone, CapacityType: cloud.OnDemand})
 	if err != nil {
 		return "", err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	sv := &server{id: newID(), name: name, zone: zone, commercialType: commercialType, tags: tags, state: "starting",
+	sv := &server{id: newID(), name: name, zone: zone, commercialType: commercialType, project: project, tags: tags, state: "starting",
 		userData: map[string]string{}, createdAt: in.CreatedAt, engineName: name}
 	vol := &volume{id: newID(), name: name + "-boot", zone: zone, serverID: sv.id, size: 20 * 1000 * 1000 * 1000}
 	sv.volumeID = vol.id
@@ -457,11 +457,11 @@ func (s *Server) listServers(w http.ResponseWriter, r *http.Request) {
 	if t := q.Get("tags"); t != "" {
 		want = strings.Split(t, ",")
 	}
-	name := q.Get("name")
+	name, project := q.Get("name"), q.Get("project")
 	s.mu.Lock()
 	var match []*server
 	for _, sv := range s.servers {
-		if sv.zone != zone || (name != "" && !strings.Contains(sv.name, name)) {
+		if sv.zone != zone || (name != "" && !strings.Contains(sv.name, name)) || (project != "" && sv.project != project) {
 			continue
 		}
 		all := true
