@@ -114,6 +114,23 @@ type Clouds struct {
 	Verda    *VerdaConfig    `json:"verda,omitempty"`
 	Kamatera *KamateraConfig `json:"kamatera,omitempty"`
 	Scaleway *ScalewayConfig `json:"scaleway,omitempty"`
+	GCP      *GCPConfig      `json:"gcp,omitempty"`
+}
+
+// GCPConfig configures a GCP project's managed instance groups. Each node
+// group on GCP orders into the managed instance group named by its
+// cloudOptions.instanceGroup (default: the group's name) in each of its
+// locations (zones). Credentials are Application Default Credentials
+// (workload identity, GOOGLE_APPLICATION_CREDENTIALS, gcloud) unless
+// credentialsFile names a service-account key.
+type GCPConfig struct {
+	// Project is the project ID; default $GOOGLE_CLOUD_PROJECT.
+	Project string `json:"project,omitempty"`
+	// CredentialsFile is a service-account key file.
+	CredentialsFile string `json:"credentialsFile,omitempty"`
+	// Endpoint overrides the Compute API's address (a private endpoint);
+	// https only, but for loopback.
+	Endpoint string `json:"endpoint,omitempty"`
 }
 
 // ScalewayConfig configures a Scaleway project. The API keys are never in

@@ -17,10 +17,13 @@ const (
 	CloudVerda    = "verda"
 	CloudKamatera = "kamatera"
 	CloudScaleway = "scaleway"
+	CloudGCP      = "gcp"
 )
 
 // cloudNames are the clouds a config may name.
-func cloudNames() []string { return []string{CloudSim, CloudVerda, CloudKamatera, CloudScaleway} }
+func cloudNames() []string {
+	return []string{CloudSim, CloudVerda, CloudKamatera, CloudScaleway, CloudGCP}
+}
 
 // scalewayZone is the form of a Scaleway zone (fr-par-2, nl-ams-1).
 var scalewayZone = regexp.MustCompile(`^[a-z]{2}-[a-z]{3}-[0-9]+$`)
@@ -50,6 +53,9 @@ func configuredClouds(c Clouds) []string {
 	if c.Scaleway != nil {
 		names = append(names, CloudScaleway)
 	}
+	if c.GCP != nil {
+		names = append(names, CloudGCP)
+	}
 	return names
 }
 
@@ -66,6 +72,11 @@ func validateClouds(p *field.Path, c Clouds) field.ErrorList {
 	}
 	if c.Kamatera != nil {
 		errs = append(errs, validateKamatera(p.Child(CloudKamatera), c.Kamatera)...)
+	}
+	if c.GCP != nil && c.GCP.Endpoint != "" {
+		if err := cloud.CheckEndpoint(c.GCP.Endpoint); err != nil {
+			errs = append(errs, field.Invalid(p.Child(CloudGCP, "endpoint"), c.GCP.Endpoint, err.Error()))
+		}
 	}
 	if c.Scaleway != nil && c.Scaleway.APIURL != "" {
 		if err := cloud.CheckEndpoint(c.Scaleway.APIURL); err != nil {
@@ -91,6 +102,12 @@ func validateScalewayGroups(c *Config) field.ErrorList {
 		}
 		if g.CapacityPolicy == PolicySpotOnly {
 			errs = append(errs, field.Invalid(p.Child("capacityPolicy"), g.CapacityPolicy, "Scaleway has no spot servers"))
+		}
+	}
+	for i, g := range c.NodeGroups {
+		if g.Cloud == CloudGCP && g.CapacityPolicy == PolicySpotOnly {
+			errs = append(errs, field.Invalid(field.NewPath("nodeGroups").Index(i).Child("capacityPolicy"), g.CapacityPolicy,
+				"spot managed instance groups are not supported yet"))
 		}
 	}
 	return errs

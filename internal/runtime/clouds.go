@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
+	"github.com/gpuscaler/gpuscaler/internal/cloud/gcp"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/kamatera"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/scaleway"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
@@ -41,7 +43,7 @@ type clouds struct {
 
 // buildClouds builds one Provider per configured cloud, and the node
 // index when the config gives cluster access.
-func buildClouds(_ context.Context, cfg *config.Config, opts Options) (*clouds, error) {
+func buildClouds(ctx context.Context, cfg *config.Config, opts Options) (*clouds, error) {
 	getenv, log := opts.Getenv, opts.Logger
 	out := &clouds{providers: map[string]cloud.Provider{}}
 	switch {
@@ -122,6 +124,13 @@ func buildClouds(_ context.Context, cfg *config.Config, opts Options) (*clouds, 
 			}
 		}
 		out.providers[verda.Name] = verda.New(api, vopts)
+	}
+	if gc := cfg.Clouds.GCP; gc != nil {
+		prov, err := buildGCP(ctx, cfg, gc, opts)
+		if err != nil {
+			return nil, fmt.Errorf("clouds.gcp: %w", err)
+		}
+		out.providers[gcp.Name] = prov
 	}
 	if sc := cfg.Clouds.Scaleway; sc != nil {
 		prov, err := buildScaleway(cfg, sc, opts)
@@ -277,4 +286,40 @@ func buildScaleway(cfg *config.Config, sc *config.ScalewayConfig, opts Options) 
 	}
 	return scaleway.New(client, scaleway.Options{ClusterName: cfg.ClusterName, ProjectID: creds.ProjectID, Zones: zones, Image: sc.Image,
 		Secrets: []string{creds.SecretKey}, Logger: log}), nil
+}
+
+// buildGCP builds the GCP backend: each GCP group's managed instance group
+// (cloudOptions.instanceGroup, default its name) in each of its zones.
+func buildGCP(ctx context.Context, cfg *config.Config, gc *config.GCPConfig, opts Options) (*gcp.Cloud, error) {
+	project := gc.Project
+	if project == "" {
+		project = opts.Getenv("GOOGLE_CLOUD_PROJECT")
+	}
+	if project == "" {
+		return nil, errors.New("set clouds.gcp.project (or GOOGLE_CLOUD_PROJECT)")
+	}
+	co := gcp.ClientOptions{Endpoint: gc.Endpoint, CredentialsFile: gc.CredentialsFile}
+	if !opts.preflight.readsFiles() {
+		co = gcp.ClientOptions{Endpoint: gc.Endpoint, NoAuth: true} // a FileOnly preflight calls nothing and reads no credentials
+	}
+	client, err := gcp.NewClient(ctx, co)
+	if err != nil {
+		return nil, err
+	}
+	groups := map[string]gcp.Group{}
+	for _, g := range cfg.NodeGroups {
+		if g.Cloud != gcp.Name {
+			continue
+		}
+		name := g.CloudOptions[gcp.OptionInstanceGroup]
+		if name == "" {
+			name = g.Name
+		}
+		grp := gcp.Group{MachineType: g.InstanceType}
+		for _, zone := range g.Locations {
+			grp.MIGs = append(grp.MIGs, gcp.MIG{Zone: zone, Name: name})
+		}
+		groups[g.Name] = grp
+	}
+	return gcp.New(client, gcp.Options{Project: project, Groups: groups, Logger: opts.Logger.With("cloud", gcp.Name)}), nil
 }

@@ -1,0 +1,39 @@
+package gcp
+
+import "github.com/gpuscaler/gpuscaler/internal/cloud"
+
+// machineTypes is the documented table of machine types gpuscaler orders
+// on GCP: the accelerator-optimized families carry their GPUs implicitly
+// (G2: L4, A2: A100 40 GB (highgpu) or 80 GB (ultragpu), A3: H100 80 GB),
+// and a few general-purpose types for CPU groups. Prices are on-demand
+// us-central1 list prices per hour (approximate, 2026; other regions
+// differ); they drive cost caps and cluster-autoscaler's price expander,
+// not billing. docs/clouds/gcp.md lists the source.
+var machineTypes = []cloud.InstanceType{
+	{Name: "g2-standard-4", VCPUs: 4, MemoryGiB: 16, GPUModel: "L4", GPUCount: 1, GPUMemoryGiB: 24, OnDemandPrice: 0.71},
+	{Name: "g2-standard-8", VCPUs: 8, MemoryGiB: 32, GPUModel: "L4", GPUCount: 1, GPUMemoryGiB: 24, OnDemandPrice: 0.85},
+	{Name: "g2-standard-12", VCPUs: 12, MemoryGiB: 48, GPUModel: "L4", GPUCount: 1, GPUMemoryGiB: 24, OnDemandPrice: 1.00},
+	{Name: "g2-standard-16", VCPUs: 16, MemoryGiB: 64, GPUModel: "L4", GPUCount: 1, GPUMemoryGiB: 24, OnDemandPrice: 1.15},
+	{Name: "g2-standard-24", VCPUs: 24, MemoryGiB: 96, GPUModel: "L4", GPUCount: 2, GPUMemoryGiB: 24, OnDemandPrice: 2.00},
+	{Name: "g2-standard-48", VCPUs: 48, MemoryGiB: 192, GPUModel: "L4", GPUCount: 4, GPUMemoryGiB: 24, OnDemandPrice: 4.00},
+	{Name: "g2-standard-96", VCPUs: 96, MemoryGiB: 384, GPUModel: "L4", GPUCount: 8, GPUMemoryGiB: 24, OnDemandPrice: 8.00},
+	{Name: "a2-highgpu-1g", VCPUs: 12, MemoryGiB: 85, GPUModel: "A100-40GB", GPUCount: 1, GPUMemoryGiB: 40, OnDemandPrice: 3.67},
+	{Name: "a2-highgpu-2g", VCPUs: 24, MemoryGiB: 170, GPUModel: "A100-40GB", GPUCount: 2, GPUMemoryGiB: 40, OnDemandPrice: 7.35},
+	{Name: "a2-highgpu-4g", VCPUs: 48, MemoryGiB: 340, GPUModel: "A100-40GB", GPUCount: 4, GPUMemoryGiB: 40, OnDemandPrice: 14.69},
+	{Name: "a2-highgpu-8g", VCPUs: 96, MemoryGiB: 680, GPUModel: "A100-40GB", GPUCount: 8, GPUMemoryGiB: 40, OnDemandPrice: 29.39},
+	{Name: "a2-ultragpu-1g", VCPUs: 12, MemoryGiB: 170, GPUModel: "A100-80GB", GPUCount: 1, GPUMemoryGiB: 80, OnDemandPrice: 5.07},
+	{Name: "a2-ultragpu-8g", VCPUs: 96, MemoryGiB: 1360, GPUModel: "A100-80GB", GPUCount: 8, GPUMemoryGiB: 80, OnDemandPrice: 40.55},
+	{Name: "a3-highgpu-8g", VCPUs: 208, MemoryGiB: 1872, GPUModel: "H100-80GB", GPUCount: 8, GPUMemoryGiB: 80, OnDemandPrice: 88.49},
+	{Name: "n2-standard-8", VCPUs: 8, MemoryGiB: 32, OnDemandPrice: 0.39},
+	{Name: "n2-standard-16", VCPUs: 16, MemoryGiB: 64, OnDemandPrice: 0.78},
+}
+
+// MachineTypes returns the table, every type amd64.
+func MachineTypes() []cloud.InstanceType {
+	out := make([]cloud.InstanceType, len(machineTypes))
+	for i, t := range machineTypes {
+		t.Arch = "amd64"
+		out[i] = t
+	}
+	return out
+}

@@ -1,0 +1,616 @@
+// Package gcptest is an in-process fake of the GCP Compute API's managed
+// instance groups, served to the real client (cloud.google.com/go/compute,
+// REST) through option.WithEndpoint, and built on the simulated cloud's
+// engine so that capacity and boot times have one source of truth. It
+// follows shared/reference/cloud-apis.md §4 and §5: protojson bodies
+// (camelCase, enum strings, uint64 ids as strings), googleapi error
+// bodies, operations PENDING → RUNNING → DONE fetched from the zone
+// operations endpoint (errors inside a DONE operation, httpErrorStatusCode
+// for failed ones), 409 while another operation runs on the same group,
+// managed instances CREATING → NONE as the engine boots them, stock-outs
+// and quota reported asynchronously in lastAttempt (the operation itself
+// succeeds), deleteInstances lowering targetSize, paging by pageToken.
+package gcptest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gpuscaler/gpuscaler/internal/cloud"
+	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
+)
+
+// account is the engine account every fake instance lives in.
+const account = "gcp-account"
+
+// Zones are the fake's zones (the engine's locations).
+var Zones = []string{"us-central1-a", "us-central1-b", "europe-west4-a"}
+
+// MachineTypes are the machine types the fake's engine knows, with their
+// GPUs (A2, A3 and G2 carry theirs implicitly).
+var MachineTypes = []cloud.InstanceType{
+	{Name: "g2-standard-8", VCPUs: 8, MemoryGiB: 32, GPUModel: "L4", GPUCount: 1, GPUMemoryGiB: 24, Arch: "amd64"},
+	{Name: "a2-highgpu-1g", VCPUs: 12, MemoryGiB: 85, GPUModel: "A100-40GB", GPUCount: 1, GPUMemoryGiB: 40, Arch: "amd64"},
+	{Name: "a3-highgpu-8g", VCPUs: 208, MemoryGiB: 1872, GPUModel: "H100-80GB", GPUCount: 8, GPUMemoryGiB: 80, Arch: "amd64"},
+	{Name: "n2-standard-8", VCPUs: 8, MemoryGiB: 32, Arch: "amd64"},
+}
+
+// NewEngine returns a simulated engine over the fake's zones and machine
+// types.
+func NewEngine(cfg sim.Config, opts sim.Options) (*sim.Engine, error) {
+	opts.Catalog = MachineTypes
+	if len(cfg.Locations) == 0 {
+		cfg.Locations = Zones
+	}
+	return sim.NewEngine(cfg, opts)
+}
+
+// Options configure a Server.
+type Options struct {
+	// Project is the only project the fake serves.
+	Project string
+	// OperationDelay is how long an operation stays PENDING and then
+	// RUNNING; default 20 ms each.
+	OperationDelay time.Duration
+	// GPUQuota caps the GPUs the project may run; 0 = no limit.
+	GPUQuota int
+}
+
+// Server is the fake API; its URL is Server.URL.
+type Server struct {
+	*httptest.Server
+	engine *sim.Engine
+	acct   *sim.Cloud
+	opts   Options
+
+	mu     sync.Mutex
+	igms   map[string]*igm // by zone/name
+	ops    map[string]*operation
+	nextID int
+	calls  map[string]int
+	faults []fault
+}
+
+type igm struct {
+	zone, name, template, machineType, base string
+	targetSize                              int
+	members                                 map[string]*member // by instance name
+	// busy is the operation running on the group, if any.
+	busy string
+}
+
+type member struct {
+	name, id string
+	// action is the MIG's current action: CREATING, DELETING or NONE.
+	action    string
+	lastError string
+	created   bool // the engine made its instance
+	since     time.Time
+}
+
+type operation struct {
+	id, name, zone, kind, target string
+	start                        time.Time
+	// apply runs once when the operation completes; it may return an
+	// error code and message for the DONE operation.
+	apply   func() (code, message string)
+	applied bool
+	errCode string
+	errMsg  string
+}
+
+type fault struct {
+	method, pathSuffix string
+	status             int
+	reason, message    string
+	lose               bool
+}
+
+// New starts a fake over an engine built by NewEngine.
+func New(engine *sim.Engine, opts Options) *Server {
+	if opts.OperationDelay == 0 {
+		opts.OperationDelay = 20 * time.Millisecond
+	}
+	s := &Server{engine: engine, acct: engine.Account(account), opts: opts, igms: map[string]*igm{}, ops: map[string]*operation{}, calls: map[string]int{}}
+	mux := http.NewServeMux()
+	base := "/compute/v1/projects/{project}/zones/{zone}/"
+	mux.HandleFunc("GET "+base+"instanceGroupManagers/{igm}", s.getIGM)
+	mux.HandleFunc("POST "+base+"instanceGroupManagers/{igm}/listManagedInstances", s.listManaged)
+	mux.HandleFunc("POST "+base+"instanceGroupManagers/{igm}/createInstances", s.createInstances)
+	mux.HandleFunc("POST "+base+"instanceGroupManagers/{igm}/deleteInstances", s.deleteInstances)
+	mux.HandleFunc("POST "+base+"instanceGroupManagers/{igm}/resize", s.resize)
+	mux.HandleFunc("GET "+base+"operations/{op}", s.getOperation)
+	s.Server = httptest.NewServer(s.middleware(mux))
+	return s
+}
+
+// Engine returns the simulated engine behind the API.
+func (s *Server) Engine() *sim.Engine { return s.engine }
+
+// AddGroup creates a managed instance group of a machine type in a zone,
+// empty.
+func (s *Server) AddGroup(zone, name, machineType string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.igms[zone+"/"+name] = &igm{zone: zone, name: name, template: "projects/" + s.opts.Project + "/global/instanceTemplates/" + name,
+		machineType: machineType, base: name, members: map[string]*member{}}
+}
+
+// FailNext makes the next request with method whose path ends with
+// pathSuffix fail with a googleapi error.
+func (s *Server) FailNext(method, pathSuffix string, status int, reason, message string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.faults = append(s.faults, fault{method: method, pathSuffix: pathSuffix, status: status, reason: reason, message: message})
+}
+
+// LoseNextAnswer makes the API carry out the next request with method
+// whose path ends with pathSuffix, then drop the connection unanswered.
+func (s *Server) LoseNextAnswer(method, pathSuffix string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.faults = append(s.faults, fault{method: method, pathSuffix: pathSuffix, lose: true})
+}
+
+// Calls returns the number of requests per "METHOD /last/path/segments".
+func (s *Server) Calls() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]int, len(s.calls))
+	for k, v := range s.calls {
+		out[k] = v
+	}
+	return out
+}
+
+// Instances returns the members of a group by name, with their current
+// action.
+func (s *Server) Instances(zone, name string) map[string]string {
+	s.settle()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string]string{}
+	if g, ok := s.igms[zone+"/"+name]; ok {
+		for n, m := range g.members {
+			out[n] = m.action
+		}
+	}
+	return out
+}
+
+// TargetSize returns a group's target size.
+func (s *Server) TargetSize(zone, name string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if g, ok := s.igms[zone+"/"+name]; ok {
+		return g.targetSize
+	}
+	return -1
+}
+
+func (s *Server) middleware(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		parts := strings.Split(r.URL.Path, "/")
+		key := r.Method + " " + parts[len(parts)-1]
+		if len(parts) > 2 && parts[len(parts)-2] == "operations" {
+			key = r.Method + " operations"
+		} else if len(parts) > 2 && parts[len(parts)-2] == "instanceGroupManagers" {
+			key = r.Method + " instanceGroupManager"
+		}
+		s.calls[key]++
+		var injected *fault
+		for i, f := range s.faults {
+			if f.method == r.Method && strings.HasSuffix(r.URL.Path, f.pathSuffix) {
+				injected = &f
+				s.faults = append(s.faults[:i], s.faults[i+1:]...)
+				break
+			}
+		}
+		s.mu.Unlock()
+		if r.PathValue("project") != "" && r.PathValue("project") != s.opts.Project {
+			apiError(w, http.StatusForbidden, "forbidden", "Required 'compute.instanceGroupManagers.get' permission for 'projects/"+r.PathValue("project")+"'")
+			return
+		}
+		switch {
+		case injected != nil && injected.lose:
+			next.ServeHTTP(httptest.NewRecorder(), r)
+			if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+				conn.Close()
+			}
+		case injected != nil:
+			apiError(w, injected.status, injected.reason, injected.message)
+		default:
+			next.ServeHTTP(w, r)
+		}
+	})
+}
+
+// apiError writes a googleapi error body.
+func apiError(w http.ResponseWriter, status int, reason, message string) {
+	writeJSON(w, status, map[string]any{"error": map[string]any{
+		"code": status, "message": message, "errors": []map[string]string{{"message": message, "domain": "global", "reason": reason}},
+	}})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json; charset=UTF-8")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// group finds the group a request names, answering 404 itself.
+func (s *Server) group(w http.ResponseWriter, r *http.Request) (*igm, bool) {
+	s.mu.Lock()
+	g, ok := s.igms[r.PathValue("zone")+"/"+r.PathValue("igm")]
+	s.mu.Unlock()
+	if !ok {
+		apiError(w, http.StatusNotFound, "notFound", fmt.Sprintf("The resource 'projects/%s/zones/%s/instanceGroupManagers/%s' was not found",
+			r.PathValue("project"), r.PathValue("zone"), r.PathValue("igm")))
+		return nil, false
+	}
+	return g, true
+}
+
+func (s *Server) getIGM(w http.ResponseWriter, r *http.Request) {
+	g, ok := s.group(w, r)
+	if !ok {
+		return
+	}
+	s.settle()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	actions := map[string]int{"none": 0, "creating": 0, "deleting": 0}
+	for _, m := range g.members {
+		actions[strings.ToLower(m.action)]++
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"kind": "compute#instanceGroupManager", "id": "4" + strconv.Itoa(len(g.name)*1000003), "name": g.name,
+		"zone": s.zoneURL(g.zone), "instanceTemplate": s.URL + "/compute/v1/" + g.template, "baseInstanceName": g.base,
+		"targetSize": g.targetSize, "currentActions": actions, "status": map[string]any{"isStable": actions["creating"] == 0 && actions["deleting"] == 0},
+	})
+}
+
+func (s *Server) zoneURL(zone string) string {
+	return "https://www.googleapis.com/compute/v1/projects/" + s.opts.Project + "/zones/" + zone
+}
+
+// settle moves members along with the engine: creating ones whose
+// instance the engine could not make (a stock-out) are retried, as a MIG
+// does, with the error in lastAttempt; booted ones have no action left;
+// deleted ones leave.
+func (s *Server) settle() {
+	live := map[string]cloud.Instance{}
+	for _, in := range s.engine.Instances(account) {
+		live[in.Name] = in
+	}
+	s.mu.Lock()
+	var retry []*member
+	var retryGroup []*igm
+	for _, g := range s.igms {
+		for name, m := range g.members {
+			in, ok := live[engineName(g, name)]
+			switch {
+			case m.action == "CREATING" && !m.created:
+				retry, retryGroup = append(retry, m), append(retryGroup, g)
+			case m.action == "CREATING" && ok && in.State == cloud.StateRunning:
+				m.action, m.lastError = "NONE", ""
+			case m.action == "DELETING" && !ok:
+				delete(g.members, name)
+			}
+		}
+	}
+	s.mu.Unlock()
+	for i, m := range retry {
+		s.make(retryGroup[i], m)
+	}
+}
+
+// make asks the engine for a member's instance; a stock-out or quota is
+// left in lastAttempt.
+func (s *Server) make(g *igm, m *member) {
+	s.mu.Lock()
+	if q := s.opts.GPUQuota; q > 0 {
+		used := 0
+		for _, in := range s.engine.Instances(account) {
+			for _, t := range MachineTypes {
+				if t.Name == in.InstanceType && in.State != cloud.StateDeleting {
+					used += t.GPUCount
+				}
+			}
+		}
+		for _, t := range MachineTypes {
+			if t.Name == g.machineType && t.GPUCount > 0 && used+t.GPUCount > q {
+				m.lastError = "QUOTA_EXCEEDED: Quota 'NVIDIA_GPUS' exceeded. Limit: " + strconv.Itoa(q) + " in region"
+				s.mu.Unlock()
+				return
+			}
+		}
+	}
+	s.mu.Unlock()
+	_, err := s.acct.Create(context.Background(), cloud.CreateSpec{Name: engineName(g, m.name), Group: g.name, InstanceType: g.machineType, Location: g.zone, CapacityType: cloud.OnDemand})
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case err == nil:
+		m.created, m.lastError = true, ""
+	case cloud.Class(err) == cloud.ErrCapacity:
+		m.lastError = "ZONE_RESOURCE_POOL_EXHAUSTED: The zone 'projects/" + s.opts.Project + "/zones/" + g.zone + "' does not have enough resources available to fulfill the request."
+	default:
+		m.lastError = "UNKNOWN: " + err.Error()
+	}
+}
+
+func (s *Server) managedJSON(g *igm, m *member) map[string]any {
+	status := "RUNNING"
+	if m.action == "CREATING" {
+		status = ""
+		if m.created {
+			status = "PROVISIONING"
+		}
+	}
+	if m.action == "DELETING" {
+		status = "STOPPING"
+	}
+	out := map[string]any{
+		"instance": s.zoneURL(g.zone) + "/instances/" + m.name, "id": m.id, "name": m.name,
+		"currentAction": m.action, "targetStatus": "RUNNING",
+	}
+	if status != "" {
+		out["instanceStatus"] = status
+	}
+	if m.lastError != "" {
+		code, msg, _ := strings.Cut(m.lastError, ": ")
+		out["lastAttempt"] = map[string]any{"errors": map[string]any{"errors": []map[string]string{{"code": code, "message": msg}}}}
+	}
+	return out
+}
+
+func (s *Server) listManaged(w http.ResponseWriter, r *http.Request) {
+	g, ok := s.group(w, r)
+	if !ok {
+		return
+	}
+	s.settle()
+	s.mu.Lock()
+	names := make([]string, 0, len(g.members))
+	for n := range g.members {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	from, _ := strconv.Atoi(r.URL.Query().Get("pageToken"))
+	per, _ := strconv.Atoi(r.URL.Query().Get("maxResults"))
+	if per <= 0 || per > 500 {
+		per = 500
+	}
+	from = min(from, len(names))
+	to := min(from+per, len(names))
+	out := make([]any, 0, to-from)
+	for _, n := range names[from:to] {
+		out = append(out, s.managedJSON(g, g.members[n]))
+	}
+	s.mu.Unlock()
+	body := map[string]any{"managedInstances": out}
+	if to < len(names) {
+		body["nextPageToken"] = strconv.Itoa(to)
+	}
+	writeJSON(w, http.StatusOK, body)
+}
+
+// startOperation queues an operation on a group, or answers 409 while
+// another runs on it.
+func (s *Server) startOperation(w http.ResponseWriter, g *igm, kind string, apply func() (string, string)) {
+	s.mu.Lock()
+	if g.busy != "" {
+		if op := s.ops[g.busy]; op != nil && !op.applied {
+			s.mu.Unlock()
+			apiError(w, http.StatusConflict, "resourceNotReady", "The resource '"+g.name+"' is not ready")
+			return
+		}
+	}
+	s.nextID++
+	op := &operation{id: strconv.Itoa(7000000000000000000 + s.nextID), name: fmt.Sprintf("operation-%d-%s", s.nextID, kind), zone: g.zone,
+		kind: "compute.instanceGroupManagers." + kind, target: s.zoneURL(g.zone) + "/instanceGroupManagers/" + g.name, start: time.Now(), apply: apply}
+	s.ops[op.name] = op
+	g.busy = op.name
+	body := s.operationJSON(op)
+	s.mu.Unlock()
+	// The operation runs whether or not anyone polls it.
+	time.AfterFunc(2*s.opts.OperationDelay, func() { s.finish(op) })
+	writeJSON(w, http.StatusOK, body)
+}
+
+func (s *Server) finish(op *operation) {
+	s.mu.Lock()
+	if op.applied {
+		s.mu.Unlock()
+		return
+	}
+	s.mu.Unlock()
+	code, msg := op.apply()
+	s.mu.Lock()
+	op.applied, op.errCode, op.errMsg = true, code, msg
+	s.mu.Unlock()
+}
+
+func (s *Server) operationJSON(op *operation) map[string]any {
+	status := "PENDING"
+	switch age := time.Since(op.start); {
+	case op.applied:
+		status = "DONE"
+	case age >= s.opts.OperationDelay:
+		status = "RUNNING"
+	}
+	out := map[string]any{"kind": "compute#operation", "id": op.id, "name": op.name, "zone": s.zoneURL(op.zone),
+		"operationType": op.kind, "targetLink": op.target, "status": status, "progress": map[bool]int{true: 100, false: 0}[op.applied]}
+	if op.applied && op.errCode != "" {
+		out["error"] = map[string]any{"errors": []map[string]string{{"code": op.errCode, "message": op.errMsg}}}
+	}
+	return out
+}
+
+func (s *Server) getOperation(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	op, ok := s.ops[r.PathValue("op")]
+	var body map[string]any
+	if ok {
+		body = s.operationJSON(op)
+	}
+	s.mu.Unlock()
+	if !ok {
+		apiError(w, http.StatusNotFound, "notFound", "The resource 'operations/"+r.PathValue("op")+"' was not found")
+		return
+	}
+	writeJSON(w, http.StatusOK, body)
+}
+
+func (s *Server) createInstances(w http.ResponseWriter, r *http.Request) {
+	g, ok := s.group(w, r)
+	if !ok {
+		return
+	}
+	var b struct {
+		Instances []struct {
+			Name string `json:"name"`
+		} `json:"instances"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&b); err != nil || len(b.Instances) == 0 {
+		apiError(w, http.StatusBadRequest, "invalid", "Invalid value for field 'resource.instances': ''. At least one instance is required.")
+		return
+	}
+	s.mu.Lock()
+	for _, in := range b.Instances {
+		if _, taken := g.members[in.Name]; taken {
+			s.mu.Unlock()
+			apiError(w, http.StatusConflict, "alreadyExists", "The resource '"+in.Name+"' already exists")
+			return
+		}
+	}
+	s.mu.Unlock()
+	s.startOperation(w, g, "createInstances", func() (string, string) {
+		var made []*member
+		s.mu.Lock()
+		for _, in := range b.Instances {
+			s.nextID++
+			m := &member{name: in.Name, id: strconv.Itoa(8100000000000000000 + s.nextID), action: "CREATING", since: time.Now()}
+			g.members[in.Name] = m
+			g.targetSize++
+			made = append(made, m)
+		}
+		s.mu.Unlock()
+		for _, m := range made {
+			s.make(g, m)
+		}
+		return "", ""
+	})
+}
+
+func (s *Server) deleteInstances(w http.ResponseWriter, r *http.Request) {
+	g, ok := s.group(w, r)
+	if !ok {
+		return
+	}
+	var b struct {
+		Instances []string `json:"instances"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&b); err != nil {
+		apiError(w, http.StatusBadRequest, "invalid", "Invalid JSON payload")
+		return
+	}
+	s.startOperation(w, g, "deleteInstances", func() (string, string) {
+		var gone []cloud.Instance
+		live := map[string]cloud.Instance{}
+		for _, in := range s.engine.Instances(account) {
+			live[in.Name] = in
+		}
+		s.mu.Lock()
+		var missing []string
+		for _, ref := range b.Instances {
+			name := ref[strings.LastIndex(ref, "/")+1:]
+			m, ok := g.members[name]
+			if !ok {
+				missing = append(missing, name)
+				continue
+			}
+			if m.action != "DELETING" {
+				m.action = "DELETING"
+				g.targetSize--
+			}
+			if in, ok := live[engineName(g, name)]; ok {
+				gone = append(gone, in)
+			} else {
+				delete(g.members, name)
+			}
+		}
+		s.mu.Unlock()
+		for _, in := range gone {
+			_ = s.acct.Delete(context.Background(), in)
+		}
+		if len(missing) > 0 {
+			return "RESOURCE_NOT_FOUND", "The instances " + strings.Join(missing, ", ") + " are not members of the group"
+		}
+		return "", ""
+	})
+}
+
+func (s *Server) resize(w http.ResponseWriter, r *http.Request) {
+	g, ok := s.group(w, r)
+	if !ok {
+		return
+	}
+	size, err := strconv.Atoi(r.URL.Query().Get("size"))
+	if err != nil || size < 0 {
+		apiError(w, http.StatusBadRequest, "invalid", "Invalid value for field 'size'")
+		return
+	}
+	s.startOperation(w, g, "resize", func() (string, string) {
+		s.mu.Lock()
+		var made []*member
+		for g.targetSize < size {
+			s.nextID++
+			name := fmt.Sprintf("%s-%04x", g.base, s.nextID)
+			m := &member{name: name, id: strconv.Itoa(8100000000000000000 + s.nextID), action: "CREATING", since: time.Now()}
+			g.members[name] = m
+			g.targetSize++
+			made = append(made, m)
+		}
+		// Shrinking deletes the newest members first.
+		var live []*member
+		for _, m := range g.members {
+			if m.action != "DELETING" {
+				live = append(live, m)
+			}
+		}
+		sort.Slice(live, func(i, j int) bool { return live[i].since.After(live[j].since) })
+		var drop []string
+		for i := 0; i < len(live)-size; i++ {
+			live[i].action = "DELETING"
+			drop = append(drop, live[i].name)
+		}
+		g.targetSize = size
+		s.mu.Unlock()
+		for _, m := range made {
+			s.make(g, m)
+		}
+		for _, in := range s.engine.Instances(account) {
+			for _, name := range drop {
+				if in.Name == engineName(g, name) {
+					_ = s.acct.Delete(context.Background(), in)
+				}
+			}
+		}
+		return "", ""
+	})
+}
+
+// engineName is a member's instance in the engine: instance names are
+// unique per zone, not per project.
+func engineName(g *igm, name string) string { return name + "." + g.zone }

@@ -1,0 +1,469 @@
+// Package gcp is gpuscaler's backend for GCP managed instance groups, on
+// the official client (cloud.google.com/go/compute, REST): each node group
+// orders into one managed instance group per zone, by name, so that every
+// instance's provider ID (gce://<project>/<zone>/<name>) is known before it
+// boots and a lost answer is resolved by name, never by a second order.
+package gcp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	compute "cloud.google.com/go/compute/apiv1"
+	"cloud.google.com/go/compute/apiv1/computepb"
+	"github.com/googleapis/gax-go/v2/apierror"
+	"google.golang.org/api/googleapi"
+	"google.golang.org/api/iterator"
+	"google.golang.org/api/option"
+
+	"github.com/gpuscaler/gpuscaler/internal/cloud"
+)
+
+// Name is GCP's name in config; provider IDs use the "gce" scheme, as the
+// kubelet and cluster-autoscaler's GCE provider write them.
+const Name = "gcp"
+
+// MIG is one zonal managed instance group.
+type MIG struct {
+	Zone, Name string
+}
+
+// Group is a node group's managed instance groups: one per zone (the
+// group's locations), all of one machine type.
+type Group struct {
+	MachineType string
+	MIGs        []MIG
+}
+
+// Options configure the GCP backend.
+type Options struct {
+	Project string
+	// Groups are the node groups' managed instance groups, by group name.
+	Groups map[string]Group
+	// PollInterval spaces the polls of an operation; default 2 s.
+	PollInterval time.Duration
+	// CreateWatch is how long a create watches its new instance for a
+	// stock-out or quota error (a MIG reports them only on the instance,
+	// in lastAttempt); default 60 s.
+	CreateWatch time.Duration
+	Logger      *slog.Logger
+}
+
+// Cloud is a GCP project's managed instance groups as a cloud.Provider.
+type Cloud struct {
+	igm  *compute.InstanceGroupManagersClient
+	opts Options
+	log  *slog.Logger
+
+	// locks serialise the operations on each MIG: GCP answers 409 while
+	// another runs.
+	mu    sync.Mutex
+	locks map[MIG]*sync.Mutex
+}
+
+var _ cloud.Provider = (*Cloud)(nil)
+
+// ClientOptions say how to reach the API: Application Default Credentials
+// (workload identity in GKE, gcloud's login elsewhere) unless a
+// credentials file is named; Endpoint points the client elsewhere (a
+// fake, with no authentication).
+type ClientOptions struct {
+	CredentialsFile string
+	Endpoint        string
+	// NoAuth sends no credentials (a fake, or a client that is built to
+	// be checked and never called).
+	NoAuth     bool
+	HTTPClient *http.Client
+}
+
+// NewClient returns the managed-instance-group client.
+func NewClient(ctx context.Context, opts ClientOptions) (*compute.InstanceGroupManagersClient, error) {
+	var o []option.ClientOption
+	if opts.Endpoint != "" {
+		o = append(o, option.WithEndpoint(opts.Endpoint))
+	}
+	switch {
+	case opts.NoAuth:
+		o = append(o, option.WithoutAuthentication())
+	case opts.CredentialsFile != "":
+		o = append(o, option.WithAuthCredentialsFile(option.ServiceAccount, opts.CredentialsFile))
+	}
+	if opts.HTTPClient != nil {
+		o = append(o, option.WithHTTPClient(opts.HTTPClient))
+	}
+	c, err := compute.NewInstanceGroupManagersRESTClient(ctx, o...)
+	if err != nil {
+		return nil, fmt.Errorf("gcp: %w", err)
+	}
+	return c, nil
+}
+
+// New returns the backend over a client.
+func New(igm *compute.InstanceGroupManagersClient, opts Options) *Cloud {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.PollInterval == 0 {
+		opts.PollInterval = 2 * time.Second
+	}
+	if opts.CreateWatch == 0 {
+		opts.CreateWatch = time.Minute
+	}
+	return &Cloud{igm: igm, opts: opts, log: opts.Logger, locks: map[MIG]*sync.Mutex{}}
+}
+
+// Name implements cloud.Provider.
+func (c *Cloud) Name() string { return Name }
+
+// ProviderID is an instance's provider ID.
+func (c *Cloud) ProviderID(zone, name string) string {
+	return "gce://" + c.opts.Project + "/" + zone + "/" + name
+}
+
+func (c *Cloud) lock(m MIG) *sync.Mutex {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l, ok := c.locks[m]
+	if !ok {
+		l = &sync.Mutex{}
+		c.locks[m] = l
+	}
+	return l
+}
+
+// mig is the group's MIG in a zone.
+func (c *Cloud) mig(group, zone string) (MIG, bool) {
+	for _, m := range c.opts.Groups[group].MIGs {
+		if m.Zone == zone {
+			return m, true
+		}
+	}
+	return MIG{}, false
+}
+
+// OptionInstanceGroup names a group's managed instance groups: the MIG of
+// that name in each of the group's zones; default the group's name.
+const OptionInstanceGroup = "instanceGroup"
+
+// CheckOptions implements cloud.OptionChecker.
+func (c *Cloud) CheckOptions(opts map[string]string) []*cloud.OptionError {
+	return cloud.CheckKnownOptions(opts, OptionInstanceGroup)
+}
+
+// InstanceTypes returns the machine types of the documented table.
+func (c *Cloud) InstanceTypes(context.Context) ([]cloud.InstanceType, error) {
+	return MachineTypes(), nil
+}
+
+// Offerings returns each group's machine types in each zone it has a MIG
+// in, on demand; a stock-out shows when an order meets it.
+func (c *Cloud) Offerings(context.Context) ([]cloud.Offering, error) {
+	price := map[string]float64{}
+	for _, t := range MachineTypes() {
+		price[t.Name] = t.OnDemandPrice
+	}
+	seen := map[cloud.OfferingKey]bool{}
+	var out []cloud.Offering
+	for _, t := range MachineTypes() {
+		for _, g := range c.opts.Groups {
+			for _, m := range g.MIGs {
+				k := cloud.OfferingKey{InstanceType: t.Name, Location: m.Zone, CapacityType: cloud.OnDemand}
+				if !seen[k] {
+					seen[k] = true
+					out = append(out, cloud.Offering{InstanceType: t.Name, Location: m.Zone, CapacityType: cloud.OnDemand, Available: true, Price: price[t.Name]})
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+// List returns the members of every configured MIG.
+func (c *Cloud) List(ctx context.Context) ([]cloud.Instance, error) {
+	var out []cloud.Instance
+	for group, g := range c.opts.Groups {
+		for _, m := range g.MIGs {
+			insts, err := c.members(ctx, m)
+			if err != nil {
+				return nil, err
+			}
+			for _, mi := range insts {
+				out = append(out, c.instance(group, m, mi))
+			}
+		}
+	}
+	return out, nil
+}
+
+func (c *Cloud) members(ctx context.Context, m MIG) ([]*computepb.ManagedInstance, error) {
+	it := c.igm.ListManagedInstances(ctx, &computepb.ListManagedInstancesInstanceGroupManagersRequest{
+		Project: c.opts.Project, Zone: m.Zone, InstanceGroupManager: m.Name})
+	var out []*computepb.ManagedInstance
+	for {
+		mi, err := it.Next()
+		if errors.Is(err, iterator.Done) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, classify("list", err)
+		}
+		out = append(out, mi)
+	}
+}
+
+// lastAttempt is the first error of a managed instance's last attempt.
+func lastAttempt(mi *computepb.ManagedInstance) (code, message string) {
+	for _, e := range mi.GetLastAttempt().GetErrors().GetErrors() {
+		return e.GetCode(), e.GetMessage()
+	}
+	return "", ""
+}
+
+// attemptClass classes a lastAttempt code as the GCE cluster-autoscaler
+// provider does: the pool exhausted is a stock-out, any quota is quota.
+func attemptClass(code string) error {
+	switch {
+	case code == "":
+		return nil
+	case strings.Contains(code, "RESOURCE_POOL_EXHAUSTED"):
+		return cloud.ErrCapacity
+	case strings.Contains(code, "QUOTA"):
+		return cloud.ErrQuota
+	}
+	return cloud.ErrTransient
+}
+
+func (c *Cloud) instance(group string, m MIG, mi *computepb.ManagedInstance) cloud.Instance {
+	in := cloud.Instance{
+		ID: fmt.Sprint(mi.GetId()), Name: mi.GetName(), ProviderID: c.ProviderID(m.Zone, mi.GetName()),
+		Group: group, Location: m.Zone, CapacityType: cloud.OnDemand, InstanceType: c.opts.Groups[group].MachineType,
+	}
+	switch mi.GetCurrentAction() {
+	case "CREATING", "CREATING_WITHOUT_RETRIES", "RECREATING", "VERIFYING", "STARTING", "RESUMING", "REFRESHING", "RESTARTING":
+		in.State = cloud.StatePending
+		if code, msg := lastAttempt(mi); attemptClass(code) == cloud.ErrCapacity || attemptClass(code) == cloud.ErrQuota {
+			// The MIG keeps retrying a stock-out for ever; the core deletes
+			// the member and orders elsewhere.
+			in.State, in.Error = cloud.StateFailed, code+": "+msg
+		}
+	case "DELETING", "ABANDONING":
+		in.State = cloud.StateDeleting
+	default:
+		switch mi.GetInstanceStatus() {
+		case "STOPPED", "TERMINATED", "SUSPENDED":
+			in.State, in.Error = cloud.StateStopped, "instance "+mi.GetInstanceStatus()
+		case "RUNNING":
+			in.State = cloud.StateRunning
+		default:
+			in.State = cloud.StatePending
+		}
+	}
+	return in
+}
+
+// Create adds one named instance to the group's MIG in the order's zone
+// (createInstances, which raises the target size by one) and waits for the
+// operation. A MIG reports a stock-out or quota only on the instance, in
+// lastAttempt: the create watches the new instance for CreateWatch, and on
+// such an error takes the instance out again and says so, so the core
+// orders in the next zone. A lost answer is looked up by name first.
+func (c *Cloud) Create(ctx context.Context, spec cloud.CreateSpec) (cloud.Instance, error) {
+	if spec.CapacityType == cloud.Spot {
+		return cloud.Instance{}, cloud.Errorf(cloud.ErrInvalid, "create", "spot MIGs are not supported yet")
+	}
+	m, ok := c.mig(spec.Group, spec.Location)
+	if !ok {
+		return cloud.Instance{}, cloud.Errorf(cloud.ErrInvalid, "create", "group %q has no managed instance group in %s", spec.Group, spec.Location)
+	}
+	if err := c.mutate(ctx, m, "create", func() (*compute.Operation, error) {
+		return c.igm.CreateInstances(ctx, &computepb.CreateInstancesInstanceGroupManagerRequest{
+			Project: c.opts.Project, Zone: m.Zone, InstanceGroupManager: m.Name,
+			InstanceGroupManagersCreateInstancesRequestResource: &computepb.InstanceGroupManagersCreateInstancesRequest{
+				Instances: []*computepb.PerInstanceConfig{{Name: &spec.Name}},
+			},
+		})
+	}); err != nil {
+		if !errors.Is(err, cloud.ErrOutcomeUnknown) {
+			return cloud.Instance{}, err
+		}
+		// The order may have landed: is the instance there?
+		if mi, ferr := c.find(ctx, m, spec.Name); ferr != nil || mi == nil {
+			return cloud.Instance{}, err
+		}
+	}
+	mi, err := c.watch(ctx, m, spec.Name)
+	if err != nil {
+		return cloud.Instance{}, err
+	}
+	in := c.instance(spec.Group, m, mi)
+	in.State = cloud.StatePending
+	return in, nil
+}
+
+// watch follows a new instance until it is made, a stock-out or quota
+// error shows (the instance is then taken out), or CreateWatch passes.
+func (c *Cloud) watch(ctx context.Context, m MIG, name string) (*computepb.ManagedInstance, error) {
+	deadline := time.Now().Add(c.opts.CreateWatch)
+	for {
+		mi, err := c.find(ctx, m, name)
+		switch {
+		case err != nil:
+			return nil, cloud.NewError(cloud.ErrOutcomeUnknown, "create", err)
+		case mi == nil:
+			return nil, cloud.Errorf(cloud.ErrOutcomeUnknown, "create", "instance %s is not in %s/%s after its create", name, m.Zone, m.Name)
+		}
+		code, msg := lastAttempt(mi)
+		if class := attemptClass(code); class == cloud.ErrCapacity || class == cloud.ErrQuota {
+			if derr := c.remove(ctx, m, name); derr != nil {
+				return nil, cloud.NewError(cloud.ErrOutcomeUnknown, "create", fmt.Errorf("%s: %s; and the instance could not be taken out: %w", code, msg, derr))
+			}
+			return nil, cloud.Errorf(class, "create", "%s: %s", code, msg)
+		}
+		if mi.GetCurrentAction() == "NONE" || time.Now().After(deadline) {
+			return mi, nil
+		}
+		select {
+		case <-ctx.Done():
+			return mi, nil
+		case <-time.After(c.opts.PollInterval):
+		}
+	}
+}
+
+// find returns a MIG's member by name; nil when it has none.
+func (c *Cloud) find(ctx context.Context, m MIG, name string) (*computepb.ManagedInstance, error) {
+	insts, err := c.members(ctx, m)
+	if err != nil {
+		return nil, err
+	}
+	for _, mi := range insts {
+		if mi.GetName() == name {
+			return mi, nil
+		}
+	}
+	return nil, nil
+}
+
+// Delete takes an instance out of its MIG (deleteInstances, which lowers
+// the target size by one) and waits for the operation; an instance already
+// gone is success.
+func (c *Cloud) Delete(ctx context.Context, inst cloud.Instance) error {
+	m, ok := c.mig(inst.Group, inst.Location)
+	if !ok {
+		return cloud.Errorf(cloud.ErrInvalid, "delete", "group %q has no managed instance group in %s", inst.Group, inst.Location)
+	}
+	return c.remove(ctx, m, inst.Name)
+}
+
+func (c *Cloud) remove(ctx context.Context, m MIG, name string) error {
+	ref := "zones/" + m.Zone + "/instances/" + name
+	err := c.mutate(ctx, m, "delete", func() (*compute.Operation, error) {
+		return c.igm.DeleteInstances(ctx, &computepb.DeleteInstancesInstanceGroupManagerRequest{
+			Project: c.opts.Project, Zone: m.Zone, InstanceGroupManager: m.Name,
+			InstanceGroupManagersDeleteInstancesRequestResource: &computepb.InstanceGroupManagersDeleteInstancesRequest{
+				Instances: []string{ref}, SkipInstancesOnValidationError: new(true),
+			},
+		})
+	})
+	if errors.Is(err, cloud.ErrNotFound) {
+		return nil
+	}
+	return err
+}
+
+// mutate runs one operation on a MIG (one at a time per MIG) and waits for
+// it, checking the errors a DONE operation may carry. A mutation whose
+// answer or wait was lost is ErrOutcomeUnknown.
+func (c *Cloud) mutate(ctx context.Context, m MIG, op string, call func() (*compute.Operation, error)) error {
+	l := c.lock(m)
+	for attempt := 0; ; attempt++ {
+		l.Lock()
+		err := c.run(ctx, op, call)
+		l.Unlock()
+		if !cloud.Retryable(err) || attempt >= 4 {
+			return err
+		}
+		// Not under the lock: the group's other orders go on meanwhile.
+		// A conflict (another operation, perhaps a lost answer's, still
+		// runs on the group) is asked again soon.
+		base := time.Second
+		var ce *cloud.Error
+		if errors.As(err, &ce) && strings.Contains(ce.Error(), "409") {
+			base = c.opts.PollInterval
+		}
+		if berr := cloud.Backoff(ctx, base, attempt); berr != nil {
+			return cloud.NewError(cloud.ErrTransient, op, berr)
+		}
+	}
+}
+
+// run sends one mutation and waits for its operation.
+func (c *Cloud) run(ctx context.Context, op string, call func() (*compute.Operation, error)) error {
+	o, err := call()
+	if err != nil {
+		return classify(op, err)
+	}
+	for !o.Done() {
+		select {
+		case <-ctx.Done():
+			return cloud.NewError(cloud.ErrOutcomeUnknown, op, ctx.Err())
+		case <-time.After(c.opts.PollInterval):
+		}
+		if err := o.Poll(ctx); err != nil {
+			if cloud.Class(classify(op, err)) == cloud.ErrTransient {
+				continue // the operation runs on; ask again
+			}
+			return classify(op, err)
+		}
+	}
+	for _, e := range o.Proto().GetError().GetErrors() {
+		class := attemptClass(e.GetCode())
+		if e.GetCode() == "RESOURCE_NOT_FOUND" || strings.HasSuffix(e.GetCode(), "NOT_FOUND") {
+			class = cloud.ErrNotFound
+		}
+		if class == cloud.ErrTransient {
+			class = cloud.ErrInvalid
+		}
+		return cloud.Errorf(class, op, "operation %s: %s: %s", o.Name(), e.GetCode(), e.GetMessage())
+	}
+	return nil
+}
+
+// classify turns a client error into a classed cloud error: googleapi
+// codes and reasons; no answer at all is an unknown outcome for callers
+// that mutate (their caller decides).
+func classify(op string, err error) error {
+	var ge *googleapi.Error
+	var ae *apierror.APIError
+	code, reason := 0, ""
+	switch {
+	case errors.As(err, &ge):
+		code = ge.Code
+		if len(ge.Errors) > 0 {
+			reason = ge.Errors[0].Reason
+		}
+	case errors.As(err, &ae):
+		code = ae.HTTPCode()
+		reason = ae.Reason()
+	default:
+		if op == "create" || op == "delete" {
+			return cloud.NewError(cloud.ErrOutcomeUnknown, op, err)
+		}
+		return cloud.NewError(cloud.ErrTransient, op, err)
+	}
+	switch {
+	case code == http.StatusNotFound:
+		return cloud.NewError(cloud.ErrNotFound, op, err)
+	case strings.Contains(strings.ToLower(reason), "quota") && code != http.StatusTooManyRequests:
+		return cloud.NewError(cloud.ErrQuota, op, err)
+	case code == http.StatusConflict, code == http.StatusTooManyRequests, code >= 500, reason == "rateLimitExceeded", reason == "resourceNotReady":
+		return cloud.NewError(cloud.ErrTransient, op, err)
+	}
+	return cloud.NewError(cloud.ErrInvalid, op, err)
+}
