@@ -22,6 +22,8 @@ import (
 	"log/slog"
 
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
+	"github.com/gpuscaler/gpuscaler/internal/cloud/gcp"
+	"github.com/gpuscaler/gpuscaler/internal/cloud/gcp/gcptest"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/kamatera"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/kamatera/kamateratest"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/scaleway"
@@ -101,10 +103,25 @@ nodeGroups:
   - {name: scarce, cloud: scaleway, instanceType: L4-1-24G, locations: [fr-par-1], maxSize: 3}
 `
 
+// gcpContractConfig is contractConfig's groups as GCP managed instance
+// groups (one per zone, named after the group), on demand, the scarce
+// group's zone out of stock.
+const gcpContractConfig = `
+clusterName: contract
+sync: {period: 200ms, requestsPerSecond: 1000}
+clouds:
+  gcp: {project: contract-project}
+nodeGroups:
+  - {name: h100, cloud: gcp, instanceType: g2-standard-8, locations: [us-central1-a, us-central1-b], maxSize: 10, labels: {team: ml}}
+  - {name: mig, cloud: gcp, instanceType: a2-highgpu-1g, locations: [europe-west4-a], maxSize: 2}
+  - {name: scarce, cloud: gcp, instanceType: n2-standard-8, locations: [us-central1-b], maxSize: 3}
+`
+
 // backends are the clouds the contract tests run against: the simulated
-// cloud directly, and Verda's, Kamatera's and Scaleway's backends over
-// their fake APIs (themselves on a simulated engine).
-var backends = []string{"sim", "verda", "kamatera", "scaleway"}
+// cloud directly, and Verda's, Kamatera's, Scaleway's and GCP's backends
+// over their fake APIs (themselves on a simulated engine), through their
+// real clients.
+var backends = []string{"sim", "verda", "kamatera", "scaleway", "gcp"}
 
 // gpuBackends are the backends whose catalogs have GPUs and spot.
 var gpuBackends = []string{"sim", "verda"}
@@ -148,6 +165,8 @@ func newFixture(t *testing.T, doc, backend string) *fixture {
 		doc = kamateraContractConfig
 	case "scaleway":
 		doc = scalewayContractConfig
+	case "gcp":
+		doc = gcpContractConfig
 	}
 	cfg, err := config.Parse([]byte(doc))
 	if err != nil {
@@ -157,6 +176,8 @@ func newFixture(t *testing.T, doc, backend string) *fixture {
 	switch backend {
 	case "kamatera":
 		engine, err = kamateratest.NewEngine(sim.Config{BootDelay: sim.Duration(100 * time.Millisecond), DeleteDelay: sim.Duration(50 * time.Millisecond)}, sim.Options{})
+	case "gcp":
+		engine, err = gcptest.NewEngine(sim.Config{BootDelay: sim.Duration(100 * time.Millisecond), DeleteDelay: sim.Duration(50 * time.Millisecond)}, sim.Options{})
 	case "scaleway":
 		engine, err = scwtest.NewEngine(sim.Config{BootDelay: sim.Duration(100 * time.Millisecond), DeleteDelay: sim.Duration(50 * time.Millisecond)}, sim.Options{})
 	case "verda":
@@ -170,9 +191,29 @@ func newFixture(t *testing.T, doc, backend string) *fixture {
 	engine.SetCapacity(cloud.OfferingKey{InstanceType: "1A100.22V", Location: "ICE-01", CapacityType: cloud.Spot}, 0)
 	engine.SetCapacity(cloud.OfferingKey{InstanceType: "4A-8192", Location: "IL", CapacityType: cloud.OnDemand}, 0)
 	engine.SetCapacity(cloud.OfferingKey{InstanceType: "L4-1-24G", Location: "fr-par-1", CapacityType: cloud.OnDemand}, 0)
+	engine.SetCapacity(cloud.OfferingKey{InstanceType: "n2-standard-8", Location: "us-central1-b", CapacityType: cloud.OnDemand}, 0)
 	log := slog.New(slog.DiscardHandler)
 	f := &fixture{engine: engine, account: cfg.ClusterName}
 	var prov cloud.Provider = engine.Account(cfg.ClusterName)
+	if backend == "gcp" {
+		fake := gcptest.New(engine, gcptest.Options{Project: "contract-project"})
+		t.Cleanup(fake.Close)
+		groups := map[string]gcp.Group{}
+		for _, g := range cfg.NodeGroups {
+			grp := gcp.Group{MachineType: g.InstanceType}
+			for _, z := range g.Locations {
+				fake.AddGroup(z, g.Name, g.InstanceType)
+				grp.MIGs = append(grp.MIGs, gcp.MIG{Zone: z, Name: g.Name})
+			}
+			groups[g.Name] = grp
+		}
+		client, err := gcp.NewClient(context.Background(), gcp.ClientOptions{Endpoint: fake.URL, NoAuth: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		prov, f.account = gcp.New(client, gcp.Options{Project: "contract-project", Groups: groups, PollInterval: 10 * time.Millisecond,
+			CreateWatch: 2 * time.Second, Logger: log}), "gcp-account"
+	}
 	if backend == "scaleway" {
 		const secretKey, projectID = "11111111-2222-4333-8444-555555555555", "22222222-2222-4222-8222-222222222222"
 		fake := scwtest.New(engine, scwtest.Options{SecretKey: secretKey})
