@@ -61,7 +61,13 @@ func TestMalformedConfigCorpus(t *testing.T) {
 		t.Setenv(variable, "")
 		os.Unsetenv(variable)
 	}
-	// No Scaleway profile of the machine running the tests.
+	// No Scaleway profile, and no GCP credentials, of the machine running
+	// the tests.
+	for _, variable := range []string{"GOOGLE_APPLICATION_CREDENTIALS", "GOOGLE_CLOUD_PROJECT"} {
+		t.Setenv(variable, "")
+		os.Unsetenv(variable)
+	}
+	t.Setenv("CLOUDSDK_CONFIG", t.TempDir())
 	t.Setenv("SCW_CONFIG_PATH", filepath.Join(t.TempDir(), "no-scw-config.yaml"))
 	wd, _ := os.Getwd()
 	t.Cleanup(func() { _ = os.Chdir(wd) })

@@ -105,9 +105,16 @@ func validateScalewayGroups(c *Config) field.ErrorList {
 		}
 	}
 	for i, g := range c.NodeGroups {
-		if g.Cloud == CloudGCP && g.CapacityPolicy == PolicySpotOnly {
-			errs = append(errs, field.Invalid(field.NewPath("nodeGroups").Index(i).Child("capacityPolicy"), g.CapacityPolicy,
-				"spot managed instance groups are not supported yet"))
+		if g.Cloud != CloudGCP {
+			continue
+		}
+		p := field.NewPath("nodeGroups").Index(i)
+		if g.CapacityPolicy == PolicySpotOnly {
+			errs = append(errs, field.Invalid(p.Child("capacityPolicy"), g.CapacityPolicy, "spot managed instance groups are not supported yet"))
+		}
+		if g.Bootstrap != nil {
+			errs = append(errs, field.Forbidden(p.Child("bootstrap"),
+				"GCP instances boot with their instance template's startup script; per-instance bootstrap on GCP is not supported yet"))
 		}
 	}
 	return errs

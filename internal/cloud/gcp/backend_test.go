@@ -300,3 +300,16 @@ func TestScaleCyclesLeaveNothing(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// TestOptions: a group names its MIG with instanceGroup; other keys are
+// refused with the key and what GCP reads.
+func TestOptions(t *testing.T) {
+	c := gcp.New(nil, gcp.Options{Project: project})
+	if errs := c.CheckOptions(map[string]string{"instanceGroup": "gpu-l4"}); len(errs) != 0 {
+		t.Fatalf("instanceGroup refused: %v", errs)
+	}
+	errs := c.CheckOptions(map[string]string{"instanceGroupName": "x"})
+	if len(errs) != 1 || errs[0].Key != "instanceGroupName" || !strings.Contains(errs[0].Detail, "instanceGroup") {
+		t.Fatalf("unknown option: %v", errs)
+	}
+}

@@ -219,8 +219,8 @@ func (c *Cloud) members(ctx context.Context, m MIG) ([]*computepb.ManagedInstanc
 
 // lastAttempt is the first error of a managed instance's last attempt.
 func lastAttempt(mi *computepb.ManagedInstance) (code, message string) {
-	for _, e := range mi.GetLastAttempt().GetErrors().GetErrors() {
-		return e.GetCode(), e.GetMessage()
+	if errs := mi.GetLastAttempt().GetErrors().GetErrors(); len(errs) > 0 {
+		return errs[0].GetCode(), errs[0].GetMessage()
 	}
 	return "", ""
 }
@@ -422,17 +422,19 @@ func (c *Cloud) run(ctx context.Context, op string, call func() (*compute.Operat
 			return classify(op, err)
 		}
 	}
-	for _, e := range o.Proto().GetError().GetErrors() {
-		class := attemptClass(e.GetCode())
-		if e.GetCode() == "RESOURCE_NOT_FOUND" || strings.HasSuffix(e.GetCode(), "NOT_FOUND") {
-			class = cloud.ErrNotFound
-		}
-		if class == cloud.ErrTransient {
-			class = cloud.ErrInvalid
-		}
-		return cloud.Errorf(class, op, "operation %s: %s: %s", o.Name(), e.GetCode(), e.GetMessage())
+	errs := o.Proto().GetError().GetErrors()
+	if len(errs) == 0 {
+		return nil
 	}
-	return nil
+	e := errs[0]
+	class := attemptClass(e.GetCode())
+	if strings.HasSuffix(e.GetCode(), "NOT_FOUND") {
+		class = cloud.ErrNotFound
+	}
+	if class == cloud.ErrTransient {
+		class = cloud.ErrInvalid
+	}
+	return cloud.Errorf(class, op, "operation %s: %s: %s", o.Name(), e.GetCode(), e.GetMessage())
 }
 
 // classify turns a client error into a classed cloud error: googleapi
