@@ -1,13 +1,12 @@
 package gcp_test
 
 import (
-	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,33 +18,17 @@ import (
 	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
 	"github.com/gpuscaler/gpuscaler/internal/config"
 	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
+	"github.com/gpuscaler/gpuscaler/internal/nodegroup/coretest"
 )
 
 const project = "gpu-project"
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 type backend struct {
 	fake   *gcptest.Server
 	engine *sim.Engine
 	mgr    *nodegroup.Manager
 	cfg    *config.Config
-	logs   *syncBuffer
+	logs   *coretest.LogBuffer
 	stop   func()
 }
 
@@ -71,7 +54,7 @@ func newBackend(t *testing.T, capacity int, groups string, fakeOpts gcptest.Opti
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := &backend{fake: fake, engine: engine, cfg: cfg, logs: &syncBuffer{}}
+	b := &backend{fake: fake, engine: engine, cfg: cfg, logs: &coretest.LogBuffer{}}
 	b.start(t)
 	t.Cleanup(func() { b.stop() })
 	return b
@@ -108,28 +91,12 @@ func (b *backend) start(t *testing.T) {
 
 func (b *backend) wait(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s\n%s", what, b.logs.String())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	coretest.Wait(t, what, b.logs, cond)
 }
 
 func (b *backend) running(t *testing.T, group string) []nodegroup.Instance {
 	t.Helper()
-	insts, err := b.mgr.Instances(group)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []nodegroup.Instance
-	for _, in := range insts {
-		if in.State == nodegroup.StateRunning {
-			out = append(out, in)
-		}
-	}
-	return out
+	return coretest.Running(t, b.mgr, group)
 }
 
 // TestScaleUpAndDown: instances are created by name in the first zone's
@@ -244,30 +211,7 @@ func TestRestartAdoptsMembers(t *testing.T) {
 // empty at target size 0.
 func TestScaleCyclesLeaveNothing(t *testing.T) {
 	b := newBackend(t, 4, groupsYAML, gcptest.Options{})
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
-	rng := rand.New(rand.NewPCG(seed, seed))
-	ctx := context.Background()
-	for i := range 100 {
-		insts, err := b.mgr.Instances("l4")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if i%2 == 0 {
-			if room := 6 - len(insts); room > 0 {
-				_ = b.mgr.IncreaseSize(ctx, "l4", 1+rng.IntN(min(room, 3)))
-			}
-		} else {
-			var ids []string
-			for _, in := range insts {
-				if in.State == nodegroup.StateRunning && rng.IntN(2) == 0 {
-					ids = append(ids, in.ProviderID)
-				}
-			}
-			if len(ids) > 0 {
-				_ = b.mgr.DeleteNodes(ctx, "l4", ids)
-			}
-		}
+	coretest.ScaleCycles(t, b.mgr, "l4", 6, func(rng *rand.Rand) {
 		switch rng.IntN(10) {
 		case 0:
 			b.fake.FailNext(http.MethodPost, "/deleteInstances", http.StatusConflict, "resourceNotReady", "The resource is not ready")
@@ -276,29 +220,14 @@ func TestScaleCyclesLeaveNothing(t *testing.T) {
 		case 2:
 			b.fake.LoseNextAnswer(http.MethodPost, "/createInstances")
 		}
-		time.Sleep(time.Duration(10+rng.IntN(40)) * time.Millisecond)
-	}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		insts, _ := b.mgr.Instances("l4")
-		var ids []string
-		for _, in := range insts {
-			ids = append(ids, in.ProviderID)
-		}
-		if len(ids) > 0 {
-			_ = b.mgr.DeleteNodes(ctx, "l4", ids)
-		}
-		left := len(b.fake.Instances("us-central1-a", "gpu-l4")) + len(b.fake.Instances("us-central1-b", "gpu-l4"))
+	}, func() string {
+		a, bz := b.fake.Instances("us-central1-a", "gpu-l4"), b.fake.Instances("us-central1-b", "gpu-l4")
 		size := b.fake.TargetSize("us-central1-a", "gpu-l4") + b.fake.TargetSize("us-central1-b", "gpu-l4")
-		if left == 0 && size == 0 && len(insts) == 0 && len(b.engine.Instances("gcp-account")) == 0 {
-			break
+		if e := len(b.engine.Instances("gcp-account")); len(a)+len(bz)+size+e > 0 {
+			return fmt.Sprintf("members %v %v, target size %d, %d engine instances", a, bz, size, e)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("left behind: %d members %v %v, target %d, core members %+v, engine %+v (seed %d)", left,
-				b.fake.Instances("us-central1-a", "gpu-l4"), b.fake.Instances("us-central1-b", "gpu-l4"), size, insts, b.engine.Instances("gcp-account"), seed)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return ""
+	})
 }
 
 // TestOptions: a group names its MIG with instanceGroup; other keys are

@@ -1,14 +1,13 @@
 package kamatera_test
 
 import (
-	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,6 +19,7 @@ import (
 	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
 	"github.com/gpuscaler/gpuscaler/internal/config"
 	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
+	"github.com/gpuscaler/gpuscaler/internal/nodegroup/coretest"
 )
 
 const (
@@ -28,24 +28,6 @@ const (
 	rootPassword = "root-pw-never-logged"
 	account      = "kamatera-account"
 )
-
-// syncBuffer is a log sink safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // userData stands in for bootstrap: every server gets a script holding a
 // join token.
@@ -61,7 +43,7 @@ type backend struct {
 	prov   *kamatera.Cloud
 	mgr    *nodegroup.Manager
 	cfg    *config.Config
-	logs   *syncBuffer
+	logs   *coretest.LogBuffer
 	stop   func()
 	// tweak, when set, changes the backend's options at each start.
 	tweak func(*kamatera.Options)
@@ -87,7 +69,7 @@ func newBackend(t *testing.T, capacity int, groups string) *backend {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := &backend{fake: fake, engine: engine, cfg: cfg, logs: &syncBuffer{}}
+	b := &backend{fake: fake, engine: engine, cfg: cfg, logs: &coretest.LogBuffer{}}
 	b.start(t)
 	t.Cleanup(func() {
 		b.stop()
@@ -130,28 +112,12 @@ func (b *backend) start(t *testing.T) {
 
 func (b *backend) wait(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s\n%s", what, b.logs.String())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	coretest.Wait(t, what, b.logs, cond)
 }
 
 func (b *backend) running(t *testing.T, group string) []nodegroup.Instance {
 	t.Helper()
-	insts, err := b.mgr.Instances(group)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []nodegroup.Instance
-	for _, in := range insts {
-		if in.State == nodegroup.StateRunning {
-			out = append(out, in)
-		}
-	}
-	return out
+	return coretest.Running(t, b.mgr, group)
 }
 
 func (b *backend) servers() []string {
@@ -250,7 +216,7 @@ func newBackendWith(t *testing.T, groups string, before func(*kamateratest.Serve
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := &backend{fake: fake, engine: engine, cfg: cfg, logs: &syncBuffer{}}
+	b := &backend{fake: fake, engine: engine, cfg: cfg, logs: &coretest.LogBuffer{}}
 	b.start(t)
 	t.Cleanup(func() { b.stop() })
 	return b
@@ -425,30 +391,7 @@ func TestScaleCyclesLeaveNothing(t *testing.T) {
 	b := newBackend(t, 4, `
   - {name: ng1, cloud: kamatera, instanceType: 2A-4096, locations: [EU, EU-FR], image: ubuntu, maxSize: 8}
 `)
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
-	rng := rand.New(rand.NewPCG(seed, seed))
-	ctx := context.Background()
-	for i := range 100 {
-		insts, err := b.mgr.Instances("ng1")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if i%2 == 0 {
-			if room := 8 - len(insts); room > 0 {
-				_ = b.mgr.IncreaseSize(ctx, "ng1", 1+rng.IntN(min(room, 3)))
-			}
-		} else {
-			var ids []string
-			for _, in := range insts {
-				if in.State == nodegroup.StateRunning && rng.IntN(2) == 0 {
-					ids = append(ids, in.ProviderID)
-				}
-			}
-			if len(ids) > 0 {
-				_ = b.mgr.DeleteNodes(ctx, "ng1", ids)
-			}
-		}
+	coretest.ScaleCycles(t, b.mgr, "ng1", 8, func(rng *rand.Rand) {
 		switch rng.IntN(10) {
 		case 0:
 			b.fake.FailNext(http.MethodPost, "/service/server/terminate", http.StatusInternalServerError, "Failed to run command method (terminate)")
@@ -457,26 +400,12 @@ func TestScaleCyclesLeaveNothing(t *testing.T) {
 		case 2:
 			b.fake.LoseNextAnswer(http.MethodPost, "/service/server")
 		}
-		time.Sleep(time.Duration(10+rng.IntN(40)) * time.Millisecond)
-	}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		insts, _ := b.mgr.Instances("ng1")
-		var ids []string
-		for _, in := range insts {
-			ids = append(ids, in.ProviderID)
+	}, func() string {
+		if n, m := len(b.fake.Servers()), len(b.engine.Instances(account)); n+m > 0 {
+			return fmt.Sprintf("%d servers, %d engine instances", n, m)
 		}
-		if len(ids) > 0 {
-			_ = b.mgr.DeleteNodes(ctx, "ng1", ids)
-		}
-		if len(b.fake.Servers()) == 0 && len(insts) == 0 && len(b.engine.Instances(account)) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("left behind: servers %v, %d members (seed %d)", b.fake.Servers(), len(insts), seed)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return ""
+	})
 }
 
 // TestLaunchRecordsOwner: a server launched outside any group (the launch

@@ -1,14 +1,13 @@
 package scaleway_test
 
 import (
-	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,6 +21,7 @@ import (
 	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
 	"github.com/gpuscaler/gpuscaler/internal/config"
 	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
+	"github.com/gpuscaler/gpuscaler/internal/nodegroup/coretest"
 )
 
 const (
@@ -30,24 +30,6 @@ const (
 	projectID = "22222222-2222-4222-8222-222222222222"
 	account   = "scaleway-account"
 )
-
-// syncBuffer is a log sink safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // cloudInit stands in for bootstrap: a cloud-init document naming the
 // node's provider ID, labels and taints, as the renderer writes them.
@@ -71,7 +53,7 @@ type backend struct {
 	engine *sim.Engine
 	mgr    *nodegroup.Manager
 	cfg    *config.Config
-	logs   *syncBuffer
+	logs   *coretest.LogBuffer
 	stop   func()
 	opts   scaleway.Options
 }
@@ -101,7 +83,7 @@ func newBackend(t *testing.T, capacity int, groups string, fakeOpts scwtest.Opti
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := &backend{fake: fake, engine: engine, cfg: cfg, logs: &syncBuffer{}, opts: scaleway.Options{
+	b := &backend{fake: fake, engine: engine, cfg: cfg, logs: &coretest.LogBuffer{}, opts: scaleway.Options{
 		ClusterName: "prod", ProjectID: projectID, Zones: []string{"fr-par-1", "fr-par-2", "nl-ams-1"},
 		StartGrace: 2 * time.Second, RetryBase: time.Millisecond, Secrets: []string{secretKey},
 	}}
@@ -149,28 +131,12 @@ func (b *backend) start(t *testing.T) {
 
 func (b *backend) wait(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s\n%s", what, b.logs.String())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	coretest.Wait(t, what, b.logs, cond)
 }
 
 func (b *backend) running(t *testing.T, group string) []nodegroup.Instance {
 	t.Helper()
-	insts, err := b.mgr.Instances(group)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []nodegroup.Instance
-	for _, in := range insts {
-		if in.State == nodegroup.StateRunning {
-			out = append(out, in)
-		}
-	}
-	return out
+	return coretest.Running(t, b.mgr, group)
 }
 
 // TestScaleUpAndDown: a server is made with the cluster's and group's
@@ -352,30 +318,7 @@ func TestScaleCyclesLeaveNothing(t *testing.T) {
 	b := newBackend(t, 4, `
   - {name: l4, cloud: scaleway, instanceType: L4-1-24G, locations: [fr-par-2, nl-ams-1], maxSize: 8}
 `, scwtest.Options{})
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
-	rng := rand.New(rand.NewPCG(seed, seed))
-	ctx := context.Background()
-	for i := range 100 {
-		insts, err := b.mgr.Instances("l4")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if i%2 == 0 {
-			if room := 8 - len(insts); room > 0 {
-				_ = b.mgr.IncreaseSize(ctx, "l4", 1+rng.IntN(min(room, 3)))
-			}
-		} else {
-			var ids []string
-			for _, in := range insts {
-				if in.State == nodegroup.StateRunning && rng.IntN(2) == 0 {
-					ids = append(ids, in.ProviderID)
-				}
-			}
-			if len(ids) > 0 {
-				_ = b.mgr.DeleteNodes(ctx, "l4", ids)
-			}
-		}
+	coretest.ScaleCycles(t, b.mgr, "l4", 8, func(rng *rand.Rand) {
 		switch rng.IntN(10) {
 		case 0:
 			b.fake.FailNext(http.MethodPost, "/action", http.StatusServiceUnavailable, "service_unavailable", "try again")
@@ -386,26 +329,12 @@ func TestScaleCyclesLeaveNothing(t *testing.T) {
 		case 3:
 			b.fake.FailNext(http.MethodDelete, "", http.StatusConflict, "transient_state", "resource in transient state")
 		}
-		time.Sleep(time.Duration(10+rng.IntN(40)) * time.Millisecond)
-	}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		insts, _ := b.mgr.Instances("l4")
-		var ids []string
-		for _, in := range insts {
-			ids = append(ids, in.ProviderID)
+	}, func() string {
+		if s, v, e := b.fake.ServerCount(), b.fake.VolumeCount(), len(b.engine.Instances(account)); s+v+e > 0 {
+			return fmt.Sprintf("%d servers, %d volumes, %d engine instances", s, v, e)
 		}
-		if len(ids) > 0 {
-			_ = b.mgr.DeleteNodes(ctx, "l4", ids)
-		}
-		if b.fake.ServerCount() == 0 && b.fake.VolumeCount() == 0 && len(insts) == 0 && len(b.engine.Instances(account)) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("left behind: %d servers, %d volumes, %d members (seed %d)", b.fake.ServerCount(), b.fake.VolumeCount(), len(insts), seed)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return ""
+	})
 }
 
 // TestCloudInitDeletedAfterBoot: a server boots with its cloud-init, and

@@ -1,7 +1,6 @@
 package verda_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -10,7 +9,6 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -23,27 +21,10 @@ import (
 	"github.com/gpuscaler/gpuscaler/internal/cloud/verda/verdatest"
 	"github.com/gpuscaler/gpuscaler/internal/config"
 	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
+	"github.com/gpuscaler/gpuscaler/internal/nodegroup/coretest"
 )
 
 const secret = "verda-secret-never-logged"
-
-// syncBuffer is a log sink safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // userData stands in for bootstrap: every instance gets a script holding a
 // join token.
@@ -57,7 +38,7 @@ type backend struct {
 	fake *verdatest.Server
 	api  *verda.Client
 	mgr  *nodegroup.Manager
-	logs *syncBuffer
+	logs *coretest.LogBuffer
 }
 
 func newBackend(t *testing.T, groupYAML string) *backend {
@@ -80,7 +61,7 @@ nodeGroups:
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
+	logs := &coretest.LogBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	api, err := verda.NewClient(verda.ClientOptions{BaseURL: fake.URL + "/v1", ClientID: "id", ClientSecret: secret,
 		RequestsPerSecond: 2000, RetryBase: time.Millisecond, Logger: log})
@@ -109,27 +90,12 @@ nodeGroups:
 
 func (b *backend) wait(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s\n%s", what, b.logs.String())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	coretest.Wait(t, what, b.logs, cond)
 }
 
 func (b *backend) running(t *testing.T, group string) []nodegroup.Instance {
-	insts, err := b.mgr.Instances(group)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []nodegroup.Instance
-	for _, in := range insts {
-		if in.State == nodegroup.StateRunning {
-			out = append(out, in)
-		}
-	}
-	return out
+	t.Helper()
+	return coretest.Running(t, b.mgr, group)
 }
 
 func TestSpotStockOutFallsBackUnderPreferSpot(t *testing.T) {
@@ -447,31 +413,8 @@ func TestImagePerTypeAndArch(t *testing.T) {
 // script and no volume.
 func TestScaleCyclesLeaveNothing(t *testing.T) {
 	b := newBackend(t, `  - {name: gpu, cloud: verda, instanceType: 1V100.6V, locations: [FIN-01, FIN-02], capacityPolicy: prefer-spot, maxSize: 8}`)
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
-	rng := rand.New(rand.NewPCG(seed, seed))
-	ctx := context.Background()
 	live := func() []cloud.Instance { return b.fake.Engine().Instances("verda-account") }
-	for i := range 100 {
-		insts, err := b.mgr.Instances("gpu")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if i%2 == 0 {
-			if room := 8 - len(insts); room > 0 {
-				_ = b.mgr.IncreaseSize(ctx, "gpu", 1+rng.IntN(min(room, 3)))
-			}
-		} else if len(insts) > 0 {
-			var ids []string
-			for _, in := range insts {
-				if in.State == nodegroup.StateRunning && rng.IntN(2) == 0 {
-					ids = append(ids, in.ProviderID)
-				}
-			}
-			if len(ids) > 0 {
-				_ = b.mgr.DeleteNodes(ctx, "gpu", ids) // may be refused while the group changes
-			}
-		}
+	coretest.ScaleCycles(t, b.mgr, "gpu", 8, func(rng *rand.Rand) {
 		if all := live(); len(all) > 0 && rng.IntN(10) < 3 {
 			in := all[rng.IntN(len(all))]
 			status := "offline"
@@ -483,30 +426,12 @@ func TestScaleCyclesLeaveNothing(t *testing.T) {
 		if all := live(); len(all) > 0 && rng.IntN(10) < 3 {
 			b.fake.FailDeleteOf(all[rng.IntN(len(all))].Name, 1+rng.IntN(2), http.StatusInternalServerError, "internal error")
 		}
-		time.Sleep(time.Duration(10+rng.IntN(40)) * time.Millisecond)
-	}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		insts, _ := b.mgr.Instances("gpu")
-		var ids []string
-		for _, in := range insts {
-			ids = append(ids, in.ProviderID)
+	}, func() string {
+		if n, sc, v := len(live()), b.fake.ScriptCount(), b.fake.Volumes(); n+sc+v > 0 {
+			return fmt.Sprintf("%d instances, %d scripts, %d volumes", n, sc, v)
 		}
-		if len(ids) > 0 {
-			_ = b.mgr.DeleteNodes(ctx, "gpu", ids)
-		}
-		if len(live()) == 0 && len(insts) == 0 && b.fake.ScriptCount() == 0 && b.fake.Volumes() == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("left behind: %d instances, %d members, %d scripts, %d volumes (seed %d)",
-				len(live()), len(insts), b.fake.ScriptCount(), b.fake.Volumes(), seed)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if n, _ := b.mgr.TargetSize("gpu"); n != 0 {
-		t.Fatalf("target %d after scaling to zero", n)
-	}
+		return ""
+	})
 }
 
 // TestFailingDeleteShowsOnTheInstance: a delete that keeps failing leaves
