@@ -3,14 +3,11 @@ package gcp_test
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/gcp"
@@ -62,7 +59,7 @@ func newBackend(t *testing.T, capacity int, groups string, fakeOpts gcptest.Opti
 
 func (b *backend) start(t *testing.T) {
 	t.Helper()
-	log := slog.New(slog.NewTextHandler(b.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	log := coretest.Logger(b.logs)
 	client, err := gcp.NewClient(context.Background(), gcp.ClientOptions{Endpoint: b.fake.URL, NoAuth: true})
 	if err != nil {
 		t.Fatal(err)
@@ -76,17 +73,7 @@ func (b *backend) start(t *testing.T) {
 		groups[g.Name] = grp
 	}
 	prov := gcp.New(client, gcp.Options{Project: project, Groups: groups, PollInterval: 10 * time.Millisecond, CreateWatch: 2 * time.Second, Logger: log})
-	mgr, err := nodegroup.New(b.cfg, map[string]cloud.Provider{gcp.Name: prov},
-		nodegroup.Options{Logger: log, Registerer: prometheus.NewRegistry(), ResolveAfter: 300 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	if err := mgr.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	b.mgr = mgr
-	b.stop = func() { cancel(); mgr.Wait() }
+	b.mgr, b.stop = coretest.Start(t, b.cfg, gcp.Name, prov, nodegroup.Options{Logger: log, ResolveAfter: 300 * time.Millisecond})
 }
 
 func (b *backend) wait(t *testing.T, what string, cond func() bool) {

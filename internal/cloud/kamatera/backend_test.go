@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/kamatera"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/kamatera/kamateratest"
@@ -85,7 +83,7 @@ func newBackend(t *testing.T, capacity int, groups string) *backend {
 // start runs a fresh backend and core, as a new process would.
 func (b *backend) start(t *testing.T) {
 	t.Helper()
-	log := slog.New(slog.NewTextHandler(b.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	log := coretest.Logger(b.logs)
 	api, err := kamatera.NewClient(kamatera.ClientOptions{BaseURL: b.fake.URL, ClientID: clientID, Secret: secret,
 		RequestsPerSecond: 2000, RetryBase: time.Millisecond, PollInterval: 5 * time.Millisecond, Redact: []string{rootPassword}, Logger: log})
 	if err != nil {
@@ -97,17 +95,7 @@ func (b *backend) start(t *testing.T) {
 		b.tweak(&opts)
 	}
 	b.prov = kamatera.New(api, opts)
-	mgr, err := nodegroup.New(b.cfg, map[string]cloud.Provider{kamatera.Name: b.prov},
-		nodegroup.Options{Logger: log, Registerer: prometheus.NewRegistry(), Bootstrap: userData{}, ResolveAfter: 300 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	if err := mgr.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	b.mgr = mgr
-	b.stop = func() { cancel(); mgr.Wait() }
+	b.mgr, b.stop = coretest.Start(t, b.cfg, kamatera.Name, b.prov, nodegroup.Options{Logger: log, Bootstrap: userData{}, ResolveAfter: 300 * time.Millisecond})
 }
 
 func (b *backend) wait(t *testing.T, what string, cond func() bool) {

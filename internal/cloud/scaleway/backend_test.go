@@ -3,7 +3,6 @@ package scaleway_test
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"slices"
@@ -11,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/scaleway/scaleway-sdk-go/api/instance/v1"
 	"github.com/scaleway/scaleway-sdk-go/scw"
 
@@ -112,21 +110,11 @@ func (b *backend) client(t *testing.T) *scw.Client {
 // start runs a fresh backend and core, as a new process would.
 func (b *backend) start(t *testing.T) {
 	t.Helper()
-	log := slog.New(slog.NewTextHandler(b.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	log := coretest.Logger(b.logs)
 	opts := b.opts
 	opts.Logger = log
 	prov := scaleway.New(b.client(t), opts)
-	mgr, err := nodegroup.New(b.cfg, map[string]cloud.Provider{scaleway.Name: prov},
-		nodegroup.Options{Logger: log, Registerer: prometheus.NewRegistry(), Bootstrap: cloudInit{}, ResolveAfter: 300 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	if err := mgr.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	b.mgr = mgr
-	b.stop = func() { cancel(); mgr.Wait() }
+	b.mgr, b.stop = coretest.Start(t, b.cfg, scaleway.Name, prov, nodegroup.Options{Logger: log, Bootstrap: cloudInit{}, ResolveAfter: 300 * time.Millisecond})
 }
 
 func (b *backend) wait(t *testing.T, what string, cond func() bool) {

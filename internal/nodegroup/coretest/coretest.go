@@ -7,11 +7,16 @@ package coretest
 import (
 	"bytes"
 	"context"
+	"log/slog"
 	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpuscaler/gpuscaler/internal/cloud"
+	"github.com/gpuscaler/gpuscaler/internal/config"
 	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
 )
 
@@ -118,4 +123,26 @@ func ScaleCycles(t *testing.T, m *nodegroup.Manager, group string, maxSize int, 
 	if n, _ := m.TargetSize(group); n != 0 {
 		t.Fatalf("target %d after scaling to zero", n)
 	}
+}
+
+// Logger is a debug-level text logger into logs.
+func Logger(logs *LogBuffer) *slog.Logger {
+	return slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// Start runs the core of cfg over one cloud, with a fresh metrics
+// registry, until the returned stop is called.
+func Start(t testing.TB, cfg *config.Config, name string, p cloud.Provider, opts nodegroup.Options) (*nodegroup.Manager, func()) {
+	t.Helper()
+	opts.Registerer = prometheus.NewRegistry()
+	mgr, err := nodegroup.New(cfg, map[string]cloud.Provider{name: p}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := mgr.Start(ctx); err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	return mgr, func() { cancel(); mgr.Wait() }
 }
