@@ -1,0 +1,103 @@
+package gcp_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpuscaler/gpuscaler/internal/cloud/gcp"
+	"github.com/gpuscaler/gpuscaler/internal/cloud/gcp/gcptest"
+	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
+	"github.com/gpuscaler/gpuscaler/internal/config"
+	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
+	"github.com/gpuscaler/gpuscaler/internal/nodegroup/coretest"
+)
+
+// BenchmarkSteadyStateAPICalls measures the Compute API calls per minute
+// of a settled cluster of 10 groups, one MIG each, while
+// cluster-autoscaler runs its loop every 10 s. Time is scaled 100x (a
+// 300 ms sync period stands for 30 s); one iteration is one scaled
+// minute. The count must not grow with the number of instances.
+func BenchmarkSteadyStateAPICalls(b *testing.B) {
+	for _, nodes := range []int{200, 400} {
+		b.Run(fmt.Sprintf("instances=%d", nodes), func(b *testing.B) {
+			capacity := 1000
+			engine, err := gcptest.NewEngine(sim.Config{BootDelay: sim.Duration(time.Millisecond), DeleteDelay: sim.Duration(0), DefaultCapacity: &capacity}, sim.Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			fake := gcptest.New(engine, gcptest.Options{Project: project, OperationDelay: time.Millisecond})
+			b.Cleanup(fake.Close)
+			var doc strings.Builder
+			doc.WriteString("clusterName: bench\nsync: {period: 300ms, requestsPerSecond: 1000, maxConcurrentCreates: 20}\nclouds:\n  gcp: {project: " + project + "}\nnodeGroups:\n")
+			groups := map[string]gcp.Group{}
+			zones := []string{"us-central1-a", "us-central1-b", "europe-west4-a"}
+			for i := range 10 {
+				name, zone := fmt.Sprintf("g%d", i), zones[i%len(zones)]
+				fmt.Fprintf(&doc, "  - {name: %s, cloud: gcp, instanceType: g2-standard-8, locations: [%s], maxSize: %d}\n", name, zone, nodes)
+				fake.AddGroup(zone, name, "g2-standard-8")
+				groups[name] = gcp.Group{MachineType: "g2-standard-8", MIGs: []gcp.MIG{{Zone: zone, Name: name}}}
+			}
+			cfg, err := config.Parse([]byte(doc.String()))
+			if err != nil {
+				b.Fatal(err)
+			}
+			client, err := gcp.NewClient(context.Background(), gcp.ClientOptions{Endpoint: fake.URL, NoAuth: true})
+			if err != nil {
+				b.Fatal(err)
+			}
+			prov := gcp.New(client, gcp.Options{Project: project, Groups: groups, PollInterval: 2 * time.Millisecond, CreateWatch: time.Second,
+				Logger: slog.New(slog.DiscardHandler)})
+			mgr, stop := coretest.Start(b, cfg, gcp.Name, prov, nodegroup.Options{Logger: slog.New(slog.DiscardHandler)})
+			b.Cleanup(stop)
+			ctx := context.Background()
+			for i := range 10 {
+				if err := mgr.IncreaseSize(ctx, fmt.Sprintf("g%d", i), nodes/10); err != nil {
+					b.Fatal(err)
+				}
+			}
+			deadline := time.Now().Add(2 * time.Minute)
+			for {
+				running := 0
+				for i := range 10 {
+					running += len(coretest.Running(b, mgr, fmt.Sprintf("g%d", i)))
+				}
+				if running == nodes {
+					break
+				}
+				if time.Now().After(deadline) {
+					b.Fatalf("only %d of %d running", running, nodes)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			time.Sleep(400 * time.Millisecond)
+			before := fake.Calls()
+			b.ResetTimer()
+			for range b.N {
+				for range 6 { // cluster-autoscaler loops in one (scaled) minute
+					_ = mgr.Refresh(ctx)
+					for _, g := range mgr.Groups() {
+						_, _ = mgr.TargetSize(g.Name)
+						insts, _ := mgr.Instances(g.Name)
+						for _, in := range insts {
+							_, _ = mgr.GroupForProviderID(in.ProviderID)
+						}
+					}
+					time.Sleep(100 * time.Millisecond)
+				}
+			}
+			b.StopTimer()
+			total := 0
+			for k, v := range fake.Calls() {
+				if d := v - before[k]; d > 0 {
+					total += d
+					b.ReportMetric(float64(d)/float64(b.N), strings.ReplaceAll(k, " ", "_")+"/min")
+				}
+			}
+			b.ReportMetric(float64(total)/float64(b.N), "calls/min")
+		})
+	}
+}
