@@ -112,9 +112,9 @@ func validateScalewayGroups(c *Config) field.ErrorList {
 		if g.CapacityPolicy == PolicySpotOnly {
 			errs = append(errs, field.Invalid(p.Child("capacityPolicy"), g.CapacityPolicy, "spot managed instance groups are not supported yet"))
 		}
-		if g.Bootstrap != nil {
-			errs = append(errs, field.Forbidden(p.Child("bootstrap"),
-				"GCP instances boot with their instance template's startup script; per-instance bootstrap on GCP is not supported yet"))
+		if g.Bootstrap != nil && g.Bootstrap.Delivery != DeliveryServer {
+			errs = append(errs, field.Invalid(p.Child("bootstrap", "delivery"), g.Bootstrap.Delivery,
+				"a GCP instance keeps its per-instance startup script for as long as it lives: use delivery: server (it then holds only a spent one-time token)"))
 		}
 	}
 	return errs

@@ -207,11 +207,11 @@ func newFixture(t *testing.T, doc, backend string) *fixture {
 			}
 			groups[g.Name] = grp
 		}
-		client, err := gcp.NewClient(context.Background(), gcp.ClientOptions{Endpoint: fake.URL, NoAuth: true})
+		clients, err := gcp.NewClients(context.Background(), gcp.ClientOptions{Endpoint: fake.URL, NoAuth: true})
 		if err != nil {
 			t.Fatal(err)
 		}
-		prov, f.account = gcp.New(client, gcp.Options{Project: "contract-project", Groups: groups, PollInterval: 10 * time.Millisecond,
+		prov, f.account = gcp.New(clients, gcp.Options{Project: "contract-project", Groups: groups, PollInterval: 10 * time.Millisecond,
 			CreateWatch: 2 * time.Second, Logger: log}), "gcp-account"
 	}
 	if backend == "scaleway" {

@@ -302,7 +302,7 @@ func buildGCP(ctx context.Context, cfg *config.Config, gc *config.GCPConfig, opt
 	if !opts.preflight.readsFiles() {
 		co = gcp.ClientOptions{Endpoint: gc.Endpoint, NoAuth: true} // a FileOnly preflight calls nothing and reads no credentials
 	}
-	client, err := gcp.NewClient(ctx, co)
+	clients, err := gcp.NewClients(ctx, co)
 	if err != nil {
 		return nil, err
 	}
@@ -321,5 +321,5 @@ func buildGCP(ctx context.Context, cfg *config.Config, gc *config.GCPConfig, opt
 		}
 		groups[g.Name] = grp
 	}
-	return gcp.New(client, gcp.Options{Project: project, Groups: groups, Logger: opts.Logger.With("cloud", gcp.Name)}), nil
+	return gcp.New(clients, gcp.Options{Project: project, Groups: groups, Logger: opts.Logger.With("cloud", gcp.Name)}), nil
 }

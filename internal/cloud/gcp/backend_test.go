@@ -27,6 +27,8 @@ type backend struct {
 	cfg    *config.Config
 	logs   *coretest.LogBuffer
 	stop   func()
+	// boot renders startup scripts when set.
+	boot nodegroup.Bootstrapper
 }
 
 const groupsYAML = `
@@ -60,7 +62,7 @@ func newBackend(t *testing.T, capacity int, groups string, fakeOpts gcptest.Opti
 func (b *backend) start(t *testing.T) {
 	t.Helper()
 	log := coretest.Logger(b.logs)
-	client, err := gcp.NewClient(context.Background(), gcp.ClientOptions{Endpoint: b.fake.URL, NoAuth: true})
+	clients, err := gcp.NewClients(context.Background(), gcp.ClientOptions{Endpoint: b.fake.URL, NoAuth: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,8 +74,8 @@ func (b *backend) start(t *testing.T) {
 		}
 		groups[g.Name] = grp
 	}
-	prov := gcp.New(client, gcp.Options{Project: project, Groups: groups, PollInterval: 10 * time.Millisecond, CreateWatch: 2 * time.Second, Logger: log})
-	b.mgr, b.stop = coretest.Start(t, b.cfg, gcp.Name, prov, nodegroup.Options{Logger: log, ResolveAfter: 300 * time.Millisecond})
+	prov := gcp.New(clients, gcp.Options{Project: project, Groups: groups, PollInterval: 10 * time.Millisecond, CreateWatch: 2 * time.Second, Logger: log})
+	b.mgr, b.stop = coretest.Start(t, b.cfg, gcp.Name, prov, nodegroup.Options{Logger: log, ResolveAfter: 300 * time.Millisecond, Bootstrap: b.boot})
 }
 
 func (b *backend) wait(t *testing.T, what string, cond func() bool) {
@@ -220,12 +222,51 @@ func TestScaleCyclesLeaveNothing(t *testing.T) {
 // TestOptions: a group names its MIG with instanceGroup; other keys are
 // refused with the key and what GCP reads.
 func TestOptions(t *testing.T) {
-	c := gcp.New(nil, gcp.Options{Project: project})
+	c := gcp.New(gcp.Clients{}, gcp.Options{Project: project})
 	if errs := c.CheckOptions(map[string]string{"instanceGroup": "gpu-l4"}); len(errs) != 0 {
 		t.Fatalf("instanceGroup refused: %v", errs)
 	}
 	errs := c.CheckOptions(map[string]string{"instanceGroupName": "x"})
 	if len(errs) != 1 || errs[0].Key != "instanceGroupName" || !strings.Contains(errs[0].Detail, "instanceGroup") {
 		t.Fatalf("unknown option: %v", errs)
+	}
+}
+
+// script stands in for bootstrap: a startup script naming the node's
+// provider ID.
+type script struct{}
+
+func (script) UserData(_ context.Context, spec cloud.CreateSpec) (string, error) {
+	return "#!/bin/bash\nexec join --provider-id=" + spec.ProviderID + "\n", nil
+}
+
+// TestStartupScriptPerInstance: a group with bootstrap gives each instance
+// its own startup script, rendered with its gce:// provider ID once the
+// zone is chosen; running instances get their address.
+func TestStartupScriptPerInstance(t *testing.T) {
+	b := newBackend(t, 5, groupsYAML, gcptest.Options{})
+	b.stop()
+	b.boot = script{}
+	b.start(t)
+	if err := b.mgr.IncreaseSize(context.Background(), "l4", 1); err != nil {
+		t.Fatal(err)
+	}
+	b.wait(t, "1 running with an address", func() bool {
+		run := b.running(t, "l4")
+		if len(run) != 1 {
+			return false
+		}
+		ip, ok := b.mgr.InstanceIP(run[0].Name)
+		return ok && ip != ""
+	})
+	in := b.running(t, "l4")[0]
+	md := b.fake.Metadata("us-central1-a", "gpu-l4", in.Name)
+	if want := "--provider-id=gce://" + project + "/us-central1-a/" + in.Name + "\n"; !strings.Contains(md["startup-script"], want) {
+		t.Fatalf("startup-script %q lacks %q", md["startup-script"], want)
+	}
+	calls := b.fake.Calls()["GET instances"]
+	time.Sleep(500 * time.Millisecond)
+	if more := b.fake.Calls()["GET instances"] - calls; more != 0 {
+		t.Fatalf("%d instance lists once the address was known", more)
 	}
 }

@@ -45,11 +45,11 @@ func BenchmarkSteadyStateAPICalls(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			client, err := gcp.NewClient(context.Background(), gcp.ClientOptions{Endpoint: fake.URL, NoAuth: true})
+			clients, err := gcp.NewClients(context.Background(), gcp.ClientOptions{Endpoint: fake.URL, NoAuth: true})
 			if err != nil {
 				b.Fatal(err)
 			}
-			prov := gcp.New(client, gcp.Options{Project: project, Groups: groups, PollInterval: 2 * time.Millisecond, CreateWatch: time.Second,
+			prov := gcp.New(clients, gcp.Options{Project: project, Groups: groups, PollInterval: 2 * time.Millisecond, CreateWatch: time.Second,
 				Logger: slog.New(slog.DiscardHandler)})
 			mgr, stop := coretest.Start(b, cfg, gcp.Name, prov, nodegroup.Options{Logger: slog.New(slog.DiscardHandler)})
 			b.Cleanup(stop)

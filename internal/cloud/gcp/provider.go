@@ -57,17 +57,29 @@ type Options struct {
 
 // Cloud is a GCP project's managed instance groups as a cloud.Provider.
 type Cloud struct {
-	igm  *compute.InstanceGroupManagersClient
-	opts Options
-	log  *slog.Logger
+	igm       *compute.InstanceGroupManagersClient
+	instances *compute.InstancesClient
+	opts      Options
+	log       *slog.Logger
 
 	// locks serialise the operations on each MIG: GCP answers 409 while
 	// another runs.
 	mu    sync.Mutex
 	locks map[MIG]*sync.Mutex
+	// ips are the instances' internal addresses, by zone/name, read once.
+	ips map[string]string
 }
 
-var _ cloud.Provider = (*Cloud)(nil)
+var (
+	_ cloud.Provider   = (*Cloud)(nil)
+	_ cloud.IDAssigner = (*Cloud)(nil)
+)
+
+// Clients are the API clients the backend uses.
+type Clients struct {
+	IGM       *compute.InstanceGroupManagersClient
+	Instances *compute.InstancesClient
+}
 
 // ClientOptions say how to reach the API: Application Default Credentials
 // (workload identity in GKE, gcloud's login elsewhere) unless a
@@ -82,8 +94,8 @@ type ClientOptions struct {
 	HTTPClient *http.Client
 }
 
-// NewClient returns the managed-instance-group client.
-func NewClient(ctx context.Context, opts ClientOptions) (*compute.InstanceGroupManagersClient, error) {
+// NewClients returns the managed-instance-group and instance clients.
+func NewClients(ctx context.Context, opts ClientOptions) (Clients, error) {
 	var o []option.ClientOption
 	if opts.Endpoint != "" {
 		o = append(o, option.WithEndpoint(opts.Endpoint))
@@ -97,15 +109,19 @@ func NewClient(ctx context.Context, opts ClientOptions) (*compute.InstanceGroupM
 	if opts.HTTPClient != nil {
 		o = append(o, option.WithHTTPClient(opts.HTTPClient))
 	}
-	c, err := compute.NewInstanceGroupManagersRESTClient(ctx, o...)
+	igm, err := compute.NewInstanceGroupManagersRESTClient(ctx, o...)
 	if err != nil {
-		return nil, fmt.Errorf("gcp: %w", err)
+		return Clients{}, fmt.Errorf("gcp: %w", err)
 	}
-	return c, nil
+	inst, err := compute.NewInstancesRESTClient(ctx, o...)
+	if err != nil {
+		return Clients{}, fmt.Errorf("gcp: %w", err)
+	}
+	return Clients{IGM: igm, Instances: inst}, nil
 }
 
-// New returns the backend over a client.
-func New(igm *compute.InstanceGroupManagersClient, opts Options) *Cloud {
+// New returns the backend over its clients.
+func New(clients Clients, opts Options) *Cloud {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -115,8 +131,13 @@ func New(igm *compute.InstanceGroupManagersClient, opts Options) *Cloud {
 	if opts.CreateWatch == 0 {
 		opts.CreateWatch = time.Minute
 	}
-	return &Cloud{igm: igm, opts: opts, log: opts.Logger, locks: map[MIG]*sync.Mutex{}}
+	return &Cloud{igm: clients.IGM, instances: clients.Instances, opts: opts, log: opts.Logger, locks: map[MIG]*sync.Mutex{}, ips: map[string]string{}}
 }
+
+// AssignsIDs implements cloud.IDAssigner: a provider ID holds the zone,
+// known only when the order is sent, so the startup script is rendered
+// then.
+func (c *Cloud) AssignsIDs() bool { return true }
 
 // Name implements cloud.Provider.
 func (c *Cloud) Name() string { return Name }
@@ -198,7 +219,56 @@ func (c *Cloud) List(ctx context.Context) ([]cloud.Instance, error) {
 			}
 		}
 	}
+	c.addresses(ctx, out)
 	return out, nil
+}
+
+// addresses fills in the internal address of running instances (the
+// script server serves a node's script to its address only), reading a
+// zone's instances only when one of its running instances has none known
+// yet: a steady state costs nothing.
+func (c *Cloud) addresses(ctx context.Context, insts []cloud.Instance) {
+	if c.instances == nil {
+		return
+	}
+	c.mu.Lock()
+	want := map[string]bool{}
+	live := map[string]bool{}
+	for _, in := range insts {
+		key := in.Location + "/" + in.Name
+		live[key] = true
+		if in.State == cloud.StateRunning && c.ips[key] == "" {
+			want[in.Location] = true
+		}
+	}
+	for key := range c.ips {
+		if !live[key] {
+			delete(c.ips, key)
+		}
+	}
+	c.mu.Unlock()
+	for zone := range want {
+		it := c.instances.List(ctx, &computepb.ListInstancesRequest{Project: c.opts.Project, Zone: zone})
+		for {
+			vm, err := it.Next()
+			if err != nil {
+				if !errors.Is(err, iterator.Done) {
+					c.log.Debug("gcp: instance addresses unavailable; next list retries", "zone", zone, "error", classify("addresses", err))
+				}
+				break
+			}
+			if nics := vm.GetNetworkInterfaces(); len(nics) > 0 && nics[0].GetNetworkIP() != "" {
+				c.mu.Lock()
+				c.ips[zone+"/"+vm.GetName()] = nics[0].GetNetworkIP()
+				c.mu.Unlock()
+			}
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := range insts {
+		insts[i].IP = c.ips[insts[i].Location+"/"+insts[i].Name]
+	}
 }
 
 func (c *Cloud) members(ctx context.Context, m MIG) ([]*computepb.ManagedInstance, error) {
@@ -281,11 +351,21 @@ func (c *Cloud) Create(ctx context.Context, spec cloud.CreateSpec) (cloud.Instan
 	if !ok {
 		return cloud.Instance{}, cloud.Errorf(cloud.ErrInvalid, "create", "group %q has no managed instance group in %s", spec.Group, spec.Location)
 	}
+	config := &computepb.PerInstanceConfig{Name: &spec.Name}
+	if spec.RenderUserData != nil {
+		// The node's own script (with delivery: server, a stub holding a
+		// one-time token) as the instance's startup-script metadata.
+		ud, err := spec.RenderUserData(ctx, c.ProviderID(m.Zone, spec.Name))
+		if err != nil {
+			return cloud.Instance{}, cloud.NewError(cloud.ErrInvalid, "create", err)
+		}
+		config.PreservedState = &computepb.PreservedState{Metadata: map[string]string{"startup-script": ud}}
+	}
 	if err := c.mutate(ctx, m, "create", func() (*compute.Operation, error) {
 		return c.igm.CreateInstances(ctx, &computepb.CreateInstancesInstanceGroupManagerRequest{
 			Project: c.opts.Project, Zone: m.Zone, InstanceGroupManager: m.Name,
 			InstanceGroupManagersCreateInstancesRequestResource: &computepb.InstanceGroupManagersCreateInstancesRequest{
-				Instances: []*computepb.PerInstanceConfig{{Name: &spec.Name}},
+				Instances: []*computepb.PerInstanceConfig{config},
 			},
 		})
 	}); err != nil {

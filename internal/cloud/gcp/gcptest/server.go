@@ -89,6 +89,8 @@ type igm struct {
 
 type member struct {
 	name, id string
+	// metadata is the per-instance config's preserved metadata.
+	metadata map[string]string
 	// action is the MIG's current action: CREATING, DELETING or NONE.
 	action    string
 	lastError string
@@ -128,6 +130,7 @@ func New(engine *sim.Engine, opts Options) *Server {
 	mux.HandleFunc("POST "+base+"instanceGroupManagers/{igm}/deleteInstances", s.deleteInstances)
 	mux.HandleFunc("POST "+base+"instanceGroupManagers/{igm}/resize", s.resize)
 	mux.HandleFunc("GET "+base+"operations/{op}", s.getOperation)
+	mux.HandleFunc("GET "+base+"instances", s.listInstances)
 	s.Server = httptest.NewServer(s.middleware(mux))
 	return s
 }
@@ -184,6 +187,19 @@ func (s *Server) Instances(zone, name string) map[string]string {
 		}
 	}
 	return out
+}
+
+// Metadata returns an instance's per-instance metadata (its startup
+// script, when one was given).
+func (s *Server) Metadata(zone, group, name string) map[string]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if g, ok := s.igms[zone+"/"+group]; ok {
+		if m, ok := g.members[name]; ok {
+			return m.metadata
+		}
+	}
+	return nil
 }
 
 // TargetSize returns a group's target size.
@@ -479,7 +495,10 @@ func (s *Server) createInstances(w http.ResponseWriter, r *http.Request) {
 	}
 	var b struct {
 		Instances []struct {
-			Name string `json:"name"`
+			Name           string `json:"name"`
+			PreservedState struct {
+				Metadata map[string]string `json:"metadata"`
+			} `json:"preservedState"`
 		} `json:"instances"`
 	}
 	if err := json.NewDecoder(r.Body).Decode(&b); err != nil || len(b.Instances) == 0 {
@@ -500,7 +519,8 @@ func (s *Server) createInstances(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
 		for _, in := range b.Instances {
 			s.nextID++
-			m := &member{name: in.Name, id: strconv.Itoa(8100000000000000000 + s.nextID), action: "CREATING", since: time.Now()}
+			m := &member{name: in.Name, id: strconv.Itoa(8100000000000000000 + s.nextID), action: "CREATING", since: time.Now(),
+				metadata: in.PreservedState.Metadata}
 			g.members[in.Name] = m
 			g.targetSize++
 			made = append(made, m)
@@ -614,3 +634,19 @@ func (s *Server) resize(w http.ResponseWriter, r *http.Request) {
 // engineName is a member's instance in the engine: instance names are
 // unique per zone, not per project.
 func engineName(g *igm, name string) string { return name + "." + g.zone }
+
+// listInstances answers a zone's instances with their internal address
+// (instances.list; one page).
+func (s *Server) listInstances(w http.ResponseWriter, r *http.Request) {
+	zone := r.PathValue("zone")
+	var items []any
+	for _, in := range s.engine.Instances(account) {
+		if in.Location != zone || in.State != cloud.StateRunning {
+			continue
+		}
+		name := strings.TrimSuffix(in.Name, "."+zone)
+		items = append(items, map[string]any{"kind": "compute#instance", "name": name, "zone": s.zoneURL(zone), "status": "RUNNING",
+			"networkInterfaces": []map[string]any{{"name": "nic0", "networkIP": in.IP}}})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"kind": "compute#instanceList", "items": items})
+}
