@@ -25,6 +25,9 @@ func cloudNames() []string {
 	return []string{CloudSim, CloudVerda, CloudKamatera, CloudScaleway, CloudGCP}
 }
 
+// gcpZone is the form of a GCP zone (us-central1-a).
+var gcpZone = regexp.MustCompile(`^[a-z]+-[a-z]+[0-9]+-[a-z]$`)
+
 // scalewayZone is the form of a Scaleway zone (fr-par-2, nl-ams-1).
 var scalewayZone = regexp.MustCompile(`^[a-z]{2}-[a-z]{3}-[0-9]+$`)
 
@@ -104,11 +107,28 @@ func validateScalewayGroups(c *Config) field.ErrorList {
 			errs = append(errs, field.Invalid(p.Child("capacityPolicy"), g.CapacityPolicy, "Scaleway has no spot servers"))
 		}
 	}
+	migs := map[string]int{} // zone/MIG → the group that orders into it
 	for i, g := range c.NodeGroups {
 		if g.Cloud != CloudGCP {
 			continue
 		}
 		p := field.NewPath("nodeGroups").Index(i)
+		if g.Name != "" && (g.Name[0] < 'a' || g.Name[0] > 'z') {
+			errs = append(errs, field.Invalid(p.Child("name"), g.Name, "GCP instance names start with the group's name, which must then start with a letter"))
+		}
+		mig := g.CloudOptions["instanceGroup"]
+		if mig == "" {
+			mig = g.Name
+		}
+		for j, z := range g.Locations {
+			if !gcpZone.MatchString(z) {
+				errs = append(errs, field.Invalid(p.Child("locations").Index(j), z, "a GCP zone, such as us-central1-a"))
+			}
+			if other, dup := migs[z+"/"+mig]; dup {
+				errs = append(errs, field.Duplicate(p.Child("locations").Index(j), fmt.Sprintf("%s: nodeGroups[%d] orders into managed instance group %s there too", z, other, mig)))
+			}
+			migs[z+"/"+mig] = i
+		}
 		if g.CapacityPolicy == PolicySpotOnly {
 			errs = append(errs, field.Invalid(p.Child("capacityPolicy"), g.CapacityPolicy, "spot managed instance groups are not supported yet"))
 		}

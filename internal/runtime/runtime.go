@@ -230,6 +230,8 @@ func (r *Runtime) Reload(ctx context.Context, cfg *config.Config) error {
 		return fmt.Errorf("kubeconfig changed: %w", ErrRestartNeeded)
 	case !reflect.DeepEqual(cfg.ScriptServer, r.scfg.ScriptServer):
 		return fmt.Errorf("the scriptServer section changed: %w", ErrRestartNeeded)
+	case !reflect.DeepEqual(cloudGroups(cfg), cloudGroups(r.scfg)):
+		return fmt.Errorf("groups on Kamatera, Scaleway or GCP changed their locations, instance type or cloud options (the cloud is built from them): %w", ErrRestartNeeded)
 	}
 	next, err := r.newGeneration(cfg)
 	if err != nil {
@@ -317,3 +319,25 @@ func (r *Runtime) Registerer() prometheus.Registerer { return r.process }
 
 // InstanceIP answers the script server from the core in force.
 func (r *Runtime) InstanceIP(name string) (string, bool) { return r.Core().InstanceIP(name) }
+
+// cloudGroup is what a cloud backend built from the node groups reads of
+// one group (Kamatera's datacenters and passwords, Scaleway's zones,
+// GCP's instance groups).
+type cloudGroup struct {
+	Name, Cloud, InstanceType string
+	Locations                 []string
+	Options                   map[string]string
+}
+
+// cloudGroups are the groups of the clouds whose backend is built from
+// them.
+func cloudGroups(cfg *config.Config) []cloudGroup {
+	var out []cloudGroup
+	for _, g := range cfg.NodeGroups {
+		switch g.Cloud {
+		case config.CloudKamatera, config.CloudScaleway, config.CloudGCP:
+			out = append(out, cloudGroup{Name: g.Name, Cloud: g.Cloud, InstanceType: g.InstanceType, Locations: g.Locations, Options: g.CloudOptions})
+		}
+	}
+	return out
+}

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -189,5 +190,27 @@ nodeGroups:
 	cfg.NodeGroups[0].InstanceType = "9Z999.1V"
 	if _, err := Preflight(context.Background(), cfg, Options{}, PreflightOptions{FileOnly: true}); err == nil || !strings.Contains(err.Error(), "nodeGroups[0].instanceType") {
 		t.Fatalf("the catalog check was skipped: %v", err)
+	}
+}
+
+// TestCloudGroupsNeedARestart: the groups the Kamatera, Scaleway and GCP
+// backends are built from cannot change on a reload (their clouds would
+// not follow); the simulated cloud's and Verda's can.
+func TestCloudGroupsNeedARestart(t *testing.T) {
+	doc := func(zones, simMax string) *config.Config {
+		return parse(t, `
+clusterName: rt
+clouds: {sim: {}, scaleway: {}}
+nodeGroups:
+  - {name: s, cloud: sim, instanceType: 1V100.6V, locations: [FIN-01], maxSize: `+simMax+`}
+  - {name: l4, cloud: scaleway, instanceType: L4-1-24G, locations: [`+zones+`], maxSize: 2}
+`)
+	}
+	base := doc("fr-par-2", "2")
+	if !reflect.DeepEqual(cloudGroups(base), cloudGroups(doc("fr-par-2", "5"))) {
+		t.Error("a simulated group's size counts as a cloud change")
+	}
+	if reflect.DeepEqual(cloudGroups(base), cloudGroups(doc("fr-par-2, nl-ams-1", "2"))) {
+		t.Error("a Scaleway group's new zone does not count as a cloud change")
 	}
 }

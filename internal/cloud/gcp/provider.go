@@ -17,6 +17,7 @@ import (
 
 	compute "cloud.google.com/go/compute/apiv1"
 	"cloud.google.com/go/compute/apiv1/computepb"
+	"github.com/google/uuid"
 	"github.com/googleapis/gax-go/v2/apierror"
 	"google.golang.org/api/googleapi"
 	"google.golang.org/api/iterator"
@@ -52,7 +53,9 @@ type Options struct {
 	// stock-out or quota error (a MIG reports them only on the instance,
 	// in lastAttempt); default 60 s.
 	CreateWatch time.Duration
-	Logger      *slog.Logger
+	// OperationTimeout bounds the wait for one operation; default 10m.
+	OperationTimeout time.Duration
+	Logger           *slog.Logger
 }
 
 // Cloud is a GCP project's managed instance groups as a cloud.Provider.
@@ -62,10 +65,10 @@ type Cloud struct {
 	opts      Options
 	log       *slog.Logger
 
-	// locks serialise the operations on each MIG: GCP answers 409 while
-	// another runs.
+	// locks serialise the operations on each MIG (GCP answers 409 while
+	// another runs); a channel, so that a wait for one heeds its context.
 	mu    sync.Mutex
-	locks map[MIG]*sync.Mutex
+	locks map[MIG]chan struct{}
 	// ips are the instances' internal addresses, by zone/name, read once.
 	ips map[string]string
 }
@@ -131,7 +134,10 @@ func New(clients Clients, opts Options) *Cloud {
 	if opts.CreateWatch == 0 {
 		opts.CreateWatch = time.Minute
 	}
-	return &Cloud{igm: clients.IGM, instances: clients.Instances, opts: opts, log: opts.Logger, locks: map[MIG]*sync.Mutex{}, ips: map[string]string{}}
+	if opts.OperationTimeout == 0 {
+		opts.OperationTimeout = 10 * time.Minute
+	}
+	return &Cloud{igm: clients.IGM, instances: clients.Instances, opts: opts, log: opts.Logger, locks: map[MIG]chan struct{}{}, ips: map[string]string{}}
 }
 
 // AssignsIDs implements cloud.IDAssigner: a provider ID holds the zone,
@@ -147,12 +153,12 @@ func (c *Cloud) ProviderID(zone, name string) string {
 	return "gce://" + c.opts.Project + "/" + zone + "/" + name
 }
 
-func (c *Cloud) lock(m MIG) *sync.Mutex {
+func (c *Cloud) lock(m MIG) chan struct{} {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	l, ok := c.locks[m]
 	if !ok {
-		l = &sync.Mutex{}
+		l = make(chan struct{}, 1)
 		c.locks[m] = l
 	}
 	return l
@@ -208,6 +214,7 @@ func (c *Cloud) Offerings(context.Context) ([]cloud.Offering, error) {
 // List returns the members of every configured MIG.
 func (c *Cloud) List(ctx context.Context) ([]cloud.Instance, error) {
 	var out []cloud.Instance
+	vms := map[string]bool{} // zone/name of the VMs that run (whatever the MIG still does)
 	for group, g := range c.opts.Groups {
 		for _, m := range g.MIGs {
 			insts, err := c.members(ctx, m)
@@ -216,18 +223,21 @@ func (c *Cloud) List(ctx context.Context) ([]cloud.Instance, error) {
 			}
 			for _, mi := range insts {
 				out = append(out, c.instance(group, m, mi))
+				if mi.GetInstanceStatus() == "RUNNING" {
+					vms[m.Zone+"/"+mi.GetName()] = true
+				}
 			}
 		}
 	}
-	c.addresses(ctx, out)
+	c.addresses(ctx, out, vms)
 	return out, nil
 }
 
-// addresses fills in the internal address of running instances (the
-// script server serves a node's script to its address only), reading a
-// zone's instances only when one of its running instances has none known
-// yet: a steady state costs nothing.
-func (c *Cloud) addresses(ctx context.Context, insts []cloud.Instance) {
+// addresses fills in the internal address of instances whose VM runs
+// (vms; the script server serves a node's script to its address only),
+// reading a zone's instances only when one of them has none known yet: a
+// steady state costs nothing.
+func (c *Cloud) addresses(ctx context.Context, insts []cloud.Instance, vms map[string]bool) {
 	if c.instances == nil {
 		return
 	}
@@ -237,7 +247,7 @@ func (c *Cloud) addresses(ctx context.Context, insts []cloud.Instance) {
 	for _, in := range insts {
 		key := in.Location + "/" + in.Name
 		live[key] = true
-		if in.State == cloud.StateRunning && c.ips[key] == "" {
+		if vms[key] && c.ips[key] == "" {
 			want[in.Location] = true
 		}
 	}
@@ -253,7 +263,8 @@ func (c *Cloud) addresses(ctx context.Context, insts []cloud.Instance) {
 			vm, err := it.Next()
 			if err != nil {
 				if !errors.Is(err, iterator.Done) {
-					c.log.Debug("gcp: instance addresses unavailable; next list retries", "zone", zone, "error", classify("addresses", err))
+					c.log.Warn("gcp: instance addresses unavailable (nodes cannot fetch their scripts until they are known); the next list retries",
+						"zone", zone, "error", classify("addresses", err))
 				}
 				break
 			}
@@ -311,8 +322,11 @@ func attemptClass(code string) error {
 
 func (c *Cloud) instance(group string, m MIG, mi *computepb.ManagedInstance) cloud.Instance {
 	in := cloud.Instance{
-		ID: fmt.Sprint(mi.GetId()), Name: mi.GetName(), ProviderID: c.ProviderID(m.Zone, mi.GetName()),
+		Name: mi.GetName(), ProviderID: c.ProviderID(m.Zone, mi.GetName()),
 		Group: group, Location: m.Zone, CapacityType: cloud.OnDemand, InstanceType: c.opts.Groups[group].MachineType,
+	}
+	if mi.Id != nil {
+		in.ID = fmt.Sprint(mi.GetId()) // none until the VM exists
 	}
 	switch mi.GetCurrentAction() {
 	case "CREATING", "CREATING_WITHOUT_RETRIES", "RECREATING", "VERIFYING", "STARTING", "RESUMING", "REFRESHING", "RESTARTING":
@@ -361,15 +375,15 @@ func (c *Cloud) Create(ctx context.Context, spec cloud.CreateSpec) (cloud.Instan
 		}
 		config.PreservedState = &computepb.PreservedState{Metadata: map[string]string{"startup-script": ud}}
 	}
-	if err := c.mutate(ctx, m, "create", func() (*compute.Operation, error) {
+	if err := c.mutate(ctx, m, "create", func(requestID string) (*compute.Operation, error) {
 		return c.igm.CreateInstances(ctx, &computepb.CreateInstancesInstanceGroupManagerRequest{
-			Project: c.opts.Project, Zone: m.Zone, InstanceGroupManager: m.Name,
+			Project: c.opts.Project, Zone: m.Zone, InstanceGroupManager: m.Name, RequestId: &requestID,
 			InstanceGroupManagersCreateInstancesRequestResource: &computepb.InstanceGroupManagersCreateInstancesRequest{
 				Instances: []*computepb.PerInstanceConfig{config},
 			},
 		})
 	}); err != nil {
-		if !errors.Is(err, cloud.ErrOutcomeUnknown) {
+		if !errors.Is(err, cloud.ErrOutcomeUnknown) && !alreadyExists(err) {
 			return cloud.Instance{}, err
 		}
 		// The order may have landed: is the instance there?
@@ -399,7 +413,7 @@ func (c *Cloud) watch(ctx context.Context, m MIG, name string) (*computepb.Manag
 			return nil, cloud.Errorf(cloud.ErrOutcomeUnknown, "create", "instance %s is not in %s/%s after its create", name, m.Zone, m.Name)
 		}
 		code, msg := lastAttempt(mi)
-		if class := attemptClass(code); class == cloud.ErrCapacity || class == cloud.ErrQuota {
+		if class := attemptClass(code); creating(mi) && (class == cloud.ErrCapacity || class == cloud.ErrQuota) {
 			if derr := c.remove(ctx, m, name); derr != nil {
 				return nil, cloud.NewError(cloud.ErrOutcomeUnknown, "create", fmt.Errorf("%s: %s; and the instance could not be taken out: %w", code, msg, derr))
 			}
@@ -443,9 +457,9 @@ func (c *Cloud) Delete(ctx context.Context, inst cloud.Instance) error {
 
 func (c *Cloud) remove(ctx context.Context, m MIG, name string) error {
 	ref := "zones/" + m.Zone + "/instances/" + name
-	err := c.mutate(ctx, m, "delete", func() (*compute.Operation, error) {
+	err := c.mutate(ctx, m, "delete", func(requestID string) (*compute.Operation, error) {
 		return c.igm.DeleteInstances(ctx, &computepb.DeleteInstancesInstanceGroupManagerRequest{
-			Project: c.opts.Project, Zone: m.Zone, InstanceGroupManager: m.Name,
+			Project: c.opts.Project, Zone: m.Zone, InstanceGroupManager: m.Name, RequestId: &requestID,
 			InstanceGroupManagersDeleteInstancesRequestResource: &computepb.InstanceGroupManagersDeleteInstancesRequest{
 				Instances: []string{ref}, SkipInstancesOnValidationError: new(true),
 			},
@@ -460,12 +474,19 @@ func (c *Cloud) remove(ctx context.Context, m MIG, name string) error {
 // mutate runs one operation on a MIG (one at a time per MIG) and waits for
 // it, checking the errors a DONE operation may carry. A mutation whose
 // answer or wait was lost is ErrOutcomeUnknown.
-func (c *Cloud) mutate(ctx context.Context, m MIG, op string, call func() (*compute.Operation, error)) error {
+func (c *Cloud) mutate(ctx context.Context, m MIG, op string, call func(requestID string) (*compute.Operation, error)) error {
 	l := c.lock(m)
+	// One request id for every attempt: GCP carries a repeated request out
+	// once, so a retry after a 5xx cannot order twice.
+	requestID := uuid.NewString()
 	for attempt := 0; ; attempt++ {
-		l.Lock()
-		err := c.run(ctx, op, call)
-		l.Unlock()
+		select {
+		case l <- struct{}{}:
+		case <-ctx.Done():
+			return cloud.NewError(cloud.ErrTransient, op, ctx.Err())
+		}
+		err := c.run(ctx, op, func() (*compute.Operation, error) { return call(requestID) })
+		<-l
 		if !cloud.Retryable(err) || attempt >= 4 {
 			return err
 		}
@@ -489,32 +510,62 @@ func (c *Cloud) run(ctx context.Context, op string, call func() (*compute.Operat
 	if err != nil {
 		return classify(op, err)
 	}
+	deadline := time.Now().Add(c.opts.OperationTimeout)
 	for !o.Done() {
+		if time.Now().After(deadline) {
+			return cloud.Errorf(cloud.ErrOutcomeUnknown, op, "operation %s not done after %s", o.Name(), c.opts.OperationTimeout)
+		}
 		select {
 		case <-ctx.Done():
 			return cloud.NewError(cloud.ErrOutcomeUnknown, op, ctx.Err())
 		case <-time.After(c.opts.PollInterval):
 		}
-		if err := o.Poll(ctx); err != nil {
+		if err := o.Poll(ctx); err != nil && !o.Done() {
 			if cloud.Class(classify(op, err)) == cloud.ErrTransient {
 				continue // the operation runs on; ask again
 			}
 			return classify(op, err)
 		}
 	}
-	errs := o.Proto().GetError().GetErrors()
-	if len(errs) == 0 {
+	return doneError(op, o.Proto())
+}
+
+// doneError classes a finished operation's failure: by its errors' codes
+// (stock-out, quota, not found), else by its HTTP status (409, 429 and 5xx
+// transient, 403 quota when the message says so), else as a configuration
+// error.
+func doneError(op string, p *computepb.Operation) error {
+	errs := p.GetError().GetErrors()
+	status := int(p.GetHttpErrorStatusCode())
+	if len(errs) == 0 && (status == 0 || status/100 == 2) {
 		return nil
 	}
-	e := errs[0]
-	class := attemptClass(e.GetCode())
-	if strings.HasSuffix(e.GetCode(), "NOT_FOUND") {
-		class = cloud.ErrNotFound
+	code, msg := "", p.GetHttpErrorMessage()
+	if len(errs) > 0 {
+		code, msg = errs[0].GetCode(), errs[0].GetMessage()
 	}
-	if class == cloud.ErrTransient {
+	class := attemptClass(code)
+	switch {
+	case strings.HasSuffix(code, "NOT_FOUND") || status == http.StatusNotFound:
+		class = cloud.ErrNotFound
+	case class == cloud.ErrCapacity || class == cloud.ErrQuota:
+	case status == http.StatusConflict || status == http.StatusTooManyRequests || status >= 500:
+		class = cloud.ErrTransient
+	case status == http.StatusForbidden && strings.Contains(strings.ToLower(msg), "quota"):
+		class = cloud.ErrQuota
+	default:
 		class = cloud.ErrInvalid
 	}
-	return cloud.Errorf(class, op, "operation %s: %s: %s", o.Name(), e.GetCode(), e.GetMessage())
+	return cloud.Errorf(class, op, "operation %s: %d %s: %s", p.GetName(), status, code, msg)
+}
+
+// creating reports whether a managed instance is still being made.
+func creating(mi *computepb.ManagedInstance) bool {
+	switch mi.GetCurrentAction() {
+	case "CREATING", "CREATING_WITHOUT_RETRIES", "RECREATING":
+		return true
+	}
+	return false
 }
 
 // classify turns a client error into a classed cloud error: googleapi
@@ -548,4 +599,18 @@ func classify(op string, err error) error {
 		return cloud.NewError(cloud.ErrTransient, op, err)
 	}
 	return cloud.NewError(cloud.ErrInvalid, op, err)
+}
+
+// alreadyExists reports a create refused because the instance is there: an
+// earlier attempt landed; the instance is looked up by name.
+func alreadyExists(err error) bool {
+	var ge *googleapi.Error
+	if errors.As(err, &ge) {
+		for _, e := range ge.Errors {
+			if e.Reason == "alreadyExists" {
+				return true
+			}
+		}
+	}
+	return strings.Contains(err.Error(), "alreadyExists")
 }
