@@ -74,30 +74,7 @@ func BenchmarkSteadyStateAPICalls(b *testing.B) {
 				time.Sleep(20 * time.Millisecond)
 			}
 			time.Sleep(400 * time.Millisecond)
-			before := fake.Calls()
-			b.ResetTimer()
-			for range b.N {
-				for range 6 { // cluster-autoscaler loops in one (scaled) minute
-					_ = mgr.Refresh(ctx)
-					for _, g := range mgr.Groups() {
-						_, _ = mgr.TargetSize(g.Name)
-						insts, _ := mgr.Instances(g.Name)
-						for _, in := range insts {
-							_, _ = mgr.GroupForProviderID(in.ProviderID)
-						}
-					}
-					time.Sleep(100 * time.Millisecond)
-				}
-			}
-			b.StopTimer()
-			total := 0
-			for k, v := range fake.Calls() {
-				if d := v - before[k]; d > 0 {
-					total += d
-					b.ReportMetric(float64(d)/float64(b.N), strings.ReplaceAll(k, " ", "_")+"/min")
-				}
-			}
-			b.ReportMetric(float64(total)/float64(b.N), "calls/min")
+			coretest.MeasureCallsPerMinute(b, mgr, fake.Calls)
 		})
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
 	"github.com/gpuscaler/gpuscaler/internal/config"
 	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
+	"github.com/gpuscaler/gpuscaler/internal/nodegroup/coretest"
 )
 
 // benchManager runs the core over the Scaleway backend and its fake API.
@@ -73,18 +74,6 @@ func groupsDoc(groups, maxSize int, period string, rps float64) string {
 	return sb.String()
 }
 
-func pending(m *nodegroup.Manager) bool {
-	for _, g := range m.Groups() {
-		insts, _ := m.Instances(g.Name)
-		for _, in := range insts {
-			if in.State != nodegroup.StateRunning {
-				return true
-			}
-		}
-	}
-	return false
-}
-
 // BenchmarkSteadyStateAPICalls measures the Scaleway API calls per minute
 // of a settled cluster (10 groups over 3 zones) while cluster-autoscaler
 // runs its loop every 10 s. Time is scaled 100x: the 300 ms sync period
@@ -101,39 +90,14 @@ func BenchmarkSteadyStateAPICalls(b *testing.B) {
 				}
 			}
 			deadline := time.Now().Add(time.Minute)
-			for fake.ServerCount() < nodes || pending(mgr) {
+			for fake.ServerCount() < nodes || coretest.Pending(mgr) {
 				if time.Now().After(deadline) {
 					b.Fatalf("only %d of %d servers", fake.ServerCount(), nodes)
 				}
 				time.Sleep(10 * time.Millisecond)
 			}
 			time.Sleep(400 * time.Millisecond)
-			before := fake.Calls()
-			b.ResetTimer()
-			for range b.N {
-				for range 6 { // cluster-autoscaler loops in one (scaled) minute
-					_ = mgr.Refresh(ctx)
-					for _, g := range mgr.Groups() {
-						_, _ = mgr.TargetSize(g.Name)
-						insts, _ := mgr.Instances(g.Name)
-						for _, in := range insts {
-							_, _ = mgr.GroupForProviderID(in.ProviderID)
-						}
-					}
-					time.Sleep(100 * time.Millisecond)
-				}
-			}
-			b.StopTimer()
-			after := fake.Calls()
-			total := 0
-			for k, v := range after {
-				d := v - before[k]
-				total += d
-				if d > 0 {
-					b.ReportMetric(float64(d)/float64(b.N), strings.NewReplacer(" ", "_", "/", "", "{", "", "}", "").Replace(k)+"/min")
-				}
-			}
-			b.ReportMetric(float64(total)/float64(b.N), "calls/min")
+			coretest.MeasureCallsPerMinute(b, mgr, fake.Calls)
 		})
 	}
 }

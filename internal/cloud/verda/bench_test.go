@@ -16,6 +16,7 @@ import (
 	"github.com/gpuscaler/gpuscaler/internal/cloud/verda/verdatest"
 	"github.com/gpuscaler/gpuscaler/internal/config"
 	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
+	"github.com/gpuscaler/gpuscaler/internal/nodegroup/coretest"
 )
 
 // benchManager runs the core over the Verda backend and its fake API.
@@ -83,53 +84,16 @@ func BenchmarkSteadyStateAPICalls(b *testing.B) {
 				}
 			}
 			deadline := time.Now().Add(time.Minute)
-			for fake.Engine().Count("verda-account") < nodes || time.Now().Before(deadline) && pending(mgr) {
+			for fake.Engine().Count("verda-account") < nodes || time.Now().Before(deadline) && coretest.Pending(mgr) {
 				if time.Now().After(deadline) {
 					b.Fatalf("only %d of %d instances", fake.Engine().Count("verda-account"), nodes)
 				}
 				time.Sleep(10 * time.Millisecond)
 			}
 			time.Sleep(400 * time.Millisecond)
-			before := fake.Calls()
-			b.ResetTimer()
-			for range b.N {
-				for range 6 { // cluster-autoscaler loops in one (scaled) minute
-					_ = mgr.Refresh(ctx)
-					for _, g := range mgr.Groups() {
-						_, _ = mgr.TargetSize(g.Name)
-						insts, _ := mgr.Instances(g.Name)
-						for _, in := range insts {
-							_, _ = mgr.GroupForProviderID(in.ProviderID)
-						}
-					}
-					time.Sleep(100 * time.Millisecond)
-				}
-			}
-			b.StopTimer()
-			after := fake.Calls()
-			total := 0
-			for k, v := range after {
-				d := v - before[k]
-				total += d
-				if d > 0 {
-					b.ReportMetric(float64(d)/float64(b.N), strings.ReplaceAll(strings.ReplaceAll(k, " ", "_"), "/", "")+"/min")
-				}
-			}
-			b.ReportMetric(float64(total)/float64(b.N), "calls/min")
+			coretest.MeasureCallsPerMinute(b, mgr, fake.Calls)
 		})
 	}
-}
-
-func pending(m *nodegroup.Manager) bool {
-	for _, g := range m.Groups() {
-		insts, _ := m.Instances(g.Name)
-		for _, in := range insts {
-			if in.State != nodegroup.StateRunning {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // BenchmarkScaleUp50 measures the time from IncreaseSize(50) until the
