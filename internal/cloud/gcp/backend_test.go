@@ -2,6 +2,7 @@ package gcp_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -268,5 +269,20 @@ func TestStartupScriptPerInstance(t *testing.T) {
 	time.Sleep(500 * time.Millisecond)
 	if more := b.fake.Calls()["GET instances"] - calls; more != 0 {
 		t.Fatalf("%d instance lists once the address was known", more)
+	}
+}
+
+// TestOtherProjectRefused: the fake serves its own project only, as a
+// service account sees its own: a list in another project is a 403.
+func TestOtherProjectRefused(t *testing.T) {
+	b := newBackend(t, 5, groupsYAML, gcptest.Options{})
+	clients, err := gcp.NewClients(context.Background(), gcp.ClientOptions{Endpoint: b.fake.URL, NoAuth: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := gcp.New(clients, gcp.Options{Project: "not-" + project, Groups: map[string]gcp.Group{
+		"l4": {MachineType: "g2-standard-8", MIGs: []gcp.MIG{{Zone: "us-central1-a", Name: "gpu-l4"}}}}})
+	if _, err := other.List(context.Background()); !errors.Is(err, cloud.ErrInvalid) {
+		t.Fatalf("list in another project: %v", err)
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
+	"github.com/gpuscaler/gpuscaler/internal/cloud/faults"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
 )
 
@@ -76,7 +77,7 @@ type Server struct {
 	ops    map[string]*operation
 	nextID int
 	calls  map[string]int
-	faults []fault
+	faults faults.Set
 }
 
 type igm struct {
@@ -107,13 +108,6 @@ type operation struct {
 	applied bool
 	errCode string
 	errMsg  string
-}
-
-type fault struct {
-	method, pathSuffix string
-	status             int
-	reason, message    string
-	lose               bool
 }
 
 // New starts a fake over an engine built by NewEngine.
@@ -150,18 +144,12 @@ func (s *Server) AddGroup(zone, name, machineType string) {
 // FailNext makes the next request with method whose path ends with
 // pathSuffix fail with a googleapi error.
 func (s *Server) FailNext(method, pathSuffix string, status int, reason, message string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.faults = append(s.faults, fault{method: method, pathSuffix: pathSuffix, status: status, reason: reason, message: message})
+	s.faults.Fail(method, pathSuffix, func(w http.ResponseWriter) { apiError(w, status, reason, message) })
 }
 
 // LoseNextAnswer makes the API carry out the next request with method
 // whose path ends with pathSuffix, then drop the connection unanswered.
-func (s *Server) LoseNextAnswer(method, pathSuffix string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.faults = append(s.faults, fault{method: method, pathSuffix: pathSuffix, lose: true})
-}
+func (s *Server) LoseNextAnswer(method, pathSuffix string) { s.faults.Lose(method, pathSuffix) }
 
 // Calls returns the number of requests per "METHOD /last/path/segments".
 func (s *Server) Calls() map[string]int {
@@ -214,7 +202,6 @@ func (s *Server) TargetSize(zone, name string) int {
 
 func (s *Server) middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s.mu.Lock()
 		parts := strings.Split(r.URL.Path, "/")
 		key := r.Method + " " + parts[len(parts)-1]
 		if len(parts) > 2 && parts[len(parts)-2] == "operations" {
@@ -222,31 +209,15 @@ func (s *Server) middleware(next http.Handler) http.Handler {
 		} else if len(parts) > 2 && parts[len(parts)-2] == "instanceGroupManagers" {
 			key = r.Method + " instanceGroupManager"
 		}
+		s.mu.Lock()
 		s.calls[key]++
-		var injected *fault
-		for i, f := range s.faults {
-			if f.method == r.Method && strings.HasSuffix(r.URL.Path, f.pathSuffix) {
-				injected = &f
-				s.faults = append(s.faults[:i], s.faults[i+1:]...)
-				break
-			}
-		}
 		s.mu.Unlock()
-		if r.PathValue("project") != "" && r.PathValue("project") != s.opts.Project {
-			apiError(w, http.StatusForbidden, "forbidden", "Required 'compute.instanceGroupManagers.get' permission for 'projects/"+r.PathValue("project")+"'")
+		// /compute/v1/projects/{project}/...: the fake serves one project.
+		if len(parts) > 4 && parts[3] == "projects" && parts[4] != s.opts.Project {
+			apiError(w, http.StatusForbidden, "forbidden", "Required 'compute.instanceGroupManagers.get' permission for 'projects/"+parts[4]+"'")
 			return
 		}
-		switch {
-		case injected != nil && injected.lose:
-			next.ServeHTTP(httptest.NewRecorder(), r)
-			if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
-				conn.Close()
-			}
-		case injected != nil:
-			apiError(w, injected.status, injected.reason, injected.message)
-		default:
-			next.ServeHTTP(w, r)
-		}
+		s.faults.Serve(w, r, next)
 	})
 }
 

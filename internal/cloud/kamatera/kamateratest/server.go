@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
+	"github.com/gpuscaler/gpuscaler/internal/cloud/faults"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
 )
 
@@ -112,7 +113,7 @@ type Server struct {
 	commands map[string]*command
 	nextCmd  int
 	calls    map[string]int
-	faults   []fault
+	faults   faults.Set
 	// brokenCreates fail the next create commands, in order.
 	brokenCreates []brokenCreate
 	// brokenTags are servers whose tag lookups always fail.
@@ -141,15 +142,6 @@ type command struct {
 	log       string
 }
 
-type fault struct {
-	method, path string
-	status       int
-	message      string
-	// lose: the request is carried out, then the connection dropped
-	// before the answer (a lost answer).
-	lose bool
-}
-
 // New starts a fake API over an engine built by NewEngine.
 func New(engine *sim.Engine, opts Options) *Server {
 	if opts.CommandDelay == 0 {
@@ -166,19 +158,13 @@ func (s *Server) Engine() *sim.Engine { return s.engine }
 
 // FailNext makes the next request with method and path answer status with
 // {"message": message}.
-func (s *Server) FailNext(method, path string, status int, message string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.faults = append(s.faults, fault{method: method, path: path, status: status, message: message})
+func (s *Server) FailNext(method, path string, status int, msg string) {
+	s.faults.Fail(method, path, func(w http.ResponseWriter) { message(w, status, msg) })
 }
 
 // LoseNextAnswer makes the API carry out the next request with method
 // and path, then drop the connection without answering.
-func (s *Server) LoseNextAnswer(method, path string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.faults = append(s.faults, fault{method: method, path: path, lose: true})
-}
+func (s *Server) LoseNextAnswer(method, path string) { s.faults.Lose(method, path) }
 
 // BreakTags makes every tag lookup of a server fail, as the API's
 // "Failed to run command method (serverTags)" does.
@@ -311,14 +297,6 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	s.calls[r.Method+" "+r.URL.Path]++
 	latency := s.latency
-	var injected *fault
-	for i, f := range s.faults {
-		if f.method == r.Method && f.path == r.URL.Path {
-			injected = &f
-			s.faults = append(s.faults[:i], s.faults[i+1:]...)
-			break
-		}
-	}
 	s.mu.Unlock()
 	if latency > 0 {
 		time.Sleep(latency)
@@ -327,18 +305,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		message(w, http.StatusUnauthorized, "Authentication failed")
 		return
 	}
-	switch {
-	case injected != nil && injected.lose:
-		s.route(httptest.NewRecorder(), r)
-		if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
-			conn.Close()
-		}
-		return
-	case injected != nil:
-		message(w, injected.status, injected.message)
-		return
-	}
-	s.route(w, r)
+	s.faults.Serve(w, r, http.HandlerFunc(s.route))
 }
 
 // route serves one request.

@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
+	"github.com/gpuscaler/gpuscaler/internal/cloud/faults"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
 )
 
@@ -75,7 +76,7 @@ type Server struct {
 	servers map[string]*server // by id
 	volumes map[string]*volume // by id
 	calls   map[string]int
-	faults  []fault
+	faults  faults.Set
 	latency time.Duration
 }
 
@@ -99,13 +100,6 @@ type server struct {
 type volume struct {
 	id, name, zone, serverID string
 	size                     int64
-}
-
-type fault struct {
-	method, pathSuffix string
-	status             int
-	typ, message       string
-	lose               bool
 }
 
 // New starts a fake API over an engine built by NewEngine.
@@ -149,18 +143,12 @@ func (s *Server) Engine() *sim.Engine { return s.engine }
 // FailNext makes the next request with method whose path ends with
 // pathSuffix answer status with an error of type typ.
 func (s *Server) FailNext(method, pathSuffix string, status int, typ, message string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.faults = append(s.faults, fault{method: method, pathSuffix: pathSuffix, status: status, typ: typ, message: message})
+	s.faults.Fail(method, pathSuffix, func(w http.ResponseWriter) { apiError(w, status, typ, message, nil) })
 }
 
 // LoseNextAnswer makes the API carry out the next request with method
 // whose path ends with pathSuffix, then drop the connection unanswered.
-func (s *Server) LoseNextAnswer(method, pathSuffix string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.faults = append(s.faults, fault{method: method, pathSuffix: pathSuffix, lose: true})
-}
+func (s *Server) LoseNextAnswer(method, pathSuffix string) { s.faults.Lose(method, pathSuffix) }
 
 // SetLatency adds a delay to every request.
 func (s *Server) SetLatency(d time.Duration) {
@@ -263,14 +251,6 @@ func (s *Server) middleware(next http.Handler) http.Handler {
 		s.mu.Lock()
 		s.calls[r.Method+" "+templatePath(r.URL.Path)]++
 		latency := s.latency
-		var injected *fault
-		for i, f := range s.faults {
-			if f.method == r.Method && strings.HasSuffix(r.URL.Path, f.pathSuffix) {
-				injected = &f
-				s.faults = append(s.faults[:i], s.faults[i+1:]...)
-				break
-			}
-		}
 		s.mu.Unlock()
 		if latency > 0 {
 			time.Sleep(latency)
@@ -279,17 +259,7 @@ func (s *Server) middleware(next http.Handler) http.Handler {
 			apiError(w, http.StatusUnauthorized, "denied_authentication", "authentication is denied", map[string]any{"method": "api_key", "reason": "invalid_argument"})
 			return
 		}
-		switch {
-		case injected != nil && injected.lose:
-			next.ServeHTTP(httptest.NewRecorder(), r)
-			if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
-				conn.Close()
-			}
-		case injected != nil:
-			apiError(w, injected.status, injected.typ, injected.message, nil)
-		default:
-			next.ServeHTTP(w, r)
-		}
+		s.faults.Serve(w, r, next)
 	})
 }
 
