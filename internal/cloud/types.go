@@ -8,6 +8,7 @@ package cloud
 
 import (
 	"context"
+	"golang.org/x/time/rate"
 	"slices"
 	"strings"
 	"time"
@@ -274,4 +275,10 @@ func CheckKnownOptions(opts map[string]string, known ...string) []*OptionError {
 	}
 	slices.SortFunc(errs, func(a, b *OptionError) int { return strings.Compare(a.Key, b.Key) })
 	return errs
+}
+
+// NewRequestLimiter is a cloud's request budget: rps requests a second,
+// with a burst of as many (at least one).
+func NewRequestLimiter(rps float64) *rate.Limiter {
+	return rate.NewLimiter(rate.Limit(rps), max(1, int(rps)))
 }

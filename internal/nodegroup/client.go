@@ -23,11 +23,7 @@ type client struct {
 }
 
 func newClient(p cloud.Provider, rps float64, maxCreates int, clk clock.Clock, m *metrics) *client {
-	burst := int(rps)
-	if burst < 1 {
-		burst = 1
-	}
-	limiter := rate.NewLimiter(rate.Limit(rps), burst)
+	limiter := cloud.NewRequestLimiter(rps)
 	if l, ok := p.(cloud.RequestLimiter); ok && l.LimitsRequests() {
 		limiter = rate.NewLimiter(rate.Inf, 0) // the cloud's client holds the budget
 	}

@@ -97,7 +97,7 @@ func NewClient(opts ClientOptions) (*Client, error) {
 	return &Client{
 		base:    strings.TrimRight(opts.BaseURL, "/"),
 		http:    opts.HTTPClient,
-		limiter: rate.NewLimiter(rate.Limit(opts.RequestsPerSecond), max(1, int(opts.RequestsPerSecond))),
+		limiter: cloud.NewRequestLimiter(opts.RequestsPerSecond),
 		opts:    opts,
 		log:     opts.Logger,
 		redact:  cloud.NewRedactor(append([]string{opts.ClientID, opts.Secret}, opts.Redact...)...),

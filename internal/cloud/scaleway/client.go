@@ -54,7 +54,7 @@ func NewClient(opts ClientOptions) (*scw.Client, error) {
 	if opts.Timeout == 0 {
 		opts.Timeout = time.Minute
 	}
-	limiter := rate.NewLimiter(rate.Limit(opts.RequestsPerSecond), max(1, int(opts.RequestsPerSecond)))
+	limiter := cloud.NewRequestLimiter(opts.RequestsPerSecond)
 	hc := &http.Client{Timeout: opts.Timeout, Transport: &limitedTransport{next: http.DefaultTransport, limiter: limiter}}
 	return scw.NewClient(
 		scw.WithAuth(opts.AccessKey, opts.SecretKey),
