@@ -40,6 +40,7 @@ const (
 // NodeProvisionerSpec is the desired shape of the pool.
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.minGPUUtilizationPercent) || !has(self.maxGPUUtilizationPercent) || self.minGPUUtilizationPercent < self.maxGPUUtilizationPercent",message="minGPUUtilizationPercent must be below maxGPUUtilizationPercent"
+// +kubebuilder:validation:XValidation:rule="has(self.nodeGroups) || has(self.existingInstanceGroupNames)",message="name nodeGroups, existingInstanceGroupNames, or both"
 // +kubebuilder:validation:XValidation:rule="!has(self.minNodes) || !has(self.maxNodes) || self.minNodes <= self.maxNodes",message="minNodes must not exceed maxNodes"
 type NodeProvisionerSpec struct {
 	// NodeGroups are names of node groups in gpuscaler's config, tried in
@@ -48,7 +49,21 @@ type NodeProvisionerSpec struct {
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=20
 	// +listType=set
-	NodeGroups []string `json:"nodeGroups"`
+	// +optional
+	NodeGroups []string `json:"nodeGroups,omitempty"`
+
+	// ExistingInstanceGroupNames are GCP managed instance groups the pool
+	// scales directly, with no node group in gpuscaler's config (the field
+	// of Baseten's NodeProvisioner): "zones/<zone>/instanceGroupManagers/<name>",
+	// or a bare name in clouds.gcp.zone. They come after NodeGroups, in
+	// this order. Their machine type, GPUs, node labels and taints are read
+	// from their instance templates.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=20
+	// +kubebuilder:validation:items:MaxLength=300
+	// +listType=set
+	// +optional
+	ExistingInstanceGroupNames []string `json:"existingInstanceGroupNames,omitempty"`
 
 	// GroupOrder is Ordered (default) or CheapestFirst.
 	// +kubebuilder:default=Ordered
@@ -86,11 +101,46 @@ type NodeProvisionerSpec struct {
 	// +optional
 	MaxNodes *int32 `json:"maxNodes,omitempty"`
 
+	// MaxNodeLifetime rotates nodes: a node older than this is replaced,
+	// its successor ordered first and the old node drained only once the
+	// successor is Ready, so the pool never has fewer Ready nodes than
+	// before. DWS flex-start nodes end at their run duration: set it a
+	// margin below that.
+	// +optional
+	MaxNodeLifetime *metav1.Duration `json:"maxNodeLifetime,omitempty"`
+
+	// Defragmentation moves evictable GPU pods off thinly used nodes onto
+	// the pool's other nodes, so that whole nodes free up and go.
+	// +optional
+	Defragmentation *Defragmentation `json:"defragmentation,omitempty"`
+
 	// MaxHourlyCost caps the pool's hourly spend, a decimal in the clouds'
 	// currency ("25", "12.50").
 	// +kubebuilder:validation:Pattern=`^[0-9]+(\.[0-9]+)?$`
 	// +optional
 	MaxHourlyCost string `json:"maxHourlyCost,omitempty"`
+}
+
+// Defragmentation configures the moving of GPU pods that frees whole
+// nodes. A node is emptied only when every pod on it can be evicted (a
+// controller owns it, no safe-to-evict "false", not a DaemonSet's or a
+// mirror pod) and fits on the pool's other Ready nodes as they are;
+// evictions go through the Eviction API, so PodDisruptionBudgets hold.
+type Defragmentation struct {
+	// Enabled turns defragmentation on.
+	Enabled bool `json:"enabled"`
+	// MaxEvictionsPerHour caps the pods it evicts per hour across the pool.
+	// +kubebuilder:default=10
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	MaxEvictionsPerHour *int32 `json:"maxEvictionsPerHour,omitempty"`
+	// MaxUtilizationPercent: only nodes whose GPUs are requested up to
+	// this share are emptied.
+	// +kubebuilder:default=50
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	// +optional
+	MaxUtilizationPercent *int32 `json:"maxUtilizationPercent,omitempty"`
 }
 
 // NodeProvisionerList is a list of NodeProvisioners.

@@ -176,7 +176,13 @@ func runController(ctx context.Context, cfg *config.Config, cfgPath string, f co
 		log.Info("serving metrics and health", "address", lis.Addr().String())
 	}
 	core := rt.Facade()
-	r := &provisioner.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Core: core, Deleter: core, Recorder: mgr.GetEventRecorder("gpuscaler"), Logger: log.With("controller", "nodeprovisioner")}
+	existing := &provisioner.ExistingGroups{GPULabel: cfg.Provider.GPULabel, MaxGroupSize: cfg.Sync.MaxGroupSize,
+		Apply: rt.SetExtraGroups, Logger: log.With("controller", "nodeprovisioner")}
+	if d, ok := rt.Describer(config.CloudGCP); ok {
+		existing.Describer, existing.Zone = d, cfg.Clouds.GCP.Zone
+	}
+	r := &provisioner.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Core: core, Deleter: core, Recorder: mgr.GetEventRecorder("gpuscaler"),
+		Logger: log.With("controller", "nodeprovisioner"), Existing: existing}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return err
 	}

@@ -7,6 +7,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
+	"github.com/gpuscaler/gpuscaler/internal/config"
+	"github.com/gpuscaler/gpuscaler/internal/config/seedconfig"
 )
 
 func newConfigCommand() *cobra.Command {
@@ -14,7 +16,7 @@ func newConfigCommand() *cobra.Command {
 	src := source{fileOnly: true}
 	convert := &cobra.Command{
 		Use:   "convert [FILE]",
-		Short: "Print the native config equivalent to a DataCrunch (--nodes + DATACRUNCH_CLUSTER_CONFIG*), ca-verda (config.yaml) or Kamatera (--cloud-config INI) setup",
+		Short: "Print the native config equivalent to a DataCrunch (--nodes + DATACRUNCH_CLUSTER_CONFIG*), ca-verda (config.yaml) or Kamatera (--cloud-config INI) setup, or gpuscaler's NodeProvisioners for Baseten NodeProvisioner manifests",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 1 {
@@ -22,6 +24,11 @@ func newConfigCommand() *cobra.Command {
 					return fmt.Errorf("give the file once: %q or --config %q", args[0], src.configPath)
 				}
 				src.configPath = args[0]
+			}
+			if src.configPath != "" {
+				if data, err := config.ReadFile(src.configPath); err == nil && seedconfig.IsNodeProvisionerManifest(data) {
+					return convertNodeProvisioners(cmd, data)
+				}
 			}
 			env := loadEnviron(".env")
 			cfg, err := src.load(cmd.Context(), env)
@@ -52,4 +59,19 @@ func newConfigCommand() *cobra.Command {
 	src.addFlags(convert)
 	cmd.AddCommand(convert)
 	return cmd
+}
+
+// convertNodeProvisioners prints gpuscaler's NodeProvisioners for
+// Baseten's.
+func convertNodeProvisioners(cmd *cobra.Command, data []byte) error {
+	out, notes, err := seedconfig.ConvertNodeProvisioners(data)
+	if err != nil {
+		return err
+	}
+	for _, n := range notes {
+		fmt.Fprintln(cmd.ErrOrStderr(), "note: "+n)
+	}
+	_, err = fmt.Fprintf(cmd.OutOrStdout(), "# Converted by gpuscaler config convert from Baseten NodeProvisioner manifests.\n"+
+		"# gpuscaler's config needs clouds.gcp (project; zone for bare instance group names); see docs/provisioner.md.\n%s", out)
+	return err
 }

@@ -282,3 +282,28 @@ func CheckKnownOptions(opts map[string]string, known ...string) []*OptionError {
 func NewRequestLimiter(rps float64) *rate.Limiter {
 	return rate.NewLimiter(rate.Limit(rps), max(1, int(rps)))
 }
+
+// ExistingGroup is what a cloud says of an instance group it already runs
+// (a GKE node pool's managed instance group, say), for a node group made
+// from it rather than from gpuscaler's config.
+type ExistingGroup struct {
+	// Location is the group's zone; Name its name there.
+	Location, Name string
+	// InstanceType is a name in the cloud's catalog (InstanceTypes),
+	// with the GPUs the group's template gives its instances.
+	InstanceType string
+	// Labels and Taints are what the group's nodes register with, as its
+	// template sets them.
+	Labels map[string]string
+	Taints []corev1.Taint
+	// Size is the group's current target size.
+	Size int
+}
+
+// GroupDescriber is implemented by clouds whose existing instance groups
+// can become node groups: DescribeGroup reads one (its template included)
+// and adds its instance type to the catalog; a group that is not there is
+// ErrNotFound.
+type GroupDescriber interface {
+	DescribeGroup(ctx context.Context, location, name string) (ExistingGroup, error)
+}

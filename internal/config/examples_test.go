@@ -6,6 +6,7 @@ import (
 
 	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
 	"github.com/gpuscaler/gpuscaler/internal/config"
+	"github.com/gpuscaler/gpuscaler/internal/config/seedconfig"
 	gsruntime "github.com/gpuscaler/gpuscaler/internal/runtime"
 )
 
@@ -24,6 +25,17 @@ func examples(t testing.TB) []string {
 func TestExamplesLoad(t *testing.T) {
 	for _, f := range examples(t) {
 		t.Run(filepath.Base(f), func(t *testing.T) {
+			data, err := config.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if seedconfig.IsNodeProvisionerManifest(data) {
+				// A Baseten manifest, there to be converted.
+				if _, _, err := seedconfig.ConvertNodeProvisioners(data); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
 			cfg, err := config.Load(f)
 			if err != nil {
 				t.Fatal(err)

@@ -131,6 +131,9 @@ type GCPConfig struct {
 	// Endpoint overrides the Compute API's address (a private endpoint);
 	// https only, but for loopback.
 	Endpoint string `json:"endpoint,omitempty"`
+	// Zone is the zone of the bare managed instance group names a
+	// NodeProvisioner's existingInstanceGroupNames lists.
+	Zone string `json:"zone,omitempty"`
 }
 
 // ScalewayConfig configures a Scaleway project. The API keys are never in

@@ -81,6 +81,9 @@ func validateClouds(p *field.Path, c Clouds) field.ErrorList {
 			errs = append(errs, field.Invalid(p.Child(CloudGCP, "endpoint"), c.GCP.Endpoint, err.Error()))
 		}
 	}
+	if c.GCP != nil && c.GCP.Zone != "" && !gcpZone.MatchString(c.GCP.Zone) {
+		errs = append(errs, field.Invalid(p.Child(CloudGCP, "zone"), c.GCP.Zone, "a GCP zone, such as us-central1-a"))
+	}
 	if c.Scaleway != nil && c.Scaleway.APIURL != "" {
 		if err := cloud.CheckEndpoint(c.Scaleway.APIURL); err != nil {
 			errs = append(errs, field.Invalid(p.Child(CloudScaleway, "apiURL"), c.Scaleway.APIURL, err.Error()))

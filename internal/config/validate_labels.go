@@ -25,7 +25,7 @@ func validateLabels(p *field.Path, g *NodeGroup, gpuLabel string) field.ErrorLis
 		for _, msg := range validation.IsValidLabelValue(v) {
 			errs = append(errs, field.Invalid(kp, v, msg))
 		}
-		if reason := reservedLabel(k, g, gpuLabel); reason != "" {
+		if reason := ReservedLabel(k, g, gpuLabel); reason != "" {
 			errs = append(errs, field.Forbidden(kp, reason))
 		} else if g.Bootstrap != nil && !kubeletMaySet(k) {
 			errs = append(errs, field.Forbidden(kp, "the kubelet refuses --node-labels in the kubernetes.io and k8s.io "+
@@ -35,12 +35,12 @@ func validateLabels(p *field.Path, g *NodeGroup, gpuLabel string) field.ErrorLis
 	return sortByField(errs)
 }
 
-// reservedLabel says why gpuscaler keeps a label key of the group for
+// ReservedLabel says why gpuscaler keeps a label key of the group for
 // itself, or returns "" if the user may set it. GPU Feature Discovery's
 // nvidia.com/gpu.* labels stay open: seed configs set them for
 // scale-from-zero matching, and so does nvidia.com/mig.config on groups
 // that leave MIG to the user (the DataCrunch autoscaler's way).
-func reservedLabel(key string, g *NodeGroup, gpuLabel string) string {
+func ReservedLabel(key string, g *NodeGroup, gpuLabel string) string {
 	switch {
 	case key == gpuLabel:
 		return "gpuscaler sets provider.gpuLabel itself from the instance type's GPU"

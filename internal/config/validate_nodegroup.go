@@ -13,9 +13,11 @@ func capacityPolicies() []string {
 }
 
 func validateGroups(p *field.Path, c *Config) field.ErrorList {
-	if len(c.NodeGroups) == 0 {
+	if len(c.NodeGroups) == 0 && c.Clouds.GCP == nil {
 		return field.ErrorList{field.Required(p, "at least one node group is needed")}
 	}
+	// With clouds.gcp, groups may all come from the cluster: the managed
+	// instance groups NodeProvisioners name (existingInstanceGroupNames).
 	var errs field.ErrorList
 	seen := map[string]int{}
 	for i := range c.NodeGroups {

@@ -200,12 +200,10 @@ func newFixture(t *testing.T, doc, backend string) *fixture {
 		t.Cleanup(fake.Close)
 		groups := map[string]gcp.Group{}
 		for _, g := range cfg.NodeGroups {
-			grp := gcp.Group{MachineType: g.InstanceType}
 			for _, z := range g.Locations {
 				fake.AddGroup(z, g.Name, g.InstanceType)
-				grp.MIGs = append(grp.MIGs, gcp.MIG{Zone: z, Name: g.Name})
 			}
-			groups[g.Name] = grp
+			groups[g.Name] = gcp.NewGroup(g.Name, g.InstanceType, g.Locations, nil)
 		}
 		clients, err := gcp.NewClients(context.Background(), gcp.ClientOptions{Endpoint: fake.URL, NoAuth: true})
 		if err != nil {

@@ -9,11 +9,13 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -60,6 +62,9 @@ type Reconciler struct {
 	Deleter  Deleter
 	Recorder events.EventRecorder
 	Logger   *slog.Logger
+	// Existing makes node groups of the managed instance groups pools
+	// name in existingInstanceGroupNames; nil leaves such pools in error.
+	Existing *ExistingGroups
 }
 
 // SetupWithManager registers the controller: NodeProvisioners, and every
@@ -88,6 +93,14 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	var np v1alpha1.NodeProvisioner
 	if err := r.Client.Get(ctx, req.NamespacedName, &np); err != nil {
+		if apierrors.IsNotFound(err) && r.Existing != nil {
+			// A pool gone: its existing instance groups leave the core.
+			var all v1alpha1.NodeProvisionerList
+			if err := r.Client.List(ctx, &all); err != nil {
+				return reconcile.Result{}, err
+			}
+			r.Existing.Sync(ctx, all.Items)
+		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	if np.DeletionTimestamp != nil {
@@ -96,7 +109,21 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if added, err := r.ensureFinalizer(ctx, &np); err != nil || added {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
+	var all v1alpha1.NodeProvisionerList
+	if err := r.Client.List(ctx, &all); err != nil {
+		return reconcile.Result{}, err
+	}
+	var existingErr error
+	if r.Existing != nil {
+		_, errs := r.Existing.Sync(ctx, all.Items)
+		existingErr = errs[np.Name]
+	} else if len(np.Spec.ExistingInstanceGroupNames) > 0 {
+		existingErr = fmt.Errorf("existingInstanceGroupNames are not served by this controller")
+	}
 	pool, err := r.pool(ctx, &np)
+	if err == nil {
+		err = existingErr
+	}
 	if err != nil {
 		r.Recorder.Eventf(&np, nil, corev1.EventTypeWarning, "InvalidGroups", "Plan", "%v", err)
 		return r.setStatus(ctx, &np, nil, plan.Plan{}, err)
@@ -109,19 +136,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err := r.Client.List(ctx, &pods); err != nil {
 		return reconcile.Result{}, err
 	}
-	inPool := map[string]bool{}
-	for _, g := range np.Spec.NodeGroups {
-		inPool[g] = true
-	}
+	groupOf := r.membership(&np, pool)
 	nodePtrs := make([]*corev1.Node, len(nodes.Items))
 	for i := range nodes.Items {
 		nodePtrs[i] = &nodes.Items[i]
 	}
 	podPtrs := make([]*corev1.Pod, 0, len(pods.Items))
-	earlier, err := r.earlierPools(ctx, &np)
-	if err != nil {
-		return reconcile.Result{}, err
-	}
+	earlier := r.earlierPools(&np, all.Items)
 	var pending []*corev1.Pod
 	for i := range pods.Items {
 		p := &pods.Items[i]
@@ -130,12 +151,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			pending = append(pending, p)
 		}
 	}
-	snapshot := plan.Snapshot(nodePtrs, podPtrs, func(n *corev1.Node) string {
-		if g := n.Labels[nodegroup.LabelNodeGroup]; inPool[g] {
-			return g
-		}
-		return ""
-	})
+	snapshot := plan.Snapshot(nodePtrs, podPtrs, groupOf)
 	// Instances ordered but not registered yet are capacity on the way. A
 	// Node is matched to its instance by provider ID (or an alias), never by
 	// name: node names need not be hostnames.
@@ -171,7 +187,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	scalingDown := false
 	if len(p.Add) == 0 {
-		scalingDown = r.scaleDown(ctx, &np, p.Remove, nodes.Items)
+		scalingDown = r.scaleDown(ctx, &np, p.Remove, nodes.Items, groupOf)
 		if scalingDown {
 			now := metav1.Now()
 			np.Status.LastScaleTime = &now
@@ -215,7 +231,7 @@ func (r *Reconciler) pool(ctx context.Context, np *v1alpha1.NodeProvisioner) (pl
 	if s.MaxNodes != nil {
 		pool.MaxNodes = int(*s.MaxNodes)
 	}
-	for _, name := range s.NodeGroups {
+	for _, name := range r.groupsOf(np) {
 		info, ok := r.Core.Group(name)
 		if !ok {
 			return pool, fmt.Errorf("node group %q is not in gpuscaler's config with managedBy: node-provisioner", name)
@@ -342,23 +358,64 @@ func (r *Reconciler) setStatus(ctx context.Context, np *v1alpha1.NodeProvisioner
 // earlierPools returns the templates of the groups of the pools that come
 // before this one (by name): a pending pod one of them can take is theirs,
 // so two pools never scale up for the same pod.
-func (r *Reconciler) earlierPools(ctx context.Context, np *v1alpha1.NodeProvisioner) ([]*corev1.Node, error) {
-	var list v1alpha1.NodeProvisionerList
-	if err := r.Client.List(ctx, &list); err != nil {
-		return nil, err
-	}
+func (r *Reconciler) earlierPools(np *v1alpha1.NodeProvisioner, all []v1alpha1.NodeProvisioner) []*corev1.Node {
 	var out []*corev1.Node
-	for _, other := range list.Items {
-		if other.Name >= np.Name {
+	for i := range all {
+		if all[i].Name >= np.Name {
 			continue
 		}
-		for _, g := range other.Spec.NodeGroups {
+		for _, g := range r.groupsOf(&all[i]) {
 			if tmpl, err := r.Core.Template(g); err == nil {
 				out = append(out, tmpl)
 			}
 		}
 	}
-	return out, nil
+	return out
+}
+
+// groupsOf returns a pool's node groups in order: those of the config it
+// names, then those made of its existing instance groups.
+func (r *Reconciler) groupsOf(np *v1alpha1.NodeProvisioner) []string {
+	return append(slices.Clone(np.Spec.NodeGroups), r.Existing.Names(np.Name)...)
+}
+
+// membership returns the pool's group of a node, "" for a node outside the
+// pool: the group gpuscaler labelled it with, else the group whose
+// instance has its provider ID (nodes of existing instance groups carry
+// no gpuscaler label), else, for a node carrying Baseten's provisioner-name
+// label of this pool, the pool's first group of an existing instance group
+// in its zone (its instance not listed yet).
+func (r *Reconciler) membership(np *v1alpha1.NodeProvisioner, pool plan.Pool) func(*corev1.Node) string {
+	inPool := map[string]bool{}
+	byID := map[string]string{}
+	for _, g := range pool.Groups {
+		inPool[g.Name] = true
+		insts, _ := r.Core.Instances(g.Name)
+		for _, in := range insts {
+			byID[in.ProviderID] = g.Name
+			for _, a := range in.Aliases {
+				byID[a] = g.Name
+			}
+		}
+	}
+	existing := r.Existing.Names(np.Name)
+	return func(n *corev1.Node) string {
+		if g := n.Labels[nodegroup.LabelNodeGroup]; inPool[g] {
+			return g
+		}
+		if g := byID[n.Spec.ProviderID]; g != "" {
+			return g
+		}
+		if n.Labels[LabelProvisionerName] != np.Name || len(existing) == 0 {
+			return ""
+		}
+		for _, g := range existing {
+			if tmpl, err := r.Core.Template(g); err == nil && tmpl.Labels[corev1.LabelTopologyZone] == n.Labels[corev1.LabelTopologyZone] {
+				return g
+			}
+		}
+		return existing[0]
+	}
 }
 
 // claimed reports whether a template of an earlier pool fits the pod.

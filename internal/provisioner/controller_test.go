@@ -7,9 +7,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/gpuscaler/gpuscaler/api/v1alpha1"
 	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
@@ -61,20 +58,14 @@ func TestPoolOrder(t *testing.T) {
 }
 
 func TestPodsAreClaimedByOnePool(t *testing.T) {
-	scheme := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(scheme)
-	_ = v1alpha1.AddToScheme(scheme)
-	kube := fake.NewClientBuilder().WithScheme(scheme).WithObjects(
-		&v1alpha1.NodeProvisioner{ObjectMeta: metav1.ObjectMeta{Name: "alpha"}, Spec: v1alpha1.NodeProvisionerSpec{NodeGroups: []string{"a"}}},
-		&v1alpha1.NodeProvisioner{ObjectMeta: metav1.ObjectMeta{Name: "beta"}, Spec: v1alpha1.NodeProvisionerSpec{NodeGroups: []string{"b"}}},
-	).Build()
-	r := &Reconciler{Client: kube, Core: priced{"a": 1, "b": 1}}
+	all := []v1alpha1.NodeProvisioner{
+		{ObjectMeta: metav1.ObjectMeta{Name: "alpha"}, Spec: v1alpha1.NodeProvisionerSpec{NodeGroups: []string{"a"}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "beta"}, Spec: v1alpha1.NodeProvisionerSpec{NodeGroups: []string{"b"}}},
+	}
+	r := &Reconciler{Core: priced{"a": 1, "b": 1}}
 	pod := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}}}}}}
 	for name, want := range map[string]bool{"alpha": false, "beta": true} {
-		earlier, err := r.earlierPools(context.Background(), &v1alpha1.NodeProvisioner{ObjectMeta: metav1.ObjectMeta{Name: name}})
-		if err != nil {
-			t.Fatal(err)
-		}
+		earlier := r.earlierPools(&v1alpha1.NodeProvisioner{ObjectMeta: metav1.ObjectMeta{Name: name}}, all)
 		if got := claimed(pod, earlier); got != want {
 			t.Errorf("pool %s: pod claimed elsewhere = %v, want %v", name, got, want)
 		}

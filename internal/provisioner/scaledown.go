@@ -35,7 +35,7 @@ type Deleter interface {
 // scaleDown marks the plan's removable nodes unneeded, unmarks the ones no
 // longer in the plan, and drains and deletes those unneeded for longer than
 // the pool's delay. It returns whether it changed anything.
-func (r *Reconciler) scaleDown(ctx context.Context, np *v1alpha1.NodeProvisioner, remove []string, nodes []corev1.Node) bool {
+func (r *Reconciler) scaleDown(ctx context.Context, np *v1alpha1.NodeProvisioner, remove []string, nodes []corev1.Node, groupOf func(*corev1.Node) string) bool {
 	delay := 10 * time.Minute
 	if np.Spec.ScaleDownDelay != nil {
 		delay = np.Spec.ScaleDownDelay.Duration
@@ -44,16 +44,12 @@ func (r *Reconciler) scaleDown(ctx context.Context, np *v1alpha1.NodeProvisioner
 	for _, n := range remove {
 		doomed[n] = true
 	}
-	inPool := map[string]bool{}
-	for _, g := range np.Spec.NodeGroups {
-		inPool[g] = true
-	}
 	changed := false
 	now := time.Now()
 	for i := range nodes {
 		n := &nodes[i]
-		group := n.Labels["gpuscaler.dev/node-group"]
-		if !inPool[group] {
+		group := groupOf(n)
+		if group == "" {
 			continue
 		}
 		since, marked := unneededSince(n)

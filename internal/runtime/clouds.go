@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -39,6 +40,21 @@ type clouds struct {
 	// kubeUnchecked: the config names cluster access that a preflight
 	// cannot reach from where it runs (in-cluster outside a pod).
 	kubeUnchecked bool
+}
+
+// setGroups gives the clouds built from node groups (GCP) the groups of
+// cfg; it is called while no core runs.
+func (c *clouds) setGroups(cfg *config.Config) {
+	if g, ok := c.providers[gcp.Name].(*gcp.Cloud); ok {
+		g.SetGroups(gcpGroups(cfg))
+	}
+}
+
+// Describer returns the cloud's reader of existing instance groups; false
+// when the cloud is not configured or has none.
+func (r *Runtime) Describer(cloudName string) (cloud.GroupDescriber, bool) {
+	d, ok := r.clouds.providers[cloudName].(cloud.GroupDescriber)
+	return d, ok
 }
 
 // buildClouds builds one Provider per configured cloud, and the node
@@ -299,6 +315,11 @@ func buildGCP(ctx context.Context, cfg *config.Config, gc *config.GCPConfig, opt
 		return nil, errors.New("set clouds.gcp.project (or GOOGLE_CLOUD_PROJECT)")
 	}
 	co := gcp.ClientOptions{Endpoint: gc.Endpoint, CredentialsFile: gc.CredentialsFile}
+	if u, err := url.Parse(gc.Endpoint); err == nil && u.Scheme == "http" && cloud.IsLoopbackHost(u.Hostname()) && gc.CredentialsFile == "" {
+		// Plain http to this machine (an emulator, or a test's fake): no
+		// credentials are sent, as gcloud's emulators expect.
+		co.NoAuth = true
+	}
 	if !opts.preflight.readsFiles() {
 		co = gcp.ClientOptions{Endpoint: gc.Endpoint, NoAuth: true} // a FileOnly preflight calls nothing and reads no credentials
 	}
@@ -306,20 +327,16 @@ func buildGCP(ctx context.Context, cfg *config.Config, gc *config.GCPConfig, opt
 	if err != nil {
 		return nil, err
 	}
+	return gcp.New(clients, gcp.Options{Project: project, Groups: gcpGroups(cfg), Logger: opts.Logger.With("cloud", gcp.Name)}), nil
+}
+
+// gcpGroups are the config's GCP groups' MIGs.
+func gcpGroups(cfg *config.Config) map[string]gcp.Group {
 	groups := map[string]gcp.Group{}
 	for _, g := range cfg.NodeGroups {
-		if g.Cloud != gcp.Name {
-			continue
+		if g.Cloud == gcp.Name {
+			groups[g.Name] = gcp.NewGroup(g.Name, g.InstanceType, g.Locations, g.CloudOptions)
 		}
-		name := g.CloudOptions[gcp.OptionInstanceGroup]
-		if name == "" {
-			name = g.Name
-		}
-		grp := gcp.Group{MachineType: g.InstanceType}
-		for _, zone := range g.Locations {
-			grp.MIGs = append(grp.MIGs, gcp.MIG{Zone: zone, Name: name})
-		}
-		groups[g.Name] = grp
 	}
-	return gcp.New(clients, gcp.Options{Project: project, Groups: groups, Logger: opts.Logger.With("cloud", gcp.Name)}), nil
+	return groups
 }

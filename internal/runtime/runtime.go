@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"os"
 	"reflect"
+	"slices"
 	"sync"
 	"time"
 
@@ -58,6 +59,12 @@ type Runtime struct {
 	process *prometheus.Registry
 	scfg    *config.Config // the config the process was built with
 
+	// file is the configuration file's content in force, and extra the
+	// node groups that come from the cluster (SetExtraGroups); the core
+	// runs their union. Guarded by switching.
+	file  *config.Config
+	extra []config.NodeGroup
+
 	// mu guards gen; switching serializes Lead and Reload.
 	mu        sync.RWMutex
 	gen       *generation
@@ -89,7 +96,7 @@ func Build(ctx context.Context, cfg *config.Config, opts Options) (*Runtime, err
 	if err != nil {
 		return nil, err
 	}
-	r := &Runtime{opts: opts, log: opts.Logger, clouds: cs, scfg: cfg, process: prometheus.NewRegistry()}
+	r := &Runtime{opts: opts, log: opts.Logger, clouds: cs, scfg: cfg, file: cfg, process: prometheus.NewRegistry()}
 	r.process.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if r.scripts, err = newScriptServer(cfg, r.InstanceIP, r.process, opts); err != nil {
 		return nil, err
@@ -217,12 +224,49 @@ func (g *generation) stop() {
 // cluster access, the script server): it needs a restart.
 var ErrRestartNeeded = errors.New("restart gpuscaler to apply this change")
 
-// Reload puts a new configuration in force. It is refused (and the old one
-// stays) when the clouds, kubeconfig or script server section changed, or
-// when its groups do not resolve against the clouds' catalogs. While
-// leading, the old core stops before the new one starts, so two cores never
-// order at once; if the new one cannot start, the old one starts again.
+// Reload puts a new configuration file in force, with the extra groups
+// (SetExtraGroups). It is refused (and the old one stays) when the clouds,
+// kubeconfig or script server section changed, or when its groups do not
+// resolve against the clouds' catalogs. While leading, the old core stops
+// before the new one starts, so two cores never order at once; if the new
+// one cannot start, the old one starts again.
 func (r *Runtime) Reload(ctx context.Context, cfg *config.Config) error {
+	r.switching.Lock()
+	defer r.switching.Unlock()
+	return r.apply(ctx, cfg, r.extra)
+}
+
+// SetExtraGroups puts node groups that come from the cluster rather than
+// the file (a NodeProvisioner's existing instance groups) in force beside
+// the file's, replacing the previous extra groups. It is refused, and
+// the groups in force stay, when the union is not a valid configuration
+// (a name taken twice, say) or does not resolve against the catalogs.
+func (r *Runtime) SetExtraGroups(ctx context.Context, groups []config.NodeGroup) error {
+	r.switching.Lock()
+	defer r.switching.Unlock()
+	return r.apply(ctx, r.file, groups)
+}
+
+// union returns the file's configuration with the extra groups added,
+// defaulted and validated.
+func union(file *config.Config, extra []config.NodeGroup) (*config.Config, error) {
+	if len(extra) == 0 {
+		return file, nil
+	}
+	cfg := *file
+	cfg.NodeGroups = append(slices.Clone(file.NodeGroups), extra...)
+	if err := config.Complete(&cfg); err != nil {
+		return nil, fmt.Errorf("node groups from the cluster: %w", err)
+	}
+	return &cfg, nil
+}
+
+// apply puts file and extra in force; the caller holds switching.
+func (r *Runtime) apply(ctx context.Context, file *config.Config, extra []config.NodeGroup) error {
+	cfg, err := union(file, extra)
+	if err != nil {
+		return err
+	}
 	switch {
 	case !reflect.DeepEqual(cfg.Clouds, r.scfg.Clouds):
 		return fmt.Errorf("the clouds section changed: %w", ErrRestartNeeded)
@@ -231,7 +275,7 @@ func (r *Runtime) Reload(ctx context.Context, cfg *config.Config) error {
 	case !reflect.DeepEqual(cfg.ScriptServer, r.scfg.ScriptServer):
 		return fmt.Errorf("the scriptServer section changed: %w", ErrRestartNeeded)
 	case !reflect.DeepEqual(cloudGroups(cfg), cloudGroups(r.scfg)):
-		return fmt.Errorf("groups on Kamatera, Scaleway or GCP changed their locations, instance type or cloud options (the cloud is built from them): %w", ErrRestartNeeded)
+		return fmt.Errorf("groups on Kamatera or Scaleway changed their locations, instance type or cloud options (the cloud is built from them): %w", ErrRestartNeeded)
 	}
 	next, err := r.newGeneration(cfg)
 	if err != nil {
@@ -240,14 +284,19 @@ func (r *Runtime) Reload(ctx context.Context, cfg *config.Config) error {
 	if err := next.core.Check(ctx); err != nil {
 		return err
 	}
-	r.switching.Lock()
-	defer r.switching.Unlock()
 	r.mu.RLock()
 	old := r.gen
 	r.mu.RUnlock()
+	defer func() {
+		r.mu.RLock()
+		r.clouds.setGroups(r.gen.cfg)
+		r.mu.RUnlock()
+	}()
 	if r.leadCtx != nil {
 		old.stop()
+		r.clouds.setGroups(cfg)
 		if err := r.start(r.leadCtx, next); err != nil {
+			r.clouds.setGroups(old.cfg)
 			restarted, rerr := r.newGeneration(old.cfg)
 			if rerr == nil {
 				rerr = r.start(r.leadCtx, restarted)
@@ -263,6 +312,7 @@ func (r *Runtime) Reload(ctx context.Context, cfg *config.Config) error {
 	}
 	r.mu.Lock()
 	r.gen = next
+	r.file, r.extra = file, extra
 	r.mu.Unlock()
 	return nil
 }
@@ -335,7 +385,7 @@ func cloudGroups(cfg *config.Config) []cloudGroup {
 	var out []cloudGroup
 	for _, g := range cfg.NodeGroups {
 		switch g.Cloud {
-		case config.CloudKamatera, config.CloudScaleway, config.CloudGCP:
+		case config.CloudKamatera, config.CloudScaleway:
 			out = append(out, cloudGroup{Name: g.Name, Cloud: g.Cloud, InstanceType: g.InstanceType, Locations: g.Locations, Options: g.CloudOptions})
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuscaler/gpuscaler/internal/cloud/gcp/gcptest"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
 	"github.com/gpuscaler/gpuscaler/internal/config"
 )
@@ -193,9 +194,9 @@ nodeGroups:
 	}
 }
 
-// TestCloudGroupsNeedARestart: the groups the Kamatera, Scaleway and GCP
+// TestCloudGroupsNeedARestart: the groups the Kamatera and Scaleway
 // backends are built from cannot change on a reload (their clouds would
-// not follow); the simulated cloud's and Verda's can.
+// not follow); the simulated cloud's, Verda's and GCP's can.
 func TestCloudGroupsNeedARestart(t *testing.T) {
 	doc := func(zones, simMax string) *config.Config {
 		return parse(t, `
@@ -212,5 +213,64 @@ nodeGroups:
 	}
 	if reflect.DeepEqual(cloudGroups(base), cloudGroups(doc("fr-par-2, nl-ams-1", "2"))) {
 		t.Error("a Scaleway group's new zone does not count as a cloud change")
+	}
+}
+
+// TestExtraGroupsOnGCP: node groups from the cluster (a NodeProvisioner's
+// existing MIGs) join the file's while the core runs, and the GCP backend
+// follows: the new group's MIG members are listed, and its minimum is
+// ordered into its MIG. A group whose name the file already uses is
+// refused, and the groups in force stay.
+func TestExtraGroupsOnGCP(t *testing.T) {
+	engine, err := gcptest.NewEngine(sim.Config{}, sim.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake := gcptest.New(engine, gcptest.Options{Project: "p"})
+	t.Cleanup(fake.Close)
+	fake.AddGroup("us-central1-a", "l4", "g2-standard-8")
+	fake.AddGroup("us-central1-b", "gke-pool-grp", "g2-standard-8")
+	cfg := parse(t, fmt.Sprintf(`
+clusterName: rt
+sync: {period: 1s}
+clouds:
+  gcp: {project: p, endpoint: %q}
+nodeGroups:
+  - {name: l4, cloud: gcp, instanceType: g2-standard-8, locations: [us-central1-a], maxSize: 2, managedBy: node-provisioner}
+`, fake.URL))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	rt, err := Build(ctx, cfg, Options{Owner: config.ManagedByNodeProvisioner, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan error, 1)
+	go func() { _ = rt.Lead(ctx, func(err error) { started <- err }) }()
+	if err := <-started; err != nil {
+		t.Fatal(err)
+	}
+	extra := config.NodeGroup{Name: "gke-pool-grp", Cloud: "gcp", InstanceType: "g2-standard-8", Locations: []string{"us-central1-b"},
+		MinSize: 1, MaxSize: 3, ManagedBy: config.ManagedByNodeProvisioner}
+	if err := rt.SetExtraGroups(ctx, []config.NodeGroup{extra}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the extra group's minimum ordered into its MIG", func() bool { return fake.TargetSize("us-central1-b", "gke-pool-grp") == 1 })
+	if _, ok := rt.Core().Group("l4"); !ok {
+		t.Fatal("the file's group left the core")
+	}
+	dup := extra
+	dup.Name = "l4"
+	if err := rt.SetExtraGroups(ctx, []config.NodeGroup{dup}); err == nil || !strings.Contains(err.Error(), "nodeGroups[1].name: Duplicate value") {
+		t.Fatalf("a name the file uses: %v", err)
+	}
+	if _, ok := rt.Core().Group("gke-pool-grp"); !ok {
+		t.Fatal("a refused change took the groups in force away")
+	}
+	// A file reload keeps the extra groups.
+	if err := rt.Reload(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := rt.Core().Group("gke-pool-grp"); !ok {
+		t.Fatal("a file reload dropped the groups from the cluster")
 	}
 }

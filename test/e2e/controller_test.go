@@ -83,13 +83,7 @@ func runController(t testing.TB, ctx context.Context, env *testenv.Env, cfg *con
 	if err := core.Start(runCtx); err != nil {
 		t.Fatal(err)
 	}
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
+	scheme := newScheme(t)
 	skip := true // several managers live in one test process
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"},
 		Controller: crconfig.Controller{SkipNameValidation: &skip}})
@@ -101,11 +95,28 @@ func runController(t testing.TB, ctx context.Context, env *testenv.Env, cfg *con
 		t.Fatal(err)
 	}
 	go func() { _ = mgr.Start(runCtx) }()
-	kube, err := client.New(env.Config, client.Options{Scheme: scheme})
+	return runCtx, controllerClient(t, env)
+}
+
+func newScheme(t testing.TB) *runtime.Scheme {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	return scheme
+}
+
+// controllerClient is a client of the test cluster that knows
+// NodeProvisioners.
+func controllerClient(t testing.TB, env *testenv.Env) client.Client {
+	kube, err := client.New(env.Config, client.Options{Scheme: newScheme(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return runCtx, kube
+	return kube
 }
 
 // TestNodeProvisionerScalesFromZero: five pending pods that each want one

@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/gcp"
@@ -69,11 +72,7 @@ func (b *backend) start(t *testing.T) {
 	}
 	groups := map[string]gcp.Group{}
 	for _, g := range b.cfg.NodeGroups {
-		grp := gcp.Group{MachineType: g.InstanceType}
-		for _, z := range g.Locations {
-			grp.MIGs = append(grp.MIGs, gcp.MIG{Zone: z, Name: g.CloudOptions["instanceGroup"]})
-		}
-		groups[g.Name] = grp
+		groups[g.Name] = gcp.NewGroup(g.Name, g.InstanceType, g.Locations, g.CloudOptions)
 	}
 	prov := gcp.New(clients, gcp.Options{Project: project, Groups: groups, PollInterval: 10 * time.Millisecond, CreateWatch: 2 * time.Second, Logger: log})
 	b.mgr, b.stop = coretest.Start(t, b.cfg, gcp.Name, prov, nodegroup.Options{Logger: log, ResolveAfter: 300 * time.Millisecond, Bootstrap: b.boot})
@@ -281,8 +280,67 @@ func TestOtherProjectRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	other := gcp.New(clients, gcp.Options{Project: "not-" + project, Groups: map[string]gcp.Group{
-		"l4": {MachineType: "g2-standard-8", MIGs: []gcp.MIG{{Zone: "us-central1-a", Name: "gpu-l4"}}}}})
+		"l4": {InstanceType: "g2-standard-8", MIGs: []gcp.MIG{{Zone: "us-central1-a", Name: "gpu-l4"}}}}})
 	if _, err := other.List(context.Background()); !errors.Is(err, cloud.ErrInvalid) {
 		t.Fatalf("list in another project: %v", err)
+	}
+}
+
+// TestDescribeGroup: a MIG's template gives the group's instance type, node
+// labels and taints, as GKE writes them: an N1 machine type with T4s
+// attached becomes a learned catalog entry with their GPUs and prices; a
+// G2 template keeps the table's entry; regional templates are read too;
+// labels come from kube-labels, else kube-env's NODE_LABELS.
+func TestDescribeGroup(t *testing.T) {
+	b := newBackend(t, 5, groupsYAML, gcptest.Options{})
+	clients, err := gcp.NewClients(context.Background(), gcp.ClientOptions{Endpoint: b.fake.URL, NoAuth: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := gcp.New(clients, gcp.Options{Project: project})
+	t4 := b.fake.AddTemplate(gcptest.Template{Name: "gke-t4", MachineType: "n1-standard-8", AcceleratorType: "nvidia-tesla-t4", AcceleratorCount: 2,
+		Metadata: map[string]string{"kube-env": "NODE_LABELS: cloud.google.com/gke-nodepool=t4,team=ml\nNODE_TAINTS: 'nvidia.com/gpu=present:NoSchedule,spot:PreferNoSchedule'\n"}})
+	l4 := b.fake.AddTemplate(gcptest.Template{Name: "gke-l4", Region: "us-central1", MachineType: "g2-standard-8",
+		Metadata: map[string]string{"kube-labels": "cloud.google.com/gke-nodepool=l4", "kube-env": "NODE_LABELS: ignored=yes\n"}})
+	b.fake.AddGroupFrom("us-central1-a", "gke-t4-grp", t4)
+	b.fake.AddGroupFrom("us-central1-b", "gke-l4-grp", l4)
+	ctx := context.Background()
+
+	d, err := c.DescribeGroup(ctx, "us-central1-a", "gke-t4-grp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := cloud.ExistingGroup{Location: "us-central1-a", Name: "gke-t4-grp", InstanceType: "n1-standard-8.2xnvidia-tesla-t4",
+		Labels: map[string]string{"cloud.google.com/gke-nodepool": "t4", "team": "ml"},
+		Taints: []corev1.Taint{{Key: "nvidia.com/gpu", Value: "present", Effect: corev1.TaintEffectNoSchedule}, {Key: "spot", Effect: corev1.TaintEffectPreferNoSchedule}}}
+	if !reflect.DeepEqual(d, want) {
+		t.Errorf("described %+v\nwant      %+v", d, want)
+	}
+	types, _ := c.InstanceTypes(ctx)
+	var learned cloud.InstanceType
+	for _, ty := range types {
+		if ty.Name == d.InstanceType {
+			learned = ty
+		}
+	}
+	if learned.GPUModel != "T4" || learned.GPUCount != 2 || learned.VCPUs != 8 || learned.OnDemandPrice < 1.07 || learned.OnDemandPrice > 1.09 {
+		t.Errorf("learned type %+v; want n1-standard-8 with 2 T4 at 0.38+2*0.35 an hour", learned)
+	}
+
+	d, err = c.DescribeGroup(ctx, "us-central1-b", "gke-l4-grp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.InstanceType != "g2-standard-8" || !reflect.DeepEqual(d.Labels, map[string]string{"cloud.google.com/gke-nodepool": "l4"}) || d.Taints != nil {
+		t.Errorf("regional template: %+v", d)
+	}
+
+	if _, err := c.DescribeGroup(ctx, "us-central1-a", "no-such-grp"); !errors.Is(err, cloud.ErrNotFound) {
+		t.Errorf("missing MIG: %v; want ErrNotFound", err)
+	}
+	odd := b.fake.AddTemplate(gcptest.Template{Name: "odd", MachineType: "m3-ultramem-32"})
+	b.fake.AddGroupFrom("us-central1-a", "odd-grp", odd)
+	if _, err := c.DescribeGroup(ctx, "us-central1-a", "odd-grp"); !errors.Is(err, cloud.ErrInvalid) || !strings.Contains(err.Error(), "m3-ultramem-32") {
+		t.Errorf("machine type outside the table: %v; want ErrInvalid naming it", err)
 	}
 }

@@ -39,7 +39,7 @@ func BenchmarkSteadyStateAPICalls(b *testing.B) {
 				name, zone := fmt.Sprintf("g%d", i), zones[i%len(zones)]
 				fmt.Fprintf(&doc, "  - {name: %s, cloud: gcp, instanceType: g2-standard-8, locations: [%s], maxSize: %d}\n", name, zone, nodes)
 				fake.AddGroup(zone, name, "g2-standard-8")
-				groups[name] = gcp.Group{MachineType: "g2-standard-8", MIGs: []gcp.MIG{{Zone: zone, Name: name}}}
+				groups[name] = gcp.Group{InstanceType: "g2-standard-8", MIGs: []gcp.MIG{{Zone: zone, Name: name}}}
 			}
 			cfg, err := config.Parse([]byte(doc.String()))
 			if err != nil {

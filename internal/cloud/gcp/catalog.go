@@ -24,8 +24,39 @@ var machineTypes = []cloud.InstanceType{
 	{Name: "a2-ultragpu-1g", VCPUs: 12, MemoryGiB: 170, GPUModel: "A100-80GB", GPUCount: 1, GPUMemoryGiB: 80, OnDemandPrice: 5.07},
 	{Name: "a2-ultragpu-8g", VCPUs: 96, MemoryGiB: 1360, GPUModel: "A100-80GB", GPUCount: 8, GPUMemoryGiB: 80, OnDemandPrice: 40.55},
 	{Name: "a3-highgpu-8g", VCPUs: 208, MemoryGiB: 1872, GPUModel: "H100-80GB", GPUCount: 8, GPUMemoryGiB: 80, OnDemandPrice: 88.49},
+	{Name: "n1-standard-4", VCPUs: 4, MemoryGiB: 15, OnDemandPrice: 0.19},
+	{Name: "n1-standard-8", VCPUs: 8, MemoryGiB: 30, OnDemandPrice: 0.38},
+	{Name: "n1-standard-16", VCPUs: 16, MemoryGiB: 60, OnDemandPrice: 0.76},
+	{Name: "n1-standard-32", VCPUs: 32, MemoryGiB: 120, OnDemandPrice: 1.52},
+	{Name: "n1-highmem-8", VCPUs: 8, MemoryGiB: 52, OnDemandPrice: 0.47},
+	{Name: "n1-highmem-16", VCPUs: 16, MemoryGiB: 104, OnDemandPrice: 0.95},
 	{Name: "n2-standard-8", VCPUs: 8, MemoryGiB: 32, OnDemandPrice: 0.39},
 	{Name: "n2-standard-16", VCPUs: 16, MemoryGiB: 64, OnDemandPrice: 0.78},
+}
+
+// accelerator is a GPU GCP attaches to a general-purpose (N1) machine
+// type through an instance template's guestAccelerators.
+type accelerator struct {
+	model     string // key of the internal/gpu table
+	memoryGiB int
+	price     float64 // per GPU per hour, on demand, us-central1 (2026)
+}
+
+// accelerators are GCP's accelerator types by name.
+var accelerators = map[string]accelerator{
+	"nvidia-tesla-t4":   {model: "T4", memoryGiB: 16, price: 0.35},
+	"nvidia-tesla-v100": {model: "V100-16GB", memoryGiB: 16, price: 2.48},
+	"nvidia-tesla-p100": {model: "P100", memoryGiB: 16, price: 1.46},
+}
+
+// tableType returns the table's entry for a machine type.
+func tableType(name string) (cloud.InstanceType, bool) {
+	for _, t := range MachineTypes() {
+		if t.Name == name {
+			return t, true
+		}
+	}
+	return cloud.InstanceType{}, false
 }
 
 // MachineTypes returns the table, every type amd64.

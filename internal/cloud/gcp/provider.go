@@ -36,10 +36,26 @@ type MIG struct {
 }
 
 // Group is a node group's managed instance groups: one per zone (the
-// group's locations), all of one machine type.
+// group's locations), all of one instance type.
 type Group struct {
-	MachineType string
-	MIGs        []MIG
+	// InstanceType is a name of the catalog: a machine type of the table,
+	// or one DescribeGroup learned (a machine type with GPUs attached).
+	InstanceType string
+	MIGs         []MIG
+}
+
+// NewGroup returns a node group's MIGs: the MIG named by its
+// instanceGroup option (default the group's name) in each of its zones.
+func NewGroup(name, instanceType string, zones []string, options map[string]string) Group {
+	mig := options[OptionInstanceGroup]
+	if mig == "" {
+		mig = name
+	}
+	g := Group{InstanceType: instanceType}
+	for _, z := range zones {
+		g.MIGs = append(g.MIGs, MIG{Zone: z, Name: mig})
+	}
+	return g
 }
 
 // Options configure the GCP backend.
@@ -60,10 +76,12 @@ type Options struct {
 
 // Cloud is a GCP project's managed instance groups as a cloud.Provider.
 type Cloud struct {
-	igm       *compute.InstanceGroupManagersClient
-	instances *compute.InstancesClient
-	opts      Options
-	log       *slog.Logger
+	igm             *compute.InstanceGroupManagersClient
+	instances       *compute.InstancesClient
+	templates       *compute.InstanceTemplatesClient
+	regionTemplates *compute.RegionInstanceTemplatesClient
+	opts            Options
+	log             *slog.Logger
 
 	// locks serialise the operations on each MIG (GCP answers 409 while
 	// another runs); a channel, so that a wait for one heeds its context.
@@ -71,17 +89,27 @@ type Cloud struct {
 	locks map[MIG]chan struct{}
 	// ips are the instances' internal addresses, by zone/name, read once.
 	ips map[string]string
+	// groups are the node groups' MIGs (opts.Groups until SetGroups);
+	// learned are the instance types read from MIGs' templates
+	// (DescribeGroup), by name. Both are replaced, never changed in place.
+	groups  map[string]Group
+	learned map[string]cloud.InstanceType
 }
 
 var (
-	_ cloud.Provider   = (*Cloud)(nil)
-	_ cloud.IDAssigner = (*Cloud)(nil)
+	_ cloud.Provider       = (*Cloud)(nil)
+	_ cloud.IDAssigner     = (*Cloud)(nil)
+	_ cloud.GroupDescriber = (*Cloud)(nil)
 )
 
 // Clients are the API clients the backend uses.
 type Clients struct {
 	IGM       *compute.InstanceGroupManagersClient
 	Instances *compute.InstancesClient
+	// Templates and RegionTemplates read instance templates (global and
+	// regional) for DescribeGroup.
+	Templates       *compute.InstanceTemplatesClient
+	RegionTemplates *compute.RegionInstanceTemplatesClient
 }
 
 // ClientOptions say how to reach the API: Application Default Credentials
@@ -120,7 +148,15 @@ func NewClients(ctx context.Context, opts ClientOptions) (Clients, error) {
 	if err != nil {
 		return Clients{}, fmt.Errorf("gcp: %w", err)
 	}
-	return Clients{IGM: igm, Instances: inst}, nil
+	tmpl, err := compute.NewInstanceTemplatesRESTClient(ctx, o...)
+	if err != nil {
+		return Clients{}, fmt.Errorf("gcp: %w", err)
+	}
+	rtmpl, err := compute.NewRegionInstanceTemplatesRESTClient(ctx, o...)
+	if err != nil {
+		return Clients{}, fmt.Errorf("gcp: %w", err)
+	}
+	return Clients{IGM: igm, Instances: inst, Templates: tmpl, RegionTemplates: rtmpl}, nil
 }
 
 // New returns the backend over its clients.
@@ -137,7 +173,24 @@ func New(clients Clients, opts Options) *Cloud {
 	if opts.OperationTimeout == 0 {
 		opts.OperationTimeout = 10 * time.Minute
 	}
-	return &Cloud{igm: clients.IGM, instances: clients.Instances, opts: opts, log: opts.Logger, locks: map[MIG]chan struct{}{}, ips: map[string]string{}}
+	return &Cloud{igm: clients.IGM, instances: clients.Instances, templates: clients.Templates, regionTemplates: clients.RegionTemplates,
+		opts: opts, log: opts.Logger, locks: map[MIG]chan struct{}{}, ips: map[string]string{}, groups: opts.Groups, learned: map[string]cloud.InstanceType{}}
+}
+
+// SetGroups replaces the node groups' MIGs (a configuration reload, or
+// node groups made from existing MIGs). Call it while no core runs on the
+// cloud: a list under the old groups would miss the new ones' instances.
+func (c *Cloud) SetGroups(groups map[string]Group) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.groups = groups
+}
+
+// groupsNow returns the groups in force; the map is never changed in place.
+func (c *Cloud) groupsNow() map[string]Group {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.groups
 }
 
 // AssignsIDs implements cloud.IDAssigner: a provider ID holds the zone,
@@ -166,7 +219,7 @@ func (c *Cloud) lock(m MIG) chan struct{} {
 
 // mig is the group's MIG in a zone.
 func (c *Cloud) mig(group, zone string) (MIG, bool) {
-	for _, m := range c.opts.Groups[group].MIGs {
+	for _, m := range c.groupsNow()[group].MIGs {
 		if m.Zone == zone {
 			return m, true
 		}
@@ -183,27 +236,32 @@ func (c *Cloud) CheckOptions(opts map[string]string) []*cloud.OptionError {
 	return cloud.CheckKnownOptions(opts, OptionInstanceGroup)
 }
 
-// InstanceTypes returns the machine types of the documented table.
+// InstanceTypes returns the machine types of the documented table, and
+// those DescribeGroup read from MIGs' templates (a general-purpose machine
+// type with GPUs attached).
 func (c *Cloud) InstanceTypes(context.Context) ([]cloud.InstanceType, error) {
-	return MachineTypes(), nil
+	out := MachineTypes()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, t := range c.learned {
+		out = append(out, t)
+	}
+	return out, nil
 }
 
 // Offerings returns each group's machine types in each zone it has a MIG
 // in, on demand; a stock-out shows when an order meets it.
 func (c *Cloud) Offerings(context.Context) ([]cloud.Offering, error) {
-	price := map[string]float64{}
-	for _, t := range MachineTypes() {
-		price[t.Name] = t.OnDemandPrice
-	}
+	types, _ := c.InstanceTypes(context.Background())
 	seen := map[cloud.OfferingKey]bool{}
 	var out []cloud.Offering
-	for _, t := range MachineTypes() {
-		for _, g := range c.opts.Groups {
+	for _, t := range types {
+		for _, g := range c.groupsNow() {
 			for _, m := range g.MIGs {
 				k := cloud.OfferingKey{InstanceType: t.Name, Location: m.Zone, CapacityType: cloud.OnDemand}
 				if !seen[k] {
 					seen[k] = true
-					out = append(out, cloud.Offering{InstanceType: t.Name, Location: m.Zone, CapacityType: cloud.OnDemand, Available: true, Price: price[t.Name]})
+					out = append(out, cloud.Offering{InstanceType: t.Name, Location: m.Zone, CapacityType: cloud.OnDemand, Available: true, Price: t.OnDemandPrice})
 				}
 			}
 		}
@@ -215,14 +273,15 @@ func (c *Cloud) Offerings(context.Context) ([]cloud.Offering, error) {
 func (c *Cloud) List(ctx context.Context) ([]cloud.Instance, error) {
 	var out []cloud.Instance
 	vms := map[string]bool{} // zone/name of the VMs that run (whatever the MIG still does)
-	for group, g := range c.opts.Groups {
+	groups := c.groupsNow()
+	for group, g := range groups {
 		for _, m := range g.MIGs {
 			insts, err := c.members(ctx, m)
 			if err != nil {
 				return nil, err
 			}
 			for _, mi := range insts {
-				out = append(out, c.instance(group, m, mi))
+				out = append(out, c.instance(group, g, m, mi))
 				if mi.GetInstanceStatus() == "RUNNING" {
 					vms[m.Zone+"/"+mi.GetName()] = true
 				}
@@ -320,10 +379,10 @@ func attemptClass(code string) error {
 	return cloud.ErrTransient
 }
 
-func (c *Cloud) instance(group string, m MIG, mi *computepb.ManagedInstance) cloud.Instance {
+func (c *Cloud) instance(group string, g Group, m MIG, mi *computepb.ManagedInstance) cloud.Instance {
 	in := cloud.Instance{
 		Name: mi.GetName(), ProviderID: c.ProviderID(m.Zone, mi.GetName()),
-		Group: group, Location: m.Zone, CapacityType: cloud.OnDemand, InstanceType: c.opts.Groups[group].MachineType,
+		Group: group, Location: m.Zone, CapacityType: cloud.OnDemand, InstanceType: g.InstanceType,
 	}
 	if mi.Id != nil {
 		in.ID = fmt.Sprint(mi.GetId()) // none until the VM exists
@@ -395,7 +454,7 @@ func (c *Cloud) Create(ctx context.Context, spec cloud.CreateSpec) (cloud.Instan
 	if err != nil {
 		return cloud.Instance{}, err
 	}
-	in := c.instance(spec.Group, m, mi)
+	in := c.instance(spec.Group, c.groupsNow()[spec.Group], m, mi)
 	in.State = cloud.StatePending
 	return in, nil
 }

@@ -72,12 +72,26 @@ type Server struct {
 	acct   *sim.Cloud
 	opts   Options
 
-	mu     sync.Mutex
-	igms   map[string]*igm // by zone/name
-	ops    map[string]*operation
-	nextID int
-	calls  map[string]int
-	faults faults.Set
+	mu        sync.Mutex
+	igms      map[string]*igm      // by zone/name
+	templates map[string]*Template // by link: projects/p/global/instanceTemplates/t, or .../regions/r/...
+	ops       map[string]*operation
+	nextID    int
+	calls     map[string]int
+	faults    faults.Set
+}
+
+// Template is an instance template: global, or regional when Region is
+// set.
+type Template struct {
+	Name, Region string
+	MachineType  string
+	// AcceleratorType and AcceleratorCount are its guestAccelerators (one
+	// kind, as GKE node pools have), if any.
+	AcceleratorType  string
+	AcceleratorCount int
+	// Metadata are its metadata items (GKE's kube-labels, kube-env).
+	Metadata map[string]string
 }
 
 type igm struct {
@@ -115,7 +129,8 @@ func New(engine *sim.Engine, opts Options) *Server {
 	if opts.OperationDelay == 0 {
 		opts.OperationDelay = 20 * time.Millisecond
 	}
-	s := &Server{engine: engine, acct: engine.Account(account), opts: opts, igms: map[string]*igm{}, ops: map[string]*operation{}, calls: map[string]int{}}
+	s := &Server{engine: engine, acct: engine.Account(account), opts: opts, igms: map[string]*igm{}, templates: map[string]*Template{},
+		ops: map[string]*operation{}, calls: map[string]int{}}
 	mux := http.NewServeMux()
 	base := "/compute/v1/projects/{project}/zones/{zone}/"
 	mux.HandleFunc("GET "+base+"instanceGroupManagers/{igm}", s.getIGM)
@@ -125,6 +140,8 @@ func New(engine *sim.Engine, opts Options) *Server {
 	mux.HandleFunc("POST "+base+"instanceGroupManagers/{igm}/resize", s.resize)
 	mux.HandleFunc("GET "+base+"operations/{op}", s.getOperation)
 	mux.HandleFunc("GET "+base+"instances", s.listInstances)
+	mux.HandleFunc("GET /compute/v1/projects/{project}/global/instanceTemplates/{t}", s.getTemplate)
+	mux.HandleFunc("GET /compute/v1/projects/{project}/regions/{region}/instanceTemplates/{t}", s.getTemplate)
 	s.Server = httptest.NewServer(s.middleware(mux))
 	return s
 }
@@ -133,12 +150,31 @@ func New(engine *sim.Engine, opts Options) *Server {
 func (s *Server) Engine() *sim.Engine { return s.engine }
 
 // AddGroup creates a managed instance group of a machine type in a zone,
-// empty.
+// empty, with a global template of its own name.
 func (s *Server) AddGroup(zone, name, machineType string) {
+	s.AddGroupFrom(zone, name, s.AddTemplate(Template{Name: name, MachineType: machineType}))
+}
+
+// AddTemplate stores an instance template and returns its link.
+func (s *Server) AddTemplate(t Template) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.igms[zone+"/"+name] = &igm{zone: zone, name: name, template: "projects/" + s.opts.Project + "/global/instanceTemplates/" + name,
-		machineType: machineType, base: name, members: map[string]*member{}}
+	link := "projects/" + s.opts.Project + "/global/instanceTemplates/" + t.Name
+	if t.Region != "" {
+		link = "projects/" + s.opts.Project + "/regions/" + t.Region + "/instanceTemplates/" + t.Name
+	}
+	s.templates[link] = &t
+	return link
+}
+
+// AddGroupFrom creates an empty managed instance group in a zone from a
+// template AddTemplate stored. Its instances are of the template's
+// machine type: the engine knows the machine types of MachineTypes.
+func (s *Server) AddGroupFrom(zone, name, templateLink string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.igms[zone+"/"+name] = &igm{zone: zone, name: name, template: templateLink,
+		machineType: s.templates[templateLink].MachineType, base: name, members: map[string]*member{}}
 }
 
 // FailNext makes the next request with method whose path ends with
@@ -208,6 +244,8 @@ func (s *Server) middleware(next http.Handler) http.Handler {
 			key = r.Method + " operations"
 		} else if len(parts) > 2 && parts[len(parts)-2] == "instanceGroupManagers" {
 			key = r.Method + " instanceGroupManager"
+		} else if len(parts) > 2 && parts[len(parts)-2] == "instanceTemplates" {
+			key = r.Method + " instanceTemplate"
 		}
 		s.mu.Lock()
 		s.calls[key]++
@@ -261,9 +299,45 @@ func (s *Server) getIGM(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, map[string]any{
 		"kind": "compute#instanceGroupManager", "id": "4" + strconv.Itoa(len(g.name)*1000003), "name": g.name,
-		"zone": s.zoneURL(g.zone), "instanceTemplate": s.URL + "/compute/v1/" + g.template, "baseInstanceName": g.base,
+		"zone": s.zoneURL(g.zone), "instanceTemplate": "https://www.googleapis.com/compute/v1/" + g.template, "baseInstanceName": g.base,
 		"targetSize": g.targetSize, "currentActions": actions, "status": map[string]any{"isStable": actions["creating"] == 0 && actions["deleting"] == 0},
 	})
+}
+
+func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request) {
+	link := "projects/" + r.PathValue("project") + "/global/instanceTemplates/" + r.PathValue("t")
+	if region := r.PathValue("region"); region != "" {
+		link = "projects/" + r.PathValue("project") + "/regions/" + region + "/instanceTemplates/" + r.PathValue("t")
+	}
+	s.mu.Lock()
+	t, ok := s.templates[link]
+	s.mu.Unlock()
+	if !ok {
+		apiError(w, http.StatusNotFound, "notFound", "The resource '"+link+"' was not found")
+		return
+	}
+	props := map[string]any{"machineType": t.MachineType}
+	if t.AcceleratorType != "" {
+		props["guestAccelerators"] = []map[string]any{{"acceleratorType": t.AcceleratorType, "acceleratorCount": t.AcceleratorCount}}
+	}
+	if len(t.Metadata) > 0 {
+		keys := make([]string, 0, len(t.Metadata))
+		for k := range t.Metadata {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		items := make([]map[string]string, 0, len(keys))
+		for _, k := range keys {
+			items = append(items, map[string]string{"key": k, "value": t.Metadata[k]})
+		}
+		props["metadata"] = map[string]any{"fingerprint": "a1b2c3d4e5f=", "items": items}
+	}
+	body := map[string]any{"kind": "compute#instanceTemplate", "id": "7" + strconv.Itoa(len(link)*7919), "name": t.Name,
+		"selfLink": "https://www.googleapis.com/compute/v1/" + link, "properties": props}
+	if t.Region != "" {
+		body["region"] = "https://www.googleapis.com/compute/v1/projects/" + s.opts.Project + "/regions/" + t.Region
+	}
+	writeJSON(w, http.StatusOK, body)
 }
 
 func (s *Server) zoneURL(zone string) string {

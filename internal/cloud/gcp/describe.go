@@ -1,0 +1,177 @@
+package gcp
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"cloud.google.com/go/compute/apiv1/computepb"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/gpuscaler/gpuscaler/internal/cloud"
+)
+
+// DescribeGroup implements cloud.GroupDescriber: it reads a zonal MIG and
+// its instance template (global or regional): the machine type and any
+// GPUs attached to it (guestAccelerators) give the instance type, learned
+// into the catalog when the table does not have it; the node labels and
+// taints are the ones GKE writes into a node pool's template metadata
+// (kube-labels, else kube-env's NODE_LABELS, and NODE_TAINTS).
+func (c *Cloud) DescribeGroup(ctx context.Context, zone, name string) (cloud.ExistingGroup, error) {
+	m, err := c.igm.Get(ctx, &computepb.GetInstanceGroupManagerRequest{Project: c.opts.Project, Zone: zone, InstanceGroupManager: name})
+	if err != nil {
+		return cloud.ExistingGroup{}, classify("describe", err)
+	}
+	link := m.GetInstanceTemplate()
+	if link == "" && len(m.GetVersions()) > 0 {
+		link = m.GetVersions()[0].GetInstanceTemplate()
+	}
+	tmpl, err := c.template(ctx, link)
+	if err != nil {
+		return cloud.ExistingGroup{}, fmt.Errorf("managed instance group %s/%s: %w", zone, name, err)
+	}
+	props := tmpl.GetProperties()
+	t, err := instanceType(lastSegment(props.GetMachineType()), props.GetGuestAccelerators())
+	if err != nil {
+		return cloud.ExistingGroup{}, cloud.Errorf(cloud.ErrInvalid, "describe", "managed instance group %s/%s, template %s: %v", zone, name, tmpl.GetName(), err)
+	}
+	if _, known := tableType(t.Name); !known {
+		c.mu.Lock()
+		learned := make(map[string]cloud.InstanceType, len(c.learned)+1)
+		for k, v := range c.learned {
+			learned[k] = v
+		}
+		learned[t.Name] = t
+		c.learned = learned
+		c.mu.Unlock()
+	}
+	meta := map[string]string{}
+	for _, it := range props.GetMetadata().GetItems() {
+		meta[it.GetKey()] = it.GetValue()
+	}
+	labels, taints, err := nodeSettings(meta)
+	if err != nil {
+		return cloud.ExistingGroup{}, cloud.Errorf(cloud.ErrInvalid, "describe", "managed instance group %s/%s, template %s: %v", zone, name, tmpl.GetName(), err)
+	}
+	return cloud.ExistingGroup{Location: zone, Name: name, InstanceType: t.Name, Labels: labels, Taints: taints, Size: int(m.GetTargetSize())}, nil
+}
+
+// template reads an instance template by its link: global
+// (projects/p/global/instanceTemplates/t) or regional
+// (projects/p/regions/r/instanceTemplates/t).
+func (c *Cloud) template(ctx context.Context, link string) (*computepb.InstanceTemplate, error) {
+	i := strings.Index(link, "projects/")
+	if i < 0 {
+		return nil, cloud.Errorf(cloud.ErrInvalid, "describe", "instance template %q is not a template link", link)
+	}
+	parts := strings.Split(link[i+len("projects/"):], "/")
+	project, parts := parts[0], parts[1:]
+	var (
+		t   *computepb.InstanceTemplate
+		err error
+	)
+	switch {
+	case len(parts) == 3 && parts[0] == "global" && parts[1] == "instanceTemplates":
+		t, err = c.templates.Get(ctx, &computepb.GetInstanceTemplateRequest{Project: project, InstanceTemplate: parts[2]})
+	case len(parts) == 4 && parts[0] == "regions" && parts[2] == "instanceTemplates":
+		t, err = c.regionTemplates.Get(ctx, &computepb.GetRegionInstanceTemplateRequest{Project: project, Region: parts[1], InstanceTemplate: parts[3]})
+	default:
+		return nil, cloud.Errorf(cloud.ErrInvalid, "describe", "instance template %q is not a template link", link)
+	}
+	if err != nil {
+		return nil, classify("describe", err)
+	}
+	return t, nil
+}
+
+// lastSegment is the name at the end of a link (a template may give its
+// machine type as a name or as a URL).
+func lastSegment(s string) string { return s[strings.LastIndex(s, "/")+1:] }
+
+// instanceType is the catalog entry of a machine type with the GPUs a
+// template attaches: the table's own entry when the machine type carries
+// its GPUs (A2, A3, G2) or has none attached; otherwise a learned entry
+// named "<machine type>.<count>x<accelerator>" (a valid label value) with
+// the accelerators' GPUs and prices added.
+func instanceType(machineType string, accels []*computepb.AcceleratorConfig) (cloud.InstanceType, error) {
+	t, ok := tableType(machineType)
+	if !ok {
+		return cloud.InstanceType{}, fmt.Errorf("machine type %q is not in gpuscaler's GCP table (docs/clouds/gcp.md)", machineType)
+	}
+	if t.GPUCount > 0 || len(accels) == 0 {
+		return t, nil
+	}
+	if len(accels) > 1 {
+		return cloud.InstanceType{}, fmt.Errorf("machine type %q has %d kinds of accelerators; one is supported", machineType, len(accels))
+	}
+	name, count := lastSegment(accels[0].GetAcceleratorType()), int(accels[0].GetAcceleratorCount())
+	a, ok := accelerators[name]
+	if !ok || count < 1 {
+		return cloud.InstanceType{}, fmt.Errorf("accelerator %q (count %d) is not in gpuscaler's GCP table (docs/clouds/gcp.md)", name, count)
+	}
+	t.Name = fmt.Sprintf("%s.%dx%s", machineType, count, name)
+	t.GPUModel, t.GPUCount, t.GPUMemoryGiB = a.model, count, a.memoryGiB
+	t.OnDemandPrice += float64(count) * a.price
+	return t, nil
+}
+
+// nodeSettings reads the node labels and taints GKE puts in a node pool's
+// template: the kube-labels item ("k=v,k2=v2"), else NODE_LABELS in the
+// kube-env item, and NODE_TAINTS in kube-env ("k=v:Effect,k2:Effect").
+func nodeSettings(meta map[string]string) (map[string]string, []corev1.Taint, error) {
+	env := kubeEnv(meta["kube-env"])
+	rawLabels, ok := meta["kube-labels"]
+	if !ok {
+		rawLabels = env["NODE_LABELS"]
+	}
+	labels := map[string]string{}
+	for _, kv := range splitList(rawLabels) {
+		k, v, _ := strings.Cut(kv, "=")
+		if k == "" {
+			return nil, nil, fmt.Errorf("node label %q has no key", kv)
+		}
+		labels[k] = v
+	}
+	var taints []corev1.Taint
+	for _, raw := range splitList(env["NODE_TAINTS"]) {
+		kv, effect, ok := strings.Cut(raw, ":")
+		k, v, _ := strings.Cut(kv, "=")
+		switch e := corev1.TaintEffect(effect); {
+		case !ok || k == "":
+			return nil, nil, fmt.Errorf("node taint %q is not key[=value]:Effect", raw)
+		case e != corev1.TaintEffectNoSchedule && e != corev1.TaintEffectPreferNoSchedule && e != corev1.TaintEffectNoExecute:
+			return nil, nil, fmt.Errorf("node taint %q: unknown effect %q", raw, effect)
+		default:
+			taints = append(taints, corev1.Taint{Key: k, Value: v, Effect: e})
+		}
+	}
+	return labels, taints, nil
+}
+
+// kubeEnv reads the "KEY: value" lines of a kube-env item (values may be
+// quoted).
+func kubeEnv(s string) map[string]string {
+	out := map[string]string{}
+	for line := range strings.Lines(s) {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		v = strings.TrimSpace(v)
+		if len(v) >= 2 && (v[0] == '\'' || v[0] == '"') && v[len(v)-1] == v[0] {
+			v = v[1 : len(v)-1]
+		}
+		out[strings.TrimSpace(k)] = v
+	}
+	return out
+}
+
+func splitList(s string) []string {
+	var out []string
+	for part := range strings.SplitSeq(s, ",") {
+		if part = strings.TrimSpace(part); part != "" {
+			out = append(out, part)
+		}
+	}
+	return out
+}

@@ -1,0 +1,246 @@
+package provisioner
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"reflect"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/gpuscaler/gpuscaler/api/v1alpha1"
+	"github.com/gpuscaler/gpuscaler/internal/cloud"
+	"github.com/gpuscaler/gpuscaler/internal/config"
+)
+
+// LabelProvisionerName is the label Baseten's NodeProvisioner puts on a
+// pool's nodes (set in the node pool's template): nodes carrying it
+// belong to the pool of that name. The node groups made from a pool's
+// existing instance groups give their templates this label.
+const LabelProvisionerName = "nodeprovisioner.compute.baseten.co/provisioner-name"
+
+// ExistingGroups turns the existing instance groups NodeProvisioners name
+// (existingInstanceGroupNames) into node groups of the core: each MIG is
+// read once (its template gives the instance type, the node labels and
+// taints) and again after Refresh, and the groups of every pool are put
+// in force together through Apply whenever they change.
+type ExistingGroups struct {
+	// Describer reads a MIG; nil when the config has no GCP cloud, and
+	// every pool that names an instance group then says so.
+	Describer cloud.GroupDescriber
+	// Zone is the zone of bare instance group names (clouds.gcp.zone).
+	Zone string
+	// GPULabel is the config's provider.gpuLabel: gpuscaler sets it.
+	GPULabel string
+	// MaxGroupSize is each group's maxSize when its pool sets no maxNodes
+	// (the config's sync.maxGroupSize).
+	MaxGroupSize int
+	// Apply puts the groups in force (runtime.SetExtraGroups).
+	Apply func(ctx context.Context, groups []config.NodeGroup) error
+	// Refresh is how long a MIG's description is kept; default 10 min.
+	Refresh time.Duration
+	Logger  *slog.Logger
+
+	mu      sync.Mutex
+	cache   map[string]described // by zone/name
+	applied []config.NodeGroup
+}
+
+type described struct {
+	at    time.Time
+	group cloud.ExistingGroup
+	err   error
+}
+
+// Sync resolves every pool's existing instance groups and puts their node
+// groups in force. It returns each pool's group names (in its order), and
+// the error of each pool whose groups could not be read or put in force.
+func (e *ExistingGroups) Sync(ctx context.Context, nps []v1alpha1.NodeProvisioner) (map[string][]string, map[string]error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	names, errs := map[string][]string{}, map[string]error{}
+	type want struct {
+		pool      string
+		zone, mig string
+		maxSize   int
+	}
+	var wants []want
+	owner := map[string]string{} // zone/name -> pool
+	sorted := append([]v1alpha1.NodeProvisioner(nil), nps...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
+	for _, np := range sorted {
+		if len(np.Spec.ExistingInstanceGroupNames) == 0 || np.DeletionTimestamp != nil {
+			continue
+		}
+		if e.Describer == nil {
+			errs[np.Name] = errors.New("existingInstanceGroupNames name GCP managed instance groups: configure clouds.gcp")
+			continue
+		}
+		maxSize := e.MaxGroupSize
+		if np.Spec.MaxNodes != nil && int(*np.Spec.MaxNodes) > 0 {
+			maxSize = min(maxSize, int(*np.Spec.MaxNodes))
+		}
+		var pool []want
+		for i, ref := range np.Spec.ExistingInstanceGroupNames {
+			zone, mig, err := ParseInstanceGroup(ref, e.Zone)
+			if err == nil && owner[zone+"/"+mig] != "" && owner[zone+"/"+mig] != np.Name {
+				err = fmt.Errorf("it belongs to NodeProvisioner %q already", owner[zone+"/"+mig])
+			}
+			if err != nil {
+				errs[np.Name] = fmt.Errorf("existingInstanceGroupNames[%d] %q: %w", i, ref, err)
+				pool = nil
+				break
+			}
+			pool = append(pool, want{pool: np.Name, zone: zone, mig: mig, maxSize: maxSize})
+		}
+		for _, w := range pool {
+			owner[w.zone+"/"+w.mig] = np.Name
+		}
+		wants = append(wants, pool...)
+	}
+	migNames := map[string]int{}
+	for _, w := range wants {
+		migNames[w.mig]++
+	}
+	var groups []config.NodeGroup
+	for _, w := range wants {
+		if errs[w.pool] != nil {
+			continue
+		}
+		d, err := e.describe(ctx, w.zone, w.mig)
+		if err != nil {
+			errs[w.pool] = fmt.Errorf("managed instance group zones/%s/instanceGroupManagers/%s: %w", w.zone, w.mig, err)
+			continue
+		}
+		name := groupName(w.zone, w.mig, migNames[w.mig] > 1)
+		labels := map[string]string{}
+		for k, v := range d.Labels {
+			if config.ReservedLabel(k, &config.NodeGroup{}, e.GPULabel) == "" {
+				labels[k] = v
+			}
+		}
+		labels[LabelProvisionerName] = w.pool
+		groups = append(groups, config.NodeGroup{
+			Name: name, Cloud: config.CloudGCP, InstanceType: d.InstanceType, Locations: []string{w.zone},
+			MaxSize: w.maxSize, Labels: labels, Taints: d.Taints, ManagedBy: config.ManagedByNodeProvisioner,
+			CloudOptions: map[string]string{"instanceGroup": w.mig},
+		})
+		names[w.pool] = append(names[w.pool], name)
+	}
+	// A pool with an error has none of its groups in force.
+	kept := groups[:0]
+	for _, g := range groups {
+		if errs[g.Labels[LabelProvisionerName]] == nil {
+			kept = append(kept, g)
+		}
+	}
+	for pool := range errs {
+		delete(names, pool)
+	}
+	if !reflect.DeepEqual(kept, e.applied) && !(len(kept) == 0 && len(e.applied) == 0) {
+		if err := e.Apply(ctx, kept); err != nil {
+			for pool := range names {
+				errs[pool] = fmt.Errorf("node groups of the existing instance groups not put in force: %w", err)
+			}
+			return nil, errs
+		}
+		e.applied = kept
+		e.Logger.Info("node groups of existing instance groups in force", "groups", len(kept))
+	}
+	return names, errs
+}
+
+// describe reads a MIG, or returns what was read within Refresh (a
+// failure is kept for a tenth of that, so a pool in error asks again soon).
+func (e *ExistingGroups) describe(ctx context.Context, zone, mig string) (cloud.ExistingGroup, error) {
+	if e.cache == nil {
+		e.cache = map[string]described{}
+	}
+	refresh := e.Refresh
+	if refresh == 0 {
+		refresh = 10 * time.Minute
+	}
+	key := zone + "/" + mig
+	if c, ok := e.cache[key]; ok && (time.Since(c.at) < refresh && c.err == nil || time.Since(c.at) < refresh/10) {
+		return c.group, c.err
+	}
+	d, err := e.Describer.DescribeGroup(ctx, zone, mig)
+	if err != nil {
+		if c, ok := e.cache[key]; ok && c.err == nil && !errors.Is(err, cloud.ErrNotFound) {
+			// Keep the group as last read: a passing API failure must not
+			// take a pool's groups out of the core.
+			e.Logger.Warn("managed instance group not read again; keeping its last description", "group", key, "error", err)
+			c.at = time.Now().Add(-refresh + refresh/10)
+			e.cache[key] = c
+			return c.group, nil
+		}
+	} else {
+		d.Labels = maps.Clone(d.Labels)
+	}
+	e.cache[key] = described{at: time.Now(), group: d, err: err}
+	return d, err
+}
+
+// Names returns the node groups of a pool's existing instance groups, as
+// the last Sync put them in force.
+func (e *ExistingGroups) Names(pool string) []string {
+	if e == nil {
+		return nil
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []string
+	for _, g := range e.applied {
+		if g.Labels[LabelProvisionerName] == pool {
+			out = append(out, g.Name)
+		}
+	}
+	return out
+}
+
+// instanceGroupRef is the long form of an instance group's name, with an
+// optional API prefix (https://www.googleapis.com/compute/v1/projects/<p>/).
+var instanceGroupRef = regexp.MustCompile(`^(?:(?:https://www\.googleapis\.com/compute/v1/)?projects/[^/]+/)?zones/([a-z]+-[a-z]+[0-9]+-[a-z])/(?:instanceGroupManagers|instanceGroups)/([^/]+)$`)
+
+// ParseInstanceGroup reads an existingInstanceGroupNames entry:
+// "zones/<zone>/instanceGroupManagers/<name>" (or its URL), or a bare
+// name in zone.
+func ParseInstanceGroup(ref, zone string) (string, string, error) {
+	name := ref
+	if m := instanceGroupRef.FindStringSubmatch(ref); m != nil {
+		zone, name = m[1], m[2]
+	} else if strings.Contains(ref, "/") {
+		return "", "", errors.New("not zones/<zone>/instanceGroupManagers/<name> nor a bare name")
+	} else if zone == "" {
+		return "", "", errors.New("a bare name needs clouds.gcp.zone in gpuscaler's config")
+	}
+	if msgs := validation.IsDNS1123Label(name); len(msgs) > 0 {
+		return "", "", fmt.Errorf("instance group name %q: %s", name, strings.Join(msgs, "; "))
+	}
+	return zone, name, nil
+}
+
+// groupName is the node group of a MIG: its own name when that is short
+// enough and unique among the MIGs, else a prefix and a hash of zone/name.
+func groupName(zone, mig string, shared bool) string {
+	const max = 40 // config's limit on group names
+	if len(mig) <= max && !shared && validation.IsDNS1123Label(mig) == nil && mig[0] >= 'a' && mig[0] <= 'z' {
+		return mig
+	}
+	sum := sha256.Sum256([]byte(zone + "/" + mig))
+	prefix := strings.TrimRight(mig[:min(len(mig), max-7)], "-")
+	if prefix == "" || prefix[0] < 'a' || prefix[0] > 'z' {
+		prefix = "mig" + prefix
+		prefix = strings.TrimRight(prefix[:min(len(prefix), max-7)], "-")
+	}
+	return prefix + "-" + hex.EncodeToString(sum[:3])
+}

@@ -1,0 +1,135 @@
+package provisioner
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpuscaler/gpuscaler/api/v1alpha1"
+	"github.com/gpuscaler/gpuscaler/internal/cloud/gcp"
+	"github.com/gpuscaler/gpuscaler/internal/cloud/gcp/gcptest"
+	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
+	"github.com/gpuscaler/gpuscaler/internal/config"
+)
+
+func pool(name string, maxNodes int32, migs ...string) v1alpha1.NodeProvisioner {
+	np := v1alpha1.NodeProvisioner{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.NodeProvisionerSpec{ExistingInstanceGroupNames: migs}}
+	if maxNodes > 0 {
+		np.Spec.MaxNodes = &maxNodes
+	}
+	return np
+}
+
+// TestExistingGroups: pools' existing instance groups become node groups
+// read from their templates through the real GCP client and fake API:
+// bare names take the default zone; a MIG name found in two zones gets
+// hashed group names; labels gpuscaler sets itself are dropped and the
+// Baseten label names the pool; a MIG two pools name is the first pool's;
+// descriptions are cached (no API call, no reload, on the next pass); a
+// failed re-read keeps the groups in force; a pool whose MIG is missing is
+// in error with none of its groups in force.
+func TestExistingGroups(t *testing.T) {
+	engine, err := gcptest.NewEngine(sim.Config{}, sim.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake := gcptest.New(engine, gcptest.Options{Project: "p"})
+	t.Cleanup(fake.Close)
+	tmpl := fake.AddTemplate(gcptest.Template{Name: "gke-l4", MachineType: "g2-standard-8", Metadata: map[string]string{
+		"kube-labels": "cloud.google.com/gke-nodepool=l4,kubernetes.io/arch=amd64",
+		"kube-env":    "NODE_TAINTS: nvidia.com/gpu=present:NoSchedule\n",
+	}})
+	fake.AddGroupFrom("us-central1-a", "l4-grp", tmpl)
+	fake.AddGroupFrom("us-central1-b", "l4-grp", tmpl)
+	fake.AddGroupFrom("us-central1-a", "gke-prod-a-very-long-node-pool-name-1234abcd-grp", tmpl)
+	clients, err := gcp.NewClients(context.Background(), gcp.ClientOptions{Endpoint: fake.URL, NoAuth: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var applied [][]config.NodeGroup
+	e := &ExistingGroups{Describer: gcp.New(clients, gcp.Options{Project: "p"}), Zone: "us-central1-a", MaxGroupSize: 100,
+		Apply: func(_ context.Context, g []config.NodeGroup) error {
+			applied = append(applied, g)
+			return nil
+		}, Refresh: 200 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)}
+	ctx := context.Background()
+	nps := []v1alpha1.NodeProvisioner{
+		pool("a", 4, "l4-grp", "zones/us-central1-b/instanceGroupManagers/l4-grp"),
+		pool("b", 0, "https://www.googleapis.com/compute/v1/projects/p/zones/us-central1-a/instanceGroups/gke-prod-a-very-long-node-pool-name-1234abcd-grp"),
+		pool("c", 0, "zones/us-central1-b/instanceGroupManagers/l4-grp"),
+		pool("d", 0, "missing-grp"),
+		{ObjectMeta: metav1.ObjectMeta{Name: "e"}, Spec: v1alpha1.NodeProvisionerSpec{NodeGroups: []string{"configured"}}},
+	}
+	names, errs := e.Sync(ctx, nps)
+	if len(applied) != 1 {
+		t.Fatalf("%d applies; want 1", len(applied))
+	}
+	if len(names["a"]) != 2 || names["a"][0] == "l4-grp" || !strings.HasPrefix(names["a"][0], "l4-grp-") || names["a"][0] == names["a"][1] {
+		t.Errorf("pool a's groups %v: one MIG name in two zones wants two hashed names", names["a"])
+	}
+	if g := names["b"]; len(g) != 1 || len(g[0]) > 40 || !strings.HasPrefix(g[0], "gke-prod-a-very-long-node-pool-") {
+		t.Errorf("pool b's groups %v: a long MIG name is cut to 40 characters with a hash", g)
+	}
+	if err := errs["c"]; err == nil || !strings.Contains(err.Error(), `NodeProvisioner "a"`) {
+		t.Errorf("pool c names pool a's MIG: %v", err)
+	}
+	if err := errs["d"]; err == nil || !strings.Contains(err.Error(), "missing-grp") || names["d"] != nil {
+		t.Errorf("pool d's MIG is missing: %v, groups %v", err, names["d"])
+	}
+	if _, ok := errs["e"]; ok || names["e"] != nil {
+		t.Errorf("pool e has no existing instance groups: %v %v", errs["e"], names["e"])
+	}
+	g := applied[0][0]
+	want := config.NodeGroup{Name: names["a"][0], Cloud: "gcp", InstanceType: "g2-standard-8", Locations: []string{"us-central1-a"}, MaxSize: 4,
+		Labels: map[string]string{"cloud.google.com/gke-nodepool": "l4", LabelProvisionerName: "a"}, Taints: g.Taints,
+		ManagedBy: config.ManagedByNodeProvisioner, CloudOptions: map[string]string{"instanceGroup": "l4-grp"}}
+	if !reflect.DeepEqual(g, want) || len(g.Taints) != 1 || g.Taints[0].Key != "nvidia.com/gpu" {
+		t.Errorf("group %+v\nwant  %+v", g, want)
+	}
+	if applied[0][2].MaxSize != 100 {
+		t.Errorf("pool b sets no maxNodes: maxSize %d; want sync.maxGroupSize", applied[0][2].MaxSize)
+	}
+	before := fake.Calls()["GET instanceTemplate"]
+	if again, _ := e.Sync(ctx, nps); !reflect.DeepEqual(again, names) || len(applied) != 1 || fake.Calls()["GET instanceTemplate"] != before {
+		t.Errorf("second pass: groups %v, %d applies, %d template reads; want the same groups read from memory", again, len(applied), fake.Calls()["GET instanceTemplate"]-before)
+	}
+	time.Sleep(250 * time.Millisecond)
+	for range 3 {
+		fake.FailNext(http.MethodGet, "/gke-l4", http.StatusForbidden, "forbidden", "permission denied for a moment")
+	}
+	if again, errs := e.Sync(ctx, nps); !reflect.DeepEqual(again, names) || len(applied) != 1 || errs["a"] != nil {
+		t.Errorf("a failed re-read: groups %v, errors %v, %d applies; want the groups kept", again, errs, len(applied))
+	}
+	if _, errs := e.Sync(ctx, nps[1:]); len(applied) != 2 || len(applied[1]) != 2 || errs["c"] != nil {
+		t.Errorf("pool a gone: %d applies, groups %v, errors %v; want b's and c's groups", len(applied), applied[len(applied)-1], errs)
+	}
+}
+
+// TestParseInstanceGroup: the forms existingInstanceGroupNames takes.
+func TestParseInstanceGroup(t *testing.T) {
+	for _, c := range []struct{ ref, zone, wantZone, wantName, err string }{
+		{ref: "grp", zone: "us-east4-c", wantZone: "us-east4-c", wantName: "grp"},
+		{ref: "zones/europe-west4-a/instanceGroupManagers/grp", wantZone: "europe-west4-a", wantName: "grp"},
+		{ref: "projects/p/zones/europe-west4-a/instanceGroups/grp", wantZone: "europe-west4-a", wantName: "grp"},
+		{ref: "grp", err: "clouds.gcp.zone"},
+		{ref: "regions/us-east4/instanceGroupManagers/grp", err: "not zones/"},
+		{ref: "Grp_1", zone: "us-east4-c", err: "instance group name"},
+	} {
+		zone, name, err := ParseInstanceGroup(c.ref, c.zone)
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%q: %v; want an error saying %q", c.ref, err, c.err)
+			}
+			continue
+		}
+		if err != nil || zone != c.wantZone || name != c.wantName {
+			t.Errorf("%q: %s %s %v", c.ref, zone, name, err)
+		}
+	}
+}
