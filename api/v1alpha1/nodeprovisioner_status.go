@@ -38,6 +38,11 @@ type NodeProvisionerStatus struct {
 	// LastScaleTime is when the pool last changed size.
 	// +optional
 	LastScaleTime *metav1.Time `json:"lastScaleTime,omitempty"`
+
+	// DefragmentationEvictions are the times of the pod evictions
+	// defragmentation started in the last hour (its cap counts them).
+	// +optional
+	DefragmentationEvictions []metav1.Time `json:"defragmentationEvictions,omitempty"`
 	// Conditions: Ready, ScalingUp, ScalingDown, CapacityUnavailable.
 	// +optional
 	// +listType=map

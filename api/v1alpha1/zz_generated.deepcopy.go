@@ -207,6 +207,13 @@ func (in *NodeProvisionerStatus) DeepCopyInto(out *NodeProvisionerStatus) {
 		in, out := &in.LastScaleTime, &out.LastScaleTime
 		*out = (*in).DeepCopy()
 	}
+	if in.DefragmentationEvictions != nil {
+		in, out := &in.DefragmentationEvictions, &out.DefragmentationEvictions
+		*out = make([]v1.Time, len(*in))
+		for i := range *in {
+			(*in)[i].DeepCopyInto(&(*out)[i])
+		}
+	}
 	if in.Conditions != nil {
 		in, out := &in.Conditions, &out.Conditions
 		*out = make([]v1.Condition, len(*in))

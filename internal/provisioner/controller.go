@@ -185,6 +185,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		now := metav1.Now()
 		np.Status.LastScaleTime = &now
 	}
+	if r.disrupt(ctx, &np, pool, snapshot, nodes.Items, pods.Items, groupOf, len(p.Add) > 0) {
+		now := metav1.Now()
+		np.Status.LastScaleTime = &now
+	}
 	scalingDown := false
 	if len(p.Add) == 0 {
 		scalingDown = r.scaleDown(ctx, &np, p.Remove, nodes.Items, groupOf)

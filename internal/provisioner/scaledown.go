@@ -49,8 +49,8 @@ func (r *Reconciler) scaleDown(ctx context.Context, np *v1alpha1.NodeProvisioner
 	for i := range nodes {
 		n := &nodes[i]
 		group := groupOf(n)
-		if group == "" {
-			continue
+		if group == "" || n.Annotations[AnnotationDrain] != "" {
+			continue // not the pool's, or drained by rotation or defragmentation
 		}
 		since, marked := unneededSince(n)
 		switch {
@@ -139,8 +139,15 @@ func (r *Reconciler) drainAndDelete(ctx context.Context, np *v1alpha1.NodeProvis
 			continue
 		}
 		left++
+		if p.DeletionTimestamp != nil {
+			continue // evicted already; waiting for it to end
+		}
 		ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace}}
 		err := r.Client.SubResource("eviction").Create(ctx, p, ev)
+		if err == nil && n.Annotations[AnnotationDrain] == drainDefragmentation {
+			// Defragmentation's cap counts the evictions it caused.
+			np.Status.DefragmentationEvictions = append(np.Status.DefragmentationEvictions, metav1.Now())
+		}
 		if err == nil || apierrors.IsNotFound(err) {
 			continue
 		}

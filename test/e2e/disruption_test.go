@@ -1,0 +1,169 @@
+package e2e
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gpuscaler/gpuscaler/api/v1alpha1"
+	"github.com/gpuscaler/gpuscaler/internal/provisioner"
+)
+
+// poolNodes returns the pool's Ready nodes that take pods (not cordoned).
+func poolNodes(ctx context.Context, c *controllerEnv, group string) []corev1.Node {
+	var out []corev1.Node
+	for _, n := range readyGPUNodes(ctx, c.env.Client) {
+		if n.Labels["gpuscaler.dev/node-group"] == group && !n.Spec.Unschedulable {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// TestRotation: nodes past the pool's maxNodeLifetime are replaced one at
+// a time, each successor Ready before its predecessor is cordoned, so the
+// pool never has fewer Ready, schedulable nodes than its two.
+func TestRotation(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c := startController(t, ctx, "  - {name: h100, cloud: sim, instanceType: 1H100.80S.30V, locations: [FIN-01], maxSize: 5}\n")
+	two := int32(2)
+	createNP(t, ctx, c, &v1alpha1.NodeProvisioner{ObjectMeta: metav1.ObjectMeta{Name: "rotated"}, Spec: v1alpha1.NodeProvisionerSpec{
+		NodeGroups: []string{"h100"}, MinNodes: &two, ScaleDownDelay: &metav1.Duration{Duration: 10 * time.Minute},
+		MaxNodeLifetime: &metav1.Duration{Duration: 15 * time.Second}}})
+	waitFor(t, ctx, "two Ready nodes", func() bool { return len(poolNodes(ctx, c, "h100")) == 2 })
+	original := map[string]bool{}
+	for _, n := range poolNodes(ctx, c, "h100") {
+		original[n.Name] = true
+	}
+	fewest := 2
+	deadline := time.Now().Add(100 * time.Second)
+	for {
+		nodes := poolNodes(ctx, c, "h100")
+		fewest = min(fewest, len(nodes))
+		left := 0
+		all, _ := c.env.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		for _, n := range all.Items {
+			if original[n.Name] {
+				left++
+			}
+		}
+		if left == 0 && len(nodes) >= 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 100 s, %d of the original nodes are still there", left)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if fewest < 2 {
+		t.Fatalf("during rotation the pool had %d Ready, schedulable nodes; want never fewer than 2", fewest)
+	}
+}
+
+// TestDefragmentation: four 2-GPU nodes each half used become two full
+// ones. Three of the pods belong to a ReplicaSet, the fourth to no
+// controller: it is never evicted. While a PodDisruptionBudget allows no
+// disruption, nothing moves; once it goes, the pool consolidates.
+func TestDefragmentation(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c := startController(t, ctx, "  - {name: h100x2, cloud: sim, instanceType: 2H100.80S.80V, locations: [FIN-01], maxSize: 6}\n")
+	four := int32(4)
+	createNP(t, ctx, c, &v1alpha1.NodeProvisioner{ObjectMeta: metav1.ObjectMeta{Name: "dense"}, Spec: v1alpha1.NodeProvisionerSpec{
+		NodeGroups: []string{"h100x2"}, MinNodes: &four, ScaleDownDelay: &metav1.Duration{Duration: time.Second}}})
+	waitFor(t, ctx, "four Ready nodes", func() bool { return len(poolNodes(ctx, c, "h100x2")) == 4 })
+
+	pod := func() corev1.PodSpec {
+		spec := gpuPod("x").Spec
+		spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = resource.MustParse("4") // spread by the scheduler's scoring
+		return spec
+	}
+	labels := map[string]string{"app": "infer"}
+	three := int32(3)
+	rs := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: "infer", Namespace: "default"}, Spec: appsv1.ReplicaSetSpec{
+		Replicas: &three, Selector: &metav1.LabelSelector{MatchLabels: labels},
+		Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: pod()}}}
+	if err := c.kube.Create(ctx, rs); err != nil {
+		t.Fatal(err)
+	}
+	solo := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "solo", Namespace: "default"}, Spec: pod()}
+	if err := c.kube.Create(ctx, solo); err != nil {
+		t.Fatal(err)
+	}
+	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "infer", Namespace: "default"}, Spec: policyv1.PodDisruptionBudgetSpec{
+		MinAvailable: new(intstr.FromInt32(3)), Selector: &metav1.LabelSelector{MatchLabels: labels}}}
+	if err := c.kube.Create(ctx, pdb); err != nil {
+		t.Fatal(err)
+	}
+	spread := func() map[string]int {
+		var list corev1.PodList
+		_ = c.kube.List(ctx, &list, client.InNamespace("default"))
+		on := map[string]int{}
+		for _, p := range list.Items {
+			if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
+				on[p.Spec.NodeName]++
+			}
+		}
+		return on
+	}
+	waitFor(t, ctx, "four pods Running, one per node", func() bool { on := spread(); return len(on) == 4 && on[""] == 0 })
+	var before corev1.Pod
+	if err := c.kube.Get(ctx, types.NamespacedName{Namespace: "default", Name: "solo"}, &before); err != nil {
+		t.Fatal(err)
+	}
+
+	// Defragmentation on, minimum off: the budget holds every pod.
+	var np v1alpha1.NodeProvisioner
+	if err := c.kube.Get(ctx, types.NamespacedName{Name: "dense"}, &np); err != nil {
+		t.Fatal(err)
+	}
+	np.Spec.MinNodes = nil
+	np.Spec.Defragmentation = &v1alpha1.Defragmentation{Enabled: true}
+	if err := c.kube.Update(ctx, &np); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(6 * time.Second)
+	if on := spread(); len(on) != 4 || len(poolNodes(ctx, c, "h100x2")) != 4 {
+		t.Fatalf("with a PodDisruptionBudget allowing nothing: pods per node %v, %d nodes; want 4 and 4", on, len(poolNodes(ctx, c, "h100x2")))
+	}
+	if err := c.kube.Delete(ctx, pdb); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "two full nodes", func() bool {
+		on := spread()
+		if len(on) != 2 || len(poolNodes(ctx, c, "h100x2")) != 2 {
+			return false
+		}
+		for _, n := range on {
+			if n != 2 {
+				return false
+			}
+		}
+		return true
+	})
+	var after corev1.Pod
+	if err := c.kube.Get(ctx, types.NamespacedName{Namespace: "default", Name: "solo"}, &after); err != nil || after.UID != before.UID || after.Spec.NodeName != before.Spec.NodeName {
+		t.Fatalf("the pod without a controller was moved or lost: %v (node %s, was %s)", err, after.Spec.NodeName, before.Spec.NodeName)
+	}
+	if err := c.kube.Get(ctx, types.NamespacedName{Name: "dense"}, &np); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(np.Status.DefragmentationEvictions); n < 2 || n > 3 {
+		t.Errorf("%d evictions recorded; want the 2 or 3 moves", n)
+	}
+	for _, n := range poolNodes(ctx, c, "h100x2") {
+		if n.Annotations[provisioner.AnnotationDrain] != "" {
+			t.Errorf("node %s still marked %s", n.Name, n.Annotations[provisioner.AnnotationDrain])
+		}
+	}
+}
