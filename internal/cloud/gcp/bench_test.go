@@ -78,3 +78,95 @@ func BenchmarkSteadyStateAPICalls(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkIncreaseSizeToCreate measures the time from the core's
+// IncreaseSize (what the NodeProvisioner and cluster-autoscaler call for a
+// pending pod) to the createInstances request reaching the API, over the
+// real client and the fake, with the defaults' request budget. The
+// planner's own time is BenchmarkPlan (internal/provisioner/plan).
+func BenchmarkIncreaseSizeToCreate(b *testing.B) {
+	capacity := 100000
+	engine, err := gcptest.NewEngine(sim.Config{BootDelay: sim.Duration(time.Millisecond), DefaultCapacity: &capacity}, sim.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	fake := gcptest.New(engine, gcptest.Options{Project: project, OperationDelay: time.Millisecond})
+	b.Cleanup(fake.Close)
+	fake.AddGroup("us-central1-a", "l4", "g2-standard-8")
+	cfg, err := config.Parse([]byte("clusterName: bench\nsync: {period: 200ms}\nclouds:\n  gcp: {project: " + project + "}\nnodeGroups:\n" +
+		"  - {name: l4, cloud: gcp, instanceType: g2-standard-8, locations: [us-central1-a], maxSize: 5000}\n"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	clients, err := gcp.NewClients(context.Background(), gcp.ClientOptions{Endpoint: fake.URL, NoAuth: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	prov := gcp.New(clients, gcp.Options{Project: project, Groups: map[string]gcp.Group{
+		"l4": {InstanceType: "g2-standard-8", MIGs: []gcp.MIG{{Zone: "us-central1-a", Name: "l4"}}}}, Logger: slog.New(slog.DiscardHandler)})
+	mgr, stop := coretest.Start(b, cfg, gcp.Name, prov, nodegroup.Options{Logger: slog.New(slog.DiscardHandler)})
+	b.Cleanup(stop)
+	ctx := context.Background()
+	n := 0
+	for b.Loop() {
+		before := fake.Calls()["POST createInstances"]
+		if err := mgr.IncreaseSize(ctx, "l4", 1); err != nil {
+			b.Fatal(err)
+		}
+		for fake.Calls()["POST createInstances"] == before {
+			time.Sleep(50 * time.Microsecond)
+		}
+		// The next pod comes to a MIG with no operation running.
+		b.StopTimer()
+		n++
+		for len(coretest.Running(b, mgr, "l4")) < n {
+			time.Sleep(time.Millisecond)
+		}
+		b.StartTimer()
+	}
+}
+
+// BenchmarkScaleUpTenInOneZone measures the time from one IncreaseSize of
+// 10 to the 10th createInstances reaching the API: orders into one MIG
+// run one at a time (GCP refuses a second operation while one runs), so
+// this is ten operations' round trips.
+func BenchmarkScaleUpTenInOneZone(b *testing.B) {
+	capacity := 100000
+	engine, err := gcptest.NewEngine(sim.Config{BootDelay: sim.Duration(time.Millisecond), DefaultCapacity: &capacity}, sim.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	fake := gcptest.New(engine, gcptest.Options{Project: project, OperationDelay: 50 * time.Millisecond})
+	b.Cleanup(fake.Close)
+	fake.AddGroup("us-central1-a", "l4", "g2-standard-8")
+	cfg, err := config.Parse([]byte("clusterName: bench\nsync: {period: 200ms}\nclouds:\n  gcp: {project: " + project + "}\nnodeGroups:\n" +
+		"  - {name: l4, cloud: gcp, instanceType: g2-standard-8, locations: [us-central1-a], maxSize: 5000}\n"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	clients, err := gcp.NewClients(context.Background(), gcp.ClientOptions{Endpoint: fake.URL, NoAuth: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	prov := gcp.New(clients, gcp.Options{Project: project, Groups: map[string]gcp.Group{
+		"l4": {InstanceType: "g2-standard-8", MIGs: []gcp.MIG{{Zone: "us-central1-a", Name: "l4"}}}}, Logger: slog.New(slog.DiscardHandler)})
+	mgr, stop := coretest.Start(b, cfg, gcp.Name, prov, nodegroup.Options{Logger: slog.New(slog.DiscardHandler)})
+	b.Cleanup(stop)
+	ctx := context.Background()
+	n := 0
+	for b.Loop() {
+		before := fake.Calls()["POST createInstances"]
+		if err := mgr.IncreaseSize(ctx, "l4", 10); err != nil {
+			b.Fatal(err)
+		}
+		for fake.Calls()["POST createInstances"] < before+10 {
+			time.Sleep(100 * time.Microsecond)
+		}
+		b.StopTimer()
+		n += 10
+		for len(coretest.Running(b, mgr, "l4")) < n {
+			time.Sleep(time.Millisecond)
+		}
+		b.StartTimer()
+	}
+}

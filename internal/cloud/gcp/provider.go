@@ -570,6 +570,9 @@ func (c *Cloud) run(ctx context.Context, op string, call func() (*compute.Operat
 		return classify(op, err)
 	}
 	deadline := time.Now().Add(c.opts.OperationTimeout)
+	// Most MIG operations end within seconds and hold the MIG's lock
+	// meanwhile: ask soon, then less often, up to PollInterval.
+	wait := min(100*time.Millisecond, c.opts.PollInterval)
 	for !o.Done() {
 		if time.Now().After(deadline) {
 			return cloud.Errorf(cloud.ErrOutcomeUnknown, op, "operation %s not done after %s", o.Name(), c.opts.OperationTimeout)
@@ -577,8 +580,9 @@ func (c *Cloud) run(ctx context.Context, op string, call func() (*compute.Operat
 		select {
 		case <-ctx.Done():
 			return cloud.NewError(cloud.ErrOutcomeUnknown, op, ctx.Err())
-		case <-time.After(c.opts.PollInterval):
+		case <-time.After(wait):
 		}
+		wait = min(2*wait, c.opts.PollInterval)
 		if err := o.Poll(ctx); err != nil && !o.Done() {
 			if cloud.Class(classify(op, err)) == cloud.ErrTransient {
 				continue // the operation runs on; ask again
