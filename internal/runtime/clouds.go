@@ -327,7 +327,7 @@ func buildGCP(ctx context.Context, cfg *config.Config, gc *config.GCPConfig, opt
 	if err != nil {
 		return nil, err
 	}
-	return gcp.New(clients, gcp.Options{Project: project, Groups: gcpGroups(cfg), Logger: opts.Logger.With("cloud", gcp.Name)}), nil
+	return gcp.New(clients, gcp.Options{Project: project, ClusterName: cfg.ClusterName, Groups: gcpGroups(cfg), Logger: opts.Logger.With("cloud", gcp.Name)}), nil
 }
 
 // gcpGroups are the config's GCP groups' MIGs.

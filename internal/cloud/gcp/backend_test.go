@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -343,4 +344,67 @@ func TestDescribeGroup(t *testing.T) {
 	if _, err := c.DescribeGroup(ctx, "us-central1-a", "odd-grp"); !errors.Is(err, cloud.ErrInvalid) || !strings.Contains(err.Error(), "m3-ultramem-32") {
 		t.Errorf("machine type outside the table: %v; want ErrInvalid naming it", err)
 	}
+}
+
+// TestMIGFromTemplate: a group whose MIG does not exist yet, with an
+// instance template named, lists as empty and creates its MIG (marked as
+// gpuscaler's) on its first order, even when the answer to that insert is
+// lost (asked again, it is there already). Once the group leaves the config and its MIG is empty, the MIG is
+// deleted; MIGs gpuscaler did not create, another cluster's, and its own
+// while they have members are not.
+func TestMIGFromTemplate(t *testing.T) {
+	b := newBackend(t, 5, groupsYAML, gcptest.Options{})
+	b.fake.AddTemplate(gcptest.Template{Name: "l4-template", MachineType: "g2-standard-8"})
+	clients, err := gcp.NewClients(context.Background(), gcp.ClientOptions{Endpoint: b.fake.URL, NoAuth: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := gcp.New(clients, gcp.Options{Project: project, ClusterName: "prod", PollInterval: 10 * time.Millisecond, CreateWatch: 2 * time.Second,
+		SweepInterval: time.Nanosecond, Groups: map[string]gcp.Group{
+			"made": gcp.NewGroup("made", "g2-standard-8", []string{"us-central1-b"}, map[string]string{gcp.OptionInstanceTemplate: "l4-template"}),
+		}})
+	ctx := context.Background()
+	if insts, err := c.List(ctx); err != nil || len(insts) != 0 {
+		t.Fatalf("a group whose MIG is still to be made: %v %v", insts, err)
+	}
+	b.fake.LoseNextAnswer(http.MethodPost, "/us-central1-b/instanceGroupManagers")
+	spec := cloud.CreateSpec{Name: "made-0000000001", Group: "made", InstanceType: "g2-standard-8", Location: "us-central1-b", CapacityType: cloud.OnDemand}
+	if _, err := c.Create(ctx, spec); err != nil {
+		t.Fatalf("a create whose MIG insert went unanswered (asked again with its request id, the MIG found there): %v", err)
+	}
+	if groups := b.fake.Groups(); !slices.Contains(groups, "us-central1-b/made") {
+		t.Fatalf("MIGs %v", groups)
+	}
+	// Not gpuscaler's, another cluster's: never deleted.
+	b.fake.AddGroup("us-central1-b", "theirs", "g2-standard-8")
+	other := gcp.New(clients, gcp.Options{Project: project, ClusterName: "prod2", PollInterval: 10 * time.Millisecond, Groups: map[string]gcp.Group{
+		"other": gcp.NewGroup("other", "g2-standard-8", []string{"us-central1-a"}, map[string]string{gcp.OptionInstanceTemplate: "l4-template"})}})
+	if _, err := other.Create(ctx, cloud.CreateSpec{Name: "other-0000000001", Group: "other", InstanceType: "g2-standard-8", Location: "us-central1-a"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Delete(ctx, cloud.Instance{Name: "other-0000000001", Group: "other", Location: "us-central1-a"}); err != nil {
+		t.Fatal(err)
+	}
+	c.SetGroups(map[string]gcp.Group{})
+	if _, err := c.List(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if groups := b.fake.Groups(); !slices.Contains(groups, "us-central1-b/made") {
+		t.Fatalf("a MIG with a member was deleted: %v", groups)
+	}
+	if err := c.Delete(ctx, cloud.Instance{Name: "made-0000000001", Group: "made", Location: "us-central1-b"}); err == nil {
+		t.Fatal("a delete in a group no longer configured")
+	}
+	c.SetGroups(map[string]gcp.Group{"made": gcp.NewGroup("made", "g2-standard-8", []string{"us-central1-b"}, nil)})
+	if err := c.Delete(ctx, cloud.Instance{Name: "made-0000000001", Group: "made", Location: "us-central1-b"}); err != nil {
+		t.Fatal(err)
+	}
+	c.SetGroups(map[string]gcp.Group{})
+	coretest.Wait(t, "the empty MIG gpuscaler made deleted, and no other", b.logs, func() bool {
+		if _, err := c.List(ctx); err != nil {
+			t.Fatal(err)
+		}
+		groups := b.fake.Groups()
+		return !slices.Contains(groups, "us-central1-b/made") && slices.Contains(groups, "us-central1-b/theirs") && slices.Contains(groups, "us-central1-a/other")
+	})
 }

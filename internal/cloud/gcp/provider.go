@@ -42,6 +42,9 @@ type Group struct {
 	// or one DescribeGroup learned (a machine type with GPUs attached).
 	InstanceType string
 	MIGs         []MIG
+	// Template, when set, is the instance template a MIG of the group is
+	// created from when it does not exist yet (OptionInstanceTemplate).
+	Template string
 }
 
 // NewGroup returns a node group's MIGs: the MIG named by its
@@ -51,7 +54,7 @@ func NewGroup(name, instanceType string, zones []string, options map[string]stri
 	if mig == "" {
 		mig = name
 	}
-	g := Group{InstanceType: instanceType}
+	g := Group{InstanceType: instanceType, Template: options[OptionInstanceTemplate]}
 	for _, z := range zones {
 		g.MIGs = append(g.MIGs, MIG{Zone: z, Name: mig})
 	}
@@ -71,6 +74,12 @@ type Options struct {
 	CreateWatch time.Duration
 	// OperationTimeout bounds the wait for one operation; default 10m.
 	OperationTimeout time.Duration
+	// ClusterName marks the MIGs gpuscaler creates (their description),
+	// so that it deletes those and no other.
+	ClusterName string
+	// SweepInterval spaces the checks for MIGs gpuscaler created that no
+	// group uses any more; default 10 min.
+	SweepInterval time.Duration
 	Logger           *slog.Logger
 }
 
@@ -94,6 +103,9 @@ type Cloud struct {
 	// (DescribeGroup), by name. Both are replaced, never changed in place.
 	groups  map[string]Group
 	learned map[string]cloud.InstanceType
+	// swept is when the MIGs gpuscaler created were last checked for
+	// ones no group uses (retire).
+	swept time.Time
 }
 
 var (
@@ -170,6 +182,9 @@ func New(clients Clients, opts Options) *Cloud {
 	if opts.CreateWatch == 0 {
 		opts.CreateWatch = time.Minute
 	}
+	if opts.SweepInterval == 0 {
+		opts.SweepInterval = 10 * time.Minute
+	}
 	if opts.OperationTimeout == 0 {
 		opts.OperationTimeout = 10 * time.Minute
 	}
@@ -231,9 +246,20 @@ func (c *Cloud) mig(group, zone string) (MIG, bool) {
 // that name in each of the group's zones; default the group's name.
 const OptionInstanceGroup = "instanceGroup"
 
+// OptionInstanceTemplate names the instance template a group's MIGs are
+// created from when they do not exist yet: a global template's name, or a
+// link (projects/<p>/global/instanceTemplates/<t>,
+// projects/<p>/regions/<r>/instanceTemplates/<t>). gpuscaler deletes the
+// MIGs it created once the group leaves its config and they are empty.
+const OptionInstanceTemplate = "instanceTemplate"
+
 // CheckOptions implements cloud.OptionChecker.
 func (c *Cloud) CheckOptions(opts map[string]string) []*cloud.OptionError {
-	return cloud.CheckKnownOptions(opts, OptionInstanceGroup)
+	errs := cloud.CheckKnownOptions(opts, OptionInstanceGroup, OptionInstanceTemplate)
+	if t, ok := opts[OptionInstanceTemplate]; ok && !templateName.MatchString(t) && !templateLink.MatchString(t) {
+		errs = append(errs, &cloud.OptionError{Key: OptionInstanceTemplate, Detail: "a template name, or projects/<p>/global/instanceTemplates/<t> or projects/<p>/regions/<r>/instanceTemplates/<t>"})
+	}
+	return errs
 }
 
 // InstanceTypes returns the machine types of the documented table, and
@@ -277,6 +303,9 @@ func (c *Cloud) List(ctx context.Context) ([]cloud.Instance, error) {
 	for group, g := range groups {
 		for _, m := range g.MIGs {
 			insts, err := c.members(ctx, m)
+			if errors.Is(err, cloud.ErrNotFound) && g.Template != "" {
+				continue // made from its template on the first order
+			}
 			if err != nil {
 				return nil, err
 			}
@@ -289,6 +318,7 @@ func (c *Cloud) List(ctx context.Context) ([]cloud.Instance, error) {
 		}
 	}
 	c.addresses(ctx, out, vms)
+	c.retire(ctx, groups)
 	return out, nil
 }
 
@@ -434,14 +464,25 @@ func (c *Cloud) Create(ctx context.Context, spec cloud.CreateSpec) (cloud.Instan
 		}
 		config.PreservedState = &computepb.PreservedState{Metadata: map[string]string{"startup-script": ud}}
 	}
-	if err := c.mutate(ctx, m, "create", func(requestID string) (*compute.Operation, error) {
-		return c.igm.CreateInstances(ctx, &computepb.CreateInstancesInstanceGroupManagerRequest{
-			Project: c.opts.Project, Zone: m.Zone, InstanceGroupManager: m.Name, RequestId: &requestID,
-			InstanceGroupManagersCreateInstancesRequestResource: &computepb.InstanceGroupManagersCreateInstancesRequest{
-				Instances: []*computepb.PerInstanceConfig{config},
-			},
+	order := func() error {
+		return c.mutate(ctx, m, "create", func(requestID string) (*compute.Operation, error) {
+			return c.igm.CreateInstances(ctx, &computepb.CreateInstancesInstanceGroupManagerRequest{
+				Project: c.opts.Project, Zone: m.Zone, InstanceGroupManager: m.Name, RequestId: &requestID,
+				InstanceGroupManagersCreateInstancesRequestResource: &computepb.InstanceGroupManagersCreateInstancesRequest{
+					Instances: []*computepb.PerInstanceConfig{config},
+				},
+			})
 		})
-	}); err != nil {
+	}
+	err := order()
+	if tmpl := c.groupsNow()[spec.Group].Template; errors.Is(err, cloud.ErrNotFound) && tmpl != "" {
+		// The MIG does not exist yet: make it from the group's template.
+		if ierr := c.insert(ctx, spec.Group, m, tmpl); ierr != nil {
+			return cloud.Instance{}, ierr
+		}
+		err = order()
+	}
+	if err != nil {
 		if !errors.Is(err, cloud.ErrOutcomeUnknown) && !alreadyExists(err) {
 			return cloud.Instance{}, err
 		}

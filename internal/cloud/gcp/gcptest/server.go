@@ -95,7 +95,7 @@ type Template struct {
 }
 
 type igm struct {
-	zone, name, template, machineType, base string
+	zone, name, template, machineType, base, description string
 	targetSize                              int
 	members                                 map[string]*member // by instance name
 	// busy is the operation running on the group, if any.
@@ -140,6 +140,9 @@ func New(engine *sim.Engine, opts Options) *Server {
 	mux.HandleFunc("POST "+base+"instanceGroupManagers/{igm}/resize", s.resize)
 	mux.HandleFunc("GET "+base+"operations/{op}", s.getOperation)
 	mux.HandleFunc("GET "+base+"instances", s.listInstances)
+	mux.HandleFunc("POST "+base+"instanceGroupManagers", s.insertIGM)
+	mux.HandleFunc("DELETE "+base+"instanceGroupManagers/{igm}", s.deleteIGM)
+	mux.HandleFunc("GET /compute/v1/projects/{project}/aggregated/instanceGroupManagers", s.aggregatedIGMs)
 	mux.HandleFunc("GET /compute/v1/projects/{project}/global/instanceTemplates/{t}", s.getTemplate)
 	mux.HandleFunc("GET /compute/v1/projects/{project}/regions/{region}/instanceTemplates/{t}", s.getTemplate)
 	s.Server = httptest.NewServer(s.middleware(mux))
@@ -338,6 +341,102 @@ func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request) {
 		body["region"] = "https://www.googleapis.com/compute/v1/projects/" + s.opts.Project + "/regions/" + t.Region
 	}
 	writeJSON(w, http.StatusOK, body)
+}
+
+// insertIGM creates a managed instance group from a template the fake
+// has; the operation makes it.
+func (s *Server) insertIGM(w http.ResponseWriter, r *http.Request) {
+	var b struct {
+		Name, BaseInstanceName, InstanceTemplate, Description string
+		TargetSize                                            int
+	}
+	if err := json.NewDecoder(r.Body).Decode(&b); err != nil || b.Name == "" {
+		apiError(w, http.StatusBadRequest, "invalid", "Invalid value for field 'resource.name': ''.")
+		return
+	}
+	link := b.InstanceTemplate[max(0, strings.Index(b.InstanceTemplate, "projects/")):]
+	zone := r.PathValue("zone")
+	s.mu.Lock()
+	t, known := s.templates[link]
+	_, taken := s.igms[zone+"/"+b.Name]
+	s.mu.Unlock()
+	switch {
+	case taken:
+		apiError(w, http.StatusConflict, "alreadyExists", "The resource 'projects/"+s.opts.Project+"/zones/"+zone+"/instanceGroupManagers/"+b.Name+"' already exists")
+		return
+	case !known:
+		apiError(w, http.StatusBadRequest, "invalid", "Invalid value for field 'resource.instanceTemplate': '"+b.InstanceTemplate+"'. The URL is malformed or the resource does not exist.")
+		return
+	}
+	// The new group is busy with its own insert, as GCP's would be.
+	g := &igm{zone: zone, name: b.Name, template: link, machineType: t.MachineType, base: b.BaseInstanceName, description: b.Description,
+		members: map[string]*member{}}
+	s.startOperation(w, g, "insert", func() (string, string) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if _, taken := s.igms[zone+"/"+b.Name]; !taken {
+			s.igms[zone+"/"+b.Name] = g
+		}
+		return "", ""
+	})
+}
+
+// deleteIGM deletes a managed instance group and, as GCP does, its
+// instances.
+func (s *Server) deleteIGM(w http.ResponseWriter, r *http.Request) {
+	g, ok := s.group(w, r)
+	if !ok {
+		return
+	}
+	s.startOperation(w, g, "delete", func() (string, string) {
+		s.mu.Lock()
+		delete(s.igms, g.zone+"/"+g.name)
+		var names []string
+		for n := range g.members {
+			names = append(names, engineName(g, n))
+		}
+		s.mu.Unlock()
+		for _, n := range names {
+			for _, in := range s.engine.Instances(account) {
+				if in.Name == n {
+					_ = s.acct.Delete(context.Background(), in)
+				}
+			}
+		}
+		return "", ""
+	})
+}
+
+// aggregatedIGMs lists every zone's managed instance groups (one page).
+func (s *Server) aggregatedIGMs(w http.ResponseWriter, _ *http.Request) {
+	s.mu.Lock()
+	items := map[string]any{}
+	byZone := map[string][]map[string]any{}
+	for _, g := range s.igms {
+		byZone[g.zone] = append(byZone[g.zone], map[string]any{"name": g.name, "zone": s.zoneURL(g.zone), "description": g.description,
+			"instanceTemplate": "https://www.googleapis.com/compute/v1/" + g.template, "baseInstanceName": g.base, "targetSize": g.targetSize})
+	}
+	s.mu.Unlock()
+	for _, z := range Zones {
+		if l, ok := byZone[z]; ok {
+			items["zones/"+z] = map[string]any{"instanceGroupManagers": l}
+		} else {
+			items["zones/"+z] = map[string]any{"warning": map[string]any{"code": "NO_RESULTS_ON_PAGE", "message": "There are no results for scope 'zones/" + z + "' on this page."}}
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"kind": "compute#instanceGroupManagerAggregatedList", "items": items})
+}
+
+// Groups returns the zone/name of every managed instance group.
+func (s *Server) Groups() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for k := range s.igms {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }
 
 func (s *Server) zoneURL(zone string) string {
