@@ -28,6 +28,9 @@ func cloudNames() []string {
 // gcpZone is the form of a GCP zone (us-central1-a).
 var gcpZone = regexp.MustCompile(`^[a-z]+-[a-z]+[0-9]+-[a-z]$`)
 
+// gcpRegion is the form of a GCP region (us-central1).
+var gcpRegion = regexp.MustCompile(`^[a-z]+-[a-z]+[0-9]+$`)
+
 // scalewayZone is the form of a Scaleway zone (fr-par-2, nl-ams-1).
 var scalewayZone = regexp.MustCompile(`^[a-z]{2}-[a-z]{3}-[0-9]+$`)
 
@@ -124,8 +127,18 @@ func validateScalewayGroups(c *Config) field.ErrorList {
 			mig = g.Name
 		}
 		for j, z := range g.Locations {
-			if !gcpZone.MatchString(z) {
-				errs = append(errs, field.Invalid(p.Child("locations").Index(j), z, "a GCP zone, such as us-central1-a"))
+			switch {
+			case gcpRegion.MatchString(z):
+				// A regional MIG: GCP picks each instance's zone.
+				if g.Bootstrap != nil {
+					errs = append(errs, field.Invalid(p.Child("locations").Index(j), z,
+						"a regional managed instance group picks each instance's zone, so its provider ID is not known before the order; nodes join with the template's startup script (drop bootstrap, or use zones)"))
+				}
+				if _, ok := g.CloudOptions["instanceTemplate"]; ok {
+					errs = append(errs, field.Invalid(p.Child("locations").Index(j), z, "cloudOptions.instanceTemplate creates zonal managed instance groups only; create the regional one yourself"))
+				}
+			case !gcpZone.MatchString(z):
+				errs = append(errs, field.Invalid(p.Child("locations").Index(j), z, "a GCP zone (us-central1-a), or a region (us-central1) for a regional managed instance group"))
 			}
 			if other, dup := migs[z+"/"+mig]; dup {
 				errs = append(errs, field.Duplicate(p.Child("locations").Index(j), fmt.Sprintf("%s: nodeGroups[%d] orders into managed instance group %s there too", z, other, mig)))

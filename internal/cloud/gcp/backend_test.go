@@ -54,6 +54,7 @@ func newBackend(t *testing.T, capacity int, groups string, fakeOpts gcptest.Opti
 	for _, z := range []string{"us-central1-a", "us-central1-b"} {
 		fake.AddGroup(z, "gpu-l4", "g2-standard-8")
 	}
+	fake.AddRegionalGroup("us-central1", "l4r", "g2-standard-8")
 	cfg, err := config.Parse([]byte("clusterName: prod\nsync: {period: 100ms, requestsPerSecond: 2000}\nclouds:\n  gcp: {project: " + project + "}\nnodeGroups:\n" + groups))
 	if err != nil {
 		t.Fatal(err)
@@ -281,7 +282,7 @@ func TestOtherProjectRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	other := gcp.New(clients, gcp.Options{Project: "not-" + project, Groups: map[string]gcp.Group{
-		"l4": {InstanceType: "g2-standard-8", MIGs: []gcp.MIG{{Zone: "us-central1-a", Name: "gpu-l4"}}}}})
+		"l4": {InstanceType: "g2-standard-8", MIGs: []gcp.MIG{{Location: "us-central1-a", Name: "gpu-l4"}}}}})
 	if _, err := other.List(context.Background()); !errors.Is(err, cloud.ErrInvalid) {
 		t.Fatalf("list in another project: %v", err)
 	}
@@ -407,4 +408,47 @@ func TestMIGFromTemplate(t *testing.T) {
 		groups := b.fake.Groups()
 		return !slices.Contains(groups, "us-central1-b/made") && slices.Contains(groups, "us-central1-b/theirs") && slices.Contains(groups, "us-central1-a/other")
 	})
+}
+
+// TestRegionalMIG: a group whose location is a region orders into that
+// region's MIG, where GCP picks the zone: the instances land in the zone
+// with room (us-central1-a is stocked out), their provider IDs carry that
+// zone once the MIG says it, and the core deletes one by its provider ID.
+// A region with no room at all is a stock-out for the core.
+func TestRegionalMIG(t *testing.T) {
+	b := newBackend(t, 5, `
+  - {name: l4r, cloud: gcp, instanceType: g2-standard-8, locations: [us-central1], maxSize: 4}
+`, gcptest.Options{})
+	b.engine.SetCapacity(cloud.OfferingKey{InstanceType: "g2-standard-8", Location: "us-central1-a", CapacityType: cloud.OnDemand}, 0)
+	ctx := context.Background()
+	if err := b.mgr.IncreaseSize(ctx, "l4r", 2); err != nil {
+		t.Fatal(err)
+	}
+	coretest.Wait(t, "two instances running in us-central1-b", b.logs, func() bool {
+		running := coretest.Running(t, b.mgr, "l4r")
+		for _, in := range running {
+			if !strings.HasPrefix(in.ProviderID, "gce://"+project+"/us-central1-b/l4r-") {
+				return false
+			}
+		}
+		return len(running) == 2
+	})
+	victim := coretest.Running(t, b.mgr, "l4r")[0]
+	if err := b.mgr.DeleteNodes(ctx, "l4r", []string{victim.ProviderID}); err != nil {
+		t.Fatal(err)
+	}
+	coretest.Wait(t, "the deleted instance out of the regional MIG", b.logs, func() bool {
+		_, still := b.fake.Instances("us-central1", "l4r")[victim.Name]
+		return !still && len(b.fake.Instances("us-central1", "l4r")) == 1
+	})
+	b.engine.SetCapacity(cloud.OfferingKey{InstanceType: "g2-standard-8", Location: "us-central1-b", CapacityType: cloud.OnDemand}, 0)
+	if err := b.mgr.IncreaseSize(ctx, "l4r", 1); err != nil {
+		t.Fatal(err)
+	}
+	coretest.Wait(t, "a stock-out of the whole region reported", b.logs, func() bool {
+		return strings.Contains(b.logs.String(), "ZONE_RESOURCE_POOL_EXHAUSTED")
+	})
+	if n := len(b.fake.Instances("us-central1", "l4r")); n != 1 {
+		t.Errorf("%d members after the region's stock-out; want the 1 running (the failed one taken out)", n)
+	}
 }

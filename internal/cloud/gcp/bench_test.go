@@ -39,7 +39,7 @@ func BenchmarkSteadyStateAPICalls(b *testing.B) {
 				name, zone := fmt.Sprintf("g%d", i), zones[i%len(zones)]
 				fmt.Fprintf(&doc, "  - {name: %s, cloud: gcp, instanceType: g2-standard-8, locations: [%s], maxSize: %d}\n", name, zone, nodes)
 				fake.AddGroup(zone, name, "g2-standard-8")
-				groups[name] = gcp.Group{InstanceType: "g2-standard-8", MIGs: []gcp.MIG{{Zone: zone, Name: name}}}
+				groups[name] = gcp.Group{InstanceType: "g2-standard-8", MIGs: []gcp.MIG{{Location: zone, Name: name}}}
 			}
 			cfg, err := config.Parse([]byte(doc.String()))
 			if err != nil {
@@ -103,7 +103,7 @@ func BenchmarkIncreaseSizeToCreate(b *testing.B) {
 		b.Fatal(err)
 	}
 	prov := gcp.New(clients, gcp.Options{Project: project, Groups: map[string]gcp.Group{
-		"l4": {InstanceType: "g2-standard-8", MIGs: []gcp.MIG{{Zone: "us-central1-a", Name: "l4"}}}}, Logger: slog.New(slog.DiscardHandler)})
+		"l4": {InstanceType: "g2-standard-8", MIGs: []gcp.MIG{{Location: "us-central1-a", Name: "l4"}}}}, Logger: slog.New(slog.DiscardHandler)})
 	mgr, stop := coretest.Start(b, cfg, gcp.Name, prov, nodegroup.Options{Logger: slog.New(slog.DiscardHandler)})
 	b.Cleanup(stop)
 	ctx := context.Background()
@@ -149,7 +149,7 @@ func BenchmarkScaleUpTenInOneZone(b *testing.B) {
 		b.Fatal(err)
 	}
 	prov := gcp.New(clients, gcp.Options{Project: project, Groups: map[string]gcp.Group{
-		"l4": {InstanceType: "g2-standard-8", MIGs: []gcp.MIG{{Zone: "us-central1-a", Name: "l4"}}}}, Logger: slog.New(slog.DiscardHandler)})
+		"l4": {InstanceType: "g2-standard-8", MIGs: []gcp.MIG{{Location: "us-central1-a", Name: "l4"}}}}, Logger: slog.New(slog.DiscardHandler)})
 	mgr, stop := coretest.Start(b, cfg, gcp.Name, prov, nodegroup.Options{Logger: slog.New(slog.DiscardHandler)})
 	b.Cleanup(stop)
 	ctx := context.Background()

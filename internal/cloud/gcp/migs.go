@@ -37,16 +37,16 @@ func (c *Cloud) insert(ctx context.Context, group string, m MIG, tmpl string) er
 	desc := c.marker() + group + ". Deleted by gpuscaler once the group leaves its config and this group is empty."
 	err := c.mutate(ctx, m, "create-group", func(requestID string) (*compute.Operation, error) {
 		return c.igm.Insert(ctx, &computepb.InsertInstanceGroupManagerRequest{
-			Project: c.opts.Project, Zone: m.Zone, RequestId: &requestID,
+			Project: c.opts.Project, Zone: m.Location, RequestId: &requestID,
 			InstanceGroupManagerResource: &computepb.InstanceGroupManager{
 				Name: &m.Name, BaseInstanceName: &group, InstanceTemplate: &tmpl, TargetSize: new(int32(0)), Description: &desc,
 			},
 		})
 	})
 	if err != nil && !alreadyExists(err) {
-		return fmt.Errorf("managed instance group %s/%s from template %s: %w", m.Zone, m.Name, tmpl, err)
+		return fmt.Errorf("managed instance group %s/%s from template %s: %w", m.Location, m.Name, tmpl, err)
 	}
-	c.log.Info("managed instance group created from its template", "zone", m.Zone, "group", m.Name, "template", tmpl)
+	c.log.Info("managed instance group created from its template", "zone", m.Location, "group", m.Name, "template", tmpl)
 	return nil
 }
 
@@ -79,7 +79,7 @@ func (c *Cloud) retire(ctx context.Context, groups map[string]Group) {
 		}
 		zone := strings.TrimPrefix(pair.Key, "zones/")
 		for _, g := range pair.Value.GetInstanceGroupManagers() {
-			m := MIG{Zone: zone, Name: g.GetName()}
+			m := MIG{Location: zone, Name: g.GetName()}
 			if used[m] || !strings.HasPrefix(g.GetDescription(), c.marker()) {
 				continue
 			}

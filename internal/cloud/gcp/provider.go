@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -30,10 +31,20 @@ import (
 // kubelet and cluster-autoscaler's GCE provider write them.
 const Name = "gcp"
 
-// MIG is one zonal managed instance group.
+// MIG is one managed instance group: zonal, or regional when Location is
+// a region (us-central1), where GCP picks each instance's zone.
 type MIG struct {
-	Zone, Name string
+	Location, Name string
 }
+
+// Regional reports whether the MIG is a regional one.
+func (m MIG) Regional() bool { return IsRegion(m.Location) }
+
+// region is the form of a GCP region; zones add "-<letter>".
+var region = regexp.MustCompile(`^[a-z]+-[a-z]+[0-9]+$`)
+
+// IsRegion reports whether a location names a region rather than a zone.
+func IsRegion(location string) bool { return region.MatchString(location) }
 
 // Group is a node group's managed instance groups: one per zone (the
 // group's locations), all of one instance type.
@@ -56,7 +67,7 @@ func NewGroup(name, instanceType string, zones []string, options map[string]stri
 	}
 	g := Group{InstanceType: instanceType, Template: options[OptionInstanceTemplate]}
 	for _, z := range zones {
-		g.MIGs = append(g.MIGs, MIG{Zone: z, Name: mig})
+		g.MIGs = append(g.MIGs, MIG{Location: z, Name: mig})
 	}
 	return g
 }
@@ -80,12 +91,13 @@ type Options struct {
 	// SweepInterval spaces the checks for MIGs gpuscaler created that no
 	// group uses any more; default 10 min.
 	SweepInterval time.Duration
-	Logger           *slog.Logger
+	Logger        *slog.Logger
 }
 
 // Cloud is a GCP project's managed instance groups as a cloud.Provider.
 type Cloud struct {
 	igm             *compute.InstanceGroupManagersClient
+	regionIGM       *compute.RegionInstanceGroupManagersClient
 	instances       *compute.InstancesClient
 	templates       *compute.InstanceTemplatesClient
 	regionTemplates *compute.RegionInstanceTemplatesClient
@@ -116,7 +128,9 @@ var (
 
 // Clients are the API clients the backend uses.
 type Clients struct {
-	IGM       *compute.InstanceGroupManagersClient
+	IGM *compute.InstanceGroupManagersClient
+	// RegionIGM serves regional MIGs.
+	RegionIGM *compute.RegionInstanceGroupManagersClient
 	Instances *compute.InstancesClient
 	// Templates and RegionTemplates read instance templates (global and
 	// regional) for DescribeGroup.
@@ -168,7 +182,11 @@ func NewClients(ctx context.Context, opts ClientOptions) (Clients, error) {
 	if err != nil {
 		return Clients{}, fmt.Errorf("gcp: %w", err)
 	}
-	return Clients{IGM: igm, Instances: inst, Templates: tmpl, RegionTemplates: rtmpl}, nil
+	rigm, err := compute.NewRegionInstanceGroupManagersRESTClient(ctx, o...)
+	if err != nil {
+		return Clients{}, fmt.Errorf("gcp: %w", err)
+	}
+	return Clients{IGM: igm, RegionIGM: rigm, Instances: inst, Templates: tmpl, RegionTemplates: rtmpl}, nil
 }
 
 // New returns the backend over its clients.
@@ -188,7 +206,7 @@ func New(clients Clients, opts Options) *Cloud {
 	if opts.OperationTimeout == 0 {
 		opts.OperationTimeout = 10 * time.Minute
 	}
-	return &Cloud{igm: clients.IGM, instances: clients.Instances, templates: clients.Templates, regionTemplates: clients.RegionTemplates,
+	return &Cloud{igm: clients.IGM, regionIGM: clients.RegionIGM, instances: clients.Instances, templates: clients.Templates, regionTemplates: clients.RegionTemplates,
 		opts: opts, log: opts.Logger, locks: map[MIG]chan struct{}{}, ips: map[string]string{}, groups: opts.Groups, learned: map[string]cloud.InstanceType{}}
 }
 
@@ -235,7 +253,7 @@ func (c *Cloud) lock(m MIG) chan struct{} {
 // mig is the group's MIG in a zone.
 func (c *Cloud) mig(group, zone string) (MIG, bool) {
 	for _, m := range c.groupsNow()[group].MIGs {
-		if m.Zone == zone {
+		if m.Location == zone {
 			return m, true
 		}
 	}
@@ -284,10 +302,10 @@ func (c *Cloud) Offerings(context.Context) ([]cloud.Offering, error) {
 	for _, t := range types {
 		for _, g := range c.groupsNow() {
 			for _, m := range g.MIGs {
-				k := cloud.OfferingKey{InstanceType: t.Name, Location: m.Zone, CapacityType: cloud.OnDemand}
+				k := cloud.OfferingKey{InstanceType: t.Name, Location: m.Location, CapacityType: cloud.OnDemand}
 				if !seen[k] {
 					seen[k] = true
-					out = append(out, cloud.Offering{InstanceType: t.Name, Location: m.Zone, CapacityType: cloud.OnDemand, Available: true, Price: t.OnDemandPrice})
+					out = append(out, cloud.Offering{InstanceType: t.Name, Location: m.Location, CapacityType: cloud.OnDemand, Available: true, Price: t.OnDemandPrice})
 				}
 			}
 		}
@@ -312,7 +330,7 @@ func (c *Cloud) List(ctx context.Context) ([]cloud.Instance, error) {
 			for _, mi := range insts {
 				out = append(out, c.instance(group, g, m, mi))
 				if mi.GetInstanceStatus() == "RUNNING" {
-					vms[m.Zone+"/"+mi.GetName()] = true
+					vms[memberZone(m, mi)+"/"+mi.GetName()] = true
 				}
 			}
 		}
@@ -334,10 +352,13 @@ func (c *Cloud) addresses(ctx context.Context, insts []cloud.Instance, vms map[s
 	want := map[string]bool{}
 	live := map[string]bool{}
 	for _, in := range insts {
-		key := in.Location + "/" + in.Name
+		if zoneOf(in) == "" {
+			continue // a regional MIG's instance whose zone is not chosen yet
+		}
+		key := zoneOf(in) + "/" + in.Name
 		live[key] = true
 		if vms[key] && c.ips[key] == "" {
-			want[in.Location] = true
+			want[zoneOf(in)] = true
 		}
 	}
 	for key := range c.ips {
@@ -367,13 +388,19 @@ func (c *Cloud) addresses(ctx context.Context, insts []cloud.Instance, vms map[s
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for i := range insts {
-		insts[i].IP = c.ips[insts[i].Location+"/"+insts[i].Name]
+		insts[i].IP = c.ips[zoneOf(insts[i])+"/"+insts[i].Name]
 	}
 }
 
 func (c *Cloud) members(ctx context.Context, m MIG) ([]*computepb.ManagedInstance, error) {
-	it := c.igm.ListManagedInstances(ctx, &computepb.ListManagedInstancesInstanceGroupManagersRequest{
-		Project: c.opts.Project, Zone: m.Zone, InstanceGroupManager: m.Name})
+	var it *compute.ManagedInstanceIterator
+	if m.Regional() {
+		it = c.regionIGM.ListManagedInstances(ctx, &computepb.ListManagedInstancesRegionInstanceGroupManagersRequest{
+			Project: c.opts.Project, Region: m.Location, InstanceGroupManager: m.Name})
+	} else {
+		it = c.igm.ListManagedInstances(ctx, &computepb.ListManagedInstancesInstanceGroupManagersRequest{
+			Project: c.opts.Project, Zone: m.Location, InstanceGroupManager: m.Name})
+	}
 	var out []*computepb.ManagedInstance
 	for {
 		mi, err := it.Next()
@@ -411,8 +438,11 @@ func attemptClass(code string) error {
 
 func (c *Cloud) instance(group string, g Group, m MIG, mi *computepb.ManagedInstance) cloud.Instance {
 	in := cloud.Instance{
-		Name: mi.GetName(), ProviderID: c.ProviderID(m.Zone, mi.GetName()),
-		Group: group, Location: m.Zone, CapacityType: cloud.OnDemand, InstanceType: g.InstanceType,
+		Name: mi.GetName(), ProviderID: c.ProviderID(memberZone(m, mi), mi.GetName()),
+		Group: group, Location: m.Location, CapacityType: cloud.OnDemand, InstanceType: g.InstanceType,
+	}
+	if m.Regional() && memberZone(m, mi) == "" {
+		in.ProviderID = "" // its zone is not chosen yet
 	}
 	if mi.Id != nil {
 		in.ID = fmt.Sprint(mi.GetId()) // none until the VM exists
@@ -455,10 +485,13 @@ func (c *Cloud) Create(ctx context.Context, spec cloud.CreateSpec) (cloud.Instan
 		return cloud.Instance{}, cloud.Errorf(cloud.ErrInvalid, "create", "group %q has no managed instance group in %s", spec.Group, spec.Location)
 	}
 	config := &computepb.PerInstanceConfig{Name: &spec.Name}
+	if spec.RenderUserData != nil && m.Regional() {
+		return cloud.Instance{}, cloud.Errorf(cloud.ErrInvalid, "create", "group %q: a regional MIG picks each instance's zone, so its provider ID is not known before the order: nodes join with the template's own startup script", spec.Group)
+	}
 	if spec.RenderUserData != nil {
 		// The node's own script (with delivery: server, a stub holding a
 		// one-time token) as the instance's startup-script metadata.
-		ud, err := spec.RenderUserData(ctx, c.ProviderID(m.Zone, spec.Name))
+		ud, err := spec.RenderUserData(ctx, c.ProviderID(m.Location, spec.Name))
 		if err != nil {
 			return cloud.Instance{}, cloud.NewError(cloud.ErrInvalid, "create", err)
 		}
@@ -466,8 +499,16 @@ func (c *Cloud) Create(ctx context.Context, spec cloud.CreateSpec) (cloud.Instan
 	}
 	order := func() error {
 		return c.mutate(ctx, m, "create", func(requestID string) (*compute.Operation, error) {
+			if m.Regional() {
+				return c.regionIGM.CreateInstances(ctx, &computepb.CreateInstancesRegionInstanceGroupManagerRequest{
+					Project: c.opts.Project, Region: m.Location, InstanceGroupManager: m.Name, RequestId: &requestID,
+					RegionInstanceGroupManagersCreateInstancesRequestResource: &computepb.RegionInstanceGroupManagersCreateInstancesRequest{
+						Instances: []*computepb.PerInstanceConfig{config},
+					},
+				})
+			}
 			return c.igm.CreateInstances(ctx, &computepb.CreateInstancesInstanceGroupManagerRequest{
-				Project: c.opts.Project, Zone: m.Zone, InstanceGroupManager: m.Name, RequestId: &requestID,
+				Project: c.opts.Project, Zone: m.Location, InstanceGroupManager: m.Name, RequestId: &requestID,
 				InstanceGroupManagersCreateInstancesRequestResource: &computepb.InstanceGroupManagersCreateInstancesRequest{
 					Instances: []*computepb.PerInstanceConfig{config},
 				},
@@ -475,7 +516,7 @@ func (c *Cloud) Create(ctx context.Context, spec cloud.CreateSpec) (cloud.Instan
 		})
 	}
 	err := order()
-	if tmpl := c.groupsNow()[spec.Group].Template; errors.Is(err, cloud.ErrNotFound) && tmpl != "" {
+	if tmpl := c.groupsNow()[spec.Group].Template; errors.Is(err, cloud.ErrNotFound) && tmpl != "" && !m.Regional() {
 		// The MIG does not exist yet: make it from the group's template.
 		if ierr := c.insert(ctx, spec.Group, m, tmpl); ierr != nil {
 			return cloud.Instance{}, ierr
@@ -510,11 +551,11 @@ func (c *Cloud) watch(ctx context.Context, m MIG, name string) (*computepb.Manag
 		case err != nil:
 			return nil, cloud.NewError(cloud.ErrOutcomeUnknown, "create", err)
 		case mi == nil:
-			return nil, cloud.Errorf(cloud.ErrOutcomeUnknown, "create", "instance %s is not in %s/%s after its create", name, m.Zone, m.Name)
+			return nil, cloud.Errorf(cloud.ErrOutcomeUnknown, "create", "instance %s is not in %s/%s after its create", name, m.Location, m.Name)
 		}
 		code, msg := lastAttempt(mi)
 		if class := attemptClass(code); creating(mi) && (class == cloud.ErrCapacity || class == cloud.ErrQuota) {
-			if derr := c.remove(ctx, m, name); derr != nil {
+			if derr := c.remove(ctx, m, mi); derr != nil {
 				return nil, cloud.NewError(cloud.ErrOutcomeUnknown, "create", fmt.Errorf("%s: %s; and the instance could not be taken out: %w", code, msg, derr))
 			}
 			return nil, cloud.Errorf(class, "create", "%s: %s", code, msg)
@@ -552,14 +593,67 @@ func (c *Cloud) Delete(ctx context.Context, inst cloud.Instance) error {
 	if !ok {
 		return cloud.Errorf(cloud.ErrInvalid, "delete", "group %q has no managed instance group in %s", inst.Group, inst.Location)
 	}
-	return c.remove(ctx, m, inst.Name)
+	zone := m.Location
+	if m.Regional() {
+		// From its provider ID; without one, the member says.
+		if zone = zoneOf(inst); zone == "" {
+			mi, err := c.find(ctx, m, inst.Name)
+			if err != nil {
+				return err
+			}
+			if mi == nil {
+				return nil // not a member: gone
+			}
+			if zone = memberZone(m, mi); zone == "" {
+				return cloud.Errorf(cloud.ErrTransient, "delete", "instance %s of regional group %s has no zone yet", inst.Name, m.Name)
+			}
+		}
+	}
+	return c.removeIn(ctx, m, zone, inst.Name)
 }
 
-func (c *Cloud) remove(ctx context.Context, m MIG, name string) error {
-	ref := "zones/" + m.Zone + "/instances/" + name
+// zoneOf is an instance's zone, from its provider ID
+// (gce://<project>/<zone>/<name>); "" when it has none yet.
+func zoneOf(in cloud.Instance) string {
+	parts := strings.Split(in.ProviderID, "/")
+	if len(parts) != 5 {
+		return ""
+	}
+	return parts[3]
+}
+
+// memberZone is a member's zone: its MIG's, or for a regional MIG the one
+// in its instance link ("" while GCP has not chosen one).
+func memberZone(m MIG, mi *computepb.ManagedInstance) string {
+	if !m.Regional() {
+		return m.Location
+	}
+	_, rest, ok := strings.Cut(mi.GetInstance(), "/zones/")
+	if !ok {
+		return ""
+	}
+	zone, _, _ := strings.Cut(rest, "/")
+	return zone
+}
+
+func (c *Cloud) remove(ctx context.Context, m MIG, mi *computepb.ManagedInstance) error {
+	return c.removeIn(ctx, m, memberZone(m, mi), mi.GetName())
+}
+
+// removeIn deletes the member name, in zone, of a MIG.
+func (c *Cloud) removeIn(ctx context.Context, m MIG, zone, name string) error {
+	ref := "zones/" + zone + "/instances/" + name
 	err := c.mutate(ctx, m, "delete", func(requestID string) (*compute.Operation, error) {
+		if m.Regional() {
+			return c.regionIGM.DeleteInstances(ctx, &computepb.DeleteInstancesRegionInstanceGroupManagerRequest{
+				Project: c.opts.Project, Region: m.Location, InstanceGroupManager: m.Name, RequestId: &requestID,
+				RegionInstanceGroupManagersDeleteInstancesRequestResource: &computepb.RegionInstanceGroupManagersDeleteInstancesRequest{
+					Instances: []string{ref}, SkipInstancesOnValidationError: new(true),
+				},
+			})
+		}
 		return c.igm.DeleteInstances(ctx, &computepb.DeleteInstancesInstanceGroupManagerRequest{
-			Project: c.opts.Project, Zone: m.Zone, InstanceGroupManager: m.Name, RequestId: &requestID,
+			Project: c.opts.Project, Zone: m.Location, InstanceGroupManager: m.Name, RequestId: &requestID,
 			InstanceGroupManagersDeleteInstancesRequestResource: &computepb.InstanceGroupManagersDeleteInstancesRequest{
 				Instances: []string{ref}, SkipInstancesOnValidationError: new(true),
 			},

@@ -31,7 +31,7 @@ func (s *Server) Kubelets(client kubernetes.Interface, opts sim.RegistrarOptions
 				if m.action != "NONE" || !m.created {
 					continue
 				}
-				mc := sim.Machine{Name: name, ProviderID: "gce://" + s.opts.Project + "/" + g.zone + "/" + name, IP: "10.128.0.2",
+				mc := sim.Machine{Name: name, ProviderID: "gce://" + s.opts.Project + "/" + m.zone + "/" + name, IP: "10.128.0.2",
 					Type: types[g.machineType], Labels: map[string]string{}}
 				if t != nil {
 					for _, kv := range strings.Split(t.Metadata["kube-labels"], ",") {

@@ -96,14 +96,17 @@ type Template struct {
 
 type igm struct {
 	zone, name, template, machineType, base, description string
-	targetSize                              int
-	members                                 map[string]*member // by instance name
+	targetSize                                           int
+	members                                              map[string]*member // by instance name
 	// busy is the operation running on the group, if any.
 	busy string
 }
 
 type member struct {
 	name, id string
+	// zone is where its instance runs: its group's, or for a regional
+	// group the zone the fake chose ("" until then).
+	zone string
 	// metadata is the per-instance config's preserved metadata.
 	metadata map[string]string
 	// action is the MIG's current action: CREATING, DELETING or NONE.
@@ -143,6 +146,13 @@ func New(engine *sim.Engine, opts Options) *Server {
 	mux.HandleFunc("POST "+base+"instanceGroupManagers", s.insertIGM)
 	mux.HandleFunc("DELETE "+base+"instanceGroupManagers/{igm}", s.deleteIGM)
 	mux.HandleFunc("GET /compute/v1/projects/{project}/aggregated/instanceGroupManagers", s.aggregatedIGMs)
+	// Regional MIGs: the same calls under regions/{region}.
+	regional := "/compute/v1/projects/{project}/regions/{region}/"
+	mux.HandleFunc("GET "+regional+"instanceGroupManagers/{igm}", s.getIGM)
+	mux.HandleFunc("POST "+regional+"instanceGroupManagers/{igm}/listManagedInstances", s.listManaged)
+	mux.HandleFunc("POST "+regional+"instanceGroupManagers/{igm}/createInstances", s.createInstances)
+	mux.HandleFunc("POST "+regional+"instanceGroupManagers/{igm}/deleteInstances", s.deleteInstances)
+	mux.HandleFunc("GET "+regional+"operations/{op}", s.getOperation)
 	mux.HandleFunc("GET /compute/v1/projects/{project}/global/instanceTemplates/{t}", s.getTemplate)
 	mux.HandleFunc("GET /compute/v1/projects/{project}/regions/{region}/instanceTemplates/{t}", s.getTemplate)
 	s.Server = httptest.NewServer(s.middleware(mux))
@@ -278,11 +288,11 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // group finds the group a request names, answering 404 itself.
 func (s *Server) group(w http.ResponseWriter, r *http.Request) (*igm, bool) {
 	s.mu.Lock()
-	g, ok := s.igms[r.PathValue("zone")+"/"+r.PathValue("igm")]
+	g, ok := s.igms[location(r)+"/"+r.PathValue("igm")]
 	s.mu.Unlock()
 	if !ok {
-		apiError(w, http.StatusNotFound, "notFound", fmt.Sprintf("The resource 'projects/%s/zones/%s/instanceGroupManagers/%s' was not found",
-			r.PathValue("project"), r.PathValue("zone"), r.PathValue("igm")))
+		apiError(w, http.StatusNotFound, "notFound", fmt.Sprintf("The resource 'projects/%s/%s/instanceGroupManagers/%s' was not found",
+			r.PathValue("project"), scope(location(r)), r.PathValue("igm")))
 		return nil, false
 	}
 	return g, true
@@ -302,7 +312,8 @@ func (s *Server) getIGM(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, map[string]any{
 		"kind": "compute#instanceGroupManager", "id": "4" + strconv.Itoa(len(g.name)*1000003), "name": g.name,
-		"zone": s.zoneURL(g.zone), "instanceTemplate": "https://www.googleapis.com/compute/v1/" + g.template, "baseInstanceName": g.base,
+		strings.TrimSuffix(strings.Split(scope(g.zone), "/")[0], "s"): "https://www.googleapis.com/compute/v1/projects/" + s.opts.Project + "/" + scope(g.zone),
+		"instanceTemplate": "https://www.googleapis.com/compute/v1/" + g.template, "baseInstanceName": g.base,
 		"targetSize": g.targetSize, "currentActions": actions, "status": map[string]any{"isStable": actions["creating"] == 0 && actions["deleting"] == 0},
 	})
 }
@@ -439,6 +450,36 @@ func (s *Server) Groups() []string {
 	return out
 }
 
+// location is the zone or region a request names.
+func location(r *http.Request) string {
+	if z := r.PathValue("zone"); z != "" {
+		return z
+	}
+	return r.PathValue("region")
+}
+
+// regional reports whether a location is a region (us-central1) rather
+// than a zone (us-central1-a).
+func regional(loc string) bool { return strings.Count(loc, "-") == 1 }
+
+// scope is a location's path: zones/<z> or regions/<r>.
+func scope(loc string) string {
+	if regional(loc) {
+		return "regions/" + loc
+	}
+	return "zones/" + loc
+}
+
+// AddRegionalGroup creates an empty regional managed instance group of a
+// machine type, whose instances go to the region's zones of Zones, the
+// first with room first.
+func (s *Server) AddRegionalGroup(region, name, machineType string) {
+	link := s.AddTemplate(Template{Name: name, MachineType: machineType})
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.igms[region+"/"+name] = &igm{zone: region, name: name, template: link, machineType: machineType, base: name, members: map[string]*member{}}
+}
+
 func (s *Server) zoneURL(zone string) string {
 	return "https://www.googleapis.com/compute/v1/projects/" + s.opts.Project + "/zones/" + zone
 }
@@ -495,13 +536,29 @@ func (s *Server) make(g *igm, m *member) {
 			}
 		}
 	}
+	zones := []string{g.zone}
+	if regional(g.zone) {
+		zones = nil
+		for _, z := range Zones {
+			if strings.HasPrefix(z, g.zone+"-") {
+				zones = append(zones, z)
+			}
+		}
+	}
 	s.mu.Unlock()
-	_, err := s.acct.Create(context.Background(), cloud.CreateSpec{Name: engineName(g, m.name), Group: g.name, InstanceType: g.machineType, Location: g.zone, CapacityType: cloud.OnDemand})
+	var err error
+	zone := ""
+	for _, zone = range zones {
+		_, err = s.acct.Create(context.Background(), cloud.CreateSpec{Name: m.name + "." + zone, Group: g.name, InstanceType: g.machineType, Location: zone, CapacityType: cloud.OnDemand})
+		if cloud.Class(err) != cloud.ErrCapacity {
+			break
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
 	case err == nil:
-		m.created, m.lastError = true, ""
+		m.created, m.lastError, m.zone = true, "", zone
 	case cloud.Class(err) == cloud.ErrCapacity:
 		m.lastError = "ZONE_RESOURCE_POOL_EXHAUSTED: The zone 'projects/" + s.opts.Project + "/zones/" + g.zone + "' does not have enough resources available to fulfill the request."
 	default:
@@ -521,8 +578,10 @@ func (s *Server) managedJSON(g *igm, m *member) map[string]any {
 		status = "STOPPING"
 	}
 	out := map[string]any{
-		"instance": s.zoneURL(g.zone) + "/instances/" + m.name, "id": m.id, "name": m.name,
-		"currentAction": m.action, "targetStatus": "RUNNING",
+		"id": m.id, "name": m.name, "currentAction": m.action, "targetStatus": "RUNNING",
+	}
+	if zone := map[bool]string{true: m.zone, false: g.zone}[regional(g.zone)]; zone != "" {
+		out["instance"] = s.zoneURL(zone) + "/instances/" + m.name
 	}
 	if status != "" {
 		out["instanceStatus"] = status
@@ -578,7 +637,7 @@ func (s *Server) startOperation(w http.ResponseWriter, g *igm, kind string, appl
 	}
 	s.nextID++
 	op := &operation{id: strconv.Itoa(7000000000000000000 + s.nextID), name: fmt.Sprintf("operation-%d-%s", s.nextID, kind), zone: g.zone,
-		kind: "compute.instanceGroupManagers." + kind, target: s.zoneURL(g.zone) + "/instanceGroupManagers/" + g.name, start: time.Now(), apply: apply}
+		kind: "compute.instanceGroupManagers." + kind, target: "https://www.googleapis.com/compute/v1/projects/" + s.opts.Project + "/" + scope(g.zone) + "/instanceGroupManagers/" + g.name, start: time.Now(), apply: apply}
 	s.ops[op.name] = op
 	g.busy = op.name
 	body := s.operationJSON(op)
@@ -609,8 +668,13 @@ func (s *Server) operationJSON(op *operation) map[string]any {
 	case age >= s.opts.OperationDelay:
 		status = "RUNNING"
 	}
-	out := map[string]any{"kind": "compute#operation", "id": op.id, "name": op.name, "zone": s.zoneURL(op.zone),
+	out := map[string]any{"kind": "compute#operation", "id": op.id, "name": op.name,
 		"operationType": op.kind, "targetLink": op.target, "status": status, "progress": map[bool]int{true: 100, false: 0}[op.applied]}
+	if regional(op.zone) {
+		out["region"] = "https://www.googleapis.com/compute/v1/projects/" + s.opts.Project + "/regions/" + op.zone
+	} else {
+		out["zone"] = s.zoneURL(op.zone)
+	}
 	if op.applied && op.errCode != "" {
 		out["error"] = map[string]any{"errors": []map[string]string{{"code": op.errCode, "message": op.errMsg}}}
 	}
@@ -777,7 +841,12 @@ func (s *Server) resize(w http.ResponseWriter, r *http.Request) {
 
 // engineName is a member's instance in the engine: instance names are
 // unique per zone, not per project.
-func engineName(g *igm, name string) string { return name + "." + g.zone }
+func engineName(g *igm, name string) string {
+	if m, ok := g.members[name]; ok && m.zone != "" {
+		return name + "." + m.zone
+	}
+	return name + "." + g.zone
+}
 
 // listInstances answers a zone's instances with their internal address
 // (instances.list; one page).
