@@ -307,3 +307,12 @@ type ExistingGroup struct {
 type GroupDescriber interface {
 	DescribeGroup(ctx context.Context, location, name string) (ExistingGroup, error)
 }
+
+// Advisor is implemented by clouds that can tell, online, where a node
+// group's configuration disagrees with what the cloud has (a managed
+// instance group missing, or its template of another machine type than
+// the group's instanceType). Each string is one finding, without the
+// group's config path; preflight (validate --online) shows them.
+type Advisor interface {
+	Advise(ctx context.Context, group, instanceType string, locations []string, options map[string]string) []string
+}

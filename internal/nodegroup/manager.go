@@ -480,6 +480,11 @@ func (m *Manager) Advice(ctx context.Context, clouds ...string) []string {
 		if !ok {
 			continue
 		}
+		if a, ok := c.p.(cloud.Advisor); ok {
+			for _, f := range a.Advise(ctx, g.Name, g.InstanceType, g.Locations, g.CloudOptions) {
+				out = append(out, fmt.Sprintf("nodeGroups[%d]: %s", i, f))
+			}
+		}
 		chooser, ok := c.p.(cloud.ImageChooser)
 		if !ok {
 			continue

@@ -452,3 +452,26 @@ func TestRegionalMIG(t *testing.T) {
 		t.Errorf("%d members after the region's stock-out; want the 1 running (the failed one taken out)", n)
 	}
 }
+
+// TestAdvise: validate --online's findings for GCP groups: a MIG that is
+// missing (unless a template would make it), and one whose template makes
+// another instance type than the group says.
+func TestAdvise(t *testing.T) {
+	b := newBackend(t, 5, groupsYAML, gcptest.Options{})
+	clients, err := gcp.NewClients(context.Background(), gcp.ClientOptions{Endpoint: b.fake.URL, NoAuth: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := gcp.New(clients, gcp.Options{Project: project})
+	ctx := context.Background()
+	if got := c.Advise(ctx, "l4", "g2-standard-8", []string{"us-central1-a", "us-central1-b"}, map[string]string{"instanceGroup": "gpu-l4"}); len(got) != 0 {
+		t.Errorf("a matching group: %v", got)
+	}
+	got := c.Advise(ctx, "l4", "a2-highgpu-1g", []string{"us-central1-a", "europe-west4-a"}, map[string]string{"instanceGroup": "gpu-l4"})
+	if len(got) != 2 || !strings.Contains(got[0], "makes g2-standard-8") || !strings.Contains(got[1], "does not exist") {
+		t.Errorf("findings %q", got)
+	}
+	if got := c.Advise(ctx, "new", "g2-standard-8", []string{"europe-west4-a"}, map[string]string{"instanceTemplate": "l4-template"}); len(got) != 0 {
+		t.Errorf("a MIG its template will make: %v", got)
+	}
+}

@@ -2,6 +2,7 @@ package gcp
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -171,6 +172,32 @@ func splitList(s string) []string {
 	for part := range strings.SplitSeq(s, ",") {
 		if part = strings.TrimSpace(part); part != "" {
 			out = append(out, part)
+		}
+	}
+	return out
+}
+
+// Advise implements cloud.Advisor: each zonal MIG of a group is read with
+// its template; one that does not exist (and that no instanceTemplate
+// option would create), or whose template makes another instance type
+// than the group's, is a finding. Node templates follow the config, so a
+// mismatch means wrong GPUs in scale-from-zero decisions.
+func (c *Cloud) Advise(ctx context.Context, group, instanceType string, locations []string, options map[string]string) []string {
+	g := NewGroup(group, instanceType, locations, options)
+	var out []string
+	for _, m := range g.MIGs {
+		if m.Regional() {
+			continue
+		}
+		d, err := c.DescribeGroup(ctx, m.Location, m.Name)
+		switch {
+		case errors.Is(err, cloud.ErrNotFound) && g.Template != "":
+		case errors.Is(err, cloud.ErrNotFound):
+			out = append(out, fmt.Sprintf("managed instance group zones/%s/instanceGroupManagers/%s does not exist: create it, or name its template in cloudOptions.instanceTemplate", m.Location, m.Name))
+		case err != nil:
+			out = append(out, fmt.Sprintf("managed instance group zones/%s/instanceGroupManagers/%s could not be read: %v", m.Location, m.Name, err))
+		case d.InstanceType != instanceType:
+			out = append(out, fmt.Sprintf("instanceType is %s, but managed instance group zones/%s/instanceGroupManagers/%s makes %s (its template): set instanceType to that", instanceType, m.Location, m.Name, d.InstanceType))
 		}
 	}
 	return out
