@@ -12,6 +12,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gpuscaler/gpuscaler/api/v1alpha1"
@@ -84,16 +85,21 @@ func (r *Reconciler) disrupt(ctx context.Context, np *v1alpha1.NodeProvisioner, 
 // successor on the way (the order failed, or the process restarted in
 // between) orders again.
 func (r *Reconciler) rotate(ctx context.Context, np *v1alpha1.NodeProvisioner, pool plan.Pool, snapshot []plan.Node, members []*corev1.Node, groupOf func(*corev1.Node) string) bool {
-	readyNow := 0
-	for _, n := range members {
-		if isReady(n) && !n.Spec.Unschedulable && n.Annotations[AnnotationDrain] == "" {
-			readyNow++
-		}
-	}
+	// Ready as the planner counts it: Ready, no start-up taint, GPUs
+	// advertised, schedulable.
+	usable := map[string]bool{}
 	coming := 0
 	for _, n := range snapshot {
 		if n.Coming {
 			coming++
+		} else if n.Object != nil {
+			usable[n.Name] = true
+		}
+	}
+	readyNow := 0
+	for _, n := range members {
+		if usable[n.Name] && n.Annotations[AnnotationDrain] == "" {
+			readyNow++
 		}
 	}
 	for _, n := range members {
@@ -123,7 +129,7 @@ func (r *Reconciler) rotate(ctx context.Context, np *v1alpha1.NodeProvisioner, p
 	lifetime := np.Spec.MaxNodeLifetime.Duration
 	var expired []*corev1.Node
 	for _, n := range members {
-		if isReady(n) && !n.Spec.Unschedulable && n.Annotations[AnnotationDrain] == "" && time.Since(n.CreationTimestamp.Time) > lifetime {
+		if usable[n.Name] && n.Annotations[AnnotationDrain] == "" && time.Since(n.CreationTimestamp.Time) > lifetime {
 			expired = append(expired, n)
 		}
 	}
@@ -276,11 +282,27 @@ func (r *Reconciler) annotate(ctx context.Context, n *corev1.Node, key, value st
 	return r.Client.Patch(ctx, n, patch)
 }
 
-func isReady(n *corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
+// recordEviction adds an eviction's time to the pool's status, on the
+// object as the API server has it now (retried on conflicts), and to np,
+// so that the cap holds across passes, status write conflicts and
+// restarts.
+func (r *Reconciler) recordEviction(ctx context.Context, np *v1alpha1.NodeProvisioner, at metav1.Time) {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var fresh v1alpha1.NodeProvisioner
+		if err := r.reader().Get(ctx, client.ObjectKeyFromObject(np), &fresh); err != nil {
+			return err
 		}
+		fresh.Status.DefragmentationEvictions = append(fresh.Status.DefragmentationEvictions, at)
+		if err := r.Client.Status().Update(ctx, &fresh); err != nil {
+			return err
+		}
+		// The pass's own status write goes on from the object as it is now.
+		np.ResourceVersion = fresh.ResourceVersion
+		np.Status.DefragmentationEvictions = fresh.Status.DefragmentationEvictions
+		return nil
+	})
+	if err != nil {
+		np.Status.DefragmentationEvictions = append(np.Status.DefragmentationEvictions, at)
+		r.Logger.Warn("defragmentation eviction not recorded in the status", "pool", np.Name, "error", err)
 	}
-	return false
 }

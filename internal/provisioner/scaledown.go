@@ -145,8 +145,9 @@ func (r *Reconciler) drainAndDelete(ctx context.Context, np *v1alpha1.NodeProvis
 		ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace}}
 		err := r.Client.SubResource("eviction").Create(ctx, p, ev)
 		if err == nil && n.Annotations[AnnotationDrain] == drainDefragmentation {
-			// Defragmentation's cap counts the evictions it caused.
-			np.Status.DefragmentationEvictions = append(np.Status.DefragmentationEvictions, metav1.Now())
+			// Defragmentation's cap counts the evictions it caused, kept
+			// at once in the status: a later status write may conflict.
+			r.recordEviction(ctx, np, metav1.Now())
 		}
 		if err == nil || apierrors.IsNotFound(err) {
 			continue

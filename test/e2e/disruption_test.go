@@ -20,9 +20,15 @@ import (
 
 // poolNodes returns the pool's Ready nodes that take pods (not cordoned).
 func poolNodes(ctx context.Context, c *controllerEnv, group string) []corev1.Node {
+	return usable(readyGPUNodes(ctx, c.env.Client), group)
+}
+
+// usable keeps the Ready GPU nodes of a group that take pods.
+func usable(nodes []corev1.Node, group string) []corev1.Node {
 	var out []corev1.Node
-	for _, n := range readyGPUNodes(ctx, c.env.Client) {
-		if n.Labels["gpuscaler.dev/node-group"] == group && !n.Spec.Unschedulable {
+	for _, n := range nodes {
+		q := n.Status.Allocatable["nvidia.com/gpu"]
+		if n.Labels["gpuscaler.dev/node-group"] == group && !n.Spec.Unschedulable && q.Value() >= 1 && ready(n) && !hasTaint(n, corev1.TaintNodeNotReady) {
 			out = append(out, n)
 		}
 	}
@@ -48,10 +54,14 @@ func TestRotation(t *testing.T) {
 	fewest := 2
 	deadline := time.Now().Add(100 * time.Second)
 	for {
-		nodes := poolNodes(ctx, c, "h100")
+		all, err := c.env.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			time.Sleep(100 * time.Millisecond)
+			continue // no sample: the API server was slow to answer
+		}
+		nodes := usable(all.Items, "h100")
 		fewest = min(fewest, len(nodes))
 		left := 0
-		all, _ := c.env.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 		for _, n := range all.Items {
 			if original[n.Name] {
 				left++
