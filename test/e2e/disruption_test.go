@@ -2,13 +2,14 @@ package e2e
 
 import (
 	"context"
+	"fmt"
+	"sort"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -81,7 +82,7 @@ func TestRotation(t *testing.T) {
 }
 
 // TestDefragmentation: four 2-GPU nodes each half used become two full
-// ones. Three of the pods belong to a ReplicaSet, the fourth to no
+// ones. Three of the pods belong to ReplicaSets, the fourth to no
 // controller: it is never evicted. While a PodDisruptionBudget allows no
 // disruption, nothing moves; once it goes, the pool consolidates.
 func TestDefragmentation(t *testing.T) {
@@ -93,20 +94,32 @@ func TestDefragmentation(t *testing.T) {
 		NodeGroups: []string{"h100x2"}, MinNodes: &four, ScaleDownDelay: &metav1.Duration{Duration: time.Second}}})
 	waitFor(t, ctx, "four Ready nodes", func() bool { return len(poolNodes(ctx, c, "h100x2")) == 4 })
 
-	pod := func() corev1.PodSpec {
+	// One pod per node, placed so: three ReplicaSets of one pod, each
+	// preferring its own node (a preference: once that node is cordoned,
+	// its pod may go anywhere), and a bare pod bound to the fourth.
+	nodes := poolNodes(ctx, c, "h100x2")
+	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
+	pod := func(node string) corev1.PodSpec {
 		spec := gpuPod("x").Spec
-		spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = resource.MustParse("4") // spread by the scheduler's scoring
+		spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{PreferredDuringSchedulingIgnoredDuringExecution: []corev1.PreferredSchedulingTerm{{
+			Weight: 100, Preference: corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{{
+				Key: corev1.LabelHostname, Operator: corev1.NodeSelectorOpIn, Values: []string{node}}}}}}}}
 		return spec
 	}
 	labels := map[string]string{"app": "infer"}
-	three := int32(3)
-	rs := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: "infer", Namespace: "default"}, Spec: appsv1.ReplicaSetSpec{
-		Replicas: &three, Selector: &metav1.LabelSelector{MatchLabels: labels},
-		Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: pod()}}}
-	if err := c.kube.Create(ctx, rs); err != nil {
-		t.Fatal(err)
+	one := int32(1)
+	for i := range 3 {
+		l := map[string]string{"app": "infer", "replica": fmt.Sprint(i)}
+		rs := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("infer-%d", i), Namespace: "default"}, Spec: appsv1.ReplicaSetSpec{
+			Replicas: &one, Selector: &metav1.LabelSelector{MatchLabels: l},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: l}, Spec: pod(nodes[i].Labels[corev1.LabelHostname])}}}
+		if err := c.kube.Create(ctx, rs); err != nil {
+			t.Fatal(err)
+		}
 	}
-	solo := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "solo", Namespace: "default"}, Spec: pod()}
+	soloSpec := gpuPod("solo").Spec
+	soloSpec.NodeName = nodes[3].Name
+	solo := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "solo", Namespace: "default"}, Spec: soloSpec}
 	if err := c.kube.Create(ctx, solo); err != nil {
 		t.Fatal(err)
 	}
