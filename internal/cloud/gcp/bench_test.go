@@ -79,18 +79,15 @@ func BenchmarkSteadyStateAPICalls(b *testing.B) {
 	}
 }
 
-// BenchmarkIncreaseSizeToCreate measures the time from the core's
-// IncreaseSize (what the NodeProvisioner and cluster-autoscaler call for a
-// pending pod) to the createInstances request reaching the API, over the
-// real client and the fake, with the defaults' request budget. The
-// planner's own time is BenchmarkPlan (internal/provisioner/plan).
-func BenchmarkIncreaseSizeToCreate(b *testing.B) {
+// orderBench starts a core over one zonal MIG on the fake, whose
+// operations take opDelay in each of PENDING and RUNNING.
+func orderBench(b *testing.B, opDelay time.Duration) (*gcptest.Server, *nodegroup.Manager) {
 	capacity := 100000
 	engine, err := gcptest.NewEngine(sim.Config{BootDelay: sim.Duration(time.Millisecond), DefaultCapacity: &capacity}, sim.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
-	fake := gcptest.New(engine, gcptest.Options{Project: project, OperationDelay: time.Millisecond})
+	fake := gcptest.New(engine, gcptest.Options{Project: project, OperationDelay: opDelay})
 	b.Cleanup(fake.Close)
 	fake.AddGroup("us-central1-a", "l4", "g2-standard-8")
 	cfg, err := config.Parse([]byte("clusterName: bench\nsync: {period: 200ms}\nclouds:\n  gcp: {project: " + project + "}\nnodeGroups:\n" +
@@ -106,24 +103,40 @@ func BenchmarkIncreaseSizeToCreate(b *testing.B) {
 		"l4": {InstanceType: "g2-standard-8", MIGs: []gcp.MIG{{Location: "us-central1-a", Name: "l4"}}}}, Logger: slog.New(slog.DiscardHandler)})
 	mgr, stop := coretest.Start(b, cfg, gcp.Name, prov, nodegroup.Options{Logger: slog.New(slog.DiscardHandler)})
 	b.Cleanup(stop)
+	return fake, mgr
+}
+
+// orders times IncreaseSize(n) until the n-th createInstances reaches the
+// API; between rounds, untimed, the MIG settles.
+func orders(b *testing.B, fake *gcptest.Server, mgr *nodegroup.Manager, n int) {
 	ctx := context.Background()
-	n := 0
+	total := 0
 	for b.Loop() {
 		before := fake.Calls()["POST createInstances"]
-		if err := mgr.IncreaseSize(ctx, "l4", 1); err != nil {
+		if err := mgr.IncreaseSize(ctx, "l4", n); err != nil {
 			b.Fatal(err)
 		}
-		for fake.Calls()["POST createInstances"] == before {
+		for fake.Calls()["POST createInstances"] < before+n {
 			time.Sleep(50 * time.Microsecond)
 		}
-		// The next pod comes to a MIG with no operation running.
+		// The next round comes to a MIG with no operation running.
 		b.StopTimer()
-		n++
-		for len(coretest.Running(b, mgr, "l4")) < n {
+		total += n
+		for len(coretest.Running(b, mgr, "l4")) < total {
 			time.Sleep(time.Millisecond)
 		}
 		b.StartTimer()
 	}
+}
+
+// BenchmarkIncreaseSizeToCreate measures the time from the core's
+// IncreaseSize (what the NodeProvisioner and cluster-autoscaler call for a
+// pending pod) to the createInstances request reaching the API, over the
+// real client and the fake, with the defaults' request budget. The
+// planner's own time is BenchmarkPlan (internal/provisioner/plan).
+func BenchmarkIncreaseSizeToCreate(b *testing.B) {
+	fake, mgr := orderBench(b, time.Millisecond)
+	orders(b, fake, mgr, 1)
 }
 
 // BenchmarkScaleUpTenInOneZone measures the time from one IncreaseSize of
@@ -131,42 +144,6 @@ func BenchmarkIncreaseSizeToCreate(b *testing.B) {
 // run one at a time (GCP refuses a second operation while one runs), so
 // this is ten operations' round trips.
 func BenchmarkScaleUpTenInOneZone(b *testing.B) {
-	capacity := 100000
-	engine, err := gcptest.NewEngine(sim.Config{BootDelay: sim.Duration(time.Millisecond), DefaultCapacity: &capacity}, sim.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	fake := gcptest.New(engine, gcptest.Options{Project: project, OperationDelay: 50 * time.Millisecond})
-	b.Cleanup(fake.Close)
-	fake.AddGroup("us-central1-a", "l4", "g2-standard-8")
-	cfg, err := config.Parse([]byte("clusterName: bench\nsync: {period: 200ms}\nclouds:\n  gcp: {project: " + project + "}\nnodeGroups:\n" +
-		"  - {name: l4, cloud: gcp, instanceType: g2-standard-8, locations: [us-central1-a], maxSize: 5000}\n"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	clients, err := gcp.NewClients(context.Background(), gcp.ClientOptions{Endpoint: fake.URL, NoAuth: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	prov := gcp.New(clients, gcp.Options{Project: project, Groups: map[string]gcp.Group{
-		"l4": {InstanceType: "g2-standard-8", MIGs: []gcp.MIG{{Location: "us-central1-a", Name: "l4"}}}}, Logger: slog.New(slog.DiscardHandler)})
-	mgr, stop := coretest.Start(b, cfg, gcp.Name, prov, nodegroup.Options{Logger: slog.New(slog.DiscardHandler)})
-	b.Cleanup(stop)
-	ctx := context.Background()
-	n := 0
-	for b.Loop() {
-		before := fake.Calls()["POST createInstances"]
-		if err := mgr.IncreaseSize(ctx, "l4", 10); err != nil {
-			b.Fatal(err)
-		}
-		for fake.Calls()["POST createInstances"] < before+10 {
-			time.Sleep(100 * time.Microsecond)
-		}
-		b.StopTimer()
-		n += 10
-		for len(coretest.Running(b, mgr, "l4")) < n {
-			time.Sleep(time.Millisecond)
-		}
-		b.StartTimer()
-	}
+	fake, mgr := orderBench(b, 50*time.Millisecond)
+	orders(b, fake, mgr, 10)
 }
