@@ -48,8 +48,11 @@ type Core interface {
 }
 
 // resync bounds how long the controller goes without looking, whatever
-// the events.
-const resync = 15 * time.Second
+// the events; orderCheck, while the pool has orders in flight.
+const (
+	resync     = 15 * time.Second
+	orderCheck = 2 * time.Second
+)
 
 // Reconciler reconciles NodeProvisioners.
 type Reconciler struct {
@@ -161,11 +164,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			registered[pid] = true
 		}
 	}
+	ordering := false
 	for _, g := range pool.Groups {
 		insts, _ := r.Core.Instances(g.Name)
 		for _, in := range insts {
 			if !registeredAs(registered, in) && in.ErrorCode == "" && in.State != nodegroup.StateDeleting {
 				snapshot = append(snapshot, plan.Node{Name: in.Name, Group: g.Name, Coming: true})
+				ordering = ordering || in.State != nodegroup.StateRunning
 			}
 		}
 	}
@@ -202,6 +207,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		Message: fmt.Sprintf("%d idle nodes beyond the buffer", len(p.Remove)), ObservedGeneration: np.Generation,
 	})
 	res, err := r.setStatus(ctx, &np, &pool, p, nil)
+	if ordering && res.RequeueAfter > orderCheck {
+		// An order in flight may fail (a stock-out shows only on the new
+		// instance): look again soon, so the pool falls back to its next
+		// group without waiting for an event.
+		res.RequeueAfter = orderCheck
+	}
 	if len(p.Remove) > 0 && np.Spec.ScaleDownDelay != nil && np.Spec.ScaleDownDelay.Duration < res.RequeueAfter {
 		// Come back when the first unneeded node is due.
 		res.RequeueAfter = max(np.Spec.ScaleDownDelay.Duration, time.Second)
