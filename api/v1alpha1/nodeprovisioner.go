@@ -90,6 +90,7 @@ type NodeProvisionerSpec struct {
 
 	// ScaleDownDelay is how long a node must be unneeded before it goes.
 	// +kubebuilder:default="10m"
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s')",message="a duration such as 90s, 10m or 6h30m"
 	// +optional
 	ScaleDownDelay *metav1.Duration `json:"scaleDownDelay,omitempty"`
 
@@ -106,6 +107,7 @@ type NodeProvisionerSpec struct {
 	// successor is Ready, so the pool never has fewer Ready nodes than
 	// before. DWS flex-start nodes end at their run duration: set it a
 	// margin below that.
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s')",message="a duration such as 90s, 10m or 6h30m"
 	// +optional
 	MaxNodeLifetime *metav1.Duration `json:"maxNodeLifetime,omitempty"`
 

@@ -56,6 +56,10 @@ func TestSchemaOnARealAPIServer(t *testing.T) {
 		{"buffer", "  nodeGroups: [a]\n  minUnutilizedGPUNodes: -1\n", "should be greater than or equal to 0"},
 		{"order", "  nodeGroups: [a]\n  groupOrder: Random\n", "Unsupported value"},
 		{"cost", "  nodeGroups: [a]\n  maxHourlyCost: lots\n", "should match"},
+		{"no-groups-at-all", "  minNodes: 1\n", "name nodeGroups, existingInstanceGroupNames, or both"},
+		{"delay", "  nodeGroups: [a]\n  scaleDownDelay: soon\n", "a duration such as"},
+		{"lifetime", "  nodeGroups: [a]\n  maxNodeLifetime: 6 hours\n", "a duration such as"},
+		{"defrag", "  nodeGroups: [a]\n  defragmentation: {enabled: true, maxEvictionsPerHour: 0}\n", "should be greater than or equal to 1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

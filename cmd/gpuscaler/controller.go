@@ -177,7 +177,7 @@ func runController(ctx context.Context, cfg *config.Config, cfgPath string, f co
 	}
 	core := rt.Facade()
 	existing := &provisioner.ExistingGroups{GPULabel: cfg.Provider.GPULabel, MaxGroupSize: cfg.Sync.MaxGroupSize,
-		Apply: rt.SetExtraGroups, Logger: log.With("controller", "nodeprovisioner")}
+		FileGroups: rt.FileGroups, Apply: rt.SetExtraGroups, Logger: log.With("controller", "nodeprovisioner")}
 	if d, ok := rt.Describer(config.CloudGCP); ok {
 		existing.Describer, existing.Zone = d, cfg.Clouds.GCP.Zone
 	}

@@ -29,6 +29,11 @@ const (
 type InstanceType struct {
 	// Name is the cloud's own name for the type, e.g. "1H100.80S.30V".
 	Name string
+	// NodeLabel is the node.kubernetes.io/instance-type its nodes register
+	// with, when that is not Name (a GCP machine type with GPUs attached
+	// is one catalog entry per attachment, and its nodes say the machine
+	// type).
+	NodeLabel string
 	// GPUModel is a key of the internal/gpu model table, e.g. "H100-80GB";
 	// empty for CPU-only types.
 	GPUModel string

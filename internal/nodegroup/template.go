@@ -169,10 +169,14 @@ func (t *templater) nodeLabels(g *group, location string, ct cloud.CapacityType)
 	if arch == "" {
 		arch = "amd64"
 	}
+	typeLabel := it.Name
+	if it.NodeLabel != "" {
+		typeLabel = it.NodeLabel
+	}
 	l := map[string]string{
 		corev1.LabelArchStable:         arch,
 		corev1.LabelOSStable:           "linux",
-		corev1.LabelInstanceTypeStable: it.Name,
+		corev1.LabelInstanceTypeStable: typeLabel,
 		corev1.LabelTopologyRegion:     location,
 		corev1.LabelTopologyZone:       location,
 		LabelNodeGroup:                 g.cfg.Name,

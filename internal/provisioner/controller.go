@@ -102,7 +102,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			if err := r.Client.List(ctx, &all); err != nil {
 				return reconcile.Result{}, err
 			}
-			r.Existing.Sync(ctx, all.Items)
+			if _, errs := r.Existing.Sync(ctx, all.Items); len(errs) > 0 {
+				// The other pools' errors are theirs to report; the
+				// groups of the pool gone must still leave the core.
+				return reconcile.Result{RequeueAfter: 10 * time.Second}, nil
+			}
 		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
@@ -139,7 +143,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err := r.Client.List(ctx, &pods); err != nil {
 		return reconcile.Result{}, err
 	}
-	groupOf := r.membership(&np, pool)
+	groupOf, owned := r.membership(&np, pool)
 	nodePtrs := make([]*corev1.Node, len(nodes.Items))
 	for i := range nodes.Items {
 		nodePtrs[i] = &nodes.Items[i]
@@ -190,13 +194,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		now := metav1.Now()
 		np.Status.LastScaleTime = &now
 	}
-	if r.disrupt(ctx, &np, pool, snapshot, nodes.Items, pods.Items, groupOf, len(p.Add) > 0) {
+	if r.disrupt(ctx, &np, pool, snapshot, nodes.Items, pods.Items, owned, len(p.Add) > 0) {
 		now := metav1.Now()
 		np.Status.LastScaleTime = &now
 	}
 	scalingDown := false
 	if len(p.Add) == 0 {
-		scalingDown = r.scaleDown(ctx, &np, p.Remove, nodes.Items, groupOf)
+		scalingDown = r.scaleDown(ctx, &np, p.Remove, nodes.Items, owned)
 		if scalingDown {
 			now := metav1.Now()
 			np.Status.LastScaleTime = &now
@@ -399,8 +403,10 @@ func (r *Reconciler) groupsOf(np *v1alpha1.NodeProvisioner) []string {
 // instance has its provider ID (nodes of existing instance groups carry
 // no gpuscaler label), else, for a node carrying Baseten's provisioner-name
 // label of this pool, the pool's first group of an existing instance group
-// in its zone (its instance not listed yet).
-func (r *Reconciler) membership(np *v1alpha1.NodeProvisioner, pool plan.Pool) func(*corev1.Node) string {
+// in its zone (its instance not listed yet: it counts as the pool's
+// capacity). owned is the same without that last rule: only a node a
+// group's instance has is drained or deleted, through that group.
+func (r *Reconciler) membership(np *v1alpha1.NodeProvisioner, pool plan.Pool) (groupOf, owned func(*corev1.Node) string) {
 	inPool := map[string]bool{}
 	byID := map[string]string{}
 	for _, g := range pool.Groups {
@@ -414,11 +420,14 @@ func (r *Reconciler) membership(np *v1alpha1.NodeProvisioner, pool plan.Pool) fu
 		}
 	}
 	existing := r.Existing.Names(np.Name)
-	return func(n *corev1.Node) string {
+	owned = func(n *corev1.Node) string {
 		if g := n.Labels[nodegroup.LabelNodeGroup]; inPool[g] {
 			return g
 		}
-		if g := byID[n.Spec.ProviderID]; g != "" {
+		return byID[n.Spec.ProviderID]
+	}
+	return func(n *corev1.Node) string {
+		if g := owned(n); g != "" {
 			return g
 		}
 		if n.Labels[LabelProvisionerName] != np.Name || len(existing) == 0 {
@@ -430,7 +439,7 @@ func (r *Reconciler) membership(np *v1alpha1.NodeProvisioner, pool plan.Pool) fu
 			}
 		}
 		return existing[0]
-	}
+	}, owned
 }
 
 // claimed reports whether a template of an earlier pool fits the pod.

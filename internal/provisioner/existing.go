@@ -41,9 +41,14 @@ type ExistingGroups struct {
 	Zone string
 	// GPULabel is the config's provider.gpuLabel: gpuscaler sets it.
 	GPULabel string
-	// MaxGroupSize is each group's maxSize when its pool sets no maxNodes
-	// (the config's sync.maxGroupSize).
+	// MaxGroupSize is each group's maxSize (the config's
+	// sync.maxGroupSize). The pool's maxNodes bounds the pool through the
+	// planner, never through a group's maxSize: the core deletes a group's
+	// instances beyond its maxSize, and a MIG's are the user's live nodes.
 	MaxGroupSize int
+	// FileGroups returns the configuration file's node groups, whose
+	// names and MIGs existing groups must not take.
+	FileGroups func() []config.NodeGroup
 	// Apply puts the groups in force (runtime.SetExtraGroups).
 	Apply func(ctx context.Context, groups []config.NodeGroup) error
 	// Refresh is how long a MIG's description is kept; default 10 min.
@@ -71,7 +76,22 @@ func (e *ExistingGroups) Sync(ctx context.Context, nps []v1alpha1.NodeProvisione
 	type want struct {
 		pool      string
 		zone, mig string
-		maxSize   int
+	}
+	fileNames, fileMIGs := map[string]bool{}, map[string]string{}
+	if e.FileGroups != nil {
+		for i, g := range e.FileGroups() {
+			fileNames[g.Name] = true
+			if g.Cloud != config.CloudGCP {
+				continue
+			}
+			mig := g.CloudOptions["instanceGroup"]
+			if mig == "" {
+				mig = g.Name
+			}
+			for _, z := range g.Locations {
+				fileMIGs[z+"/"+mig] = fmt.Sprintf("nodeGroups[%d] (%s) of the config", i, g.Name)
+			}
+		}
 	}
 	var wants []want
 	owner := map[string]string{} // zone/name -> pool
@@ -85,22 +105,31 @@ func (e *ExistingGroups) Sync(ctx context.Context, nps []v1alpha1.NodeProvisione
 			errs[np.Name] = errors.New("existingInstanceGroupNames name GCP managed instance groups: configure clouds.gcp")
 			continue
 		}
-		maxSize := e.MaxGroupSize
-		if np.Spec.MaxNodes != nil && int(*np.Spec.MaxNodes) > 0 {
-			maxSize = min(maxSize, int(*np.Spec.MaxNodes))
+		if msgs := validation.IsValidLabelValue(np.Name); len(msgs) > 0 {
+			errs[np.Name] = fmt.Errorf("the pool's name is the value of its nodes' %s label: %s", LabelProvisionerName, strings.Join(msgs, "; "))
+			continue
 		}
 		var pool []want
+		mine := map[string]int{}
 		for i, ref := range np.Spec.ExistingInstanceGroupNames {
 			zone, mig, err := ParseInstanceGroup(ref, e.Zone)
-			if err == nil && owner[zone+"/"+mig] != "" && owner[zone+"/"+mig] != np.Name {
-				err = fmt.Errorf("it belongs to NodeProvisioner %q already", owner[zone+"/"+mig])
+			key := zone + "/" + mig
+			switch j, twice := mine[key]; {
+			case err != nil:
+			case twice:
+				err = fmt.Errorf("the same managed instance group as existingInstanceGroupNames[%d]", j)
+			case owner[key] != "" && owner[key] != np.Name:
+				err = fmt.Errorf("it belongs to NodeProvisioner %q already", owner[key])
+			case fileMIGs[key] != "":
+				err = fmt.Errorf("it is %s", fileMIGs[key])
 			}
 			if err != nil {
 				errs[np.Name] = fmt.Errorf("existingInstanceGroupNames[%d] %q: %w", i, ref, err)
 				pool = nil
 				break
 			}
-			pool = append(pool, want{pool: np.Name, zone: zone, mig: mig, maxSize: maxSize})
+			mine[key] = i
+			pool = append(pool, want{pool: np.Name, zone: zone, mig: mig})
 		}
 		for _, w := range pool {
 			owner[w.zone+"/"+w.mig] = np.Name
@@ -121,7 +150,7 @@ func (e *ExistingGroups) Sync(ctx context.Context, nps []v1alpha1.NodeProvisione
 			errs[w.pool] = fmt.Errorf("managed instance group zones/%s/instanceGroupManagers/%s: %w", w.zone, w.mig, err)
 			continue
 		}
-		name := groupName(w.zone, w.mig, migNames[w.mig] > 1)
+		name := groupName(w.zone, w.mig, migNames[w.mig] > 1 || fileNames[w.mig])
 		labels := map[string]string{}
 		for k, v := range d.Labels {
 			if config.ReservedLabel(k, &config.NodeGroup{}, e.GPULabel) == "" {
@@ -131,7 +160,7 @@ func (e *ExistingGroups) Sync(ctx context.Context, nps []v1alpha1.NodeProvisione
 		labels[LabelProvisionerName] = w.pool
 		groups = append(groups, config.NodeGroup{
 			Name: name, Cloud: config.CloudGCP, InstanceType: d.InstanceType, Locations: []string{w.zone},
-			MaxSize: w.maxSize, Labels: labels, Taints: d.Taints, ManagedBy: config.ManagedByNodeProvisioner,
+			MaxSize: e.MaxGroupSize, Labels: labels, Taints: d.Taints, ManagedBy: config.ManagedByNodeProvisioner,
 			CloudOptions: map[string]string{"instanceGroup": w.mig},
 		})
 		names[w.pool] = append(names[w.pool], name)

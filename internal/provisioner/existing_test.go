@@ -53,7 +53,9 @@ func TestExistingGroups(t *testing.T) {
 		t.Fatal(err)
 	}
 	var applied [][]config.NodeGroup
+	fileGroups := []config.NodeGroup{{Name: "filed", Cloud: "gcp", Locations: []string{"us-central1-b"}, CloudOptions: map[string]string{"instanceGroup": "theirs-grp"}}}
 	e := &ExistingGroups{Describer: gcp.New(clients, gcp.Options{Project: "p"}), Zone: "us-central1-a", MaxGroupSize: 100,
+		FileGroups: func() []config.NodeGroup { return fileGroups },
 		Apply: func(_ context.Context, g []config.NodeGroup) error {
 			applied = append(applied, g)
 			return nil
@@ -65,6 +67,9 @@ func TestExistingGroups(t *testing.T) {
 		pool("c", 0, "zones/us-central1-b/instanceGroupManagers/l4-grp"),
 		pool("d", 0, "missing-grp"),
 		{ObjectMeta: metav1.ObjectMeta{Name: "e"}, Spec: v1alpha1.NodeProvisionerSpec{NodeGroups: []string{"configured"}}},
+		pool("f", 0, "zones/us-central1-b/instanceGroupManagers/theirs-grp"),
+		pool("g", 0, "missing-too", "zones/us-central1-a/instanceGroupManagers/missing-too"),
+		pool(strings.Repeat("x", 64), 0, "another-grp"),
 	}
 	names, errs := e.Sync(ctx, nps)
 	if len(applied) != 1 {
@@ -82,19 +87,27 @@ func TestExistingGroups(t *testing.T) {
 	if err := errs["d"]; err == nil || !strings.Contains(err.Error(), "missing-grp") || names["d"] != nil {
 		t.Errorf("pool d's MIG is missing: %v, groups %v", err, names["d"])
 	}
+	if err := errs["f"]; err == nil || !strings.Contains(err.Error(), "nodeGroups[0] (filed) of the config") {
+		t.Errorf("pool f names a MIG of the config's groups: %v", err)
+	}
+	if err := errs["g"]; err == nil || !strings.Contains(err.Error(), "the same managed instance group as existingInstanceGroupNames[0]") {
+		t.Errorf("pool g names one MIG twice: %v", err)
+	}
+	if err := errs[strings.Repeat("x", 64)]; err == nil || !strings.Contains(err.Error(), LabelProvisionerName) {
+		t.Errorf("a pool name too long for a label value: %v", err)
+	}
 	if _, ok := errs["e"]; ok || names["e"] != nil {
 		t.Errorf("pool e has no existing instance groups: %v %v", errs["e"], names["e"])
 	}
 	g := applied[0][0]
-	want := config.NodeGroup{Name: names["a"][0], Cloud: "gcp", InstanceType: "g2-standard-8", Locations: []string{"us-central1-a"}, MaxSize: 4,
+	want := config.NodeGroup{Name: names["a"][0], Cloud: "gcp", InstanceType: "g2-standard-8", Locations: []string{"us-central1-a"}, MaxSize: 100,
 		Labels: map[string]string{"cloud.google.com/gke-nodepool": "l4", LabelProvisionerName: "a"}, Taints: g.Taints,
 		ManagedBy: config.ManagedByNodeProvisioner, CloudOptions: map[string]string{"instanceGroup": "l4-grp"}}
 	if !reflect.DeepEqual(g, want) || len(g.Taints) != 1 || g.Taints[0].Key != "nvidia.com/gpu" {
 		t.Errorf("group %+v\nwant  %+v", g, want)
 	}
-	if applied[0][2].MaxSize != 100 {
-		t.Errorf("pool b sets no maxNodes: maxSize %d; want sync.maxGroupSize", applied[0][2].MaxSize)
-	}
+	// maxNodes bounds the pool through the planner: a group's maxSize
+	// would make the core delete the MIG's live nodes beyond it.
 	before := fake.Calls()["GET instanceTemplate"]
 	if again, _ := e.Sync(ctx, nps); !reflect.DeepEqual(again, names) || len(applied) != 1 || fake.Calls()["GET instanceTemplate"] != before {
 		t.Errorf("second pass: groups %v, %d applies, %d template reads; want the same groups read from memory", again, len(applied), fake.Calls()["GET instanceTemplate"]-before)

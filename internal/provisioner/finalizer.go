@@ -65,6 +65,9 @@ func (r *Reconciler) finalize(ctx context.Context, np *v1alpha1.NodeProvisioner)
 		r.Recorder.Eventf(np, nil, corev1.EventTypeNormal, "Releasing", "Finalize", "deleting %d instances of the pool's groups", pending)
 		return reconcile.Result{RequeueAfter: 2 * time.Second}, nil
 	}
+	if err := r.releaseNodes(ctx, np); err != nil {
+		return reconcile.Result{}, err
+	}
 	patch := client.MergeFrom(np.DeepCopy())
 	controllerutil.RemoveFinalizer(np, Finalizer)
 	if err := r.Client.Patch(ctx, np, patch); err != nil {
@@ -114,4 +117,53 @@ func (r *Reconciler) release(ctx context.Context, group string) (int, error) {
 		return 0, fmt.Errorf("delete %d instances: %w", len(ids), err)
 	}
 	return going + len(ids), nil
+}
+
+// releaseNodes takes the controller's marks off the nodes of a deleted
+// pool that stay (the MIGs of existingInstanceGroupNames are the user's,
+// and a group's minimum stays): the unneeded and deleting taints, the
+// cordon of a drain, and the drain and rotation annotations, so that no
+// node stays cordoned with nobody to finish its drain.
+func (r *Reconciler) releaseNodes(ctx context.Context, np *v1alpha1.NodeProvisioner) error {
+	groups := map[string]bool{}
+	for _, g := range r.groupsOf(np) {
+		groups[g] = true
+	}
+	ids := map[string]bool{}
+	for g := range groups {
+		insts, _ := r.Core.Instances(g)
+		for _, in := range insts {
+			ids[in.ProviderID] = true
+		}
+	}
+	var nodes corev1.NodeList
+	if err := r.Client.List(ctx, &nodes); err != nil {
+		return err
+	}
+	for i := range nodes.Items {
+		n := &nodes.Items[i]
+		mine := groups[n.Labels[nodegroup.LabelNodeGroup]] || ids[n.Spec.ProviderID] || n.Labels[LabelProvisionerName] == np.Name
+		_, marked := unneededSince(n)
+		if !mine || !(marked || hasTaint(n, TaintDeleting) || n.Annotations[AnnotationDrain] != "" || n.Annotations[AnnotationRotation] != "") {
+			continue
+		}
+		patch := client.MergeFrom(n.DeepCopy())
+		var taints []corev1.Taint
+		for _, t := range n.Spec.Taints {
+			switch t.Key {
+			case TaintUnneeded:
+			case TaintDeleting:
+				n.Spec.Unschedulable = false
+			default:
+				taints = append(taints, t)
+			}
+		}
+		n.Spec.Taints = taints
+		delete(n.Annotations, AnnotationDrain)
+		delete(n.Annotations, AnnotationRotation)
+		if err := r.Client.Patch(ctx, n, patch); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("release node %s: %w", n.Name, err)
+		}
+	}
+	return nil
 }

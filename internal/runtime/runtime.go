@@ -247,6 +247,14 @@ func (r *Runtime) SetExtraGroups(ctx context.Context, groups []config.NodeGroup)
 	return r.apply(ctx, r.file, groups)
 }
 
+// FileGroups returns the node groups of the configuration file in force
+// (without the extra groups).
+func (r *Runtime) FileGroups() []config.NodeGroup {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.file.NodeGroups
+}
+
 // union returns the file's configuration with the extra groups added,
 // defaulted and validated.
 func union(file *config.Config, extra []config.NodeGroup) (*config.Config, error) {

@@ -325,7 +325,7 @@ func TestDescribeGroup(t *testing.T) {
 			learned = ty
 		}
 	}
-	if learned.GPUModel != "T4" || learned.GPUCount != 2 || learned.VCPUs != 8 || learned.OnDemandPrice < 1.07 || learned.OnDemandPrice > 1.09 {
+	if learned.GPUModel != "T4" || learned.NodeLabel != "n1-standard-8" || learned.GPUCount != 2 || learned.VCPUs != 8 || learned.OnDemandPrice < 1.07 || learned.OnDemandPrice > 1.09 {
 		t.Errorf("learned type %+v; want n1-standard-8 with 2 T4 at 0.38+2*0.35 an hour", learned)
 	}
 
@@ -337,6 +337,13 @@ func TestDescribeGroup(t *testing.T) {
 		t.Errorf("regional template: %+v", d)
 	}
 
+	auto := b.fake.AddTemplate(gcptest.Template{Name: "gke-auto", MachineType: "g2-standard-8", Metadata: map[string]string{"kube-env": "NODE_LABELS: old=yes\n" +
+		"NODE_TAINTS: old=yes:NoSchedule\nAUTOSCALER_ENV_VARS: kube_reserved=cpu=1060m;node_labels=pool=auto,tier=gpu;node_taints=nvidia.com/gpu=present:NoSchedule;os=linux\n"}})
+	b.fake.AddGroupFrom("us-central1-a", "gke-auto-grp", auto)
+	d, err = c.DescribeGroup(ctx, "us-central1-a", "gke-auto-grp")
+	if err != nil || !reflect.DeepEqual(d.Labels, map[string]string{"pool": "auto", "tier": "gpu"}) || len(d.Taints) != 1 || d.Taints[0].Key != "nvidia.com/gpu" {
+		t.Errorf("AUTOSCALER_ENV_VARS first: %+v %v", d, err)
+	}
 	if _, err := c.DescribeGroup(ctx, "us-central1-a", "no-such-grp"); !errors.Is(err, cloud.ErrNotFound) {
 		t.Errorf("missing MIG: %v; want ErrNotFound", err)
 	}

@@ -92,8 +92,9 @@ func lastSegment(s string) string { return s[strings.LastIndex(s, "/")+1:] }
 // instanceType is the catalog entry of a machine type with the GPUs a
 // template attaches: the table's own entry when the machine type carries
 // its GPUs (A2, A3, G2) or has none attached; otherwise a learned entry
-// named "<machine type>.<count>x<accelerator>" (a valid label value) with
-// the accelerators' GPUs and prices added.
+// named "<machine type>.<count>x<accelerator>" with the accelerators'
+// GPUs and prices added; its nodes' instance-type label stays the machine
+// type, as GCE nodes register it.
 func instanceType(machineType string, accels []*computepb.AcceleratorConfig) (cloud.InstanceType, error) {
 	t, ok := tableType(machineType)
 	if !ok {
@@ -110,20 +111,35 @@ func instanceType(machineType string, accels []*computepb.AcceleratorConfig) (cl
 	if !ok || count < 1 {
 		return cloud.InstanceType{}, fmt.Errorf("accelerator %q (count %d) is not in gpuscaler's GCP table (docs/clouds/gcp.md)", name, count)
 	}
-	t.Name = fmt.Sprintf("%s.%dx%s", machineType, count, name)
+	t.Name, t.NodeLabel = fmt.Sprintf("%s.%dx%s", machineType, count, name), machineType
 	t.GPUModel, t.GPUCount, t.GPUMemoryGiB = a.model, count, a.memoryGiB
 	t.OnDemandPrice += float64(count) * a.price
 	return t, nil
 }
 
 // nodeSettings reads the node labels and taints GKE puts in a node pool's
-// template: the kube-labels item ("k=v,k2=v2"), else NODE_LABELS in the
-// kube-env item, and NODE_TAINTS in kube-env ("k=v:Effect,k2:Effect").
+// template: the kube-labels item ("k=v,k2=v2"), else node_labels of
+// kube-env's AUTOSCALER_ENV_VARS ("a=b;node_labels=k=v,...;node_taints=..."),
+// else NODE_LABELS in kube-env; taints from AUTOSCALER_ENV_VARS'
+// node_taints, else NODE_TAINTS ("k=v:Effect,k2:Effect").
 func nodeSettings(meta map[string]string) (map[string]string, []corev1.Taint, error) {
 	env := kubeEnv(meta["kube-env"])
+	// cluster-autoscaler's own variables come first where GKE writes them.
+	auto := map[string]string{}
+	for kv := range strings.SplitSeq(env["AUTOSCALER_ENV_VARS"], ";") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(kv), "="); ok {
+			auto[k] = v
+		}
+	}
 	rawLabels, ok := meta["kube-labels"]
 	if !ok {
-		rawLabels = env["NODE_LABELS"]
+		if rawLabels, ok = auto["node_labels"]; !ok {
+			rawLabels = env["NODE_LABELS"]
+		}
+	}
+	rawTaints, ok := auto["node_taints"]
+	if !ok {
+		rawTaints = env["NODE_TAINTS"]
 	}
 	labels := map[string]string{}
 	for _, kv := range splitList(rawLabels) {
@@ -134,7 +150,7 @@ func nodeSettings(meta map[string]string) (map[string]string, []corev1.Taint, er
 		labels[k] = v
 	}
 	var taints []corev1.Taint
-	for _, raw := range splitList(env["NODE_TAINTS"]) {
+	for _, raw := range splitList(rawTaints) {
 		kv, effect, ok := strings.Cut(raw, ":")
 		k, v, _ := strings.Cut(kv, "=")
 		switch e := corev1.TaintEffect(effect); {

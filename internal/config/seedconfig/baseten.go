@@ -45,6 +45,7 @@ func ConvertNodeProvisioners(data []byte) (out []byte, notes []string, err error
 		return nil, nil, err
 	}
 	var buf bytes.Buffer
+	seen := map[string]int{}
 	for i, d := range docs {
 		var m struct {
 			APIVersion string            `json:"apiVersion"`
@@ -75,6 +76,10 @@ func ConvertNodeProvisioners(data []byte) (out []byte, notes []string, err error
 		if len(spec.NodeGroups) == 0 && len(spec.ExistingInstanceGroupNames) == 0 {
 			return nil, nil, fmt.Errorf("%s: spec.existingInstanceGroupNames: required (the managed instance groups the pool scales)", where)
 		}
+		if j, dup := seen[m.Metadata.Name]; dup {
+			return nil, nil, fmt.Errorf("%s: metadata.name: document %d has it too; gpuscaler's NodeProvisioner is cluster-scoped, so one would replace the other: rename one (and its nodes' label)", where, j)
+		}
+		seen[m.Metadata.Name] = i + 1
 		if m.Metadata.Namespace != "" {
 			notes = append(notes, fmt.Sprintf("%s: namespace %q dropped: gpuscaler's NodeProvisioner is cluster-scoped", where, m.Metadata.Namespace))
 		}

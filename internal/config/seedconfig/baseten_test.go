@@ -59,6 +59,8 @@ spec:
 		{"apiVersion: compute.baseten.co/v1alpha1\nkind: NodeProvisioner\nmetadata: {name: x}\nspec: {existingInstanceGroupNames: [g], maxGPUs: 4}\n", `document 1 (NodeProvisioner "x"): spec: error unmarshaling JSON: while decoding JSON: json: unknown field "maxGPUs"`},
 		{"apiVersion: gpuscaler.dev/v1alpha1\nkind: NodeProvisioner\nmetadata: {name: x}\nspec: {nodeGroups: [g]}\n", "gpuscaler's already"},
 		{"apiVersion: compute.baseten.co/v1alpha1\nkind: NodeProvisioner\nmetadata: {name: x}\nspec: {minUnutilizedGPUNodes: 1}\n", "spec.existingInstanceGroupNames: required"},
+		{"apiVersion: compute.baseten.co/v1alpha1\nkind: NodeProvisioner\nmetadata: {name: x, namespace: a}\nspec: {existingInstanceGroupNames: [g]}\n---\n" +
+			"apiVersion: compute.baseten.co/v1alpha1\nkind: NodeProvisioner\nmetadata: {name: x, namespace: b}\nspec: {existingInstanceGroupNames: [h]}\n", "document 1 has it too"},
 	} {
 		if _, _, err := ConvertNodeProvisioners([]byte(c.in)); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v; want %q", c.in, err, c.want)
