@@ -321,3 +321,11 @@ type GroupDescriber interface {
 type Advisor interface {
 	Advise(ctx context.Context, group, instanceType string, locations []string, options map[string]string) []string
 }
+
+// Topology is implemented by clouds whose locations nest, so that a node's
+// topology.kubernetes.io labels are not both the location: a GCP zone is
+// in its region (us-central1-a in us-central1), and a regional location
+// has no zone until an instance is placed ("" then).
+type Topology interface {
+	Topology(location string) (region, zone string)
+}

@@ -126,7 +126,12 @@ func New(cfg *config.Config, providers map[string]cloud.Provider, opts Options) 
 	m.offerings = newOfferings(opts.Clock, cfg)
 	m.cost = &costGuard{cfg: cfg, store: s, offerings: m.offerings}
 	m.catalog = &catalog{store: s, clients: m.clients, clock: opts.Clock, log: opts.Logger, types: map[string]map[string]cloud.InstanceType{}}
-	m.templater = &templater{store: s, gpuLabel: opts.GPULabel}
+	m.templater = &templater{store: s, gpuLabel: opts.GPULabel, topology: map[string]cloud.Topology{}}
+	for name, p := range providers {
+		if tp, ok := p.(cloud.Topology); ok {
+			m.templater.topology[name] = tp
+		}
+	}
 	m.syncer = &syncer{cfg: cfg, store: s, offerings: m.offerings, cost: m.cost, catalog: m.catalog, nodes: opts.Nodes,
 		clients: m.clients, clock: opts.Clock, log: opts.Logger, metrics: met, resolveAfter: opts.ResolveAfter, startTimeout: opts.StartTimeout, syncNow: syncNow, reissuePending: map[string]bool{}}
 	for name := range m.clients {

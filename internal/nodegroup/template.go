@@ -32,6 +32,9 @@ type templateCache struct {
 // template, and the labels, taints and settings of each order.
 type templater struct {
 	store *store
+	// topology maps a location to its region and zone labels, for the
+	// clouds whose locations nest (cloud.Topology); by cloud name.
+	topology map[string]cloud.Topology
 	// gpuLabel is an extra label key that carries the accelerator (the
 	// cluster-autoscaler's --gpu-label); empty for none.
 	gpuLabel string
@@ -173,12 +176,16 @@ func (t *templater) nodeLabels(g *group, location string, ct cloud.CapacityType)
 	if it.NodeLabel != "" {
 		typeLabel = it.NodeLabel
 	}
+	region, zone := location, location
+	if tp, ok := t.topology[g.cfg.Cloud]; ok {
+		region, zone = tp.Topology(location)
+	}
 	l := map[string]string{
 		corev1.LabelArchStable:         arch,
 		corev1.LabelOSStable:           "linux",
 		corev1.LabelInstanceTypeStable: typeLabel,
-		corev1.LabelTopologyRegion:     location,
-		corev1.LabelTopologyZone:       location,
+		corev1.LabelTopologyRegion:     region,
+		corev1.LabelTopologyZone:       zone,
 		LabelNodeGroup:                 g.cfg.Name,
 		LabelCapacityType:              string(ct),
 		LabelCloud:                     g.cfg.Cloud,
@@ -196,6 +203,9 @@ func (t *templater) nodeLabels(g *group, location string, ct cloud.CapacityType)
 			l[gpu.LabelMIGConfig] = g.cfg.MIG.Profile
 			l[gpu.LabelMIGStrategy] = g.cfg.MIG.Strategy
 		}
+	}
+	if zone == "" {
+		delete(l, corev1.LabelTopologyZone) // the cloud places the instance
 	}
 	maps.Copy(l, g.cfg.Labels)
 	return l

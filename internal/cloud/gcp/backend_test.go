@@ -96,6 +96,13 @@ func (b *backend) running(t *testing.T, group string) []nodegroup.Instance {
 func TestScaleUpAndDown(t *testing.T) {
 	b := newBackend(t, 5, groupsYAML, gcptest.Options{})
 	ctx := context.Background()
+	tmpl, err := b.mgr.Template("l4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tmpl.Labels[corev1.LabelTopologyRegion] != "us-central1" || tmpl.Labels[corev1.LabelTopologyZone] != "us-central1-a" {
+		t.Errorf("a zonal group's template topology labels: %v; want region us-central1, zone us-central1-a", tmpl.Labels)
+	}
 	if err := b.mgr.IncreaseSize(ctx, "l4", 2); err != nil {
 		t.Fatal(err)
 	}
@@ -428,6 +435,15 @@ func TestRegionalMIG(t *testing.T) {
 `, gcptest.Options{})
 	b.engine.SetCapacity(cloud.OfferingKey{InstanceType: "g2-standard-8", Location: "us-central1-a", CapacityType: cloud.OnDemand}, 0)
 	ctx := context.Background()
+	// GCE nodes say their region and zone: a regional group's template
+	// has the region only.
+	tmpl, err := b.mgr.Template("l4r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, hasZone := tmpl.Labels[corev1.LabelTopologyZone]; hasZone || tmpl.Labels[corev1.LabelTopologyRegion] != "us-central1" {
+		t.Errorf("regional template topology labels: %v", tmpl.Labels)
+	}
 	if err := b.mgr.IncreaseSize(ctx, "l4r", 2); err != nil {
 		t.Fatal(err)
 	}

@@ -46,6 +46,16 @@ var region = regexp.MustCompile(`^[a-z]+-[a-z]+[0-9]+$`)
 // IsRegion reports whether a location names a region rather than a zone.
 func IsRegion(location string) bool { return region.MatchString(location) }
 
+// Topology implements cloud.Topology: a zone's region is its name without
+// the "-<letter>"; a region (a regional MIG's location) has no zone until
+// GCP places the instance.
+func (c *Cloud) Topology(location string) (string, string) {
+	if IsRegion(location) {
+		return location, ""
+	}
+	return location[:strings.LastIndex(location, "-")], location
+}
+
 // Group is a node group's managed instance groups: one per zone (the
 // group's locations), all of one instance type.
 type Group struct {
