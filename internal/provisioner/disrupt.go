@@ -51,13 +51,14 @@ func (r *Reconciler) disrupt(ctx context.Context, np *v1alpha1.NodeProvisioner, 
 			members = append(members, &nodes[i])
 		}
 	}
-	changed, draining := false, false
+	changed, draining, defragmenting := false, false, false
 	for _, n := range members {
 		reason := n.Annotations[AnnotationDrain]
 		if reason == "" {
 			continue
 		}
 		draining = true
+		defragmenting = defragmenting || reason == drainDefragmentation
 		if r.drainAndDelete(ctx, np, n, groupOf(n)) {
 			changed = true
 		}
@@ -66,6 +67,9 @@ func (r *Reconciler) disrupt(ctx context.Context, np *v1alpha1.NodeProvisioner, 
 			// node be; a later pass may pick another.
 			_ = r.annotate(ctx, n, AnnotationDrain, "")
 		}
+	}
+	if r.markSpares(ctx, snapshot, members, defragmenting) {
+		changed = true
 	}
 	if np.Spec.MaxNodeLifetime != nil && r.rotate(ctx, np, pool, snapshot, members, groupOf) {
 		changed = true
@@ -253,6 +257,47 @@ func budgetsAllow(pdbs []policyv1.PodDisruptionBudget, pods []*corev1.Pod) bool 
 		}
 	}
 	return true
+}
+
+// TaintSpare is put on the pool's idle nodes while defragmentation moves
+// pods: PreferNoSchedule steers the moved pods to the busy nodes with room
+// (the scheduler's default scoring prefers the emptiest node, which would
+// use up the warm buffer and have it replaced), without keeping them off
+// the idle nodes when nothing else fits.
+const TaintSpare = "gpuscaler.dev/spare"
+
+// markSpares taints the pool's idle nodes TaintSpare while defragmentation
+// drains a node, and takes the taint off again when it does not. It
+// reports whether it changed a node.
+func (r *Reconciler) markSpares(ctx context.Context, snapshot []plan.Node, members []*corev1.Node, defragmenting bool) bool {
+	idle := map[string]bool{}
+	for _, n := range snapshot {
+		if !n.Coming && n.Requested == 0 {
+			idle[n.Name] = true
+		}
+	}
+	changed := false
+	for _, n := range members {
+		want := defragmenting && idle[n.Name] && n.Annotations[AnnotationDrain] == ""
+		if want == hasTaint(n, TaintSpare) {
+			continue
+		}
+		patch := client.MergeFrom(n.DeepCopy())
+		var taints []corev1.Taint
+		for _, t := range n.Spec.Taints {
+			if t.Key != TaintSpare {
+				taints = append(taints, t)
+			}
+		}
+		if want {
+			taints = append(taints, corev1.Taint{Key: TaintSpare, Effect: corev1.TaintEffectPreferNoSchedule})
+		}
+		n.Spec.Taints = taints
+		if err := r.Client.Patch(ctx, n, patch); err == nil {
+			changed = true
+		}
+	}
+	return changed
 }
 
 // movable reports whether defragmentation may evict a pod: a controller

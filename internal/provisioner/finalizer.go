@@ -144,14 +144,14 @@ func (r *Reconciler) releaseNodes(ctx context.Context, np *v1alpha1.NodeProvisio
 		n := &nodes.Items[i]
 		mine := groups[n.Labels[nodegroup.LabelNodeGroup]] || ids[n.Spec.ProviderID] || n.Labels[LabelProvisionerName] == np.Name
 		_, marked := unneededSince(n)
-		if !mine || !(marked || hasTaint(n, TaintDeleting) || n.Annotations[AnnotationDrain] != "" || n.Annotations[AnnotationRotation] != "") {
+		if !mine || !(marked || hasTaint(n, TaintDeleting) || hasTaint(n, TaintSpare) || n.Annotations[AnnotationDrain] != "" || n.Annotations[AnnotationRotation] != "") {
 			continue
 		}
 		patch := client.MergeFrom(n.DeepCopy())
 		var taints []corev1.Taint
 		for _, t := range n.Spec.Taints {
 			switch t.Key {
-			case TaintUnneeded:
+			case TaintUnneeded, TaintSpare:
 			case TaintDeleting:
 				n.Spec.Unschedulable = false
 			default:

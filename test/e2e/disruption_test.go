@@ -89,9 +89,9 @@ func TestDefragmentation(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	c := startController(t, ctx, "  - {name: h100x2, cloud: sim, instanceType: 2H100.80S.80V, locations: [FIN-01], maxSize: 6}\n")
-	four := int32(4)
+	four, one := int32(4), int32(1)
 	createNP(t, ctx, c, &v1alpha1.NodeProvisioner{ObjectMeta: metav1.ObjectMeta{Name: "dense"}, Spec: v1alpha1.NodeProvisionerSpec{
-		NodeGroups: []string{"h100x2"}, MinNodes: &four, ScaleDownDelay: &metav1.Duration{Duration: time.Second}}})
+		NodeGroups: []string{"h100x2"}, MinNodes: &four, MinUnutilizedGPUNodes: &one, ScaleDownDelay: &metav1.Duration{Duration: time.Second}}})
 	waitFor(t, ctx, "four Ready nodes", func() bool { return len(poolNodes(ctx, c, "h100x2")) == 4 })
 
 	// One pod per node, placed so: three ReplicaSets of one pod, each
@@ -107,7 +107,6 @@ func TestDefragmentation(t *testing.T) {
 		return spec
 	}
 	labels := map[string]string{"app": "infer"}
-	one := int32(1)
 	for i := range 3 {
 		l := map[string]string{"app": "infer", "replica": fmt.Sprint(i)}
 		rs := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("infer-%d", i), Namespace: "default"}, Spec: appsv1.ReplicaSetSpec{
@@ -139,7 +138,10 @@ func TestDefragmentation(t *testing.T) {
 		}
 		return on
 	}
-	waitFor(t, ctx, "four pods Running, one per node", func() bool { on := spread(); return len(on) == 4 && on[""] == 0 })
+	waitFor(t, ctx, "four pods Running, one per node, and an idle buffer node", func() bool {
+		on := spread()
+		return len(on) == 4 && on[""] == 0 && len(poolNodes(ctx, c, "h100x2")) == 5
+	})
 	var before corev1.Pod
 	if err := c.kube.Get(ctx, types.NamespacedName{Namespace: "default", Name: "solo"}, &before); err != nil {
 		t.Fatal(err)
@@ -156,15 +158,16 @@ func TestDefragmentation(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(6 * time.Second)
-	if on := spread(); len(on) != 4 || len(poolNodes(ctx, c, "h100x2")) != 4 {
-		t.Fatalf("with a PodDisruptionBudget allowing nothing: pods per node %v, %d nodes; want 4 and 4", on, len(poolNodes(ctx, c, "h100x2")))
+	if on := spread(); len(on) != 4 || len(poolNodes(ctx, c, "h100x2")) != 5 {
+		t.Fatalf("with a PodDisruptionBudget allowing nothing: pods per node %v, %d nodes; want 4 and 5", on, len(poolNodes(ctx, c, "h100x2")))
 	}
+	creates := c.engine.Calls()["create"]
 	if err := c.kube.Delete(ctx, pdb); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, ctx, "two full nodes", func() bool {
+	waitFor(t, ctx, "two full nodes and the buffer", func() bool {
 		on := spread()
-		if len(on) != 2 || len(poolNodes(ctx, c, "h100x2")) != 2 {
+		if len(on) != 2 || len(poolNodes(ctx, c, "h100x2")) != 3 {
 			return false
 		}
 		for _, n := range on {
@@ -174,6 +177,14 @@ func TestDefragmentation(t *testing.T) {
 		}
 		return true
 	})
+	if n := c.engine.Calls()["create"]; n != creates {
+		t.Errorf("%d nodes ordered while defragmenting; want none (the moved pods belong on the busy nodes, not the buffer, which the pool would then replace)", n-creates)
+	}
+	for _, n := range poolNodes(ctx, c, "h100x2") {
+		if hasTaint(n, provisioner.TaintSpare) {
+			t.Errorf("node %s keeps the spare taint after defragmentation", n.Name)
+		}
+	}
 	var after corev1.Pod
 	if err := c.kube.Get(ctx, types.NamespacedName{Namespace: "default", Name: "solo"}, &after); err != nil || after.UID != before.UID || after.Spec.NodeName != before.Spec.NodeName {
 		t.Fatalf("the pod without a controller was moved or lost: %v (node %s, was %s)", err, after.Spec.NodeName, before.Spec.NodeName)
