@@ -283,16 +283,10 @@ func (r *Reconciler) markSpares(ctx context.Context, snapshot []plan.Node, membe
 			continue
 		}
 		patch := client.MergeFrom(n.DeepCopy())
-		var taints []corev1.Taint
-		for _, t := range n.Spec.Taints {
-			if t.Key != TaintSpare {
-				taints = append(taints, t)
-			}
-		}
+		dropTaints(n, TaintSpare)
 		if want {
-			taints = append(taints, corev1.Taint{Key: TaintSpare, Effect: corev1.TaintEffectPreferNoSchedule})
+			n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: TaintSpare, Effect: corev1.TaintEffectPreferNoSchedule})
 		}
-		n.Spec.Taints = taints
 		if err := r.Client.Patch(ctx, n, patch); err == nil {
 			changed = true
 		}

@@ -148,17 +148,7 @@ func (r *Reconciler) releaseNodes(ctx context.Context, np *v1alpha1.NodeProvisio
 			continue
 		}
 		patch := client.MergeFrom(n.DeepCopy())
-		var taints []corev1.Taint
-		for _, t := range n.Spec.Taints {
-			switch t.Key {
-			case TaintUnneeded, TaintSpare:
-			case TaintDeleting:
-				n.Spec.Unschedulable = false
-			default:
-				taints = append(taints, t)
-			}
-		}
-		n.Spec.Taints = taints
+		dropTaints(n, TaintUnneeded, TaintSpare, TaintDeleting)
 		delete(n.Annotations, AnnotationDrain)
 		delete(n.Annotations, AnnotationRotation)
 		if err := r.Client.Patch(ctx, n, patch); client.IgnoreNotFound(err) != nil {

@@ -2,6 +2,7 @@ package provisioner
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"time"
 
@@ -92,21 +93,28 @@ func unneededSince(n *corev1.Node) (time.Time, bool) {
 // also ends a drain the controller started (its taint and cordon).
 func (r *Reconciler) setUnneeded(ctx context.Context, n *corev1.Node, at *time.Time) error {
 	patch := client.MergeFrom(n.DeepCopy())
+	if at != nil {
+		dropTaints(n, TaintUnneeded)
+		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: TaintUnneeded, Value: strconv.FormatInt(at.Unix(), 10), Effect: corev1.TaintEffectPreferNoSchedule})
+	} else {
+		dropTaints(n, TaintUnneeded, TaintDeleting)
+	}
+	return r.Client.Patch(ctx, n, patch)
+}
+
+// dropTaints removes the controller's taints of these keys from a node;
+// taking TaintDeleting off also ends the cordon its drain put on.
+func dropTaints(n *corev1.Node, keys ...string) {
 	var taints []corev1.Taint
 	for _, t := range n.Spec.Taints {
 		switch {
-		case t.Key == TaintUnneeded:
-		case t.Key == TaintDeleting && at == nil:
-			n.Spec.Unschedulable = false
-		default:
+		case !slices.Contains(keys, t.Key):
 			taints = append(taints, t)
+		case t.Key == TaintDeleting:
+			n.Spec.Unschedulable = false
 		}
 	}
-	if at != nil {
-		taints = append(taints, corev1.Taint{Key: TaintUnneeded, Value: strconv.FormatInt(at.Unix(), 10), Effect: corev1.TaintEffectPreferNoSchedule})
-	}
 	n.Spec.Taints = taints
-	return r.Client.Patch(ctx, n, patch)
 }
 
 // drainAndDelete takes a node out in passes. The first taints it

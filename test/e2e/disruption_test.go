@@ -27,9 +27,8 @@ func poolNodes(ctx context.Context, c *controllerEnv, group string) []corev1.Nod
 // usable keeps the Ready GPU nodes of a group that take pods.
 func usable(nodes []corev1.Node, group string) []corev1.Node {
 	var out []corev1.Node
-	for _, n := range nodes {
-		q := n.Status.Allocatable["nvidia.com/gpu"]
-		if n.Labels["gpuscaler.dev/node-group"] == group && !n.Spec.Unschedulable && q.Value() >= 1 && ready(n) && !hasTaint(n, corev1.TaintNodeNotReady) {
+	for _, n := range gpuReady(nodes) {
+		if n.Labels["gpuscaler.dev/node-group"] == group && !n.Spec.Unschedulable {
 			out = append(out, n)
 		}
 	}
@@ -180,11 +179,15 @@ func TestDefragmentation(t *testing.T) {
 	if n := c.engine.Calls()["create"]; n != creates {
 		t.Errorf("%d nodes ordered while defragmenting; want none (the moved pods belong on the busy nodes, not the buffer, which the pool would then replace)", n-creates)
 	}
-	for _, n := range poolNodes(ctx, c, "h100x2") {
-		if hasTaint(n, provisioner.TaintSpare) {
-			t.Errorf("node %s keeps the spare taint after defragmentation", n.Name)
+	// The pass after the last drain takes the spare taint off.
+	waitFor(t, ctx, "no node left with the spare taint after defragmentation", func() bool {
+		for _, n := range poolNodes(ctx, c, "h100x2") {
+			if hasTaint(n, provisioner.TaintSpare) {
+				return false
+			}
 		}
-	}
+		return true
+	})
 	var after corev1.Pod
 	if err := c.kube.Get(ctx, types.NamespacedName{Namespace: "default", Name: "solo"}, &after); err != nil || after.UID != before.UID || after.Spec.NodeName != before.Spec.NodeName {
 		t.Fatalf("the pod without a controller was moved or lost: %v (node %s, was %s)", err, after.Spec.NodeName, before.Spec.NodeName)

@@ -171,8 +171,14 @@ func readyGPUNodes(ctx context.Context, kube kubernetes.Interface) []corev1.Node
 	if err != nil {
 		return nil
 	}
+	return gpuReady(list.Items)
+}
+
+// gpuReady keeps the Ready nodes that advertise a GPU and carry no
+// not-ready taint.
+func gpuReady(nodes []corev1.Node) []corev1.Node {
 	var out []corev1.Node
-	for _, n := range list.Items {
+	for _, n := range nodes {
 		q := n.Status.Allocatable["nvidia.com/gpu"]
 		if q.Value() < 1 || hasTaint(n, corev1.TaintNodeNotReady) || !ready(n) {
 			continue

@@ -310,9 +310,13 @@ func (s *Server) getIGM(w http.ResponseWriter, r *http.Request) {
 	for _, m := range g.members {
 		actions[strings.ToLower(m.action)]++
 	}
+	where := "zone" // a regional MIG says its region instead
+	if regional(g.zone) {
+		where = "region"
+	}
 	writeJSON(w, http.StatusOK, map[string]any{
 		"kind": "compute#instanceGroupManager", "id": "4" + strconv.Itoa(len(g.name)*1000003), "name": g.name,
-		strings.TrimSuffix(strings.Split(scope(g.zone), "/")[0], "s"): "https://www.googleapis.com/compute/v1/projects/" + s.opts.Project + "/" + scope(g.zone),
+		where:              "https://www.googleapis.com/compute/v1/projects/" + s.opts.Project + "/" + scope(g.zone),
 		"instanceTemplate": "https://www.googleapis.com/compute/v1/" + g.template, "baseInstanceName": g.base,
 		"targetSize": g.targetSize, "currentActions": actions, "status": map[string]any{"isStable": actions["creating"] == 0 && actions["deleting"] == 0},
 	})
