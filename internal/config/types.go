@@ -308,7 +308,8 @@ type NodeGroup struct {
 	CloudOptions map[string]string `json:"cloudOptions,omitempty"`
 	// ManagedBy says who scales the group: cluster-autoscaler (through
 	// gpuscaler provider; the default) or node-provisioner (gpuscaler
-	// controller, for groups named in NodeProvisioners). A group has one
+	// controller, for groups named in NodeProvisioners) or karpenter (a
+	// template of GPUNodeClasses, see ManagedByKarpenter). A group has one
 	// owner; the other process leaves its instances alone.
 	ManagedBy string `json:"managedBy,omitempty"`
 	// Bootstrap renders the startup script the group's nodes join with;
@@ -325,6 +326,10 @@ type NodeGroup struct {
 const (
 	ManagedByClusterAutoscaler = "cluster-autoscaler"
 	ManagedByNodeProvisioner   = "node-provisioner"
+	// ManagedByKarpenter groups are templates of GPUNodeClasses (their
+	// bootstrap, image, disk, cloud options, labels and taints): Karpenter
+	// launches one machine per NodeClaim and never sizes the group.
+	ManagedByKarpenter = "karpenter"
 )
 
 // Bootstrap methods.

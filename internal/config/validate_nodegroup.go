@@ -43,8 +43,11 @@ func validateGroup(p *field.Path, g *NodeGroup, c *Config) field.ErrorList {
 	if !slices.Contains(capacityPolicies(), g.CapacityPolicy) {
 		errs = append(errs, field.NotSupported(p.Child("capacityPolicy"), g.CapacityPolicy, capacityPolicies()))
 	}
-	if owners := []string{ManagedByClusterAutoscaler, ManagedByNodeProvisioner}; !slices.Contains(owners, g.ManagedBy) {
+	if owners := []string{ManagedByClusterAutoscaler, ManagedByNodeProvisioner, ManagedByKarpenter}; !slices.Contains(owners, g.ManagedBy) {
 		errs = append(errs, field.NotSupported(p.Child("managedBy"), g.ManagedBy, owners))
+	}
+	if g.ManagedBy == ManagedByKarpenter && g.MinSize != 0 {
+		errs = append(errs, field.Invalid(p.Child("minSize"), g.MinSize, "must be 0 for a group managed by karpenter: it is a template, and Karpenter launches one machine per NodeClaim"))
 	}
 	if g.MinSize < 0 {
 		errs = append(errs, field.Invalid(p.Child("minSize"), g.MinSize, "must be >= 0"))

@@ -20,8 +20,10 @@ type catalog struct {
 	clients map[string]*client
 	clock   clock.Clock
 	log     *slog.Logger
-	// types is each cloud's catalog by type name; guarded by the store's mutex.
-	types map[string]map[string]cloud.InstanceType
+	// types is each cloud's catalog by type name, and version counts its
+	// loads (see Offers); guarded by the store's mutex.
+	types   map[string]map[string]cloud.InstanceType
+	version uint64
 }
 
 // load fetches one cloud's catalog, with retries for transient failures,
@@ -46,6 +48,7 @@ func (c *catalog) load(ctx context.Context, cloudName string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c.types[cloudName] = byName
+	c.version++
 	for _, g := range s.groupsOn(cloudName) {
 		if err := resolve(g, byName); err != nil {
 			errs = append(errs, err)

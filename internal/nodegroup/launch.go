@@ -32,6 +32,11 @@ type LaunchRequest struct {
 	Template string
 	Labels   map[string]string
 	Taints   []corev1.Taint
+	// Image and DiskGiB, when set, replace the template's; Options are
+	// added to the template's cloud options.
+	Image   string
+	DiskGiB int
+	Options map[string]string
 }
 
 // launcher is the launch API over the orderer's parts.
@@ -132,6 +137,18 @@ func (l *launcher) prepareLocked(req LaunchRequest) (cloud.CreateSpec, *member, 
 	}
 	maps.Copy(spec.Labels, req.Labels)
 	spec.Taints = append(slices.Clone(spec.Taints), req.Taints...)
+	if req.Image != "" {
+		spec.Image = req.Image
+	}
+	if req.DiskGiB > 0 {
+		spec.DiskGiB = req.DiskGiB
+	}
+	if len(req.Options) > 0 {
+		if spec.Options == nil {
+			spec.Options = map[string]string{}
+		}
+		maps.Copy(spec.Options, req.Options)
+	}
 	mem := &member{
 		name: name, cloud: req.Cloud, owner: req.Owner, phase: phaseCreating,
 		providerID: cloud.ProviderIDOf(l.clients[req.Cloud].p, name), placeholder: true, offering: k, price: price,

@@ -81,6 +81,8 @@ type Manager struct {
 	syncer    *syncer
 	reaper    *reaper
 	launcher  *launcher
+	// epoch tells this Manager's Offers versions from another's.
+	epoch int64
 
 	wg     sync.WaitGroup
 	ctxMu  sync.RWMutex
@@ -105,7 +107,7 @@ func New(cfg *config.Config, providers map[string]cloud.Provider, opts Options) 
 	}
 	met := newMetrics(opts.Registerer)
 	ev := &events{sink: opts.Events}
-	m := &Manager{cfg: cfg, clock: opts.Clock, log: opts.Logger, clients: map[string]*client{}}
+	m := &Manager{cfg: cfg, clock: opts.Clock, log: opts.Logger, clients: map[string]*client{}, epoch: time.Now().UnixNano()}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	m.cancel() // nothing runs before Start
 	syncNow := map[string]chan struct{}{}

@@ -25,6 +25,8 @@ type offerings struct {
 	// failing holds groups backing off after failures that are not
 	// stock-outs, by group name.
 	failing map[string]*groupBackoff
+	// version counts changes of available and stockedOut (see Offers).
+	version uint64
 }
 
 // groupBackoff is one group's failure streak.
@@ -87,6 +89,7 @@ func (o *offerings) set(cloudName string, offs []cloud.Offering) {
 		byKey[of.Key()] = of
 	}
 	o.available[cloudName] = byKey
+	o.version++
 }
 
 // usable reports whether an offering may be tried now, and its price;
@@ -120,6 +123,7 @@ func (o *offerings) markStockedOut(cloudName string, k cloud.OfferingKey) {
 		o.stockedOut[cloudName] = map[cloud.OfferingKey]time.Time{}
 	}
 	o.stockedOut[cloudName][k] = o.clock.Now().Add(o.backoff)
+	o.version++
 }
 
 // groupPrices returns the cheapest price among a group's offerings that may

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
+	"github.com/gpuscaler/gpuscaler/internal/config"
 	"github.com/gpuscaler/gpuscaler/internal/gpu"
 )
 
@@ -102,38 +103,60 @@ func (t *templater) buildTemplate(g *group) (*corev1.Node, error) {
 // capacity is what a node of the group advertises.
 func (t *templater) capacity(g *group) (corev1.ResourceList, error) {
 	it := g.itype
-	rl := cloud.NodeResources(it, g.cfg.DiskSizeGiB)
-	if it.GPUCount == 0 {
-		return rl, nil
+	if it.GPUCount > 0 && g.cfg.MIG == nil && g.cfg.OverrideNumGPUs != nil {
+		it.GPUCount = *g.cfg.OverrideNumGPUs
 	}
-	if g.cfg.MIG == nil {
-		n := it.GPUCount
-		if g.cfg.OverrideNumGPUs != nil {
-			n = *g.cfg.OverrideNumGPUs
-		}
-		rl[gpu.ResourceGPU] = *resource.NewQuantity(int64(n), resource.DecimalSI)
-		return rl, nil
-	}
-	mig, err := gpu.MIGResources(it.GPUModel, g.cfg.MIG.Profile, g.cfg.MIG.Strategy, it.GPUCount)
+	rl, err := Capacity(it, g.cfg.DiskSizeGiB, g.cfg.MIG)
 	if err != nil {
 		return nil, fmt.Errorf("group %q: %w", g.cfg.Name, err)
 	}
-	maps.Copy(rl, mig)
 	return rl, nil
 }
 
-// allocatable subtracts what the kubelet and system reserve, with the
-// tiered reservations managed Kubernetes services use, so a pod planned on
-// the template also fits on the real node.
+// Capacity is what a node of an instance type advertises: cpu, memory,
+// ephemeral storage (diskGiB, else the type's disk), pods, and its GPUs as
+// nvidia.com/gpu or, partitioned by mig, as the profile's MIG devices.
+func Capacity(it cloud.InstanceType, diskGiB int, mig *config.MIG) (corev1.ResourceList, error) {
+	rl := cloud.NodeResources(it, diskGiB)
+	if it.GPUCount == 0 {
+		return rl, nil
+	}
+	if mig == nil {
+		rl[gpu.ResourceGPU] = *resource.NewQuantity(int64(it.GPUCount), resource.DecimalSI)
+		return rl, nil
+	}
+	devices, err := gpu.MIGResources(it.GPUModel, mig.Profile, mig.Strategy, it.GPUCount)
+	if err != nil {
+		return nil, err
+	}
+	maps.Copy(rl, devices)
+	return rl, nil
+}
+
+// allocatable subtracts Reserved from a capacity.
 func allocatable(capacity corev1.ResourceList) corev1.ResourceList {
 	out := capacity.DeepCopy()
-	cpu := capacity.Cpu().MilliValue()
-	out[corev1.ResourceCPU] = *resource.NewMilliQuantity(cpu-reservedCPU(cpu), resource.DecimalSI)
-	mem := capacity.Memory().Value()
-	out[corev1.ResourceMemory] = *resource.NewQuantity(mem-reservedMemory(mem), resource.BinarySI)
-	disk := capacity.StorageEphemeral().Value()
-	out[corev1.ResourceEphemeralStorage] = *resource.NewQuantity(disk-disk/10, resource.BinarySI)
+	for name, r := range Reserved(capacity) {
+		q := out[name]
+		q.Sub(r)
+		out[name] = q
+	}
 	return out
+}
+
+// Reserved is what the kubelet and the system keep of a node's capacity,
+// with the tiered reservations managed Kubernetes services use (cpu,
+// memory with a 100 MiB eviction threshold, a tenth of the disk), so a pod
+// planned on a template also fits on the real node.
+func Reserved(capacity corev1.ResourceList) corev1.ResourceList {
+	cpu := capacity.Cpu().MilliValue()
+	mem := capacity.Memory().Value()
+	disk := capacity.StorageEphemeral().Value()
+	return corev1.ResourceList{
+		corev1.ResourceCPU:              *resource.NewMilliQuantity(reservedCPU(cpu), resource.DecimalSI),
+		corev1.ResourceMemory:           *resource.NewQuantity(reservedMemory(mem), resource.BinarySI),
+		corev1.ResourceEphemeralStorage: *resource.NewQuantity(disk/10, resource.BinarySI),
+	}
 }
 
 // reservedCPU: 6% of the first core, 1% of the second, 0.5% of the next two,
@@ -191,23 +214,33 @@ func (t *templater) nodeLabels(g *group, location string, ct cloud.CapacityType)
 		LabelCloud:                     g.cfg.Cloud,
 	}
 	if it.GPUCount > 0 && g.gpuModel.Name != "" {
-		l[gpu.LabelAccelerator] = g.gpuModel.Accelerator
-		l[gpu.LabelSkyPilotAccelerator] = g.gpuModel.Accelerator
-		l[gpu.LabelProduct] = g.gpuModel.Product
-		l[gpu.LabelCount] = strconv.Itoa(it.GPUCount)
-		l[gpu.LabelMemory] = strconv.Itoa(g.gpuModel.MemoryMiB)
+		maps.Copy(l, GPULabels(g.gpuModel, it.GPUCount, g.cfg.MIG))
 		if key := t.gpuLabel; key != "" {
 			l[key] = g.gpuModel.Accelerator
-		}
-		if g.cfg.MIG != nil {
-			l[gpu.LabelMIGConfig] = g.cfg.MIG.Profile
-			l[gpu.LabelMIGStrategy] = g.cfg.MIG.Strategy
 		}
 	}
 	if zone == "" {
 		delete(l, corev1.LabelTopologyZone) // the cloud places the instance
 	}
 	maps.Copy(l, g.cfg.Labels)
+	return l
+}
+
+// GPULabels are the labels of a node with count GPUs of a model, and the
+// MIG partitioning when there is one: what NVIDIA's GPU feature discovery
+// and mig-manager read and write.
+func GPULabels(model gpu.Model, count int, mig *config.MIG) map[string]string {
+	l := map[string]string{
+		gpu.LabelAccelerator:         model.Accelerator,
+		gpu.LabelSkyPilotAccelerator: model.Accelerator,
+		gpu.LabelProduct:             model.Product,
+		gpu.LabelCount:               strconv.Itoa(count),
+		gpu.LabelMemory:              strconv.Itoa(model.MemoryMiB),
+	}
+	if mig != nil {
+		l[gpu.LabelMIGConfig] = mig.Profile
+		l[gpu.LabelMIGStrategy] = mig.Strategy
+	}
 	return l
 }
 

@@ -96,3 +96,8 @@ func (f Facade) Launched(owner string) []nodegroup.Instance { return f.core().La
 func (f Facade) AutoscalingOptions(g string) (*config.AutoscalingOptions, bool) {
 	return config.OptionsOf(f.r.Config())(g)
 }
+
+// Offers returns a cloud's catalog and offerings from memory.
+func (f Facade) Offers(cloudName string, locations []string) (nodegroup.Offers, bool) {
+	return f.core().Offers(cloudName, locations)
+}

@@ -1,0 +1,239 @@
+package cloudprovider
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/awslabs/operatorpkg/status"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+	karpcp "sigs.k8s.io/karpenter/pkg/cloudprovider"
+	"sigs.k8s.io/karpenter/pkg/scheduling"
+	"sigs.k8s.io/karpenter/pkg/utils/resources"
+
+	"github.com/gpuscaler/gpuscaler/cmd/gpuscaler-karpenter/apis/v1alpha1"
+	"github.com/gpuscaler/gpuscaler/internal/cloud"
+	"github.com/gpuscaler/gpuscaler/internal/cloud/verda"
+	"github.com/gpuscaler/gpuscaler/internal/config"
+	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
+)
+
+// choice is one instance type on one offering.
+type choice struct {
+	it *karpcp.InstanceType
+	of *karpcp.Offering
+}
+
+// Create launches the NodeClaim's machine: the cheapest offering its
+// requirements allow, spot before on-demand when both are allowed, named
+// after the NodeClaim so that a Create repeated after a crash adopts the
+// machine instead of ordering a second. An offering that stocks out (or
+// hits a quota) is skipped by every later call for the core's backoff and
+// the next is tried; when none is left the error is InsufficientCapacity,
+// and Karpenter deletes the NodeClaim and schedules again without them.
+func (p *CloudProvider) Create(ctx context.Context, nc *karpv1.NodeClaim) (*karpv1.NodeClaim, error) {
+	if nc.Spec.NodeClassRef == nil {
+		return nil, karpcp.NewInsufficientCapacityError(fmt.Errorf("NodeClaim %s names no node class", nc.Name))
+	}
+	class, err := p.class(ctx, nc.Spec.NodeClassRef.Name)
+	if apierrors.IsNotFound(err) {
+		return nil, karpcp.NewInsufficientCapacityError(fmt.Errorf("GPUNodeClass %s: %w", nc.Spec.NodeClassRef.Name, err))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("GPUNodeClass %s: %w", nc.Spec.NodeClassRef.Name, err)
+	}
+	if err := ready(class); err != nil {
+		return nil, err
+	}
+	select {
+	case <-p.opts.Started:
+	case <-ctx.Done():
+		return nil, karpcp.NewCreateError(ctx.Err(), "CoreNotStarted", "the node-group core has not listed the clouds yet")
+	}
+	ct, err := p.classTypes(class)
+	if err != nil {
+		return nil, err
+	}
+	hash, err := p.launchHash(class)
+	if err != nil {
+		return nil, err
+	}
+	if in, ok := p.launched(nc.Name); ok {
+		// A Create repeated after a restart, or after a status update that
+		// failed: the machine exists.
+		if it, ok := ct.byName[in.InstanceType]; ok {
+			return p.hydrate(nc, class, it, in, hash), nil
+		}
+		return nil, fmt.Errorf("machine %s of NodeClaim %s has type %q, which GPUNodeClass %s does not offer", in.Name, nc.Name, in.InstanceType, class.Name)
+	}
+	choices := candidates(nc, ct.types)
+	if len(choices) == 0 {
+		return nil, karpcp.NewInsufficientCapacityError(fmt.Errorf("no available offering of GPUNodeClass %s fits NodeClaim %s", class.Name, nc.Name))
+	}
+	var tpl *config.NodeGroup
+	if class.Spec.Template != "" {
+		if g, ok := p.opts.Templates(class.Spec.Template); ok {
+			tpl = &g
+		}
+	}
+	var capacityErrs []error
+	for _, c := range choices[:min(len(choices), p.opts.MaxAttempts)] {
+		req := p.launchRequest(nc, class, tpl, c)
+		in, err := p.opts.Core.Launch(ctx, req)
+		switch {
+		case err == nil:
+			return p.hydrate(nc, class, c.it, in, hash), nil
+		case errors.Is(err, cloud.ErrCapacity) || errors.Is(err, cloud.ErrQuota):
+			capacityErrs = append(capacityErrs, err)
+			continue
+		case errors.Is(err, nodegroup.ErrCostLimit):
+			return nil, karpcp.NewInsufficientCapacityError(err)
+		default:
+			return nil, fmt.Errorf("launch %s on %s: %w", nc.Name, req.Offering, err)
+		}
+	}
+	return nil, karpcp.NewInsufficientCapacityError(errors.Join(capacityErrs...))
+}
+
+// ready checks that the class's status allows launches.
+func ready(class *v1alpha1.GPUNodeClass) error {
+	cond := class.StatusConditions().Get(status.ConditionReady)
+	switch {
+	case cond == nil || cond.IsUnknown():
+		return karpcp.NewCreateError(fmt.Errorf("GPUNodeClass %s is not reconciled yet", class.Name), "NodeClassReadinessUnknown", "the GPUNodeClass's status is not known yet")
+	case cond.IsFalse():
+		return karpcp.NewNodeClassNotReadyError(fmt.Errorf("GPUNodeClass %s: %s", class.Name, cond.Message))
+	case cond.ObservedGeneration != class.Generation:
+		return karpcp.NewCreateError(fmt.Errorf("GPUNodeClass %s: status not reconciled against the latest spec", class.Name), "NodeClassReadinessUnknown", "the GPUNodeClass's status is older than its spec")
+	}
+	return nil
+}
+
+// candidates are the offerings a NodeClaim allows, in the order they are
+// tried: spot before on-demand, then by price, then by name and zone.
+func candidates(nc *karpv1.NodeClaim, types []*karpcp.InstanceType) []choice {
+	reqs := scheduling.NewNodeSelectorRequirementsWithMinValues(nc.Spec.Requirements...)
+	var out []choice
+	for _, it := range types {
+		if reqs.Compatible(it.Requirements, scheduling.AllowUndefinedWellKnownLabels) != nil {
+			continue
+		}
+		if !resources.Fits(nc.Spec.Resources.Requests, it.Allocatable()) {
+			continue
+		}
+		for _, of := range it.Offerings.Available().Compatible(reqs) {
+			out = append(out, choice{it: it, of: of})
+		}
+	}
+	rank := func(c choice) int {
+		if c.of.CapacityType() == karpv1.CapacityTypeSpot {
+			return 0
+		}
+		return 1
+	}
+	slices.SortStableFunc(out, func(a, b choice) int {
+		switch {
+		case rank(a) != rank(b):
+			return rank(a) - rank(b)
+		case a.of.Price < b.of.Price:
+			return -1
+		case a.of.Price > b.of.Price:
+			return 1
+		case a.it.Name != b.it.Name:
+			return strings.Compare(a.it.Name, b.it.Name)
+		}
+		return strings.Compare(a.of.Zone(), b.of.Zone())
+	})
+	return out
+}
+
+// launchRequest is the core's order for one NodeClaim on one offering: the
+// node registers with the NodeClaim's labels and the resolved ones, its
+// taints, and Karpenter's unregistered taint.
+func (p *CloudProvider) launchRequest(nc *karpv1.NodeClaim, class *v1alpha1.GPUNodeClass, tpl *config.NodeGroup, c choice) nodegroup.LaunchRequest {
+	labels := resolvedLabels(nc, c)
+	maps.Copy(labels, nc.Labels)
+	taints := []corev1.Taint{karpv1.UnregisteredNoExecuteTaint}
+	taints = append(taints, nc.Spec.Taints...)
+	taints = append(taints, nc.Spec.StartupTaints...)
+	opts := maps.Clone(class.Spec.CloudOptions)
+	if len(class.Spec.SSHKeyIDs) > 0 {
+		if opts == nil {
+			opts = map[string]string{}
+		}
+		opts[verda.OptionSSHKeyIDs] = strings.Join(class.Spec.SSHKeyIDs, ",")
+	}
+	req := nodegroup.LaunchRequest{
+		Owner: Owner, Cloud: class.Spec.Cloud, Name: nc.Name, Labels: labels, Taints: taints,
+		Offering: cloud.OfferingKey{InstanceType: c.it.Name, Location: c.of.Zone(), CapacityType: cloud.CapacityType(c.of.CapacityType())},
+		Image:    class.Spec.Image, DiskGiB: class.Spec.DiskSizeGiB, Options: opts,
+	}
+	if tpl != nil {
+		req.Template = tpl.Name
+	}
+	return req
+}
+
+// resolvedLabels are the labels with one value for the machine: the
+// NodeClaim's single-valued requirements, the instance type's and the
+// offering's.
+func resolvedLabels(nc *karpv1.NodeClaim, c choice) map[string]string {
+	out := map[string]string{}
+	for _, r := range nc.Spec.Requirements {
+		if r.Operator == corev1.NodeSelectorOpIn && len(r.Values) == 1 {
+			out[r.Key] = r.Values[0]
+		}
+	}
+	for _, reqs := range []scheduling.Requirements{c.it.Requirements, c.of.Requirements} {
+		for _, r := range reqs {
+			if r.Operator() == corev1.NodeSelectorOpIn && r.Len() == 1 {
+				out[r.Key] = r.Values()[0]
+			}
+		}
+	}
+	return out
+}
+
+// hydrate is what Create returns: the resolved labels, the class hash, the
+// provider ID and the instance type's resources.
+func (p *CloudProvider) hydrate(nc *karpv1.NodeClaim, class *v1alpha1.GPUNodeClass, it *karpcp.InstanceType, in nodegroup.Instance, hash string) *karpv1.NodeClaim {
+	out := nc.DeepCopy()
+	var of *karpcp.Offering
+	for _, o := range it.Offerings {
+		if o.Zone() == in.Location && o.CapacityType() == in.CapacityType {
+			of = o
+		}
+	}
+	if of == nil {
+		of = &karpcp.Offering{Requirements: scheduling.NewRequirements(
+			scheduling.NewRequirement(corev1.LabelTopologyZone, corev1.NodeSelectorOpIn, in.Location),
+			scheduling.NewRequirement(karpv1.CapacityTypeLabelKey, corev1.NodeSelectorOpIn, in.CapacityType))}
+	}
+	labels := resolvedLabels(nc, choice{it: it, of: of})
+	maps.Copy(labels, nc.Labels)
+	out.Labels = labels
+	if out.Annotations == nil {
+		out.Annotations = map[string]string{}
+	}
+	out.Annotations[v1alpha1.AnnotationNodeClassHash] = hash
+	out.Status.ProviderID = in.ProviderID
+	out.Status.ImageID = class.Spec.Image
+	out.Status.Capacity = it.Capacity.DeepCopy()
+	out.Status.Allocatable = it.Allocatable().DeepCopy()
+	return out
+}
+
+// launched finds a machine Karpenter launched by name.
+func (p *CloudProvider) launched(name string) (nodegroup.Instance, bool) {
+	for _, in := range p.opts.Core.Launched(Owner) {
+		if in.Name == name && in.State != nodegroup.StateDeleting {
+			return in, true
+		}
+	}
+	return nodegroup.Instance{}, false
+}

@@ -1,0 +1,129 @@
+// Command gpuscaler-karpenter is a Karpenter operator whose cloud provider
+// is gpuscaler: Karpenter core's provisioning, disruption, lifecycle and
+// garbage-collection controllers, unchanged, launching GPU machines on the
+// clouds of gpuscaler's config file through its node-group core.
+//
+// It is its own Go module and binary (see docs/karpenter.md): Karpenter
+// core needs a newer Go than the rest of gpuscaler, and would more than
+// double the size of the cluster-autoscaler provider's binary.
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/samber/lo"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	karpcp "sigs.k8s.io/karpenter/pkg/cloudprovider"
+	cpmetrics "sigs.k8s.io/karpenter/pkg/cloudprovider/metrics"
+	"sigs.k8s.io/karpenter/pkg/cloudprovider/overlay"
+	corecontrollers "sigs.k8s.io/karpenter/pkg/controllers"
+	"sigs.k8s.io/karpenter/pkg/controllers/node/health"
+	"sigs.k8s.io/karpenter/pkg/controllers/state"
+	"sigs.k8s.io/karpenter/pkg/operator"
+
+	"github.com/gpuscaler/gpuscaler/cmd/gpuscaler-karpenter/cloudprovider"
+	"github.com/gpuscaler/gpuscaler/cmd/gpuscaler-karpenter/controllers"
+	"github.com/gpuscaler/gpuscaler/internal/config"
+	"github.com/gpuscaler/gpuscaler/internal/runtime"
+)
+
+func main() {
+	ctx, op := operator.NewOperator()
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := run(ctx, op); err != nil {
+		fmt.Fprintln(os.Stderr, "gpuscaler-karpenter:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, op *operator.Operator) error {
+	opts := fromContext(ctx)
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(opts.logLevel)); err != nil {
+		return fmt.Errorf("--gpuscaler-log-level: %w", err)
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("component", "gpuscaler")
+	cfg, err := config.Load(opts.configPath)
+	if err != nil {
+		return err
+	}
+	if cfg.Kubeconfig == "" {
+		cfg.Kubeconfig = "in-cluster"
+	}
+	rt, err := runtime.Build(ctx, cfg, runtime.Options{Owner: config.ManagedByKarpenter, Logger: log})
+	if err != nil {
+		return err
+	}
+	errc := make(chan error, 2)
+	// The process's own work (the Node index, the script server) runs on
+	// every replica.
+	go func() {
+		if err := rt.Run(ctx); err != nil {
+			errc <- err
+		}
+	}()
+	go func() {
+		err := rt.Watch(ctx, opts.configPath, opts.reloadPeriod, func(err error) {
+			if err != nil {
+				log.Error("config reload refused; keeping the configuration in force", "error", err)
+			}
+		})
+		if err != nil {
+			errc <- fmt.Errorf("config reload: %w", err)
+		}
+	}()
+	// The core writes to clouds: only the leader runs it.
+	started := make(chan struct{})
+	if err := op.Manager.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		return rt.Lead(ctx, func(err error) {
+			if err == nil {
+				close(started)
+			}
+		})
+	})); err != nil {
+		return err
+	}
+	core := rt.Facade()
+	provider := cloudprovider.New(cloudprovider.Options{
+		Kube: op.GetClient(), Core: core, Started: started,
+		Templates: func(name string) (config.NodeGroup, bool) {
+			for _, g := range rt.Config().NodeGroups {
+				if g.Name == name {
+					return g, true
+				}
+			}
+			return config.NodeGroup{}, false
+		},
+	})
+	undecorated := cpmetrics.Decorate(provider)
+	var cp karpcp.CloudProvider = overlay.Decorate(undecorated, op.GetClient(), op.InstanceTypeStore)
+	matcher, err := health.NewRepairPolicyMatcher(ctx, cp)
+	if err != nil {
+		return fmt.Errorf("repair policies: %w", err)
+	}
+	cluster := state.NewCluster(op.Clock, op.GetClient(), cp, state.WithRepairPolicyMatcher(matcher))
+	op.WithControllers(ctx, corecontrollers.NewControllers(ctx, op.Manager, op.Clock, op.GetClient(), op.EventRecorder,
+		cp, undecorated, cluster, op.InstanceTypeStore, op.PredictionStore)...)
+	op.WithControllers(ctx,
+		&controllers.NodeClass{Client: op.GetClient(), Checker: provider},
+		&controllers.Leaks{Reader: op.Manager.GetAPIReader(), Core: core, Period: opts.leakPeriod, Grace: opts.leakGrace, Logger: log},
+	)
+	log.Info("starting the Karpenter operator", "clouds", len(cfg.NodeGroups), "config", opts.configPath)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		op.Start(ctx)
+	}()
+	select {
+	case err := <-errc:
+		return err
+	case <-done:
+		return lo.Ternary(ctx.Err() != nil, error(nil), fmt.Errorf("the operator stopped"))
+	}
+}

@@ -1,0 +1,298 @@
+package test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/karpenter/pkg/apis"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+
+	"github.com/gpuscaler/gpuscaler/cmd/gpuscaler-karpenter/apis/v1alpha1"
+	"github.com/gpuscaler/gpuscaler/internal/testenv"
+)
+
+// TestKarpenterScalesGPUNodes runs the whole loop on the simulated cloud:
+// a pending GPU pod becomes a NodeClaim, a machine, a Node that registers
+// and initializes, and a Running pod; spot being stocked out, it lands on
+// on-demand; a changed image drifts the node and Karpenter replaces it; a
+// MIG pod gets a node of a MIG class; with no pods left, consolidation
+// removes every node and machine.
+func TestKarpenterScalesGPUNodes(t *testing.T) {
+	crds := t.TempDir()
+	for name, data := range map[string][]byte{"nodepools.yaml": apis.NodePoolCRD, "nodeclaims.yaml": apis.NodeClaimCRD, "nodeoverlays.yaml": apis.NodeOverlayCRD} {
+		if err := os.WriteFile(filepath.Join(crds, name), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	env := testenv.Start(t, testenv.Options{ControllerManager: true, Scheduler: true, Kwok: true, CRDDirs: []string{crds, "../apis/crds"}})
+	kube, err := client.New(env.Config, client.Options{Scheme: scheme.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfgPath := filepath.Join(env.Dir, "gpuscaler.yaml")
+	write(t, cfgPath, fmt.Sprintf(`
+clusterName: karpenter-e2e
+kubeconfig: %[1]q
+sync: {period: 2s}
+clouds:
+  sim:
+    locations: [FIN-01, FIN-02]
+    capacity:
+      - {capacityType: spot, count: 0}
+    bootDelay: 2s
+    deleteDelay: 1s
+    kubeconfig: %[1]q
+nodeGroups:
+  - {name: tpl, cloud: sim, instanceType: 1H100.80S.30V, locations: [FIN-01], minSize: 0, maxSize: 1, managedBy: karpenter}
+`, env.Kubeconfig))
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	startOperator(t, env, cfgPath)
+
+	apply(t, ctx, kube, &v1alpha1.GPUNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "h100"},
+		Spec: v1alpha1.GPUNodeClassSpec{Cloud: "sim", Template: "tpl", Image: "ubuntu-22.04-cuda-12"}})
+	apply(t, ctx, kube, &v1alpha1.GPUNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "h100-mig"},
+		Spec: v1alpha1.GPUNodeClassSpec{Cloud: "sim", MIG: &v1alpha1.MIG{Profile: "all-1g.10gb", Strategy: "mixed"}}})
+	waitFor(t, ctx, "both GPUNodeClasses Ready", func() bool {
+		for _, name := range []string{"h100", "h100-mig"} {
+			c := &v1alpha1.GPUNodeClass{}
+			if kube.Get(ctx, client.ObjectKey{Name: name}, c) != nil || !c.StatusConditions().Root().IsTrue() || c.Status.InstanceTypes == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	apply(t, ctx, kube, nodePool("gpu", "h100",
+		karpv1.NodeSelectorRequirementWithMinValues{Key: v1alpha1.LabelGPUName, Operator: corev1.NodeSelectorOpIn, Values: []string{"h100"}},
+		karpv1.NodeSelectorRequirementWithMinValues{Key: v1alpha1.LabelGPUCount, Operator: corev1.NodeSelectorOpIn, Values: []string{"1"}},
+		karpv1.NodeSelectorRequirementWithMinValues{Key: karpv1.CapacityTypeLabelKey, Operator: corev1.NodeSelectorOpIn, Values: []string{"spot", "on-demand"}}))
+
+	// One GPU pod, kept by a Deployment so that drift can move it.
+	created := time.Now()
+	apply(t, ctx, kube, deployment("trainer", corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}))
+	first := waitNodeClaim(t, ctx, kube, "gpu", "")
+	if c := first.StatusConditions().Get(karpv1.ConditionTypeLaunched); c != nil {
+		t.Logf("pending GPU pod to a launched machine: %s (Karpenter's batch window included); to an initialized node: %s",
+			c.LastTransitionTime.Sub(created).Round(time.Millisecond), time.Since(created).Round(time.Millisecond))
+	}
+	if ct := first.Labels[karpv1.CapacityTypeLabelKey]; ct != karpv1.CapacityTypeOnDemand {
+		t.Fatalf("spot is stocked out, yet the NodeClaim is %q", ct)
+	}
+	if !strings.HasPrefix(first.Status.ProviderID, "sim://") {
+		t.Fatalf("provider ID %q", first.Status.ProviderID)
+	}
+	waitRunning(t, ctx, kube, "app=trainer", first.Status.NodeName)
+
+	// Drift: a new image replaces the node; the pod moves to the new one.
+	class := &v1alpha1.GPUNodeClass{}
+	if err := kube.Get(ctx, client.ObjectKey{Name: "h100"}, class); err != nil {
+		t.Fatal(err)
+	}
+	class.Spec.Image = "ubuntu-24.04-cuda-13"
+	if err := kube.Update(ctx, class); err != nil {
+		t.Fatal(err)
+	}
+	second := waitNodeClaim(t, ctx, kube, "gpu", first.Name)
+	waitRunning(t, ctx, kube, "app=trainer", second.Status.NodeName)
+	waitFor(t, ctx, "the drifted NodeClaim and its node gone", func() bool {
+		return !exists(ctx, kube, &karpv1.NodeClaim{}, first.Name) && !exists(ctx, kube, &corev1.Node{}, first.Status.NodeName)
+	})
+
+	// MIG: a pod asking for a 1g.10gb slice gets a node of the MIG class.
+	apply(t, ctx, kube, nodePool("mig", "h100-mig",
+		karpv1.NodeSelectorRequirementWithMinValues{Key: v1alpha1.LabelMIGConfig, Operator: corev1.NodeSelectorOpIn, Values: []string{"all-1g.10gb"}}))
+	apply(t, ctx, kube, deployment("slice", corev1.ResourceList{"nvidia.com/mig-1g.10gb": resource.MustParse("1")}))
+	mig := waitNodeClaim(t, ctx, kube, "mig", "")
+	if mig.Labels[v1alpha1.LabelMIGConfig] != "all-1g.10gb" {
+		t.Fatalf("MIG NodeClaim labels %v", mig.Labels)
+	}
+	waitRunning(t, ctx, kube, "app=slice", mig.Status.NodeName)
+
+	// No pods: consolidation deletes the nodes, and a NodeClaim is only
+	// gone once Delete reported its machine gone from the cloud's list.
+	for _, name := range []string{"trainer", "slice"} {
+		if err := kube.Delete(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, ctx, "every NodeClaim and GPU node gone", func() bool {
+		var claims karpv1.NodeClaimList
+		var nodes corev1.NodeList
+		if kube.List(ctx, &claims) != nil || kube.List(ctx, &nodes) != nil {
+			return false
+		}
+		gpuNodes := 0
+		for _, n := range nodes.Items {
+			if strings.HasPrefix(n.Spec.ProviderID, "sim://") {
+				gpuNodes++
+			}
+		}
+		return len(claims.Items) == 0 && gpuNodes == 0
+	})
+}
+
+func nodePool(name, class string, reqs ...karpv1.NodeSelectorRequirementWithMinValues) *karpv1.NodePool {
+	return &karpv1.NodePool{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: karpv1.NodePoolSpec{
+			Template: karpv1.NodeClaimTemplate{Spec: karpv1.NodeClaimTemplateSpec{
+				NodeClassRef: &karpv1.NodeClassReference{Group: v1alpha1.GroupVersion.Group, Kind: "GPUNodeClass", Name: class},
+				Requirements: reqs,
+			}},
+			Disruption: karpv1.Disruption{
+				ConsolidationPolicy: karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized,
+				ConsolidateAfter:    karpv1.MustParseNillableDuration("2s"),
+				Budgets:             []karpv1.Budget{{Nodes: "100%"}},
+			},
+		},
+	}
+}
+
+func deployment(name string, gpus corev1.ResourceList) *appsv1.Deployment {
+	one := int32(1)
+	labels := map[string]string{"app": name}
+	requests := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")}
+	for k, v := range gpus {
+		requests[k] = v
+	}
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &one,
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					TerminationGracePeriodSeconds: new(int64),
+					Containers:                    []corev1.Container{{Name: "main", Image: "cuda:12", Resources: corev1.ResourceRequirements{Requests: requests, Limits: gpus}}},
+				},
+			},
+		},
+	}
+}
+
+// waitNodeClaim waits for an initialized NodeClaim of the pool other than
+// skip, with its Node.
+func waitNodeClaim(t *testing.T, ctx context.Context, kube client.Client, pool, skip string) *karpv1.NodeClaim {
+	t.Helper()
+	var found *karpv1.NodeClaim
+	waitFor(t, ctx, "an initialized NodeClaim of NodePool "+pool, func() bool {
+		var claims karpv1.NodeClaimList
+		if kube.List(ctx, &claims, client.MatchingLabels{karpv1.NodePoolLabelKey: pool}) != nil {
+			return false
+		}
+		for i := range claims.Items {
+			nc := &claims.Items[i]
+			if nc.Name != skip && nc.DeletionTimestamp == nil && nc.StatusConditions().Get(karpv1.ConditionTypeInitialized).IsTrue() {
+				found = nc
+				return true
+			}
+		}
+		return false
+	})
+	return found
+}
+
+func waitRunning(t *testing.T, ctx context.Context, kube client.Client, selector, node string) {
+	t.Helper()
+	waitFor(t, ctx, "pod "+selector+" Running on "+node, func() bool {
+		var pods corev1.PodList
+		sel, _ := metav1.ParseToLabelSelector(selector)
+		ls, _ := metav1.LabelSelectorAsSelector(sel)
+		if kube.List(ctx, &pods, client.InNamespace("default"), client.MatchingLabelsSelector{Selector: ls}) != nil {
+			return false
+		}
+		for _, p := range pods.Items {
+			if p.Spec.NodeName == node && p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+func exists(ctx context.Context, kube client.Client, obj client.Object, name string) bool {
+	return kube.Get(ctx, client.ObjectKey{Name: name}, obj) == nil
+}
+
+func apply(t *testing.T, ctx context.Context, kube client.Client, obj client.Object) {
+	t.Helper()
+	if err := kube.Create(ctx, obj); err != nil {
+		t.Fatalf("create %T %s: %v", obj, obj.GetName(), err)
+	}
+}
+
+func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
+	t.Helper()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("timed out waiting for %s", what)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+func write(t *testing.T, path, data string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return fmt.Sprint(l.Addr().(*net.TCPAddr).Port)
+}
+
+// startOperator runs the operator binary until the test ends.
+func startOperator(t *testing.T, env *testenv.Env, cfgPath string) {
+	t.Helper()
+	logPath := filepath.Join(env.Dir, "gpuscaler-karpenter.log")
+	env.AddLog("gpuscaler-karpenter", logPath)
+	logf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(operatorBin)
+	cmd.Env = append(os.Environ(),
+		"KUBECONFIG="+env.Kubeconfig, "GPUSCALER_CONFIG="+cfgPath, "GPUSCALER_LOG_LEVEL=debug",
+		"LEADER_ELECTION_NAMESPACE=default", "METRICS_PORT="+freePort(t), "HEALTH_PROBE_PORT="+freePort(t),
+		"BATCH_IDLE_DURATION=1s", "BATCH_MAX_DURATION=3s", "GPUSCALER_LEAKED_MACHINE_PERIOD=10s")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		logf.Close()
+	})
+}

@@ -1,0 +1,39 @@
+// Package test runs the Karpenter operator binary against a real test
+// cluster (etcd, kube-apiserver, controller-manager, scheduler and kwok)
+// with Karpenter's CRDs and the GPUNodeClass CRD installed.
+package test
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+)
+
+// operatorBin is the binary TestMain builds, before any test's clock.
+var operatorBin string
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	if !testing.Short() {
+		dir, err := os.MkdirTemp("", "gpuscaler-karpenter-bin-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer os.RemoveAll(dir)
+		operatorBin = filepath.Join(dir, "gpuscaler-karpenter")
+		cmd := exec.Command("go", "build", "-o", operatorBin, "..")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "build gpuscaler-karpenter: %v\n%s", err, out)
+			return 1
+		}
+	}
+	return m.Run()
+}
