@@ -16,7 +16,7 @@ func newConfigCommand() *cobra.Command {
 	src := source{fileOnly: true}
 	convert := &cobra.Command{
 		Use:   "convert [FILE]",
-		Short: "Print the native config equivalent to a DataCrunch (--nodes + DATACRUNCH_CLUSTER_CONFIG*), ca-verda (config.yaml) or Kamatera (--cloud-config INI) setup, or gpuscaler's NodeProvisioners for Baseten NodeProvisioner manifests",
+		Short: "Print the native config equivalent to a DataCrunch (--nodes + DATACRUNCH_CLUSTER_CONFIG*), ca-verda (config.yaml) or Kamatera (--cloud-config INI) setup, gpuscaler's NodeProvisioners for Baseten NodeProvisioner manifests, or a NodePool and GPUNodeClass for Karpenter v1alpha5 Provisioners (scw-karpenter)",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 1 {
@@ -26,8 +26,13 @@ func newConfigCommand() *cobra.Command {
 				src.configPath = args[0]
 			}
 			if src.configPath != "" {
-				if data, err := config.ReadFile(src.configPath); err == nil && seedconfig.IsNodeProvisionerManifest(data) {
-					return convertNodeProvisioners(cmd, data)
+				if data, err := config.ReadFile(src.configPath); err == nil {
+					switch {
+					case seedconfig.IsNodeProvisionerManifest(data):
+						return convertNodeProvisioners(cmd, data)
+					case seedconfig.IsProvisionerManifest(data):
+						return convertProvisioners(cmd, data)
+					}
 				}
 			}
 			env := loadEnviron(".env")
@@ -73,5 +78,20 @@ func convertNodeProvisioners(cmd *cobra.Command, data []byte) error {
 	}
 	_, err = fmt.Fprintf(cmd.OutOrStdout(), "# Converted by gpuscaler config convert from Baseten NodeProvisioner manifests.\n"+
 		"# gpuscaler's config needs clouds.gcp (project; zone for bare instance group names); see docs/provisioner.md.\n%s", out)
+	return err
+}
+
+// convertProvisioners prints a NodePool and GPUNodeClass for each Karpenter
+// v1alpha5 Provisioner.
+func convertProvisioners(cmd *cobra.Command, data []byte) error {
+	out, notes, err := seedconfig.ConvertProvisioners(data)
+	if err != nil {
+		return err
+	}
+	for _, n := range notes {
+		fmt.Fprintln(cmd.ErrOrStderr(), "note: "+n)
+	}
+	_, err = fmt.Fprintf(cmd.OutOrStdout(), "# Converted by gpuscaler config convert from Karpenter v1alpha5 Provisioners,\n"+
+		"# for gpuscaler-karpenter on Scaleway; see docs/karpenter.md.\n%s", out)
 	return err
 }

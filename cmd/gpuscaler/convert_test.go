@@ -31,3 +31,17 @@ func TestConfigConvertPositional(t *testing.T) {
 		t.Fatalf("positional:\n%s\nflag:\n%s", positional, flag)
 	}
 }
+
+// A Karpenter v1alpha5 Provisioner (scw-karpenter's) converts to a
+// GPUNodeClass and a v1 NodePool.
+func TestConfigConvertProvisioner(t *testing.T) {
+	var out, errOut bytes.Buffer
+	root := newRootCommand(&out, &errOut)
+	root.SetArgs([]string{"config", "convert", "../../internal/config/seedconfig/testdata/scw-karpenter-provisioner.yaml"})
+	if err := root.Execute(); err != nil {
+		t.Fatalf("%v\n%s", err, errOut.String())
+	}
+	if s := out.String(); !strings.Contains(s, "kind: GPUNodeClass") || !strings.Contains(s, "kind: NodePool") || !strings.Contains(errOut.String(), "SCW_ACCESS_KEY") {
+		t.Fatalf("stdout:\n%s\nstderr:\n%s", s, errOut.String())
+	}
+}

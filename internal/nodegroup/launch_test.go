@@ -105,3 +105,42 @@ nodeGroups:
 		t.Fatalf("a launch past the cap: %v", err)
 	}
 }
+
+// Offers answers from memory: the catalog and the listed offerings, with a
+// stock-out shown unavailable until its backoff ends, and a new Version on
+// every change.
+func TestOffers(t *testing.T) {
+	h := newHarness(t, oneGroupLeaky, sim.Options{}, Options{})
+	before, ok := h.mgr.Offers("sim", nil)
+	if !ok || len(before.Types) == 0 || len(before.Offerings) == 0 {
+		t.Fatalf("offers: %v, %d types, %d offerings", ok, len(before.Types), len(before.Offerings))
+	}
+	if _, ok := h.mgr.Offers("verda", nil); ok {
+		t.Fatal("offers of a cloud that is not configured")
+	}
+	find := func(o Offers, k cloud.OfferingKey) cloud.Offering {
+		for _, of := range o.Offerings {
+			if of.Key() == k {
+				return of
+			}
+		}
+		t.Fatalf("offering %s not listed", k)
+		return cloud.Offering{}
+	}
+	if of := find(before, h100); !of.Available || of.Price == 0 || before.Regions[h100.Location] == "" {
+		t.Fatalf("offering %+v, regions %v", of, before.Regions)
+	}
+	calls := h.engine.Calls()
+	again, _ := h.mgr.Offers("sim", nil)
+	if again.Version != before.Version || h.engine.Calls()["offerings"] != calls["offerings"] {
+		t.Fatal("a second read changed the version or called the cloud")
+	}
+	h.engine.SetCapacity(h100, 0)
+	if _, err := h.mgr.Launch(context.Background(), LaunchRequest{Owner: "karpenter", Cloud: "sim", Offering: h100}); !errors.Is(err, cloud.ErrCapacity) {
+		t.Fatalf("launch: %v", err)
+	}
+	after, _ := h.mgr.Offers("sim", nil)
+	if after.Version == before.Version || find(after, h100).Available || after.ValidUntil.IsZero() {
+		t.Fatalf("after a stock-out: version %v (was %v), available %v, valid until %v", after.Version, before.Version, find(after, h100).Available, after.ValidUntil)
+	}
+}

@@ -7,6 +7,9 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -43,20 +46,25 @@ type harness struct {
 	stop     func()
 }
 
-func configYAML(url string) string {
+func configYAML(url, templateExtra string) string {
 	return fmt.Sprintf(`
 clusterName: karpenter-contract
 sync: {period: 1s}
 clouds:
   verda: {baseURL: %q}
 nodeGroups:
-  - {name: tpl, cloud: verda, instanceType: 1H100.80S.30V, locations: [FIN-01], minSize: 0, maxSize: 1, managedBy: karpenter}
-`, url+"/v1")
+  - {name: tpl, cloud: verda, instanceType: 1H100.80S.30V, locations: [FIN-01], minSize: 0, maxSize: 1, managedBy: karpenter%s}
+`, url+"/v1", templateExtra)
 }
 
 func start(t *testing.T, fakeURL string, kube client.Reader) *harness {
 	t.Helper()
-	cfg, err := config.Parse([]byte(configYAML(fakeURL)))
+	return startWith(t, configYAML(fakeURL, ""), kube)
+}
+
+func startWith(t *testing.T, doc string, kube client.Reader) *harness {
+	t.Helper()
+	cfg, err := config.Parse([]byte(doc))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +110,12 @@ func start(t *testing.T, fakeURL string, kube client.Reader) *harness {
 
 func newFake(t *testing.T) *verdatest.Server {
 	t.Helper()
-	engine, err := verdatest.NewEngine(sim.Config{BootDelay: sim.Duration(100 * time.Millisecond), DeleteDelay: sim.Duration(100 * time.Millisecond)}, sim.Options{})
+	return newFakeBooting(t, 100*time.Millisecond)
+}
+
+func newFakeBooting(t *testing.T, boot time.Duration) *verdatest.Server {
+	t.Helper()
+	engine, err := verdatest.NewEngine(sim.Config{BootDelay: sim.Duration(boot), DeleteDelay: sim.Duration(100 * time.Millisecond)}, sim.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -414,5 +427,37 @@ func TestNotFoundAndNotReady(t *testing.T) {
 	var nre *karpcp.NodeRebootNotImplementedError
 	if err := h.provider.Reboot(ctx, gone, "op"); !errors.As(err, &nre) {
 		t.Fatalf("reboot: %v", err)
+	}
+}
+
+// The machine boots with the template's bootstrap, rendered for the
+// NodeClaim: its provider ID, the resolved labels, the class's image and
+// Karpenter's unregistered taint, which core lifts once the Node is known.
+func TestBootstrapCarriesTheNodeClaim(t *testing.T) {
+	f := newFakeBooting(t, time.Minute) // the script stays in the store while the machine boots
+	tmpl := filepath.Join(t.TempDir(), "join.tmpl")
+	if err := os.WriteFile(tmpl, []byte("#!/bin/sh\nexec kubelet --provider-id={{.ProviderID}} --node-labels={{.LabelsArg}} --register-with-taints={{.TaintsArg}}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	kube := kubeWith(readyClass("h100", v1alpha1.GPUNodeClassSpec{Cloud: "verda", Template: "tpl", Locations: []string{"FIN-01"}, Image: "ubuntu-24.04-cuda-12.8-open-docker"}))
+	h := startWith(t, configYAML(f.URL, fmt.Sprintf(", bootstrap: {method: custom, templateFile: %q}", tmpl)), kube)
+	nc := nodeClaim("gpu-boot1", "h100", in(corev1.LabelInstanceTypeStable, "1H100.80S.30V"), in(karpv1.CapacityTypeLabelKey, "on-demand"))
+	nc.Spec.StartupTaints = []corev1.Taint{{Key: "gpu-driver-not-ready", Effect: corev1.TaintEffectNoSchedule}}
+	got, err := h.provider.Create(context.Background(), nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	scripts := f.Scripts()
+	if len(scripts) != 1 {
+		t.Fatalf("%d scripts stored", len(scripts))
+	}
+	for _, want := range []string{"--provider-id=" + got.Status.ProviderID, "karpenter.sh/nodepool=gpu", "node.kubernetes.io/instance-type=1H100.80S.30V",
+		"topology.kubernetes.io/zone=FIN-01", "karpenter.sh/capacity-type=on-demand", "nvidia.com/gpu.count=1", "karpenter.sh/unregistered", "gpu-driver-not-ready"} {
+		if !strings.Contains(scripts[0], want) {
+			t.Errorf("the startup script lacks %q:\n%s", want, scripts[0])
+		}
+	}
+	if got.Status.ImageID != "ubuntu-24.04-cuda-12.8-open-docker" {
+		t.Errorf("image %q", got.Status.ImageID)
 	}
 }

@@ -83,7 +83,7 @@ func (p *CloudProvider) Create(ctx context.Context, nc *karpv1.NodeClaim) (*karp
 	}
 	var capacityErrs []error
 	for _, c := range choices[:min(len(choices), p.opts.MaxAttempts)] {
-		req := p.launchRequest(nc, class, tpl, c)
+		req := p.launchRequest(nc, class, tpl, c, ct.labels[c.it.Name])
 		in, err := p.opts.Core.Launch(ctx, req)
 		switch {
 		case err == nil:
@@ -155,8 +155,12 @@ func candidates(nc *karpv1.NodeClaim, types []*karpcp.InstanceType) []choice {
 // launchRequest is the core's order for one NodeClaim on one offering: the
 // node registers with the NodeClaim's labels and the resolved ones, its
 // taints, and Karpenter's unregistered taint.
-func (p *CloudProvider) launchRequest(nc *karpv1.NodeClaim, class *v1alpha1.GPUNodeClass, tpl *config.NodeGroup, c choice) nodegroup.LaunchRequest {
-	labels := resolvedLabels(nc, c)
+func (p *CloudProvider) launchRequest(nc *karpv1.NodeClaim, class *v1alpha1.GPUNodeClass, tpl *config.NodeGroup, c choice, gpuLabels map[string]string) nodegroup.LaunchRequest {
+	labels := maps.Clone(gpuLabels)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	maps.Copy(labels, resolvedLabels(nc, c))
 	maps.Copy(labels, nc.Labels)
 	taints := []corev1.Taint{karpv1.UnregisteredNoExecuteTaint}
 	taints = append(taints, nc.Spec.Taints...)

@@ -36,6 +36,10 @@ type classTypes struct {
 	validUntil time.Time
 	types      []*karpcp.InstanceType
 	byName     map[string]*karpcp.InstanceType
+	// labels are, per type, the GPU labels a machine registers with
+	// beyond the well-known ones (the MIG strategy, SkyPilot's key), which
+	// the bootstrap and the device plugin read.
+	labels map[string]map[string]string
 }
 
 // classInput is what one class's instance types are built from.
@@ -59,12 +63,12 @@ func (c *catalog) get(in classInput, now time.Time) (*classTypes, error) {
 		ct.template == tplHash && ct.version == in.offers.Version && (ct.validUntil.IsZero() || now.Before(ct.validUntil)) {
 		return ct, nil
 	}
-	types, err := build(in)
+	types, labels, err := build(in)
 	if err != nil {
 		return nil, err
 	}
 	ct := &classTypes{generation: in.class.Generation, spec: specHash, template: tplHash, version: in.offers.Version,
-		validUntil: in.offers.ValidUntil, types: types, byName: make(map[string]*karpcp.InstanceType, len(types))}
+		validUntil: in.offers.ValidUntil, types: types, byName: make(map[string]*karpcp.InstanceType, len(types)), labels: labels}
 	for _, it := range types {
 		ct.byName[it.Name] = it
 	}
@@ -86,7 +90,7 @@ func (c *catalog) forget(class string) {
 // of the catalog (GPU types with their GPUs or MIG devices in capacity),
 // offered in the class's locations under each capacity type the cloud
 // lists, with the core's prices and availability.
-func build(in classInput) ([]*karpcp.InstanceType, error) {
+func build(in classInput) ([]*karpcp.InstanceType, map[string]map[string]string, error) {
 	spec := in.class.Spec
 	mig := classMIG(spec.MIG)
 	disk := spec.DiskSizeGiB
@@ -104,6 +108,7 @@ func build(in classInput) ([]*karpcp.InstanceType, error) {
 		offerings[of.InstanceType] = append(offerings[of.InstanceType], of)
 	}
 	out := make([]*karpcp.InstanceType, 0, len(in.offers.Types))
+	labels := map[string]map[string]string{}
 	for _, t := range in.offers.Types {
 		if mig != nil {
 			if _, err := gpu.MIGResources(t.GPUModel, mig.Profile, mig.Strategy, t.GPUCount); t.GPUCount == 0 || err != nil {
@@ -112,7 +117,7 @@ func build(in classInput) ([]*karpcp.InstanceType, error) {
 		}
 		capacity, err := nodegroup.Capacity(t, disk, mig)
 		if err != nil {
-			return nil, fmt.Errorf("instance type %s: %w", t.Name, err)
+			return nil, nil, fmt.Errorf("instance type %s: %w", t.Name, err)
 		}
 		it := &karpcp.InstanceType{
 			Name:     t.Name,
@@ -133,22 +138,26 @@ func build(in classInput) ([]*karpcp.InstanceType, error) {
 			regions = appendNew(regions, in.offers.Regions[of.Location])
 			capacityTypes = appendNew(capacityTypes, string(of.CapacityType))
 		}
-		it.Requirements = requirements(t, in.offers.Cloud, mig, zones, regions, capacityTypes)
+		var gpuLabels map[string]string
+		if model, known := gpu.LookupModel(t.GPUModel); t.GPUCount > 0 && known {
+			gpuLabels = nodegroup.GPULabels(model, t.GPUCount, mig)
+			labels[t.Name] = gpuLabels
+		}
+		it.Requirements = requirements(t.Name, t.Arch, in.offers.Cloud, gpuLabels, zones, regions, capacityTypes)
 		out = append(out, it)
 	}
-	return out, nil
+	return out, labels, nil
 }
 
 // requirements are the labels an instance type defines. GPU labels are
 // DoesNotExist on types without GPUs, so that a NodePool asking for GPUs
 // never gets a CPU type.
-func requirements(t cloud.InstanceType, cloudName string, mig *config.MIG, zones, regions, capacityTypes []string) scheduling.Requirements {
-	arch := t.Arch
+func requirements(name, arch, cloudName string, gpuLabels map[string]string, zones, regions, capacityTypes []string) scheduling.Requirements {
 	if arch == "" {
 		arch = "amd64"
 	}
 	reqs := scheduling.NewRequirements(
-		scheduling.NewRequirement(corev1.LabelInstanceTypeStable, corev1.NodeSelectorOpIn, t.Name),
+		scheduling.NewRequirement(corev1.LabelInstanceTypeStable, corev1.NodeSelectorOpIn, name),
 		scheduling.NewRequirement(corev1.LabelArchStable, corev1.NodeSelectorOpIn, arch),
 		scheduling.NewRequirement(corev1.LabelOSStable, corev1.NodeSelectorOpIn, string(corev1.Linux)),
 		scheduling.NewRequirement(corev1.LabelTopologyZone, corev1.NodeSelectorOpIn, zones...),
@@ -156,14 +165,10 @@ func requirements(t cloud.InstanceType, cloudName string, mig *config.MIG, zones
 		scheduling.NewRequirement(karpv1.CapacityTypeLabelKey, corev1.NodeSelectorOpIn, capacityTypes...),
 		scheduling.NewRequirement(v1alpha1.LabelCloud, corev1.NodeSelectorOpIn, cloudName),
 	)
-	var labels map[string]string
-	if model, known := gpu.LookupModel(t.GPUModel); t.GPUCount > 0 && known {
-		labels = nodegroup.GPULabels(model, t.GPUCount, mig)
-	}
 	// Only well-known keys: Karpenter refuses a type with a key the
 	// NodeClaim does not know.
 	for _, k := range v1alpha1.GPULabelKeys {
-		if v, ok := labels[k]; ok {
+		if v, ok := gpuLabels[k]; ok {
 			reqs.Add(scheduling.NewRequirement(k, corev1.NodeSelectorOpIn, v))
 		} else {
 			reqs.Add(scheduling.NewRequirement(k, corev1.NodeSelectorOpDoesNotExist))

@@ -67,7 +67,7 @@ func (n *NodeClass) Reconcile(ctx context.Context, req reconcile.Request) (recon
 	class.Status.InstanceTypes = check.InstanceTypes
 	if err := n.Client.Status().Patch(ctx, class, client.MergeFromWithOptions(stored, client.MergeFromWithOptimisticLock{})); err != nil {
 		if apierrors.IsConflict(err) {
-			return reconcile.Result{Requeue: true}, nil
+			return reconcile.Result{RequeueAfter: time.Second}, nil
 		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
