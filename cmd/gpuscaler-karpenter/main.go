@@ -10,12 +10,17 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/samber/lo"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	karpcp "sigs.k8s.io/karpenter/pkg/cloudprovider"
@@ -60,7 +65,24 @@ func run(ctx context.Context, op *operator.Operator) error {
 	if err != nil {
 		return err
 	}
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
+	// gpuscaler's core metrics (cloud calls, spend, leaks) beside
+	// Karpenter's own on METRICS_PORT.
+	if cfg.Metrics.Address != "0" {
+		lis, err := net.Listen("tcp", cfg.Metrics.Address)
+		if err != nil {
+			return fmt.Errorf("metrics.address: %w", err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(rt, promhttp.HandlerOpts{}))
+		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			if err := runtime.ServeHTTP(ctx, srv, lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("metrics server: %w", err)
+			}
+		}()
+		log.Info("serving gpuscaler's metrics", "address", lis.Addr().String())
+	}
 	// The process's own work (the Node index, the script server) runs on
 	// every replica.
 	go func() {
@@ -114,7 +136,7 @@ func run(ctx context.Context, op *operator.Operator) error {
 		&controllers.NodeClass{Client: op.GetClient(), Checker: provider},
 		&controllers.Leaks{Reader: op.Manager.GetAPIReader(), Core: core, Period: opts.leakPeriod, Grace: opts.leakGrace, Logger: log},
 	)
-	log.Info("starting the Karpenter operator", "clouds", len(cfg.NodeGroups), "config", opts.configPath)
+	log.Info("starting the Karpenter operator", "templates", len(cfg.NodeGroups), "config", opts.configPath)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

@@ -3,6 +3,7 @@ package test
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -15,9 +16,10 @@ import (
 	"github.com/gpuscaler/gpuscaler/internal/testenv"
 )
 
-// scw-karpenter's Provisioner, converted, is accepted by the API server
-// under Karpenter's and gpuscaler's CRDs (their schemas and CEL rules).
-func TestConvertedProvisionerApplies(t *testing.T) {
+// scw-karpenter's Provisioner, converted, and the manifests of
+// examples/karpenter are accepted by the API server under Karpenter's and
+// gpuscaler's CRDs (their schemas and CEL rules).
+func TestManifestsApply(t *testing.T) {
 	data, err := os.ReadFile("../../../internal/config/seedconfig/testdata/scw-karpenter-provisioner.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -33,13 +35,25 @@ func TestConvertedProvisionerApplies(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	for _, doc := range splitYAML(out) {
+	examples, err := filepath.Glob("../../../examples/karpenter/*.yaml")
+	if err != nil || len(examples) == 0 {
+		t.Fatalf("examples: %v", err)
+	}
+	docs := splitYAML(out)
+	for _, f := range examples {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		docs = append(docs, splitYAML(data)...)
+	}
+	for _, doc := range docs {
 		obj := &unstructured.Unstructured{}
 		if err := yaml.Unmarshal(doc, &obj.Object); err != nil {
 			t.Fatal(err)
 		}
 		if err := kube.Create(ctx, obj); err != nil {
-			t.Fatalf("the API server refuses the converted %s: %v\n%s", obj.GetKind(), err, doc)
+			t.Fatalf("the API server refuses %s %s: %v\n%s", obj.GetKind(), obj.GetName(), err, doc)
 		}
 	}
 }

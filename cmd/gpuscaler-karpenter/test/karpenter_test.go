@@ -3,6 +3,8 @@ package test
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
 	"fmt"
 	"net"
 	"os"
@@ -39,9 +41,11 @@ func TestKarpenterScalesGPUNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfgPath := filepath.Join(env.Dir, "gpuscaler.yaml")
+	metricsAddr := "127.0.0.1:" + freePort(t)
 	write(t, cfgPath, fmt.Sprintf(`
 clusterName: karpenter-e2e
 kubeconfig: %[1]q
+metrics: {address: %[2]q}
 sync: {period: 2s}
 clouds:
   sim:
@@ -53,7 +57,7 @@ clouds:
     kubeconfig: %[1]q
 nodeGroups:
   - {name: tpl, cloud: sim, instanceType: 1H100.80S.30V, locations: [FIN-01], minSize: 0, maxSize: 1, managedBy: karpenter}
-`, env.Kubeconfig))
+`, env.Kubeconfig, metricsAddr))
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	startOperator(t, env, cfgPath)
@@ -136,6 +140,18 @@ nodeGroups:
 		}
 		return len(claims.Items) == 0 && gpuNodes == 0
 	})
+	// The core's metrics: every machine was ordered and deleted through it.
+	resp, err := http.Get("http://" + metricsAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`gpuscaler_cloud_api_calls_total{cloud="sim",operation="create"`, `gpuscaler_cloud_api_calls_total{cloud="sim",operation="delete"`} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("gpuscaler's metrics lack %s", want)
+		}
+	}
 }
 
 func nodePool(name, class string, reqs ...karpv1.NodeSelectorRequirementWithMinValues) *karpv1.NodePool {
