@@ -3,10 +3,10 @@ package test
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"net/http"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
