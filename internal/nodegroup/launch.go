@@ -220,3 +220,19 @@ func (l *launcher) launched(owner string) []Instance {
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
 }
+
+// find returns one launched instance, by provider ID (or alias) or, with
+// byName, by instance name.
+func (l *launcher) find(key string, byName bool) (Instance, bool) {
+	s := l.store
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	mem, ok := s.byProviderID[key]
+	if byName {
+		mem, ok = s.launches.members[key]
+	}
+	if !ok || mem.group != "" {
+		return Instance{}, false
+	}
+	return mem.view(), true
+}

@@ -28,6 +28,12 @@ func TestLaunchAndTerminate(t *testing.T) {
 	if _, ok := h.mgr.GroupForProviderID(in.ProviderID); ok {
 		t.Fatal("a launched instance counts as a group member")
 	}
+	if got, ok := h.mgr.LaunchedInstance(in.ProviderID); !ok || got.Name != in.Name {
+		t.Fatalf("by provider ID: %+v %v", got, ok)
+	}
+	if got, ok := h.mgr.LaunchedNamed(in.Name); !ok || got.ProviderID != in.ProviderID {
+		t.Fatalf("by name: %+v %v", got, ok)
+	}
 	if n, _ := h.mgr.TargetSize("g"); n != 0 {
 		t.Fatalf("the template group's target moved to %d", n)
 	}
@@ -49,6 +55,9 @@ func TestLaunchAndTerminate(t *testing.T) {
 	}
 	h.eventually("the instance gone", func() bool { return h.engine.Count("test") == 0 })
 	h.eventually("the launch forgotten", func() bool { return len(h.mgr.Launched("")) == 0 })
+	if _, ok := h.mgr.LaunchedInstance(in.ProviderID); ok {
+		t.Fatal("a gone instance is still found by provider ID")
+	}
 	if err := h.mgr.Terminate(ctx, in.ProviderID); !errors.Is(err, ErrNotLaunched) {
 		t.Fatalf("terminating a gone instance: %v", err)
 	}

@@ -458,6 +458,15 @@ func (m *Manager) Terminate(ctx context.Context, providerID string) error {
 // Launched returns the instances launched by owner ("" for every owner).
 func (m *Manager) Launched(owner string) []Instance { return m.launcher.launched(owner) }
 
+// LaunchedInstance returns the launched instance with a provider ID (or
+// one of its aliases), from memory.
+func (m *Manager) LaunchedInstance(providerID string) (Instance, bool) {
+	return m.launcher.find(providerID, false)
+}
+
+// LaunchedNamed returns the launched instance of a name, from memory.
+func (m *Manager) LaunchedNamed(name string) (Instance, bool) { return m.launcher.find(name, true) }
+
 // Check loads each cloud's catalog (of the clouds named, or of all) and
 // resolves every group against it, without listing or ordering anything:
 // a configuration that passes starts.

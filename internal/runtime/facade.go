@@ -88,6 +88,16 @@ func (f Facade) Launch(ctx context.Context, req nodegroup.LaunchRequest) (nodegr
 // Terminate deletes a launched instance.
 func (f Facade) Terminate(ctx context.Context, pid string) error { return f.core().Terminate(ctx, pid) }
 
+// LaunchedInstance finds a launched instance by provider ID.
+func (f Facade) LaunchedInstance(pid string) (nodegroup.Instance, bool) {
+	return f.core().LaunchedInstance(pid)
+}
+
+// LaunchedNamed finds a launched instance by name.
+func (f Facade) LaunchedNamed(name string) (nodegroup.Instance, bool) {
+	return f.core().LaunchedNamed(name)
+}
+
 // Launched lists launched instances.
 func (f Facade) Launched(owner string) []nodegroup.Instance { return f.core().Launched(owner) }
 

@@ -39,6 +39,8 @@ type Core interface {
 	Launch(ctx context.Context, req nodegroup.LaunchRequest) (nodegroup.Instance, error)
 	Terminate(ctx context.Context, providerID string) error
 	Launched(owner string) []nodegroup.Instance
+	LaunchedInstance(providerID string) (nodegroup.Instance, bool)
+	LaunchedNamed(name string) (nodegroup.Instance, bool)
 }
 
 // Templates finds a node group of the config in force by name.
@@ -150,10 +152,8 @@ func (p *CloudProvider) class(ctx context.Context, name string) (*v1alpha1.GPUNo
 
 // Get returns the NodeClaim of a machine Karpenter launched.
 func (p *CloudProvider) Get(_ context.Context, providerID string) (*karpv1.NodeClaim, error) {
-	for _, in := range p.opts.Core.Launched(Owner) {
-		if in.ProviderID == providerID {
-			return p.nodeClaim(in), nil
-		}
+	if in, ok := p.opts.Core.LaunchedInstance(providerID); ok && in.Owner == Owner {
+		return p.nodeClaim(in), nil
 	}
 	return nil, karpcp.NewNodeClaimNotFoundError(fmt.Errorf("no machine %s", providerID))
 }
@@ -200,10 +200,8 @@ func (p *CloudProvider) Delete(ctx context.Context, nc *karpv1.NodeClaim) error 
 	if pid == "" {
 		// Never launched, or launched and the answer not recorded: the
 		// machine, if any, carries the NodeClaim's name.
-		for _, in := range p.opts.Core.Launched(Owner) {
-			if in.Name == nc.Name {
-				pid = in.ProviderID
-			}
+		if in, ok := p.opts.Core.LaunchedNamed(nc.Name); ok && in.Owner == Owner {
+			pid = in.ProviderID
 		}
 		if pid == "" {
 			return karpcp.NewNodeClaimNotFoundError(fmt.Errorf("NodeClaim %s has no machine", nc.Name))

@@ -234,10 +234,9 @@ func (p *CloudProvider) hydrate(nc *karpv1.NodeClaim, class *v1alpha1.GPUNodeCla
 
 // launched finds a machine Karpenter launched by name.
 func (p *CloudProvider) launched(name string) (nodegroup.Instance, bool) {
-	for _, in := range p.opts.Core.Launched(Owner) {
-		if in.Name == name && in.State != nodegroup.StateDeleting {
-			return in, true
-		}
+	in, ok := p.opts.Core.LaunchedNamed(name)
+	if !ok || in.Owner != Owner || in.State == nodegroup.StateDeleting {
+		return nodegroup.Instance{}, false
 	}
-	return nodegroup.Instance{}, false
+	return in, true
 }
