@@ -277,8 +277,15 @@ func freePort(t *testing.T) string {
 // startOperator runs the operator binary until the test ends.
 func startOperator(t *testing.T, env *testenv.Env, cfgPath string) {
 	t.Helper()
-	logPath := filepath.Join(env.Dir, "gpuscaler-karpenter.log")
-	env.AddLog("gpuscaler-karpenter", logPath)
+	startNamedOperator(t, env, "gpuscaler-karpenter", cfgPath)
+}
+
+// startNamedOperator runs one operator process, logging to <name>.log, and
+// returns a function that kills it at once (a crash).
+func startNamedOperator(t *testing.T, env *testenv.Env, name, cfgPath string, extraEnv ...string) (kill func()) {
+	t.Helper()
+	logPath := filepath.Join(env.Dir, name+".log")
+	env.AddLog(name, logPath)
 	logf, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
@@ -288,14 +295,15 @@ func startOperator(t *testing.T, env *testenv.Env, cfgPath string) {
 		"KUBECONFIG="+env.Kubeconfig, "GPUSCALER_CONFIG="+cfgPath, "GPUSCALER_LOG_LEVEL=debug",
 		"LEADER_ELECTION_NAMESPACE=default", "METRICS_PORT="+freePort(t), "HEALTH_PROBE_PORT="+freePort(t),
 		"BATCH_IDLE_DURATION=1s", "BATCH_MAX_DURATION=3s", "GPUSCALER_LEAKED_MACHINE_PERIOD=10s")
+	cmd.Env = append(cmd.Env, extraEnv...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
 		select {
 		case <-done:
 		case <-time.After(10 * time.Second):
@@ -304,6 +312,10 @@ func startOperator(t *testing.T, env *testenv.Env, cfgPath string) {
 		}
 		logf.Close()
 	})
+	return func() {
+		_ = cmd.Process.Kill()
+		<-done
+	}
 }
 
 // karpenterCRDs writes Karpenter core's CRDs, as its module embeds them,
