@@ -13,7 +13,11 @@ KGO = cd $(KARPENTER_DIR) && GOTOOLCHAIN=$(KARPENTER_GOTOOLCHAIN) $(GO)
 
 include Makefile.testbins.mk
 
-.PHONY: test test-unit lint fmt vet staticcheck bench build run tools
+.PHONY: test test-unit lint fmt vet staticcheck bench build run tools image
+
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+PLATFORMS ?= linux/amd64 linux/arm64
+LDFLAGS = -s -w -X main.version=$(VERSION)
 
 ## test: every test (unit, contract, e2e against a real kube-apiserver), with -race.
 ## Builds etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok on first use.
@@ -55,3 +59,16 @@ build:
 
 run:
 	$(GO) run ./cmd/gpuscaler provider --config examples/sim-quickstart.yaml
+
+## image: the container image (gpuscaler and gpuscaler-karpenter, static, uid 65532, CA roots) for
+## $(PLATFORMS), as an OCI image layout in dist/image, built without a Docker daemon.
+image:
+	@set -e; bins=""; for p in $(PLATFORMS); do \
+	  os=$${p%/*}; arch=$${p#*/}; out=dist/$$os-$$arch; mkdir -p $$out; \
+	  echo "building $$p"; \
+	  CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $$out/gpuscaler ./cmd/gpuscaler; \
+	  (cd $(KARPENTER_DIR) && CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch GOTOOLCHAIN=$(KARPENTER_GOTOOLCHAIN) $(GO) build -trimpath -ldflags "-s -w" -o ../../$$out/gpuscaler-karpenter .); \
+	  bins="$$bins --binary $$p=$$out/gpuscaler,$$out/gpuscaler-karpenter"; \
+	done; \
+	$(GO) run ./hack/image --out dist/image --version $(VERSION) --revision "$$(git rev-parse HEAD 2>/dev/null)" $$bins
+	@echo "OCI image layout in dist/image (load it with: skopeo copy oci:dist/image docker-daemon:gpuscaler:$(VERSION), or crane push dist/image ...)"
