@@ -125,7 +125,15 @@ func New(cfg *config.Config, providers map[string]cloud.Provider, opts Options) 
 	}
 	s := newStore(cfg, opts.Manage)
 	m.store = s
-	m.offerings = newOfferings(opts.Clock, cfg)
+	m.offerings = newOfferings(opts.Clock, cfg, met)
+	if cfg.MaxHourlyCost > 0 {
+		met.costLimit.WithLabelValues("").Set(cfg.MaxHourlyCost)
+	}
+	for _, g := range cfg.NodeGroups {
+		if g.MaxHourlyCost > 0 {
+			met.costLimit.WithLabelValues(g.Name).Set(g.MaxHourlyCost)
+		}
+	}
 	m.cost = &costGuard{cfg: cfg, store: s, offerings: m.offerings}
 	m.catalog = &catalog{store: s, clients: m.clients, clock: opts.Clock, log: opts.Logger, types: map[string]map[string]cloud.InstanceType{}}
 	m.templater = &templater{store: s, gpuLabel: opts.GPULabel, topology: map[string]cloud.Topology{}}

@@ -14,6 +14,8 @@ type metrics struct {
 	deleteFailures  *prometheus.CounterVec
 	vanished        *prometheus.CounterVec
 	unknownGroup    *prometheus.GaugeVec
+	stockOuts       *prometheus.CounterVec
+	costLimit       *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -59,10 +61,18 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "gpuscaler_unknown_group_instances",
 			Help: "Instances of this cluster whose node group this configuration does not know; they are left alone.",
 		}, []string{"cloud"}),
+		stockOuts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpuscaler_stockouts_total",
+			Help: "Orders refused for want of capacity, by offering; the offering is then skipped for sync.offeringBackoff.",
+		}, []string{"cloud", "instance_type", "location", "capacity_type"}),
+		costLimit: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "gpuscaler_hourly_cost_limit",
+			Help: "The configured maxHourlyCost, by node group; group=\"\" is the cluster-wide cap. Absent where none is set.",
+		}, []string{"group"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.apiCalls, m.apiLatency, m.instances, m.targetSize, m.scaleUpFailures, m.hourlySpend, m.leaked,
-			m.deleteFailures, m.vanished, m.unknownGroup)
+			m.deleteFailures, m.vanished, m.unknownGroup, m.stockOuts, m.costLimit)
 	}
 	return m
 }

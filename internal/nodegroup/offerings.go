@@ -27,6 +27,7 @@ type offerings struct {
 	failing map[string]*groupBackoff
 	// version counts changes of available and stockedOut (see Offers).
 	version uint64
+	metrics *metrics
 }
 
 // groupBackoff is one group's failure streak.
@@ -45,8 +46,9 @@ const (
 	maxGroupBackoff = 30 * time.Minute
 )
 
-func newOfferings(clk clock.Clock, cfg *config.Config) *offerings {
+func newOfferings(clk clock.Clock, cfg *config.Config, met *metrics) *offerings {
 	return &offerings{
+		metrics:    met,
 		clock:      clk,
 		backoff:    cfg.Sync.OfferingBackoff.Duration,
 		available:  map[string]map[cloud.OfferingKey]cloud.Offering{},
@@ -124,6 +126,7 @@ func (o *offerings) markStockedOut(cloudName string, k cloud.OfferingKey) {
 	}
 	o.stockedOut[cloudName][k] = o.clock.Now().Add(o.backoff)
 	o.version++
+	o.metrics.stockOuts.WithLabelValues(cloudName, k.InstanceType, k.Location, string(k.CapacityType)).Inc()
 }
 
 // groupPrices returns the cheapest price among a group's offerings that may

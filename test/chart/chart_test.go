@@ -1,0 +1,255 @@
+// Package chart renders deploy/charts/gpuscaler with Helm's own engine
+// (helm.sh/helm/v3, pinned in go.mod) and applies what it renders to a
+// real test cluster.
+package chart
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"helm.sh/helm/v3/pkg/chart"
+	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/engine"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/restmapper"
+	"sigs.k8s.io/yaml"
+
+	"github.com/gpuscaler/gpuscaler/internal/config"
+	"github.com/gpuscaler/gpuscaler/internal/testenv"
+)
+
+const chartDir = "../../deploy/charts/gpuscaler"
+
+// render renders the chart for a release with values, after validating
+// them against values.schema.json as helm install does.
+func render(t *testing.T, values map[string]any) ([]*unstructured.Unstructured, error) {
+	t.Helper()
+	return renderRelease(t, "gs", "gpuscaler", values)
+}
+
+// renderRelease renders the chart as one release in one namespace.
+func renderRelease(t *testing.T, release, namespace string, values map[string]any) ([]*unstructured.Unstructured, error) {
+	t.Helper()
+	c, err := loader.Load(chartDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return renderChart(c, release, namespace, values)
+}
+
+func renderChart(c *chart.Chart, release, namespace string, values map[string]any) ([]*unstructured.Unstructured, error) {
+	vals, err := chartutil.ToRenderValues(c, values, chartutil.ReleaseOptions{Name: release, Namespace: namespace, IsInstall: true}, chartutil.DefaultCapabilities)
+	if err != nil {
+		return nil, err
+	}
+	if err := chartutil.ValidateAgainstSchema(c, vals["Values"].(chartutil.Values)); err != nil {
+		return nil, err
+	}
+	files, err := engine.Render(c, vals)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, 0, len(files))
+	for n := range files {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var out []*unstructured.Unstructured
+	for _, n := range names {
+		if !strings.HasSuffix(n, ".yaml") {
+			continue
+		}
+		for _, doc := range strings.Split(files[n], "\n---") {
+			obj := &unstructured.Unstructured{}
+			if err := yaml.Unmarshal([]byte(doc), &obj.Object); err != nil {
+				return nil, fmt.Errorf("%s: %w\n%s", n, err, doc)
+			}
+			if len(obj.Object) == 0 {
+				continue
+			}
+			out = append(out, obj)
+		}
+	}
+	return out, nil
+}
+
+func kinds(objs []*unstructured.Unstructured) map[string]int {
+	out := map[string]int{}
+	for _, o := range objs {
+		out[o.GetKind()]++
+	}
+	return out
+}
+
+// full turns on every optional part.
+func full(mode string) map[string]any {
+	return map[string]any{
+		"mode":              mode,
+		"credentials":       map[string]any{"existingSecret": "cloud-keys"},
+		"serviceMonitor":    map[string]any{"enabled": true},
+		"prometheusRule":    map[string]any{"enabled": true},
+		"dashboard":         map[string]any{"enabled": true},
+		"networkPolicy":     map[string]any{"enabled": true, "metricsFrom": []any{map[string]any{"namespaceSelector": map[string]any{"matchLabels": map[string]any{"name": "monitoring"}}}}},
+		"podAnnotations":    map[string]any{"a": "b"},
+		"nodeSelector":      map[string]any{"kubernetes.io/os": "linux"},
+		"priorityClassName": "system-cluster-critical",
+	}
+}
+
+// Every mode renders with the defaults and with every option on, into the
+// objects the mode needs.
+func TestRenderModes(t *testing.T) {
+	for _, mode := range []string{"provider", "controller", "karpenter"} {
+		for name, values := range map[string]map[string]any{"defaults": {"mode": mode}, "full": full(mode)} {
+			t.Run(mode+"/"+name, func(t *testing.T) {
+				objs, err := render(t, values)
+				if err != nil {
+					t.Fatal(err)
+				}
+				k := kinds(objs)
+				for _, want := range []string{"Deployment", "ServiceAccount", "ConfigMap", "Service", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "NetworkPolicy"} {
+					if k[want] == 0 {
+						t.Errorf("no %s: %v", want, k)
+					}
+				}
+				switch mode {
+				case "provider":
+					if k["Deployment"] != 2 || k["Secret"] != 2 || k["PodDisruptionBudget"] != 0 {
+						t.Errorf("provider: %v", k)
+					}
+				default:
+					if k["Deployment"] != 1 || k["PodDisruptionBudget"] != 1 {
+						t.Errorf("%s: %v", mode, k)
+					}
+				}
+				if name == "full" && (k["ServiceMonitor"] != 1 || k["PrometheusRule"] != 1) {
+					t.Errorf("full: %v", k)
+				}
+				// The config file the chart writes is one gpuscaler accepts.
+				for _, o := range objs {
+					if o.GetKind() != "ConfigMap" || o.GetName() != "gs-gpuscaler" {
+						continue
+					}
+					data, _, _ := unstructured.NestedString(o.Object, "data", "config.yaml")
+					cfg, err := config.Parse([]byte(data))
+					if err != nil {
+						t.Fatalf("the rendered config is refused: %v\n%s", err, data)
+					}
+					if cfg.Kubeconfig != "in-cluster" || cfg.Metrics.Address != "0.0.0.0:9090" ||
+						(mode == "provider" && (cfg.Provider.ListenAddress != "0.0.0.0:8086" || cfg.Provider.TLS.CACertFile == "")) {
+						t.Fatalf("rendered config: %+v", cfg)
+					}
+				}
+			})
+		}
+	}
+}
+
+// A typo or a wrong type fails at install, against values.schema.json.
+func TestValuesSchemaRefuses(t *testing.T) {
+	for name, values := range map[string]map[string]any{
+		"replicas as text": {"replicas": "two"},
+		"unknown mode":     {"mode": "daemon"},
+		"misspelt key":     {"replica": 2},
+		"kubeconfig":       {"config": map[string]any{"kubeconfig": "/root/.kube/config"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if _, err := render(t, values); err == nil {
+				t.Fatalf("values %v accepted", values)
+			}
+		})
+	}
+}
+
+// What every mode renders is accepted by a real API server (server-side
+// apply), the chart's CRDs first.
+func TestRenderedManifestsApply(t *testing.T) {
+	env := testenv.Start(t, testenv.Options{CRDDirs: []string{filepath.Join(chartDir, "crds"), monitoringCRDs(t)}})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dyn, err := dynamic.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dc, err := discovery.NewDiscoveryClientForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
+	// One release per mode, each in its namespace: a release's mode is
+	// fixed (its Deployment's selector names it).
+	for _, mode := range []string{"provider", "controller", "karpenter"} {
+		ns := "gpuscaler-" + mode
+		if _, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		objs, err := renderRelease(t, "gs-"+mode, ns, full(mode))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range objs {
+			gvk := o.GroupVersionKind()
+			m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+			if err != nil {
+				t.Fatalf("%s %s: %v", mode, gvk, err)
+			}
+			var ri dynamic.ResourceInterface = dyn.Resource(m.Resource)
+			if m.Scope.Name() == "namespace" {
+				ri = dyn.Resource(m.Resource).Namespace(o.GetNamespace())
+			}
+			data, err := o.MarshalJSON()
+			if err != nil {
+				t.Fatal(err)
+			}
+			force := true
+			if _, err := ri.Patch(ctx, o.GetName(), types.ApplyPatchType, data, metav1.PatchOptions{FieldManager: "helm-test", Force: &force}); err != nil {
+				t.Errorf("%s: the API server refuses %s %s: %v", mode, gvk.Kind, o.GetName(), err)
+			}
+		}
+	}
+}
+
+// monitoringCRDs writes minimal CRDs for the Prometheus operator's kinds,
+// which the test cluster does not have: the schema is open, the point is
+// the object's group, version and kind.
+func monitoringCRDs(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, k := range []schema.GroupVersionKind{
+		{Group: "monitoring.coreos.com", Version: "v1", Kind: "ServiceMonitor"},
+		{Group: "monitoring.coreos.com", Version: "v1", Kind: "PrometheusRule"},
+	} {
+		plural := strings.ToLower(k.Kind) + "s"
+		crd := fmt.Sprintf(`apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: %[1]s.%[2]s}
+spec:
+  group: %[2]s
+  scope: Namespaced
+  names: {kind: %[3]s, plural: %[1]s, singular: %[4]s}
+  versions:
+    - name: %[5]s
+      served: true
+      storage: true
+      schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
+`, plural, k.Group, k.Kind, strings.ToLower(k.Kind), k.Version)
+		if err := os.WriteFile(filepath.Join(dir, plural+".yaml"), []byte(crd), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
