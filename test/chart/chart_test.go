@@ -8,25 +8,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"testing"
 	"time"
 
-	"helm.sh/helm/v3/pkg/chart"
-	"helm.sh/helm/v3/pkg/chart/loader"
-	"helm.sh/helm/v3/pkg/chartutil"
-	"helm.sh/helm/v3/pkg/engine"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/discovery/cached/memory"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/restmapper"
-	"sigs.k8s.io/yaml"
 
 	"github.com/gpuscaler/gpuscaler/internal/config"
 	"github.com/gpuscaler/gpuscaler/internal/testenv"
@@ -34,57 +23,9 @@ import (
 
 const chartDir = "../../deploy/charts/gpuscaler"
 
-// render renders the chart for a release with values, after validating
-// them against values.schema.json as helm install does.
 func render(t *testing.T, values map[string]any) ([]*unstructured.Unstructured, error) {
 	t.Helper()
-	return renderRelease(t, "gs", "gpuscaler", values)
-}
-
-// renderRelease renders the chart as one release in one namespace.
-func renderRelease(t *testing.T, release, namespace string, values map[string]any) ([]*unstructured.Unstructured, error) {
-	t.Helper()
-	c, err := loader.Load(chartDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return renderChart(c, release, namespace, values)
-}
-
-func renderChart(c *chart.Chart, release, namespace string, values map[string]any) ([]*unstructured.Unstructured, error) {
-	vals, err := chartutil.ToRenderValues(c, values, chartutil.ReleaseOptions{Name: release, Namespace: namespace, IsInstall: true}, chartutil.DefaultCapabilities)
-	if err != nil {
-		return nil, err
-	}
-	if err := chartutil.ValidateAgainstSchema(c, vals["Values"].(chartutil.Values)); err != nil {
-		return nil, err
-	}
-	files, err := engine.Render(c, vals)
-	if err != nil {
-		return nil, err
-	}
-	names := make([]string, 0, len(files))
-	for n := range files {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	var out []*unstructured.Unstructured
-	for _, n := range names {
-		if !strings.HasSuffix(n, ".yaml") {
-			continue
-		}
-		for _, doc := range strings.Split(files[n], "\n---") {
-			obj := &unstructured.Unstructured{}
-			if err := yaml.Unmarshal([]byte(doc), &obj.Object); err != nil {
-				return nil, fmt.Errorf("%s: %w\n%s", n, err, doc)
-			}
-			if len(obj.Object) == 0 {
-				continue
-			}
-			out = append(out, obj)
-		}
-	}
-	return out, nil
+	return testenv.RenderChart(chartDir, "gs", "gpuscaler", values)
 }
 
 func kinds(objs []*unstructured.Unstructured) map[string]int {
@@ -181,15 +122,6 @@ func TestRenderedManifestsApply(t *testing.T) {
 	env := testenv.Start(t, testenv.Options{CRDDirs: []string{filepath.Join(chartDir, "crds"), monitoringCRDs(t)}})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	dyn, err := dynamic.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dc, err := discovery.NewDiscoveryClientForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
 	// One release per mode, each in its namespace: a release's mode is
 	// fixed (its Deployment's selector names it).
 	for _, mode := range []string{"provider", "controller", "karpenter"} {
@@ -197,28 +129,12 @@ func TestRenderedManifestsApply(t *testing.T) {
 		if _, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		objs, err := renderRelease(t, "gs-"+mode, ns, full(mode))
+		objs, err := testenv.RenderChart(chartDir, "gs-"+mode, ns, full(mode))
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, o := range objs {
-			gvk := o.GroupVersionKind()
-			m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-			if err != nil {
-				t.Fatalf("%s %s: %v", mode, gvk, err)
-			}
-			var ri dynamic.ResourceInterface = dyn.Resource(m.Resource)
-			if m.Scope.Name() == "namespace" {
-				ri = dyn.Resource(m.Resource).Namespace(o.GetNamespace())
-			}
-			data, err := o.MarshalJSON()
-			if err != nil {
-				t.Fatal(err)
-			}
-			force := true
-			if _, err := ri.Patch(ctx, o.GetName(), types.ApplyPatchType, data, metav1.PatchOptions{FieldManager: "helm-test", Force: &force}); err != nil {
-				t.Errorf("%s: the API server refuses %s %s: %v", mode, gvk.Kind, o.GetName(), err)
-			}
+		if err := env.Apply(ctx, objs...); err != nil {
+			t.Errorf("%s: %v", mode, err)
 		}
 	}
 }
