@@ -19,7 +19,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/karpenter/pkg/apis"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
@@ -40,11 +42,14 @@ func TestKarpenterScalesGPUNodes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The operator runs with only what the chart grants its ServiceAccount:
+	// a missing permission shows as "forbidden" in its log.
+	asSA := chartServiceAccount(t, env, "karpenter")
 	cfgPath := filepath.Join(env.Dir, "gpuscaler.yaml")
 	metricsAddr := "127.0.0.1:" + freePort(t)
 	write(t, cfgPath, fmt.Sprintf(`
 clusterName: karpenter-e2e
-kubeconfig: %[1]q
+kubeconfig: %[3]q
 metrics: {address: %[2]q}
 sync: {period: 2s}
 clouds:
@@ -57,10 +62,10 @@ clouds:
     kubeconfig: %[1]q
 nodeGroups:
   - {name: tpl, cloud: sim, instanceType: 1H100.80S.30V, locations: [FIN-01], minSize: 0, maxSize: 1, managedBy: karpenter}
-`, env.Kubeconfig, metricsAddr))
+`, env.Kubeconfig, metricsAddr, asSA))
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	startOperator(t, env, cfgPath)
+	startNamedOperator(t, env, "gpuscaler-karpenter", cfgPath, "KUBECONFIG="+asSA, "LEADER_ELECTION_NAMESPACE="+chartNamespace)
 
 	apply(t, ctx, kube, &v1alpha1.GPUNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "h100"},
 		Spec: v1alpha1.GPUNodeClassSpec{Cloud: "sim", Template: "tpl", Image: "ubuntu-22.04-cuda-12"}})
@@ -150,6 +155,66 @@ nodeGroups:
 	for _, want := range []string{`gpuscaler_cloud_api_calls_total{cloud="sim",operation="create"`, `gpuscaler_cloud_api_calls_total{cloud="sim",operation="delete"`} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("gpuscaler's metrics lack %s", want)
+		}
+	}
+	noForbidden(t, env, "gpuscaler-karpenter")
+}
+
+// chartNamespace is the namespace of the chart's release in the tests.
+const chartNamespace = "gpuscaler"
+
+// chartServiceAccount applies the chart's ServiceAccount and RBAC for a
+// mode and returns a kubeconfig that is that ServiceAccount (the admin's
+// credentials impersonating it).
+func chartServiceAccount(t *testing.T, env *testenv.Env, mode string) string {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: chartNamespace}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	objs, err := testenv.RenderChart("../../../deploy/charts/gpuscaler", "gs", chartNamespace, map[string]any{"mode": mode})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rbac []*unstructured.Unstructured
+	sa := ""
+	for _, o := range objs {
+		switch o.GetKind() {
+		case "ServiceAccount":
+			sa = o.GetName()
+			rbac = append(rbac, o)
+		case "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding":
+			rbac = append(rbac, o)
+		}
+	}
+	if err := env.Apply(ctx, rbac...); err != nil {
+		t.Fatal(err)
+	}
+	kc, err := clientcmd.LoadFromFile(env.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ai := range kc.AuthInfos {
+		ai.Impersonate = "system:serviceaccount:" + chartNamespace + ":" + sa
+		ai.ImpersonateGroups = []string{"system:serviceaccounts", "system:serviceaccounts:" + chartNamespace, "system:authenticated"}
+	}
+	path := filepath.Join(env.Dir, mode+"-sa.kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// noForbidden fails the test for every "forbidden" in a process's log.
+func noForbidden(t *testing.T, env *testenv.Env, name string) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(env.Dir, name+".log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.Contains(line, "forbidden") {
+			t.Errorf("the chart's ServiceAccount lacks a permission: %.600s", line)
 		}
 	}
 }
