@@ -3,12 +3,16 @@ package testenv
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/engine"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -16,6 +20,7 @@ import (
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/restmapper"
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
 )
 
@@ -93,4 +98,67 @@ func (e *Env) Apply(ctx context.Context, objs ...*unstructured.Unstructured) err
 		}
 	}
 	return nil
+}
+
+// AsChartServiceAccount installs the ServiceAccount and RBAC objects a
+// chart renders for values as release in namespace (created if missing),
+// and returns the path of a kubeconfig that is that ServiceAccount: the
+// admin's credentials impersonating it, so that every request is
+// authorized with the chart's grants alone.
+func (e *Env) AsChartServiceAccount(ctx context.Context, chartDir, release, namespace string, values map[string]any) (string, error) {
+	if _, err := e.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return "", err
+	}
+	objs, err := RenderChart(chartDir, release, namespace, values)
+	if err != nil {
+		return "", err
+	}
+	var rbac []*unstructured.Unstructured
+	sa := ""
+	for _, o := range objs {
+		switch o.GetKind() {
+		case "ServiceAccount":
+			if sa == "" {
+				sa = o.GetName()
+			}
+			rbac = append(rbac, o)
+		case "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding":
+			rbac = append(rbac, o)
+		}
+	}
+	if sa == "" {
+		return "", fmt.Errorf("the chart renders no ServiceAccount")
+	}
+	if err := e.Apply(ctx, rbac...); err != nil {
+		return "", err
+	}
+	kc, err := clientcmd.LoadFromFile(e.Kubeconfig)
+	if err != nil {
+		return "", err
+	}
+	for _, ai := range kc.AuthInfos {
+		ai.Impersonate = "system:serviceaccount:" + namespace + ":" + sa
+		ai.ImpersonateGroups = []string{"system:serviceaccounts", "system:serviceaccounts:" + namespace, "system:authenticated"}
+	}
+	path := filepath.Join(e.Dir, release+"-"+namespace+"-sa.kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		return "", err
+	}
+	return path, nil
+}
+
+// Forbidden returns the lines of a log file that report a request the
+// API server forbade.
+func Forbidden(logPath string) ([]string, error) {
+	data, err := os.ReadFile(logPath)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.Contains(line, "forbidden") {
+			out = append(out, line)
+		}
+	}
+	return out, nil
 }

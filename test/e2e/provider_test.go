@@ -34,10 +34,17 @@ func TestProviderScalesGPUNodes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 
+	// The provider reaches the cluster with only what the chart grants its
+	// ServiceAccount in provider mode.
+	asSA, err := env.AsChartServiceAccount(ctx, "../../deploy/charts/gpuscaler", "gs", "gpuscaler", map[string]any{"mode": "provider"})
+	if err != nil {
+		t.Fatal(err)
+	}
 	grpcAddr, metricsAddr := loopback(t), loopback(t)
 	cfgPath := filepath.Join(t.TempDir(), "config.yaml")
 	writeFile(t, cfgPath, fmt.Sprintf(`
 clusterName: e2e
+kubeconfig: %q
 provider: {listenAddress: %q}
 metrics: {address: %q}
 sync: {period: 2s}
@@ -50,7 +57,7 @@ nodeGroups:
     locations: [FIN-01]
     maxSize: 5
     taints: [{key: nvidia.com/gpu, value: present, effect: NoSchedule}]
-`, grpcAddr, metricsAddr, env.Kubeconfig))
+`, asSA, grpcAddr, metricsAddr, env.Kubeconfig))
 	startProvider(t, env, cfgPath, metricsAddr)
 
 	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -149,6 +156,13 @@ nodeGroups:
 	ts, err := ca.NodeGroupTargetSize(ctx, &pb.NodeGroupTargetSizeRequest{Id: "h100"})
 	if err != nil || ts.GetTargetSize() != 0 {
 		t.Fatalf("target = %v, %v", ts.GetTargetSize(), err)
+	}
+	forbidden, err := testenv.Forbidden(filepath.Join(env.Dir, "gpuscaler.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range forbidden {
+		t.Errorf("the chart's ServiceAccount lacks a permission: %s", line)
 	}
 }
 

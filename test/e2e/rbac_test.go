@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -12,7 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpuscaler/gpuscaler/internal/testenv"
@@ -29,39 +27,8 @@ func TestControllerAsChartServiceAccount(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	const ns = "gpuscaler"
-	if _, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	objs, err := testenv.RenderChart("../../deploy/charts/gpuscaler", "gs", ns, map[string]any{"mode": "controller"})
+	asSA, err := env.AsChartServiceAccount(ctx, "../../deploy/charts/gpuscaler", "gs", ns, map[string]any{"mode": "controller"})
 	if err != nil {
-		t.Fatal(err)
-	}
-	var rbac []*unstructured.Unstructured
-	sa := ""
-	for _, o := range objs {
-		switch o.GetKind() {
-		case "ServiceAccount":
-			sa = o.GetName()
-			rbac = append(rbac, o)
-		case "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding":
-			rbac = append(rbac, o)
-		}
-	}
-	if err := env.Apply(ctx, rbac...); err != nil {
-		t.Fatal(err)
-	}
-	// A kubeconfig that is the ServiceAccount: the admin's credentials
-	// impersonating it, so every request is authorized as the SA's.
-	kc, err := clientcmd.LoadFromFile(env.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, ai := range kc.AuthInfos {
-		ai.Impersonate = "system:serviceaccount:" + ns + ":" + sa
-		ai.ImpersonateGroups = []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"}
-	}
-	asSA := filepath.Join(t.TempDir(), "sa.kubeconfig")
-	if err := clientcmd.WriteToFile(*kc, asSA); err != nil {
 		t.Fatal(err)
 	}
 	metricsAddr := loopback(t)
@@ -104,13 +71,11 @@ nodeGroups:
 		got, err := env.Client.Discovery().RESTClient().Get().AbsPath("/apis/gpuscaler.dev/v1alpha1/nodeprovisioners/l40s").DoRaw(ctx)
 		return err == nil && strings.Contains(string(got), `"status"`)
 	})
-	log, err := os.ReadFile(filepath.Join(env.Dir, "gpuscaler.log"))
+	forbidden, err := testenv.Forbidden(filepath.Join(env.Dir, "gpuscaler.log"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, line := range strings.Split(string(log), "\n") {
-		if strings.Contains(line, "forbidden") {
-			t.Errorf("the chart's ServiceAccount lacks a permission: %s", line)
-		}
+	for _, line := range forbidden {
+		t.Errorf("the chart's ServiceAccount lacks a permission: %s", line)
 	}
 }

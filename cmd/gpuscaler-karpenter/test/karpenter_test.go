@@ -19,9 +19,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/karpenter/pkg/apis"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
@@ -164,42 +162,11 @@ nodeGroups:
 const chartNamespace = "gpuscaler"
 
 // chartServiceAccount applies the chart's ServiceAccount and RBAC for a
-// mode and returns a kubeconfig that is that ServiceAccount (the admin's
-// credentials impersonating it).
+// mode and returns a kubeconfig that is that ServiceAccount.
 func chartServiceAccount(t *testing.T, env *testenv.Env, mode string) string {
 	t.Helper()
-	ctx := context.Background()
-	if _, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: chartNamespace}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	objs, err := testenv.RenderChart("../../../deploy/charts/gpuscaler", "gs", chartNamespace, map[string]any{"mode": mode})
+	path, err := env.AsChartServiceAccount(context.Background(), "../../../deploy/charts/gpuscaler", "gs", chartNamespace, map[string]any{"mode": mode})
 	if err != nil {
-		t.Fatal(err)
-	}
-	var rbac []*unstructured.Unstructured
-	sa := ""
-	for _, o := range objs {
-		switch o.GetKind() {
-		case "ServiceAccount":
-			sa = o.GetName()
-			rbac = append(rbac, o)
-		case "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding":
-			rbac = append(rbac, o)
-		}
-	}
-	if err := env.Apply(ctx, rbac...); err != nil {
-		t.Fatal(err)
-	}
-	kc, err := clientcmd.LoadFromFile(env.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, ai := range kc.AuthInfos {
-		ai.Impersonate = "system:serviceaccount:" + chartNamespace + ":" + sa
-		ai.ImpersonateGroups = []string{"system:serviceaccounts", "system:serviceaccounts:" + chartNamespace, "system:authenticated"}
-	}
-	path := filepath.Join(env.Dir, mode+"-sa.kubeconfig")
-	if err := clientcmd.WriteToFile(*kc, path); err != nil {
 		t.Fatal(err)
 	}
 	return path
@@ -208,14 +175,12 @@ func chartServiceAccount(t *testing.T, env *testenv.Env, mode string) string {
 // noForbidden fails the test for every "forbidden" in a process's log.
 func noForbidden(t *testing.T, env *testenv.Env, name string) {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(env.Dir, name+".log"))
+	lines, err := testenv.Forbidden(filepath.Join(env.Dir, name+".log"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if strings.Contains(line, "forbidden") {
-			t.Errorf("the chart's ServiceAccount lacks a permission: %.600s", line)
-		}
+	for _, line := range lines {
+		t.Errorf("the chart's ServiceAccount lacks a permission: %.600s", line)
 	}
 }
 
