@@ -304,12 +304,6 @@ func freePort(t *testing.T) string {
 	return fmt.Sprint(l.Addr().(*net.TCPAddr).Port)
 }
 
-// startOperator runs the operator binary until the test ends.
-func startOperator(t *testing.T, env *testenv.Env, cfgPath string) {
-	t.Helper()
-	startNamedOperator(t, env, "gpuscaler-karpenter", cfgPath)
-}
-
 // startNamedOperator runs one operator process, logging to <name>.log, and
 // returns a function that kills it at once (a crash).
 func startNamedOperator(t *testing.T, env *testenv.Env, name, cfgPath string, extraEnv ...string) (kill func()) {
