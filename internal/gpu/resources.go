@@ -54,3 +54,15 @@ func GPUFraction(name corev1.ResourceName) (float64, bool) {
 	}
 	return float64(n) / 7, true
 }
+
+// HasGPUs reports whether a resource list (a Node's allocatable, a
+// container's requests) holds a positive amount of whole GPUs or MIG
+// devices.
+func HasGPUs(list corev1.ResourceList) bool {
+	for name, q := range list {
+		if _, ok := GPUFraction(name); ok && q.Sign() > 0 {
+			return true
+		}
+	}
+	return false
+}

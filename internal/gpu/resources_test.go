@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 )
 
 func TestGPUFraction(t *testing.T) {
@@ -42,6 +43,25 @@ func TestMIGResourceName(t *testing.T) {
 	} {
 		if got := MIGResourceName(dev); got != want {
 			t.Errorf("MIGResourceName(%q) = %q, want %q", dev, got, want)
+		}
+	}
+}
+
+func TestHasGPUs(t *testing.T) {
+	q := resource.MustParse
+	for _, tt := range []struct {
+		list corev1.ResourceList
+		want bool
+	}{
+		{nil, false},
+		{corev1.ResourceList{"cpu": q("8"), "memory": q("32Gi")}, false},
+		{corev1.ResourceList{ResourceGPU: q("0")}, false},
+		{corev1.ResourceList{ResourceGPU: q("1")}, true},
+		{corev1.ResourceList{"nvidia.com/mig-1g.10gb": q("7")}, true},
+		{corev1.ResourceList{"nvidia.com/mig-1g.10gb": q("0"), "amd.com/gpu": q("1")}, false},
+	} {
+		if got := HasGPUs(tt.list); got != tt.want {
+			t.Errorf("HasGPUs(%v) = %v, want %v", tt.list, got, tt.want)
 		}
 	}
 }

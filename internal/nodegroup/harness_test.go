@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 
@@ -188,11 +189,25 @@ func (h *harness) cloudInstances() map[string][]cloud.Instance {
 type fakeNodes struct {
 	mu         sync.Mutex
 	registered map[string]bool
+	startup    map[string]Startup // by provider ID, of registered Nodes
 	unsynced   bool
 	deleted    [][]string
 }
 
-func newFakeNodes() *fakeNodes { return &fakeNodes{registered: map[string]bool{}} }
+func newFakeNodes() *fakeNodes {
+	return &fakeNodes{registered: map[string]bool{}, startup: map[string]Startup{}}
+}
+
+func (f *fakeNodes) Startup(ids ...string) (Startup, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, id := range ids {
+		if f.registered[id] {
+			return f.startup[id], true
+		}
+	}
+	return Startup{}, false
+}
 
 func (f *fakeNodes) Registered(ids ...string) (bool, bool) {
 	f.mu.Lock()
@@ -222,6 +237,14 @@ func (f *fakeNodes) register(id string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.registered[id] = true
+}
+
+// setStartup registers a Node under id, as far as s says it has come.
+func (f *fakeNodes) setStartup(id string, s Startup) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.registered[id] = true
+	f.startup[id] = s
 }
 
 func (f *fakeNodes) deletedIDs() [][]string {
@@ -285,14 +308,15 @@ func (w *wrapped) counts() (creates, deletes int) {
 	return w.creates, w.deletes
 }
 
-// metric reads one series of the Manager's registry: a counter's or a
-// gauge's value, -1 when the series does not exist.
-func (h *harness) metric(name string, labels map[string]string) float64 {
+// series returns the series of the Manager's registry whose labels
+// include labels.
+func (h *harness) series(name string, labels map[string]string) []*dto.Metric {
 	h.t.Helper()
 	mfs, err := h.reg.Gather()
 	if err != nil {
 		h.t.Fatal(err)
 	}
+	var out []*dto.Metric
 	for _, mf := range mfs {
 		if mf.GetName() != name {
 			continue
@@ -304,13 +328,36 @@ func (h *harness) metric(name string, labels map[string]string) float64 {
 					continue next
 				}
 			}
-			if m.Counter != nil {
-				return m.GetCounter().GetValue()
-			}
-			return m.GetGauge().GetValue()
+			out = append(out, m)
 		}
 	}
-	return -1
+	return out
+}
+
+// metric sums the counters or gauges of the Manager's registry whose labels
+// include labels; -1 when there is none.
+func (h *harness) metric(name string, labels map[string]string) float64 {
+	h.t.Helper()
+	ms := h.series(name, labels)
+	if len(ms) == 0 {
+		return -1
+	}
+	sum := 0.0
+	for _, m := range ms {
+		sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+	}
+	return sum
+}
+
+// histogram sums the count and sum of the histograms of the Manager's
+// registry whose labels include labels.
+func (h *harness) histogram(name string, labels map[string]string) (count uint64, sum float64) {
+	h.t.Helper()
+	for _, m := range h.series(name, labels) {
+		count += m.GetHistogram().GetSampleCount()
+		sum += m.GetHistogram().GetSampleSum()
+	}
+	return count, sum
 }
 
 // settle lets cloud time pass and the core act on it.

@@ -126,6 +126,7 @@ func New(cfg *config.Config, providers map[string]cloud.Provider, opts Options) 
 	s := newStore(cfg, opts.Manage)
 	m.store = s
 	m.offerings = newOfferings(opts.Clock, cfg, met)
+	met.preset(cfg, opts.Manage)
 	if cfg.MaxHourlyCost > 0 {
 		met.costLimit.WithLabelValues("").Set(cfg.MaxHourlyCost)
 	}
@@ -173,6 +174,7 @@ func New(cfg *config.Config, providers map[string]cloud.Provider, opts Options) 
 		log: opts.Logger, metrics: met, events: ev, duplicates: map[string]*duplicate{}, unknown: map[string]int{},
 		streak: map[string]int{}, gen: map[string]int{}}
 	m.syncer.sizer, m.syncer.reaper, m.syncer.deleter = m.sizer, m.reaper, m.deleter
+	m.syncer.startups = &startups{nodes: opts.Nodes, catalog: m.catalog, metrics: met}
 	m.launcher = &launcher{store: s, offerings: m.offerings, cost: m.cost, catalog: m.catalog, templater: m.templater,
 		orderer: m.orderer, deleter: m.deleter, clients: m.clients}
 	return m, nil
@@ -202,6 +204,9 @@ func (m *Manager) Start(ctx context.Context) error {
 	m.ctxMu.Lock()
 	m.ctx = ctx
 	m.ctxMu.Unlock()
+	m.store.mu.Lock()
+	m.syncer.startups.since = m.clock.Now()
+	m.store.mu.Unlock()
 	m.orderer.start(ctx)
 	for cloudName := range m.clients {
 		if err := m.startCall(ctx, cloudName, "catalog", func(cctx context.Context) error { return m.catalog.load(cctx, cloudName) }); err != nil {

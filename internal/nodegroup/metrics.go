@@ -1,6 +1,10 @@
 package nodegroup
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpuscaler/gpuscaler/internal/config"
+)
 
 // metrics are the node-group core's Prometheus series.
 type metrics struct {
@@ -16,7 +20,24 @@ type metrics struct {
 	unknownGroup    *prometheus.GaugeVec
 	stockOuts       *prometheus.CounterVec
 	costLimit       *prometheus.GaugeVec
+	startup         *prometheus.HistogramVec
+	gpuGap          *prometheus.HistogramVec
 }
+
+// Steps of a node's start-up, the step label of
+// gpuscaler_node_startup_duration_seconds.
+const (
+	stepRegistered = "registered"
+	stepReady      = "ready"
+	stepGPUs       = "gpus"
+)
+
+// startupBuckets span a CPU node's half minute to a GPU node that takes
+// most of an hour (drivers, images, MIG repartitioning).
+var startupBuckets = []float64{15, 30, 45, 60, 90, 120, 180, 240, 300, 420, 600, 900, 1200, 1800, 2700, 3600}
+
+// gapBuckets span the device plugin's start-up after Ready.
+var gapBuckets = []float64{1, 5, 10, 20, 30, 45, 60, 90, 120, 180, 300, 600, 900, 1800}
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
@@ -69,10 +90,67 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "gpuscaler_hourly_cost_limit",
 			Help: "The configured maxHourlyCost, by node group; group=\"\" is the cluster-wide cap. Absent where none is set.",
 		}, []string{"group"}),
+		startup: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "gpuscaler_node_startup_duration_seconds",
+			Help:    "Time from an instance's order to its Node registered, Ready, and (GPU groups) GPUs allocatable, by node group (\"\" for launched instances) and step.",
+			Buckets: startupBuckets,
+		}, []string{"group", "step"}),
+		gpuGap: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "gpuscaler_gpu_startup_gap_seconds",
+			Help:    "Time from a GPU Node turning Ready to its GPUs allocatable (driver and device plugin start-up), by node group.",
+			Buckets: gapBuckets,
+		}, []string{"group"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.apiCalls, m.apiLatency, m.instances, m.targetSize, m.scaleUpFailures, m.hourlySpend, m.leaked,
-			m.deleteFailures, m.vanished, m.unknownGroup, m.stockOuts, m.costLimit)
+			m.deleteFailures, m.vanished, m.unknownGroup, m.stockOuts, m.costLimit, m.startup, m.gpuGap)
 	}
 	return m
+}
+
+// failureReasons are the reason label values of
+// gpuscaler_scale_up_failures_total.
+var failureReasons = []string{CodeOutOfResources, CodeQuotaExceeded, CodeInvalidConfig, CodeCostLimit, CodeCreateFailed,
+	CodeNeverRegistered, "InstanceFailed"}
+
+// deleteReasons are the reason label values of
+// gpuscaler_delete_failures_total (classLabel's answers).
+var deleteReasons = []string{"capacity", "quota", "not_found", "invalid", "outcome_unknown", "transient"}
+
+// preset creates the series of every group a configuration manages and
+// every cloud it uses, at zero, so that dashboards and alerts see them
+// (and rate() counts the first failure) before anything happens.
+func (m *metrics) preset(cfg *config.Config, manage func(string) bool) {
+	clouds := map[string]bool{}
+	for _, g := range cfg.NodeGroups {
+		clouds[g.Cloud] = true
+		if manage != nil && !manage(g.Name) {
+			continue
+		}
+		for _, state := range memberStates {
+			m.instances.WithLabelValues(g.Name, state)
+		}
+		m.targetSize.WithLabelValues(g.Name)
+		m.hourlySpend.WithLabelValues(g.Name)
+		m.vanished.WithLabelValues(g.Name)
+		for _, reason := range failureReasons {
+			m.scaleUpFailures.WithLabelValues(g.Name, reason)
+		}
+		for _, step := range []string{stepRegistered, stepReady, stepGPUs} {
+			m.startup.WithLabelValues(g.Name, step)
+		}
+		m.gpuGap.WithLabelValues(g.Name)
+		for _, ct := range capacityTypes(g.CapacityPolicy) {
+			for _, loc := range g.Locations {
+				m.stockOuts.WithLabelValues(g.Cloud, g.InstanceType, loc, string(ct))
+			}
+		}
+	}
+	for c := range clouds {
+		m.leaked.WithLabelValues(c, cfg.LeakedInstances.Action)
+		for _, reason := range deleteReasons {
+			m.deleteFailures.WithLabelValues(c, reason)
+		}
+		m.unknownGroup.WithLabelValues(c)
+	}
 }

@@ -140,8 +140,10 @@ type member struct {
 	firstMiss time.Time
 	// reported: the never-registered finding was acted on.
 	reported bool
-	errCode  string
-	errMsg   string
+	// steps are the start-up steps of its Node observed (startups).
+	steps   uint8
+	errCode string
+	errMsg  string
 	// ageUnknown: the cloud did not say when the instance was made, and
 	// createdAt is when gpuscaler first listed it.
 	ageUnknown bool
@@ -162,6 +164,10 @@ func (mem *member) running() bool {
 }
 
 // stateLabel is the member's state in the instances gauge.
+// memberStates are stateLabel's answers, the state label of
+// gpuscaler_nodegroup_instances.
+var memberStates = []string{"creating", "running", "deleting", "failed"}
+
 func (mem *member) stateLabel() string {
 	switch {
 	case mem.phase == phaseFailed:

@@ -35,6 +35,7 @@ type syncer struct {
 	sizer     *sizer
 	reaper    *reaper
 	deleter   *deleter
+	startups  *startups
 	catalog   *catalog
 	nodes     Nodes
 	clients   map[string]*client
@@ -187,8 +188,10 @@ func (y *syncer) sync(ctx context.Context, cloudName string, initial bool) error
 		y.sizer.adoptedLocked(g, adopted, initial)
 		y.sizer.reconcileLocked(g)
 		g.recount()
+		y.startups.observeLocked(g)
 	}
 	y.fold(ctx, cloudName, s.launches, l.groups[launchKey], l.start, initial, &gone)
+	y.startups.observeLocked(s.launches)
 	delete(l.groups, launchKey)
 	y.others(cloudName, l)
 	y.reaper.unregisteredLocked(ctx, cloudName)

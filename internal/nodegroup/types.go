@@ -65,6 +65,26 @@ type Nodes interface {
 	// Delete deletes the Node that carries one of the provider IDs; no such
 	// Node is success.
 	Delete(ctx context.Context, providerIDs ...string) error
+	// Startup tells how far the Node that carries one of the provider IDs
+	// has come; ok is false when there is no such Node.
+	Startup(providerIDs ...string) (s Startup, ok bool)
+}
+
+// Startup is how far a Node has come since it registered, with when it got
+// there; a zero time is a step not reached, or reached at a time nobody
+// saw (before the process started watching).
+type Startup struct {
+	// Registered is when the Node object was created.
+	Registered time.Time
+	// Ready is when its Ready condition last turned True; zero while it is
+	// not Ready.
+	Ready time.Time
+	// GPUs is when it was first seen with GPUs or MIG devices allocatable
+	// (the device plugin's start-up).
+	GPUs time.Time
+	// HasGPUs: GPUs are allocatable now (GPUs may still be zero, when they
+	// were there before the process was).
+	HasGPUs bool
 }
 
 // Event is something an operator should see beside the log line and the

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 
+	"github.com/gpuscaler/gpuscaler/internal/gpu"
 	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
 )
 
@@ -32,9 +34,12 @@ type Index struct {
 	recorder events.EventRecorder
 	bcast    events.EventBroadcaster
 
-	mu     sync.RWMutex
-	byPID  map[string]string // provider ID -> node name
-	pidOf  map[string]string // node name -> provider ID
+	mu    sync.RWMutex
+	byPID map[string]string // provider ID -> node name
+	pidOf map[string]string // node name -> provider ID
+	// gpusAt is when each Node was first seen with GPUs allocatable; zero
+	// for Nodes that had them already when the index was filled.
+	gpusAt map[string]time.Time
 	synced bool
 }
 
@@ -51,13 +56,13 @@ func New(kube kubernetes.Interface, log *slog.Logger) *Index {
 	factory := informers.NewSharedInformerFactory(kube, 0)
 	x := &Index{
 		kube: kube, factory: factory, informer: factory.Core().V1().Nodes().Informer(), log: log,
-		byPID: map[string]string{}, pidOf: map[string]string{},
+		byPID: map[string]string{}, pidOf: map[string]string{}, gpusAt: map[string]time.Time{},
 	}
 	x.bcast = events.NewBroadcaster(&events.EventSinkImpl{Interface: kube.EventsV1()})
 	x.recorder = x.bcast.NewRecorder(newScheme(), "gpuscaler")
-	_, _ = x.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	_, _ = x.informer.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
 		AddFunc:    x.set,
-		UpdateFunc: func(_, obj any) { x.set(obj) },
+		UpdateFunc: func(_, obj any) { x.set(obj, false) },
 		DeleteFunc: func(obj any) {
 			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = d.Obj
@@ -72,16 +77,28 @@ func New(kube kubernetes.Interface, log *slog.Logger) *Index {
 	return x
 }
 
-func (x *Index) set(obj any) {
+// set indexes a Node; initial is true for the Nodes of the first list,
+// whose GPUs came at a time the index did not see.
+func (x *Index) set(obj any, initial bool) {
 	n, ok := obj.(*corev1.Node)
 	if !ok {
 		return
 	}
+	now := time.Now()
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	x.forget(n.Name)
+	if pid, ok := x.pidOf[n.Name]; ok && x.byPID[pid] == n.Name {
+		delete(x.byPID, pid)
+	}
+	delete(x.pidOf, n.Name)
 	if n.Spec.ProviderID != "" {
 		x.pidOf[n.Name], x.byPID[n.Spec.ProviderID] = n.Spec.ProviderID, n.Name
+	}
+	if _, seen := x.gpusAt[n.Name]; !seen && gpu.HasGPUs(n.Status.Allocatable) {
+		if initial {
+			now = time.Time{}
+		}
+		x.gpusAt[n.Name] = now
 	}
 }
 
@@ -90,6 +107,7 @@ func (x *Index) forget(name string) {
 		delete(x.byPID, pid)
 	}
 	delete(x.pidOf, name)
+	delete(x.gpusAt, name)
 }
 
 // Run fills the index and follows the cluster until ctx is done.
@@ -136,6 +154,31 @@ func (x *Index) node(providerIDs ...string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// Startup tells how far the Node that carries one of the provider IDs has
+// come: created, Ready (the condition's last transition to True), GPUs
+// allocatable (first seen by this index).
+func (x *Index) Startup(providerIDs ...string) (nodegroup.Startup, bool) {
+	name, ok := x.node(providerIDs...)
+	if !ok {
+		return nodegroup.Startup{}, false
+	}
+	obj, exists, _ := x.informer.GetStore().GetByKey(name)
+	n, isNode := obj.(*corev1.Node)
+	if !exists || !isNode {
+		return nodegroup.Startup{}, false
+	}
+	s := nodegroup.Startup{Registered: n.CreationTimestamp.Time, HasGPUs: gpu.HasGPUs(n.Status.Allocatable)}
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+			s.Ready = c.LastTransitionTime.Time
+		}
+	}
+	x.mu.RLock()
+	s.GPUs = x.gpusAt[name]
+	x.mu.RUnlock()
+	return s, true
 }
 
 // Delete deletes the Node that carries one of the provider IDs, checking

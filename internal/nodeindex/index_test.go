@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
@@ -58,6 +59,64 @@ func TestIndexOnARealCluster(t *testing.T) {
 	}
 	if _, err := env.Client.CoreV1().Nodes().Get(ctx, "gpu-2", metav1.GetOptions{}); err != nil {
 		t.Fatalf("gpu-2 was touched: %v", err)
+	}
+
+	// Start-up: registered, then Ready, then GPUs, each when it happened.
+	if _, ok := x.Startup("verda://nothing"); ok {
+		t.Fatal("Startup found a Node for an unknown provider ID")
+	}
+	s, ok := x.Startup("verda://gpu-2")
+	if !ok || s.Registered.IsZero() || !s.Ready.IsZero() || !s.GPUs.IsZero() || s.HasGPUs {
+		t.Fatalf("a new Node: %+v, %v", s, ok)
+	}
+	readyAt := metav1.NewTime(time.Now().Add(-time.Minute).Truncate(time.Second))
+	setStatus(t, ctx, env, "gpu-2", func(st *corev1.NodeStatus) {
+		st.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastTransitionTime: readyAt}}
+	})
+	wait(t, ctx, "Ready seen", func() bool { s, _ = x.Startup("verda://gpu-2"); return !s.Ready.IsZero() })
+	if !s.Ready.Equal(readyAt.Time) || !s.GPUs.IsZero() {
+		t.Fatalf("Ready Node without GPUs: %+v, want Ready at %v", s, readyAt)
+	}
+	before := time.Now()
+	setStatus(t, ctx, env, "gpu-2", func(st *corev1.NodeStatus) {
+		st.Allocatable = corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("8")}
+	})
+	wait(t, ctx, "GPUs seen", func() bool { s, _ = x.Startup("verda://gpu-2"); return s.HasGPUs })
+	if s.GPUs.Before(before) || s.GPUs.After(time.Now()) {
+		t.Fatalf("GPUs at %v, want the time the index saw them (after %v)", s.GPUs, before)
+	}
+	first := s.GPUs
+	setStatus(t, ctx, env, "gpu-2", func(st *corev1.NodeStatus) {
+		st.Allocatable = corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("8"), "cpu": resource.MustParse("64")}
+	})
+	wait(t, ctx, "the update seen", func() bool {
+		n, _, _ := x.informer.GetStore().GetByKey("gpu-2")
+		_, ok := n.(*corev1.Node).Status.Allocatable["cpu"]
+		return ok
+	})
+	if s, _ = x.Startup("verda://gpu-2"); !s.GPUs.Equal(first) {
+		t.Fatalf("GPUs moved from %v to %v on a later update", first, s.GPUs)
+	}
+
+	// A second index filled from a list with the GPUs already there does not
+	// know when they came.
+	y := New(env.Client, slog.New(slog.DiscardHandler))
+	go func() { _ = y.Run(ctx) }()
+	wait(t, ctx, "the second index filled", func() bool { r, _ := y.Registered("verda://gpu-2"); return r })
+	if s, _ := y.Startup("verda://gpu-2"); !s.HasGPUs || !s.GPUs.IsZero() || !s.Ready.Equal(readyAt.Time) {
+		t.Fatalf("a Node listed with its GPUs: %+v, want HasGPUs and no GPU time", s)
+	}
+}
+
+func setStatus(t *testing.T, ctx context.Context, env *testenv.Env, name string, change func(*corev1.NodeStatus)) {
+	t.Helper()
+	n, err := env.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	change(&n.Status)
+	if _, err := env.Client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
 	}
 }
 

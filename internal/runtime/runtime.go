@@ -27,6 +27,7 @@ import (
 	"github.com/gpuscaler/gpuscaler/internal/bootstrap"
 	"github.com/gpuscaler/gpuscaler/internal/config"
 	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
+	"github.com/gpuscaler/gpuscaler/internal/pending"
 )
 
 // Options configure a Runtime.
@@ -55,6 +56,7 @@ type Runtime struct {
 	opts    Options
 	log     *slog.Logger
 	clouds  *clouds
+	pending *pending.Pods // nil without cluster access
 	scripts *bootstrap.Server
 	process *prometheus.Registry
 	scfg    *config.Config // the config the process was built with
@@ -98,6 +100,10 @@ func Build(ctx context.Context, cfg *config.Config, opts Options) (*Runtime, err
 	}
 	r := &Runtime{opts: opts, log: opts.Logger, clouds: cs, scfg: cfg, file: cfg, process: prometheus.NewRegistry()}
 	r.process.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if cs.kube != nil {
+		r.pending = pending.New(cs.kube, nil)
+		r.process.MustRegister(r.pending)
+	}
 	if r.scripts, err = newScriptServer(cfg, r.InstanceIP, r.process, opts); err != nil {
 		return nil, err
 	}
@@ -139,14 +145,18 @@ func managedBy(cfg *config.Config, owner string) func(string) bool {
 	return func(group string) bool { return owned[group] }
 }
 
-// Run runs the process's background work (the Node index, the simulated
-// cloud's kubelets, the script server, the join token reaper) until ctx is
-// done. The first failure of any of them is returned: the command stops
-// on it rather than run without, say, a script server nodes need.
+// Run runs the process's background work (the Node index, the pending GPU
+// pods, the simulated cloud's kubelets, the script server, the join token
+// reaper) until ctx is done. The first failure of any of them is
+// returned: the command stops on it rather than run without, say, a script
+// server nodes need.
 func (r *Runtime) Run(ctx context.Context) error {
 	eg, ctx := errgroup.WithContext(ctx)
 	for _, run := range r.clouds.background {
 		eg.Go(func() error { return run(ctx) })
+	}
+	if r.pending != nil {
+		eg.Go(func() error { return r.pending.Run(ctx) })
 	}
 	if r.scripts != nil {
 		eg.Go(func() error { return serveScripts(ctx, r.scripts, r.scfg.ScriptServer, r.log) })

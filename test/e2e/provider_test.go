@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -48,6 +49,7 @@ kubeconfig: %q
 provider: {listenAddress: %q}
 metrics: {address: %q}
 sync: {period: 2s}
+maxHourlyCost: 100
 clouds:
   sim: {bootDelay: 2s, deleteDelay: 1s, kubeconfig: %q}
 nodeGroups:
@@ -74,6 +76,16 @@ nodeGroups:
 			t.Fatal(err)
 		}
 	}
+
+	// Every metric the chart's dashboard and alerts select is served (the
+	// counters of what has not happened yet included, at zero), and the
+	// pending GPU pods are counted.
+	if missing := missingMetrics(t, scrape(t, metricsAddr)); len(missing) > 0 {
+		t.Errorf("metrics the chart's dashboard or alerts select are not on /metrics:\n%s", strings.Join(missing, "\n"))
+	}
+	waitFor(t, ctx, "3 pending GPU pods on /metrics", func() bool {
+		return value(scrape(t, metricsAddr), "gpuscaler_pending_gpu_pods", nil) == 3
+	})
 
 	// One cluster-autoscaler loop: refresh, list groups, read the template
 	// (scale from zero), and scale up.
@@ -112,6 +124,19 @@ nodeGroups:
 		}
 		return running == 3
 	})
+
+	// The wait is over, and each node's start-up was timed once per step.
+	waitFor(t, ctx, "no pending GPU pod and 3 node start-ups on /metrics", func() bool {
+		mfs := scrape(t, metricsAddr)
+		return value(mfs, "gpuscaler_pending_gpu_pods", nil) == 0 &&
+			value(mfs, "gpuscaler_node_startup_duration_seconds", map[string]string{"group": "h100", "step": "gpus"}) == 3
+	})
+	mfs := scrape(t, metricsAddr)
+	for _, step := range []string{"registered", "ready"} {
+		if n := value(mfs, "gpuscaler_node_startup_duration_seconds", map[string]string{"group": "h100", "step": step}); n != 3 {
+			t.Errorf("%v start-ups timed to %s, want 3", n, step)
+		}
+	}
 
 	// Instance ids are the Nodes' provider IDs, and every node resolves to its group.
 	nodes := readyGPUNodes(ctx, env.Client)

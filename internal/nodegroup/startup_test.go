@@ -1,0 +1,54 @@
+package nodegroup
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
+)
+
+// Each start-up step of an instance's Node is observed once, from the
+// order's time; the GPU gap from Ready; nothing reached before the core
+// started (a restart) is observed again.
+func TestNodeStartupMetrics(t *testing.T) {
+	nodes := newFakeNodes()
+	h := newHarness(t, oneGroupLeaky, sim.Options{}, Options{Nodes: nodes})
+	if err := h.mgr.IncreaseSize(context.Background(), "g", 2); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("2 running", func() bool { r, _, _, _ := h.states("g"); return r == 2 })
+	insts, _ := h.mgr.Instances("g")
+	a, b := insts[0], insts[1]
+	at := func(in Instance, d time.Duration) time.Time { return in.CreatedAt.Add(d) }
+	nodes.setStartup(a.ProviderID, Startup{Registered: at(a, 40*time.Second), Ready: at(a, 70*time.Second), GPUs: at(a, 130*time.Second), HasGPUs: true})
+	nodes.setStartup(b.ProviderID, Startup{Registered: at(b, 50*time.Second), Ready: at(b, 80*time.Second)})
+	h.settle(time.Minute)
+
+	step := func(s string) map[string]string { return map[string]string{"group": "g", "step": s} }
+	want := func(what string, labels map[string]string, count uint64, sum float64) {
+		t.Helper()
+		h.eventually(what, func() bool { c, s := h.histogram(what, labels); return c == count && s == sum }, func() string {
+			c, s := h.histogram(what, labels)
+			return fmt.Sprintf("count %d, sum %v", c, s)
+		})
+	}
+	want("gpuscaler_node_startup_duration_seconds", step("registered"), 2, 90)
+	want("gpuscaler_node_startup_duration_seconds", step("ready"), 2, 150)
+	want("gpuscaler_node_startup_duration_seconds", step("gpus"), 1, 130)
+	want("gpuscaler_gpu_startup_gap_seconds", map[string]string{"group": "g"}, 1, 60)
+
+	// b's GPUs come later; a's steps are not counted again.
+	nodes.setStartup(b.ProviderID, Startup{Registered: at(b, 50*time.Second), Ready: at(b, 80*time.Second), GPUs: at(b, 200*time.Second), HasGPUs: true})
+	h.settle(2 * time.Minute)
+	want("gpuscaler_node_startup_duration_seconds", step("registered"), 2, 90)
+	want("gpuscaler_node_startup_duration_seconds", step("gpus"), 2, 330)
+	want("gpuscaler_gpu_startup_gap_seconds", map[string]string{"group": "g"}, 2, 60+120)
+
+	// After a restart the steps reached before it are not observed again.
+	h.restart()
+	h.settle(2 * time.Minute)
+	want("gpuscaler_node_startup_duration_seconds", step("registered"), 0, 0)
+	want("gpuscaler_node_startup_duration_seconds", step("gpus"), 0, 0)
+}

@@ -1,0 +1,136 @@
+// Package pending follows the cluster's pods that ask for GPUs and wait for
+// a node, and exports how many there are and how long the oldest has
+// waited: the demand side of every dashboard of a GPU autoscaler. It
+// watches only pods not yet bound to a node, stripped to what it counts,
+// so its memory follows the pending pods, not the cluster's.
+package pending
+
+import (
+	"context"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
+
+	"github.com/gpuscaler/gpuscaler/internal/gpu"
+)
+
+// Pods is a prometheus.Collector over the cluster's unbound GPU pods. Run
+// fills and follows it; until its first list is in, it exports nothing.
+type Pods struct {
+	factory  informers.SharedInformerFactory
+	informer cache.SharedIndexInformer
+	clock    clock.PassiveClock
+
+	count  *prometheus.Desc
+	oldest *prometheus.Desc
+}
+
+var _ prometheus.Collector = (*Pods)(nil)
+
+// New builds a follower of a cluster's unbound pods; clk may be nil for the
+// real clock.
+func New(kube kubernetes.Interface, clk clock.PassiveClock) *Pods {
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	factory := informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.FieldSelector = "spec.nodeName="
+	}))
+	inf := factory.Core().V1().Pods().Informer()
+	_ = inf.SetTransform(strip)
+	return &Pods{
+		factory: factory, informer: inf, clock: clk,
+		count: prometheus.NewDesc("gpuscaler_pending_gpu_pods",
+			"Pods that request GPUs (nvidia.com/gpu or MIG devices) and are not bound to a node yet.", nil, nil),
+		oldest: prometheus.NewDesc("gpuscaler_pending_gpu_pod_oldest_seconds",
+			"How long the oldest pod that requests GPUs has waited for a node; 0 when none waits.", nil, nil),
+	}
+}
+
+// Run follows the cluster until ctx is done.
+func (p *Pods) Run(ctx context.Context) error {
+	p.factory.Start(ctx.Done())
+	defer p.factory.Shutdown()
+	<-ctx.Done()
+	return nil
+}
+
+// Describe implements prometheus.Collector.
+func (p *Pods) Describe(ch chan<- *prometheus.Desc) {
+	ch <- p.count
+	ch <- p.oldest
+}
+
+// Collect implements prometheus.Collector: it counts from memory.
+func (p *Pods) Collect(ch chan<- prometheus.Metric) {
+	if !p.informer.HasSynced() {
+		return
+	}
+	n, oldest := p.waiting()
+	ch <- prometheus.MustNewConstMetric(p.count, prometheus.GaugeValue, float64(n))
+	ch <- prometheus.MustNewConstMetric(p.oldest, prometheus.GaugeValue, oldest.Seconds())
+}
+
+// waiting counts the GPU pods that wait and the longest wait.
+func (p *Pods) waiting() (n int, oldest time.Duration) {
+	now := p.clock.Now()
+	for _, obj := range p.informer.GetStore().List() {
+		pod, ok := obj.(*corev1.Pod)
+		if !ok || !Waits(pod) {
+			continue
+		}
+		n++
+		oldest = max(oldest, now.Sub(pod.CreationTimestamp.Time))
+	}
+	return n, oldest
+}
+
+// Waits reports whether a pod asks for GPUs and waits for a node: not bound,
+// not finished, not being deleted.
+func Waits(pod *corev1.Pod) bool {
+	if pod.Spec.NodeName != "" || pod.DeletionTimestamp != nil ||
+		pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		return false
+	}
+	for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for _, c := range cs {
+			if gpu.HasGPUs(c.Resources.Requests) || gpu.HasGPUs(c.Resources.Limits) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// strip keeps of a pod what Waits and the age read.
+func strip(obj any) (any, error) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	out := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID, ResourceVersion: pod.ResourceVersion,
+			CreationTimestamp: pod.CreationTimestamp, DeletionTimestamp: pod.DeletionTimestamp,
+		},
+		Spec:   corev1.PodSpec{NodeName: pod.Spec.NodeName},
+		Status: corev1.PodStatus{Phase: pod.Status.Phase},
+	}
+	keep := func(cs []corev1.Container) []corev1.Container {
+		var kept []corev1.Container
+		for _, c := range cs {
+			if gpu.HasGPUs(c.Resources.Requests) || gpu.HasGPUs(c.Resources.Limits) {
+				kept = append(kept, corev1.Container{Name: c.Name, Resources: c.Resources})
+			}
+		}
+		return kept
+	}
+	out.Spec.InitContainers, out.Spec.Containers = keep(pod.Spec.InitContainers), keep(pod.Spec.Containers)
+	return out, nil
+}
