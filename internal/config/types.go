@@ -250,6 +250,19 @@ type SimConfig struct {
 	Kubeconfig string `json:"kubeconfig,omitempty"`
 	// Kwok annotates registered Nodes so kwok keeps them Ready; default true.
 	Kwok *bool `json:"kwok,omitempty"`
+	// GPUReadyDelay is the time from a GPU Node's registration (Ready) to
+	// its GPUs allocatable, as the NVIDIA driver and device plugin take;
+	// default 0.
+	GPUReadyDelay *metav1.Duration `json:"gpuReadyDelay,omitempty"`
+	// MIGReadyDelay is the further time until a MIG node's devices appear
+	// (mig-manager repartitioning); default 0.
+	MIGReadyDelay *metav1.Duration `json:"migReadyDelay,omitempty"`
+	// ReadyFlaps is how often a GPU Node turns NotReady and Ready again
+	// during GPUReadyDelay (a driver container restarting); default 0.
+	ReadyFlaps int `json:"readyFlaps,omitempty"`
+	// GPUFailures is how many GPU Nodes, the first to register, never get
+	// their GPUs (a driver that does not install); default 0.
+	GPUFailures int `json:"gpuFailures,omitempty"`
 }
 
 // SimCapacity sets the capacity of matching offerings of the simulated

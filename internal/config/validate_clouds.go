@@ -248,5 +248,16 @@ func validateSim(p *field.Path, s *SimConfig) field.ErrorList {
 	errs = append(errs, nonNegative(p.Child("apiLatency"), s.APILatency)...)
 	errs = append(errs, fraction(p.Child("faultRate"), s.FaultRate, true)...)
 	errs = append(errs, fraction(p.Child("spotReclaimRate"), s.SpotReclaimRate, true)...)
+	errs = append(errs, nonNegative(p.Child("gpuReadyDelay"), s.GPUReadyDelay)...)
+	errs = append(errs, nonNegative(p.Child("migReadyDelay"), s.MIGReadyDelay)...)
+	switch {
+	case s.ReadyFlaps < 0:
+		errs = append(errs, field.Invalid(p.Child("readyFlaps"), s.ReadyFlaps, "must be >= 0"))
+	case s.ReadyFlaps > 0 && (s.GPUReadyDelay == nil || s.GPUReadyDelay.Duration <= 0):
+		errs = append(errs, field.Invalid(p.Child("readyFlaps"), s.ReadyFlaps, "flaps happen during gpuReadyDelay, which is not set"))
+	}
+	if s.GPUFailures < 0 {
+		errs = append(errs, field.Invalid(p.Child("gpuFailures"), s.GPUFailures, "must be >= 0"))
+	}
 	return errs
 }

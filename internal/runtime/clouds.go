@@ -85,7 +85,7 @@ func buildClouds(ctx context.Context, cfg *config.Config, opts Options) (*clouds
 			if err != nil {
 				return nil, fmt.Errorf("clouds.sim.kubeconfig: %w", err)
 			}
-			reg := sim.NewRegistrar(acct, kube, sim.RegistrarOptions{Kwok: *s.Kwok, Logger: log.With("component", "sim-registrar")})
+			reg := sim.NewRegistrar(acct, kube, sim.RegistrarOptions{Kwok: *s.Kwok, GPUStartup: SimGPUStartup(*s), Logger: log.With("component", "sim-registrar")})
 			out.background = append(out.background, reg.Run)
 			if out.nodes == nil {
 				out.nodes = nodeindex.New(kube, log.With("component", "node-index"))

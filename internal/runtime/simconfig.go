@@ -23,6 +23,19 @@ func SimConfig(c config.SimConfig) sim.Config {
 	return out
 }
 
+// SimGPUStartup is the GPU start-up the simulated cloud's kubelets play
+// out, from the config file's clouds.sim section.
+func SimGPUStartup(c config.SimConfig) sim.GPUStartup {
+	out := sim.GPUStartup{Flaps: c.ReadyFlaps, Failures: c.GPUFailures}
+	if c.GPUReadyDelay != nil {
+		out.ReadyDelay = c.GPUReadyDelay.Duration
+	}
+	if c.MIGReadyDelay != nil {
+		out.MIGDelay = c.MIGReadyDelay.Duration
+	}
+	return out
+}
+
 func duration(d *metav1.Duration) *time.Duration {
 	if d == nil {
 		return nil

@@ -39,10 +39,14 @@ import (
 type controllerEnv struct {
 	env    *testenv.Env
 	engine *sim.Engine
+	acct   *sim.Cloud
 	kube   client.Client
 }
 
-func startController(t testing.TB, ctx context.Context, groups string) *controllerEnv {
+// startController starts a cluster, the core over the simulated cloud with
+// groups, its kubelets (playing out the GPU start-up given, if any) and the
+// NodeProvisioner controller.
+func startController(t testing.TB, ctx context.Context, groups string, gpuStartup ...sim.GPUStartup) *controllerEnv {
 	t.Helper()
 	env := testenv.Start(t, testenv.Options{ControllerManager: true, Scheduler: true, Kwok: true, CRDDirs: []string{"../../deploy/crds"}})
 	log := slog.New(slog.DiscardHandler)
@@ -62,9 +66,13 @@ nodeGroups:
 	}
 	acct := engine.Account(cfg.ClusterName)
 	runCtx, kube := runController(t, ctx, env, cfg, map[string]cloud.Provider{"sim": acct}, nil)
-	reg := sim.NewRegistrar(acct, env.Client, sim.RegistrarOptions{Kwok: true, Logger: log})
+	opts := sim.RegistrarOptions{Kwok: true, Logger: log}
+	if len(gpuStartup) > 0 {
+		opts.GPUStartup = gpuStartup[0]
+	}
+	reg := sim.NewRegistrar(acct, env.Client, opts)
 	go func() { _ = reg.Run(runCtx) }()
-	return &controllerEnv{env: env, engine: engine, kube: kube}
+	return &controllerEnv{env: env, engine: engine, acct: acct, kube: kube}
 }
 
 // runController runs the core of cfg over the clouds, rendering startup

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"slices"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -35,8 +37,31 @@ const (
 type RegistrarOptions struct {
 	// Kwok annotates Nodes for kwok and leaves their conditions to it;
 	// without kwok the Registrar marks Nodes Ready itself.
-	Kwok   bool
-	Logger *slog.Logger
+	Kwok bool
+	// GPUStartup is the NVIDIA software's start-up on a GPU node; the zero
+	// value advertises GPUs as the Node registers.
+	GPUStartup GPUStartup
+	Logger     *slog.Logger
+}
+
+// GPUStartup is what a GPU node goes through after its kubelet registers
+// it Ready, as the NVIDIA driver, the device plugin and mig-manager start:
+// the gap every GPU autoscaler must not pay for twice.
+type GPUStartup struct {
+	// ReadyDelay is the time from registration to GPUs allocatable (the
+	// driver installed and the device plugin advertising).
+	ReadyDelay time.Duration
+	// MIGDelay is the further time until the MIG devices of a MIG node
+	// appear (mig-manager repartitioning); nothing GPU is advertised
+	// before.
+	MIGDelay time.Duration
+	// Flaps is how often the Node turns NotReady and Ready again before its
+	// GPUs appear (a driver container restarting); they are spread evenly
+	// over ReadyDelay, each lasting ReadyDelay/(2*Flaps+1).
+	Flaps int
+	// Failures is how many nodes, the first to register, never get their
+	// GPUs (a driver that does not install).
+	Failures int
 }
 
 // Machine is a running machine as its kubelet registers it.
@@ -60,6 +85,15 @@ type Registrar struct {
 	machines func() ([]Machine, error)
 	client   kubernetes.Interface
 	opts     RegistrarOptions
+
+	mu sync.Mutex
+	// registered is when each Node was first seen registered (the engine's
+	// clock); broken the nodes whose GPUs never come; failures counts them.
+	registered map[string]time.Time
+	broken     map[string]bool
+	failures   int
+	// wake is the next time a Node's GPU start-up moves on.
+	wake time.Time
 }
 
 // NewRegistrar returns a Registrar for one cluster account: its running
@@ -90,7 +124,8 @@ func NewKubelets(e *Engine, owner string, machines func() ([]Machine, error), cl
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	return &Registrar{engine: e, owner: owner, machines: machines, client: client, opts: opts}
+	return &Registrar{engine: e, owner: owner, machines: machines, client: client, opts: opts,
+		registered: map[string]time.Time{}, broken: map[string]bool{}}
 }
 
 // Run reconciles Nodes until ctx is done: on every change of the engine, at
@@ -109,6 +144,11 @@ func (r *Registrar) Run(ctx context.Context) error {
 				wait = max(d, 0)
 			}
 		}
+		r.mu.Lock()
+		if !r.wake.IsZero() {
+			wait = min(wait, max(r.wake.Sub(e.clock.Now()), 0))
+		}
+		r.mu.Unlock()
 		select {
 		case <-ctx.Done():
 			return nil
@@ -133,6 +173,15 @@ func (r *Registrar) Sync(ctx context.Context) error {
 		return fmt.Errorf("list nodes: %w", err)
 	}
 	var errs []error
+	r.mu.Lock()
+	r.wake = time.Time{}
+	for name := range r.registered {
+		if _, ok := running[name]; !ok {
+			delete(r.registered, name)
+			delete(r.broken, name)
+		}
+	}
+	r.mu.Unlock()
 	have := map[string]*corev1.Node{}
 	for i := range nodes.Items {
 		n := &nodes.Items[i]
@@ -150,8 +199,10 @@ func (r *Registrar) Sync(ctx context.Context) error {
 		}
 		have[n.Name] = n
 	}
-	for name, in := range running {
-		if err := r.ensure(ctx, in, have[name]); err != nil {
+	// In name order: which Node is "the first to register" (GPUStartup's
+	// failures) must not depend on map order.
+	for _, name := range slices.Sorted(maps.Keys(running)) {
+		if err := r.ensure(ctx, running[name], have[name]); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -188,27 +239,144 @@ func (r *Registrar) ensure(ctx context.Context, in Machine, node *corev1.Node) e
 	if err != nil {
 		return err
 	}
+	st := r.startup(in, capacity)
+	// During a flap the Node is taken from kwok (which would mark it Ready
+	// at once) and marked NotReady here; after it, marked Ready and handed
+	// back.
+	kwok := r.opts.Kwok && !st.flapping
+	_, hasKwok := node.Annotations[AnnotationKwok]
+	if hasKwok && !kwok {
+		if node, err = r.setKwok(ctx, node, false); err != nil {
+			return err
+		}
+	}
+	manageReady := !kwok || !hasKwok
 	// kwok fills in capacity of its own for a Node that has none; the
 	// instance's real capacity (GPUs above all) must win.
-	if advertises(node, capacity) && (r.opts.Kwok || isReady(node)) {
-		return nil
+	if !advertises(node, st.advertise) || manageReady && !readyIs(node, !st.flapping) {
+		node = node.DeepCopy()
+		node.Status.Capacity = st.advertise
+		node.Status.Allocatable = st.advertise.DeepCopy()
+		node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: in.IP}, {Type: corev1.NodeHostName, Address: in.Name}}
+		if manageReady {
+			setReady(node, !st.flapping, r.engine.clock.Now())
+		}
+		if node, err = nodes.UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("set status of node %s: %w", in.Name, err)
+		}
 	}
-	node = node.DeepCopy()
-	node.Status.Capacity = capacity
-	node.Status.Allocatable = capacity.DeepCopy()
-	node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: in.IP}, {Type: corev1.NodeHostName, Address: in.Name}}
-	if !r.opts.Kwok {
-		now := metav1.NewTime(r.engine.clock.Now())
-		node.Status.Phase = corev1.NodeRunning
-		node.Status.Conditions = []corev1.NodeCondition{{
-			Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
-			Message: "simulated kubelet is posting ready status", LastHeartbeatTime: now, LastTransitionTime: now,
-		}}
-	}
-	if _, err := nodes.UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("set status of node %s: %w", in.Name, err)
+	if kwok && !hasKwok {
+		if _, err = r.setKwok(ctx, node, true); err != nil {
+			return err
+		}
 	}
 	return nil
+}
+
+// setKwok hands a Node to kwok, or takes it back.
+func (r *Registrar) setKwok(ctx context.Context, node *corev1.Node, kwok bool) (*corev1.Node, error) {
+	node = node.DeepCopy()
+	if node.Annotations == nil {
+		node.Annotations = map[string]string{}
+	}
+	if kwok {
+		node.Annotations[AnnotationKwok] = "fake"
+	} else {
+		delete(node.Annotations, AnnotationKwok)
+	}
+	updated, err := r.client.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("node %s: %w", node.Name, err)
+	}
+	return updated, nil
+}
+
+// setReady sets a Node's Ready condition, as its kubelet posts it.
+func setReady(node *corev1.Node, ready bool, at time.Time) {
+	now := metav1.NewTime(at)
+	status, reason, msg := corev1.ConditionTrue, "KubeletReady", "simulated kubelet is posting ready status"
+	if !ready {
+		status, reason, msg = corev1.ConditionFalse, "KubeletNotReady", "simulated: container runtime network not ready (driver restarting)"
+	}
+	node.Status.Phase = corev1.NodeRunning
+	for i, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			if c.Status != status {
+				c.LastTransitionTime = now
+			}
+			c.Status, c.Reason, c.Message, c.LastHeartbeatTime = status, reason, msg, now
+			node.Status.Conditions[i] = c
+			return
+		}
+	}
+	node.Status.Conditions = append(node.Status.Conditions, corev1.NodeCondition{
+		Type: corev1.NodeReady, Status: status, Reason: reason, Message: msg, LastHeartbeatTime: now, LastTransitionTime: now,
+	})
+}
+
+// nodeStartup is where a Node is in its GPU start-up.
+type nodeStartup struct {
+	// advertise is the capacity to advertise now: without GPUs before
+	// they appear.
+	advertise corev1.ResourceList
+	flapping  bool
+}
+
+// startup places a machine's Node in its GPU start-up (remembering when it
+// registered, and whether it is one whose GPUs never come) and schedules
+// the Registrar's next wake-up.
+func (r *Registrar) startup(in Machine, capacity corev1.ResourceList) nodeStartup {
+	g := r.opts.GPUStartup
+	if in.Type.GPUCount == 0 || g == (GPUStartup{}) {
+		return nodeStartup{advertise: capacity}
+	}
+	now := r.engine.clock.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	since, ok := r.registered[in.Name]
+	if !ok {
+		since = now
+		r.registered[in.Name] = since
+		if r.failures < g.Failures {
+			r.failures++
+			r.broken[in.Name] = true
+			r.opts.Logger.Info("simulated: this node's GPUs will never appear", "node", in.Name)
+		}
+	}
+	gpusAt := since.Add(g.ReadyDelay)
+	if in.Labels[gpu.LabelMIGConfig] != "" {
+		gpusAt = gpusAt.Add(g.MIGDelay)
+	}
+	var st nodeStartup
+	if r.broken[in.Name] || now.Before(gpusAt) {
+		st.advertise = corev1.ResourceList{}
+		for name, q := range capacity {
+			if _, isGPU := gpu.GPUFraction(name); !isGPU {
+				st.advertise[name] = q
+			}
+		}
+	} else {
+		st.advertise = capacity
+	}
+	var events []time.Time
+	if !r.broken[in.Name] {
+		events = append(events, gpusAt)
+	}
+	if g.Flaps > 0 && g.ReadyDelay > 0 {
+		d := g.ReadyDelay / time.Duration(2*g.Flaps+1)
+		for i := range g.Flaps {
+			start := since.Add(d * time.Duration(2*i+1))
+			end := start.Add(d)
+			st.flapping = st.flapping || !now.Before(start) && now.Before(end)
+			events = append(events, start, end)
+		}
+	}
+	for _, t := range events {
+		if t.After(now) && (r.wake.IsZero() || t.Before(r.wake)) {
+			r.wake = t
+		}
+	}
+	return st
 }
 
 // advertises reports whether a Node's capacity and allocatable both hold
@@ -225,6 +393,20 @@ func advertises(n *corev1.Node, want corev1.ResourceList) bool {
 		}
 	}
 	return true
+}
+
+// readyIs reports whether a Node's Ready condition is there and says ready.
+func readyIs(n *corev1.Node, ready bool) bool {
+	want := corev1.ConditionFalse
+	if ready {
+		want = corev1.ConditionTrue
+	}
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == want
+		}
+	}
+	return false
 }
 
 func isReady(n *corev1.Node) bool {

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"runtime"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -334,4 +335,56 @@ func expectEvent(t *testing.T, w watch.Interface, typ watch.EventType, name stri
 		}
 	}
 	t.Fatalf("watch closed before %s %s", typ, name)
+}
+
+// The GPU start-up plays out on the engine's clock: GPUs appear after
+// ReadyDelay, MIG devices MIGDelay later, the Node flaps NotReady (out of
+// kwok's hands) in between, and the first Node to register never gets its
+// GPUs.
+func TestRegistrarGPUStartup(t *testing.T) {
+	f := newRegistrarFixture(t, true)
+	f.reg.opts.GPUStartup = GPUStartup{ReadyDelay: 60 * time.Second, MIGDelay: 30 * time.Second, Flaps: 1, Failures: 1}
+	f.create(t, "a-broken", "1H100.80S.30V", nil)
+	f.create(t, "b", "1H100.80S.30V", nil)
+	f.create(t, "m", "8H100.80S.176V", map[string]string{gpu.LabelMIGConfig: "all-1g.10gb"})
+	f.clk.Step(DefaultBootDelay)
+	registered := f.clk.Now()
+	type want struct {
+		gpus, mig, kwok, ready bool
+	}
+	check := func(when string, w map[string]want) {
+		t.Helper()
+		f.sync(t)
+		nodes := f.nodes(t)
+		for name, w := range w {
+			n := nodes[name]
+			gpus := n.Status.Allocatable.Name(gpu.ResourceGPU, resource.DecimalSI).Value() > 0
+			mig := n.Status.Allocatable.Name(gpu.MIGResourceName("1g.10gb"), resource.DecimalSI).Value() > 0
+			_, kwok := n.Annotations[AnnotationKwok]
+			notReady := false
+			for _, c := range n.Status.Conditions {
+				notReady = notReady || c.Type == corev1.NodeReady && c.Status == corev1.ConditionFalse
+			}
+			if gpus != w.gpus || mig != w.mig || kwok != w.kwok || notReady == w.ready {
+				t.Errorf("%s, node %s: gpus %v, mig %v, kwok %v, notReady %v; want %+v", when, name, gpus, mig, kwok, notReady, w)
+			}
+			if n.Status.Allocatable.Cpu().IsZero() {
+				t.Errorf("%s, node %s: no CPU advertised", when, name)
+			}
+		}
+	}
+	check("at registration", map[string]want{"a-broken": {kwok: true, ready: true}, "b": {kwok: true, ready: true}, "m": {kwok: true, ready: true}})
+	if f.reg.wake != registered.Add(20*time.Second) {
+		t.Errorf("next wake %v, want the flap at %v", f.reg.wake, registered.Add(20*time.Second))
+	}
+	f.clk.Step(20 * time.Second)
+	check("during the flap", map[string]want{"b": {kwok: false, ready: false}, "m": {kwok: false, ready: false}})
+	f.clk.Step(20 * time.Second)
+	check("after the flap", map[string]want{"b": {kwok: true, ready: true}, "m": {kwok: true, ready: true}})
+	f.clk.Step(20 * time.Second)
+	check("after gpuReadyDelay", map[string]want{"a-broken": {kwok: true, ready: true}, "b": {gpus: true, kwok: true, ready: true}, "m": {kwok: true, ready: true}})
+	f.clk.Step(30 * time.Second)
+	check("after migReadyDelay", map[string]want{"a-broken": {kwok: true, ready: true}, "b": {gpus: true, kwok: true, ready: true}, "m": {mig: true, kwok: true, ready: true}})
+	f.clk.Step(time.Hour)
+	check("an hour on", map[string]want{"a-broken": {kwok: true, ready: true}})
 }
