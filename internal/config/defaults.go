@@ -34,6 +34,8 @@ const (
 	DefaultMaxIncrease = 1000
 	// DefaultCreateRetries is sync.createRetries.
 	DefaultCreateRetries = 5
+	// DefaultGPUStartupTimeout is nodeGroups[].gpuStartupTimeout.
+	DefaultGPUStartupTimeout = 15 * time.Minute
 	// DefaultLeakGracePeriod is leakedInstances.gracePeriod.
 	DefaultLeakGracePeriod = 30 * time.Minute
 	// DefaultLeakAction is leakedInstances.action.
@@ -106,6 +108,7 @@ func SetDefaults(c *Config) {
 		g := &c.NodeGroups[i]
 		setString(&g.CapacityPolicy, DefaultCapacityPolicy)
 		setString(&g.ManagedBy, DefaultManagedBy)
+		setDuration(&g.GPUStartupTimeout, DefaultGPUStartupTimeout)
 		if g.MIG != nil {
 			setString(&g.MIG.Strategy, DefaultMIGStrategy)
 		}

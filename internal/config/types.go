@@ -329,6 +329,12 @@ type NodeGroup struct {
 	// without it instances boot with no gpuscaler-rendered script (the
 	// cloud's own, for example Verda's startupScriptID, may still join them).
 	Bootstrap *Bootstrap `json:"bootstrap,omitempty"`
+	// GPUStartupTimeout is how long a GPU node of the group may be
+	// registered without its GPUs allocatable (the driver and device
+	// plugin starting) before it is taken for broken: reported, and its
+	// instance deleted so that it is replaced (leakedInstances.action
+	// report only reports it); default 15m.
+	GPUStartupTimeout *metav1.Duration `json:"gpuStartupTimeout,omitempty"`
 	// OverrideNumGPUs replaces the instance type's GPU count in the template
 	// (nvidia.com/gpu), for setups the MIG table does not describe; prefer
 	// mig. Kept for users of the DataCrunch autoscaler's override_num_gpus.

@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"slices"
+	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
@@ -52,6 +53,8 @@ func validateGroup(p *field.Path, g *NodeGroup, c *Config) field.ErrorList {
 	if g.MinSize < 0 {
 		errs = append(errs, field.Invalid(p.Child("minSize"), g.MinSize, "must be >= 0"))
 	}
+	errs = append(errs, within(p.Child("gpuStartupTimeout"), g.GPUStartupTimeout, 10*time.Second, 24*time.Hour,
+		"a GPU node that has not shown its GPUs by then is replaced")...)
 	switch {
 	case g.MaxSize < 1:
 		errs = append(errs, field.Invalid(p.Child("maxSize"), g.MaxSize, "must be >= 1"))

@@ -172,7 +172,7 @@ func New(cfg *config.Config, providers map[string]cloud.Provider, opts Options) 
 	m.orderer.publish = m.sizer.publishLocked
 	m.reaper = &reaper{cfg: cfg, store: s, offerings: m.offerings, deleter: m.deleter, nodes: opts.Nodes, clock: opts.Clock,
 		log: opts.Logger, metrics: met, events: ev, duplicates: map[string]*duplicate{}, unknown: map[string]int{},
-		streak: map[string]int{}, gen: map[string]int{}}
+		streak: map[string]int{}, gpuStreak: map[string]int{}, gen: map[string]int{}}
 	m.syncer.sizer, m.syncer.reaper, m.syncer.deleter = m.sizer, m.reaper, m.deleter
 	m.syncer.startups = &startups{nodes: opts.Nodes, catalog: m.catalog, metrics: met}
 	m.launcher = &launcher{store: s, offerings: m.offerings, cost: m.cost, catalog: m.catalog, templater: m.templater,

@@ -22,6 +22,7 @@ type metrics struct {
 	costLimit       *prometheus.GaugeVec
 	startup         *prometheus.HistogramVec
 	gpuGap          *prometheus.HistogramVec
+	gpuTimeouts     *prometheus.CounterVec
 }
 
 // Steps of a node's start-up, the step label of
@@ -100,10 +101,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help:    "Time from a GPU Node turning Ready to its GPUs allocatable (driver and device plugin start-up), by node group.",
 			Buckets: gapBuckets,
 		}, []string{"group"}),
+		gpuTimeouts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpuscaler_gpu_startup_timeouts_total",
+			Help: "GPU nodes that registered but showed no GPUs within their group's gpuStartupTimeout, by node group; their instances are deleted and replaced.",
+		}, []string{"group"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.apiCalls, m.apiLatency, m.instances, m.targetSize, m.scaleUpFailures, m.hourlySpend, m.leaked,
-			m.deleteFailures, m.vanished, m.unknownGroup, m.stockOuts, m.costLimit, m.startup, m.gpuGap)
+			m.deleteFailures, m.vanished, m.unknownGroup, m.stockOuts, m.costLimit, m.startup, m.gpuGap, m.gpuTimeouts)
 	}
 	return m
 }
@@ -140,6 +145,7 @@ func (m *metrics) preset(cfg *config.Config, manage func(string) bool) {
 			m.startup.WithLabelValues(g.Name, step)
 		}
 		m.gpuGap.WithLabelValues(g.Name)
+		m.gpuTimeouts.WithLabelValues(g.Name)
 		for _, ct := range capacityTypes(g.CapacityPolicy) {
 			for _, loc := range g.Locations {
 				m.stockOuts.WithLabelValues(g.Cloud, g.InstanceType, loc, string(ct))

@@ -24,6 +24,9 @@ const (
 	CodeCreateFailed    = "CreateFailed"
 	CodeDeleteFailed    = "DeleteFailed"
 	CodeNeverRegistered = "NeverRegistered"
+	// CodeGPUsNeverAppeared backs off a group whose nodes register but
+	// never show their GPUs.
+	CodeGPUsNeverAppeared = "GPUsNeverAppeared"
 )
 
 // orderer creates instances: it tries a group's offerings in order, skips

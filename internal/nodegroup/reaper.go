@@ -47,9 +47,11 @@ type reaper struct {
 	// unknown are reported instances of groups unknown to this config, by
 	// cloud/ID, with the sync generation that last saw them.
 	unknown map[string]int
-	// streak counts each group's never-registered instances in a row.
-	streak map[string]int
-	gen    map[string]int
+	// streak counts each group's never-registered instances in a row,
+	// gpuStreak its nodes whose GPUs never appeared.
+	streak    map[string]int
+	gpuStreak map[string]int
+	gen       map[string]int
 }
 
 // duplicate is what is known of one duplicate instance.
@@ -154,6 +156,7 @@ func (r *reaper) unregisteredLocked(ctx context.Context, cloudName string) {
 						r.offerings.succeed(g.cfg.Name)
 					}
 				}
+				r.gpuStartupLocked(ctx, g, mem, now)
 				continue
 			}
 			if now.Sub(mem.createdAt) < grace {
@@ -171,6 +174,59 @@ func (r *reaper) unregisteredLocked(ctx context.Context, cloudName string) {
 			r.neverRegisteredLocked(ctx, g, mem, now)
 		}
 	}
+}
+
+// gpuStartupLocked acts on a running member of a GPU group whose Node
+// registered but has shown no GPUs for the group's gpuStartupTimeout (the
+// driver or the device plugin failed): it is reported and, unless
+// leakedInstances.action is report, deleted, leaving the group's target so
+// that the front end orders a replacement for the pods still waiting.
+// Several in a row back the group off, as never-registered instances do.
+func (r *reaper) gpuStartupLocked(ctx context.Context, g *group, mem *member, now time.Time) {
+	if g.itype.GPUCount == 0 || g.cfg.GPUStartupTimeout == nil || mem.reported || mem.phase == phaseDeleting {
+		return
+	}
+	s, ok := r.nodes.Startup(mem.providerIDs()...)
+	if !ok {
+		return
+	}
+	name := g.cfg.Name
+	if s.HasGPUs {
+		if r.gpuStreak[name] > 0 {
+			r.gpuStreak[name] = 0
+			if b, ok := r.offerings.backedOff(name); ok && b.reason == CodeGPUsNeverAppeared {
+				r.offerings.succeed(name)
+			}
+		}
+		return
+	}
+	timeout := g.cfg.GPUStartupTimeout.Duration
+	if s.Registered.IsZero() || now.Sub(s.Registered) < timeout {
+		return
+	}
+	mem.reported = true
+	r.metrics.gpuTimeouts.WithLabelValues(name).Inc()
+	r.gpuStreak[name]++
+	msg := fmt.Sprintf("the Node of instance %s registered %s ago and shows no GPUs (gpuStartupTimeout %s): the NVIDIA driver or device plugin did not start",
+		mem.name, now.Sub(s.Registered).Round(time.Second), timeout)
+	if r.gpuStreak[name] >= unregisteredInARow {
+		until := r.offerings.fail(name, CodeGPUsNeverAppeared,
+			fmt.Sprintf("%d nodes in a row never showed their GPUs; check the group's image and drivers", r.gpuStreak[name]),
+			max(4*timeout, time.Hour), neverRegisteredBackoff)
+		r.log.Error("node group backs off: its nodes never show their GPUs", "group", name, "inARow", r.gpuStreak[name], "until", until.Format(time.RFC3339))
+		r.events.warn(name, mem.name, mem.providerID, "GPUStartupFailing",
+			fmt.Sprintf("%d nodes in a row of group %s never showed their GPUs; no new orders until %s", r.gpuStreak[name], name, until.Format(time.RFC3339)))
+	}
+	if r.cfg.LeakedInstances.Action == config.LeakActionReport {
+		r.log.Warn("GPU node never showed its GPUs (report only)", "group", name, "instance", mem.name)
+		r.events.warn(name, mem.name, mem.providerID, "GPUsNeverAppeared", msg+"; report only")
+		return
+	}
+	r.log.Warn("deleting a GPU node that never showed its GPUs; it will be replaced", "group", name, "instance", mem.name)
+	r.events.warn(name, mem.name, mem.providerID, "GPUsNeverAppeared", msg+"; deleting its instance")
+	r.store.change(g, mem, func() { mem.phase = phaseDeleting })
+	g.target = max(g.target-1, 0)
+	r.deleter.delete(ctx, g.cfg.Cloud, mem.instance(), "GPUs never appeared")
 }
 
 func (r *reaper) neverRegisteredLocked(ctx context.Context, g *group, mem *member, now time.Time) {

@@ -52,3 +52,35 @@ func TestNodeStartupMetrics(t *testing.T) {
 	want("gpuscaler_node_startup_duration_seconds", step("registered"), 0, 0)
 	want("gpuscaler_node_startup_duration_seconds", step("gpus"), 0, 0)
 }
+
+// A GPU node that registers but shows no GPUs within gpuStartupTimeout is
+// reported and its instance deleted, leaving the target (the front end
+// orders its replacement); one whose GPUs came is left alone.
+func TestGPUStartupTimeout(t *testing.T) {
+	nodes := newFakeNodes()
+	h := newHarness(t, oneGroupLeaky, sim.Options{}, Options{Nodes: nodes})
+	if err := h.mgr.IncreaseSize(context.Background(), "g", 2); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("2 running", func() bool { r, _, _, _ := h.states("g"); return r == 2 })
+	insts, _ := h.mgr.Instances("g")
+	broken, fine := insts[0], insts[1]
+	now := h.clk.Now()
+	nodes.setStartup(broken.ProviderID, Startup{Registered: now, Ready: now})
+	nodes.setStartup(fine.ProviderID, Startup{Registered: now, Ready: now, GPUs: now.Add(time.Minute), HasGPUs: true})
+	h.settle(14 * time.Minute)
+	if n := len(h.cloudInstances()["g"]); n != 2 {
+		t.Fatalf("%d instances before gpuStartupTimeout (15m), want 2", n)
+	}
+	h.settle(2 * time.Minute)
+	h.eventually("the GPU-less node's instance deleted", func() bool {
+		live := h.cloudInstances()["g"]
+		return len(live) == 1 && live[0].Name == fine.Name
+	})
+	if v := h.metric("gpuscaler_gpu_startup_timeouts_total", map[string]string{"group": "g"}); v != 1 {
+		t.Errorf("gpuscaler_gpu_startup_timeouts_total = %v, want 1", v)
+	}
+	if n, _ := h.mgr.TargetSize("g"); n != 1 {
+		t.Errorf("target %d after the deletion, want 1 (the front end orders the replacement)", n)
+	}
+}

@@ -29,6 +29,7 @@ import (
 	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
 	"github.com/gpuscaler/gpuscaler/internal/config"
 	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
+	"github.com/gpuscaler/gpuscaler/internal/nodeindex"
 	"github.com/gpuscaler/gpuscaler/internal/provisioner"
 	gsruntime "github.com/gpuscaler/gpuscaler/internal/runtime"
 	"github.com/gpuscaler/gpuscaler/internal/testenv"
@@ -82,12 +83,14 @@ nodeGroups:
 func runController(t testing.TB, ctx context.Context, env *testenv.Env, cfg *config.Config, clouds map[string]cloud.Provider, boot nodegroup.Bootstrapper) (context.Context, client.Client) {
 	t.Helper()
 	log := slog.New(slog.DiscardHandler)
-	core, err := nodegroup.New(cfg, clouds, nodegroup.Options{Logger: log, Registerer: prometheus.NewRegistry(), Bootstrap: boot})
+	nodes := nodeindex.New(env.Client, log)
+	core, err := nodegroup.New(cfg, clouds, nodegroup.Options{Logger: log, Registerer: prometheus.NewRegistry(), Bootstrap: boot, Nodes: nodes, Events: nodes})
 	if err != nil {
 		t.Fatal(err)
 	}
 	runCtx, stop := context.WithCancel(ctx)
 	t.Cleanup(func() { stop(); core.Wait() })
+	go func() { _ = nodes.Run(runCtx) }()
 	if err := core.Start(runCtx); err != nil {
 		t.Fatal(err)
 	}

@@ -109,3 +109,52 @@ func TestNoExtraNodeWhileGPUsStart(t *testing.T) {
 		t.Errorf("%d one-GPU and %d MIG nodes once the pods run; want 5 and 2 (none idle)", n, m)
 	}
 }
+
+// TestGPUsThatNeverAppearAreReplaced: the first GPU node registers but its
+// GPUs never appear. After the group's gpuStartupTimeout it is reported
+// and its instance deleted, and the NodeProvisioner orders one
+// replacement: three one-GPU pods run on three nodes after exactly four
+// orders.
+func TestGPUsThatNeverAppearAreReplaced(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	c := startController(t, ctx,
+		"  - {name: h100, cloud: sim, instanceType: 1H100.80S.30V, locations: [FIN-01], maxSize: 10, gpuStartupTimeout: 30s}\n",
+		sim.GPUStartup{ReadyDelay: 5 * time.Second, Failures: 1})
+	createNP(t, ctx, c, &v1alpha1.NodeProvisioner{ObjectMeta: metav1.ObjectMeta{Name: "gpus"}, Spec: v1alpha1.NodeProvisionerSpec{NodeGroups: []string{"h100"}}})
+	pods := c.env.Client.CoreV1().Pods("default")
+	for i := range 3 {
+		if _, err := pods.Create(ctx, gpuPod(fmt.Sprintf("gpu-%d", i)), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, ctx, "3 pods running on 3 GPU nodes", func() bool {
+		list, err := pods.List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false
+		}
+		running := 0
+		for _, p := range list.Items {
+			if p.Status.Phase == corev1.PodRunning {
+				running++
+			}
+		}
+		return running == 3 && len(gpuReady(readyGPUNodes(ctx, c.env.Client))) == 3
+	})
+	waitFor(t, ctx, "the GPU-less node gone", func() bool { return nodeCount(ctx, c, "h100") == 3 && c.engine.Count("e2e") == 3 })
+	if n := c.engine.Calls()["create"]; n != 4 {
+		t.Errorf("%d orders for 3 pods and one broken node, want 4", n)
+	}
+	waitFor(t, ctx, "a GPUsNeverAppeared event", func() bool {
+		evs, err := c.env.Client.EventsV1().Events("").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false
+		}
+		for _, e := range evs.Items {
+			if e.Reason == "GPUsNeverAppeared" {
+				return true
+			}
+		}
+		return false
+	})
+}

@@ -138,6 +138,23 @@ nodeGroups:
 		}
 	}
 
+	// The label the provider names as cluster-autoscaler's GPU label is on
+	// every Node from its registration (so an autoscaler knows a GPU node
+	// whose GPUs have not appeared yet).
+	gl, err := ca.GPULabel(ctx, &pb.GPULabelRequest{})
+	if err != nil || gl.GetLabel() == "" {
+		t.Fatalf("GPULabel = %v, %v", gl, err)
+	}
+	all, err := env.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range all.Items {
+		if n.Labels[gl.GetLabel()] == "" {
+			t.Errorf("node %s lacks the GPU label %s: %v", n.Name, gl.GetLabel(), n.Labels)
+		}
+	}
+
 	// Instance ids are the Nodes' provider IDs, and every node resolves to its group.
 	nodes := readyGPUNodes(ctx, env.Client)
 	insts, err := ca.NodeGroupNodes(ctx, &pb.NodeGroupNodesRequest{Id: "h100"})
