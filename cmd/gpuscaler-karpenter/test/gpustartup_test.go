@@ -11,12 +11,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/gpuscaler/gpuscaler/cmd/gpuscaler-karpenter/apis/v1alpha1"
-	"github.com/gpuscaler/gpuscaler/internal/testenv"
 )
 
 // TestKarpenterWaitsForGPUs: GPU nodes register Ready a minute before
@@ -26,11 +24,7 @@ import (
 // repair policies tolerate the flap); every pod runs once the GPUs appear,
 // and every node keeps a pod.
 func TestKarpenterWaitsForGPUs(t *testing.T) {
-	env := testenv.Start(t, testenv.Options{ControllerManager: true, Scheduler: true, Kwok: true, CRDDirs: []string{karpenterCRDs(t), "../apis/crds"}})
-	kube, err := client.New(env.Config, client.Options{Scheme: scheme.Scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	env, kube := startCluster(t)
 	cfgPath := filepath.Join(env.Dir, "gpuscaler.yaml")
 	write(t, cfgPath, fmt.Sprintf(`
 clusterName: karpenter-gap

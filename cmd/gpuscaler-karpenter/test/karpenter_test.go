@@ -35,11 +35,7 @@ import (
 // MIG pod gets a node of a MIG class; with no pods left, consolidation
 // removes every node and machine.
 func TestKarpenterScalesGPUNodes(t *testing.T) {
-	env := testenv.Start(t, testenv.Options{ControllerManager: true, Scheduler: true, Kwok: true, CRDDirs: []string{karpenterCRDs(t), "../apis/crds"}})
-	kube, err := client.New(env.Config, client.Options{Scheme: scheme.Scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	env, kube := startCluster(t)
 	// The operator runs with only what the chart grants its ServiceAccount:
 	// a missing permission shows as "forbidden" in its log.
 	asSA := chartServiceAccount(t, env, "karpenter")
@@ -156,6 +152,18 @@ nodeGroups:
 		}
 	}
 	noForbidden(t, env, "gpuscaler-karpenter")
+}
+
+// startCluster starts a real cluster with Karpenter's and gpuscaler's
+// CRDs, and returns it with a client that knows them.
+func startCluster(t *testing.T) (*testenv.Env, client.Client) {
+	t.Helper()
+	env := testenv.Start(t, testenv.Options{ControllerManager: true, Scheduler: true, Kwok: true, CRDDirs: []string{karpenterCRDs(t), "../apis/crds"}})
+	kube, err := client.New(env.Config, client.Options{Scheme: scheme.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return env, kube
 }
 
 // chartNamespace is the namespace of the chart's release in the tests.

@@ -14,7 +14,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
@@ -22,7 +21,6 @@ import (
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/verda/verdatest"
-	"github.com/gpuscaler/gpuscaler/internal/testenv"
 )
 
 // TestTwoOperatorReplicas runs two operators against the fake of Verda's
@@ -30,11 +28,7 @@ import (
 // when the leader dies the standby takes over, adopts the machines, and
 // still orders one per NodeClaim; with no pods left, every machine goes.
 func TestTwoOperatorReplicas(t *testing.T) {
-	env := testenv.Start(t, testenv.Options{ControllerManager: true, Scheduler: true, Kwok: true, CRDDirs: []string{karpenterCRDs(t), "../apis/crds"}})
-	kube, err := client.New(env.Config, client.Options{Scheme: scheme.Scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	env, kube := startCluster(t)
 	engine, err := verdatest.NewEngine(sim.Config{BootDelay: sim.Duration(time.Second), DeleteDelay: sim.Duration(time.Second)}, sim.Options{})
 	if err != nil {
 		t.Fatal(err)
