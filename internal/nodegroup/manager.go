@@ -206,6 +206,7 @@ func (m *Manager) Start(ctx context.Context) error {
 	m.ctxMu.Unlock()
 	m.store.mu.Lock()
 	m.syncer.startups.since = m.clock.Now()
+	m.reaper.since = m.syncer.startups.since
 	m.store.mu.Unlock()
 	m.orderer.start(ctx)
 	for cloudName := range m.clients {

@@ -128,10 +128,10 @@ var deleteReasons = []string{"capacity", "quota", "not_found", "invalid", "outco
 func (m *metrics) preset(cfg *config.Config, manage func(string) bool) {
 	clouds := map[string]bool{}
 	for _, g := range cfg.NodeGroups {
-		clouds[g.Cloud] = true
 		if manage != nil && !manage(g.Name) {
 			continue
 		}
+		clouds[g.Cloud] = true
 		for _, state := range memberStates {
 			m.instances.WithLabelValues(g.Name, state)
 		}

@@ -52,6 +52,8 @@ type reaper struct {
 	streak    map[string]int
 	gpuStreak map[string]int
 	gen       map[string]int
+	// since is when the core started.
+	since time.Time
 }
 
 // duplicate is what is known of one duplicate instance.
@@ -150,12 +152,15 @@ func (r *reaper) unregisteredLocked(ctx context.Context, cloudName string) {
 			}
 			if registered {
 				mem.unseen = 0
-				if r.streak[g.cfg.Name] > 0 {
+				// A streak ends when a new member registers, not on
+				// every sync that finds the old ones registered.
+				if !mem.joined && r.streak[g.cfg.Name] > 0 {
 					r.streak[g.cfg.Name] = 0
 					if b, ok := r.offerings.backedOff(g.cfg.Name); ok && b.reason == CodeNeverRegistered {
 						r.offerings.succeed(g.cfg.Name)
 					}
 				}
+				mem.joined = true
 				r.gpuStartupLocked(ctx, g, mem, now)
 				continue
 			}
@@ -186,12 +191,18 @@ func (r *reaper) gpuStartupLocked(ctx context.Context, g *group, mem *member, no
 	if g.itype.GPUCount == 0 || g.cfg.GPUStartupTimeout == nil || mem.reported || mem.phase == phaseDeleting {
 		return
 	}
+	if mem.gpusUp {
+		return
+	}
 	s, ok := r.nodes.Startup(mem.providerIDs()...)
 	if !ok {
 		return
 	}
 	name := g.cfg.Name
-	if s.HasGPUs {
+	if s.GPUsSeen {
+		// Its GPUs came (GPUs that go later, while the device plugin
+		// restarts, are not a start-up that failed).
+		mem.gpusUp = true
 		if r.gpuStreak[name] > 0 {
 			r.gpuStreak[name] = 0
 			if b, ok := r.offerings.backedOff(name); ok && b.reason == CodeGPUsNeverAppeared {
@@ -201,7 +212,8 @@ func (r *reaper) gpuStartupLocked(ctx context.Context, g *group, mem *member, no
 		return
 	}
 	timeout := g.cfg.GPUStartupTimeout.Duration
-	if s.Registered.IsZero() || now.Sub(s.Registered) < timeout {
+	// A Node from before this core may have had GPUs the index never saw.
+	if s.Registered.IsZero() || s.Registered.Before(r.since) || now.Sub(s.Registered) < timeout {
 		return
 	}
 	mem.reported = true

@@ -17,7 +17,7 @@ const (
 // Nodes: from the order to the Node registered, Ready and (for GPU
 // instances) GPUs allocatable, and the gap between Ready and GPUs that the
 // driver and device plugin's start-up makes. Each step of an instance is
-// observed once, and only a step reached after this core started: a
+// observed once, and only for Nodes registered after this core started: a
 // restart or a reload never counts a step twice, and an adopted instance's
 // steps count from the cloud's creation time. It runs under the store's
 // lock, from the sync.
@@ -43,18 +43,36 @@ func (u *startups) observeLocked(g *group) {
 		if !ok {
 			continue
 		}
-		if mem.steps == 0 && !u.gpuInstance(g, mem) {
-			mem.steps |= seenGPUs
+		if mem.steps == 0 {
+			if s.Registered.Before(u.since) {
+				// A Node from before this core: its later changes (Ready
+				// after an outage, GPUs back after a device plugin
+				// restart) are not its start-up.
+				mem.steps = seenAll
+				continue
+			}
+			gpus, known := u.gpuInstance(g, mem)
+			if !known {
+				continue // ask again once the catalog knows the type
+			}
+			if !gpus {
+				mem.steps |= seenGPUs
+			}
 		}
 		u.step(mem, seenRegistered, stepRegistered, s.Registered)
-		u.step(mem, seenReady, stepReady, s.Ready)
+		if u.step(mem, seenReady, stepReady, s.Ready) {
+			mem.readyAfter = max(s.Ready.Sub(mem.createdAt), 0)
+		}
 		switch {
-		case mem.steps&seenGPUs != 0 || !s.HasGPUs:
+		case mem.steps&seenGPUs != 0 || !s.GPUsSeen:
 		case s.GPUs.IsZero():
 			mem.steps |= seenGPUs // there before anyone watched: when is unknown
 		default:
-			if u.step(mem, seenGPUs, stepGPUs, s.GPUs) && !s.Ready.IsZero() {
-				u.metrics.gpuGap.WithLabelValues(mem.group).Observe(max(s.GPUs.Sub(s.Ready), 0).Seconds())
+			if u.step(mem, seenGPUs, stepGPUs, s.GPUs) && mem.steps&seenReady != 0 {
+				// From the first Ready this core saw, not a later one
+				// after a flap.
+				gap := s.GPUs.Sub(mem.createdAt) - mem.readyAfter
+				u.metrics.gpuGap.WithLabelValues(mem.group).Observe(max(gap, 0).Seconds())
 			}
 		}
 	}
@@ -67,18 +85,16 @@ func (u *startups) step(mem *member, bit uint8, label string, at time.Time) bool
 		return false
 	}
 	mem.steps |= bit
-	if at.Before(u.since) {
-		return false
-	}
 	u.metrics.startup.WithLabelValues(mem.group, label).Observe(max(at.Sub(mem.createdAt), 0).Seconds())
 	return true
 }
 
-// gpuInstance reports whether a member's instance type has GPUs.
-func (u *startups) gpuInstance(g *group, mem *member) bool {
+// gpuInstance reports whether a member's instance type has GPUs; known is
+// false while the catalog cannot tell.
+func (u *startups) gpuInstance(g *group, mem *member) (gpus, known bool) {
 	if g.cfg.Name != "" {
-		return g.itype.GPUCount > 0
+		return g.itype.GPUCount > 0, true
 	}
-	it, _ := u.catalog.instanceType(mem.cloud, mem.offering.InstanceType)
-	return it.GPUCount > 0
+	it, ok := u.catalog.instanceType(mem.cloud, mem.offering.InstanceType)
+	return it.GPUCount > 0, ok
 }

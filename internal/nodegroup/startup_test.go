@@ -22,7 +22,7 @@ func TestNodeStartupMetrics(t *testing.T) {
 	insts, _ := h.mgr.Instances("g")
 	a, b := insts[0], insts[1]
 	at := func(in Instance, d time.Duration) time.Time { return in.CreatedAt.Add(d) }
-	nodes.setStartup(a.ProviderID, Startup{Registered: at(a, 40*time.Second), Ready: at(a, 70*time.Second), GPUs: at(a, 130*time.Second), HasGPUs: true})
+	nodes.setStartup(a.ProviderID, Startup{Registered: at(a, 40*time.Second), Ready: at(a, 70*time.Second), GPUs: at(a, 130*time.Second), GPUsSeen: true})
 	nodes.setStartup(b.ProviderID, Startup{Registered: at(b, 50*time.Second), Ready: at(b, 80*time.Second)})
 	h.settle(time.Minute)
 
@@ -40,7 +40,7 @@ func TestNodeStartupMetrics(t *testing.T) {
 	want("gpuscaler_gpu_startup_gap_seconds", map[string]string{"group": "g"}, 1, 60)
 
 	// b's GPUs come later; a's steps are not counted again.
-	nodes.setStartup(b.ProviderID, Startup{Registered: at(b, 50*time.Second), Ready: at(b, 80*time.Second), GPUs: at(b, 200*time.Second), HasGPUs: true})
+	nodes.setStartup(b.ProviderID, Startup{Registered: at(b, 50*time.Second), Ready: at(b, 80*time.Second), GPUs: at(b, 200*time.Second), GPUsSeen: true})
 	h.settle(2 * time.Minute)
 	want("gpuscaler_node_startup_duration_seconds", step("registered"), 2, 90)
 	want("gpuscaler_node_startup_duration_seconds", step("gpus"), 2, 330)
@@ -67,7 +67,7 @@ func TestGPUStartupTimeout(t *testing.T) {
 	broken, fine := insts[0], insts[1]
 	now := h.clk.Now()
 	nodes.setStartup(broken.ProviderID, Startup{Registered: now, Ready: now})
-	nodes.setStartup(fine.ProviderID, Startup{Registered: now, Ready: now, GPUs: now.Add(time.Minute), HasGPUs: true})
+	nodes.setStartup(fine.ProviderID, Startup{Registered: now, Ready: now, GPUs: now.Add(time.Minute), GPUsSeen: true})
 	h.settle(14 * time.Minute)
 	if n := len(h.cloudInstances()["g"]); n != 2 {
 		t.Fatalf("%d instances before gpuStartupTimeout (15m), want 2", n)
@@ -82,5 +82,55 @@ func TestGPUStartupTimeout(t *testing.T) {
 	}
 	if n, _ := h.mgr.TargetSize("g"); n != 1 {
 		t.Errorf("target %d after the deletion, want 1 (the front end orders the replacement)", n)
+	}
+}
+
+// Three nodes in a row whose GPUs never appear back the group off, though
+// an older node of the group is healthy all along (a healthy node must not
+// restart the streak on every sync).
+func TestGPUStartupTimeoutsBackOff(t *testing.T) {
+	nodes := newFakeNodes()
+	h := newHarness(t, oneGroupLeaky, sim.Options{}, Options{Nodes: nodes})
+	ctx := context.Background()
+	known := map[string]bool{}
+	order := func(s func(now time.Time) Startup) string {
+		t.Helper()
+		if err := h.mgr.IncreaseSize(ctx, "g", 1); err != nil {
+			t.Fatal(err)
+		}
+		var fresh string
+		h.eventually("a new instance running", func() bool {
+			insts, _ := h.mgr.Instances("g")
+			for _, in := range insts {
+				if !known[in.ProviderID] && in.State == StateRunning {
+					fresh = in.ProviderID
+					return true
+				}
+			}
+			return false
+		})
+		known[fresh] = true
+		nodes.setStartup(fresh, s(h.clk.Now()))
+		return fresh
+	}
+	order(func(now time.Time) Startup { return Startup{Registered: now, Ready: now, GPUs: now, GPUsSeen: true} })
+	for i := range 3 {
+		if b, ok := h.mgr.Backoff("g"); ok {
+			t.Fatalf("backed off after %d GPU-less nodes: %+v", i, b)
+		}
+		broken := order(func(now time.Time) Startup { return Startup{Registered: now, Ready: now} })
+		h.settle(16 * time.Minute)
+		h.eventually("the GPU-less node deleted", func() bool {
+			for _, in := range h.cloudInstances()["g"] {
+				if in.ProviderID == broken {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	b, ok := h.mgr.Backoff("g")
+	if !ok || b.Reason != CodeGPUsNeverAppeared {
+		t.Fatalf("after three GPU-less nodes in a row: backoff %+v, %v; want %s", b, ok, CodeGPUsNeverAppeared)
 	}
 }

@@ -140,10 +140,15 @@ type member struct {
 	firstMiss time.Time
 	// reported: the never-registered finding was acted on.
 	reported bool
-	// steps are the start-up steps of its Node observed (startups).
-	steps   uint8
-	errCode string
-	errMsg  string
+	// steps are the start-up steps of its Node observed (startups), and
+	// readyAfter the time from createdAt to the first Ready observed.
+	steps      uint8
+	readyAfter time.Duration
+	// joined: its Node was seen registered; gpusUp: with GPUs (the
+	// reaper's streaks restart on these firsts).
+	joined, gpusUp bool
+	errCode        string
+	errMsg         string
 	// ageUnknown: the cloud did not say when the instance was made, and
 	// createdAt is when gpuscaler first listed it.
 	ageUnknown bool

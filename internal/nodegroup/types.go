@@ -80,11 +80,12 @@ type Startup struct {
 	// not Ready.
 	Ready time.Time
 	// GPUs is when it was first seen with GPUs or MIG devices allocatable
-	// (the device plugin's start-up).
+	// (the device plugin's start-up); zero when they were there before the
+	// process watched.
 	GPUs time.Time
-	// HasGPUs: GPUs are allocatable now (GPUs may still be zero, when they
-	// were there before the process was).
-	HasGPUs bool
+	// GPUsSeen: the Node has shown GPUs or MIG devices allocatable at some
+	// point (they may be gone for now, while the device plugin restarts).
+	GPUsSeen bool
 }
 
 // Event is something an operator should see beside the log line and the

@@ -169,14 +169,16 @@ func (x *Index) Startup(providerIDs ...string) (nodegroup.Startup, bool) {
 	if !exists || !isNode {
 		return nodegroup.Startup{}, false
 	}
-	s := nodegroup.Startup{Registered: n.CreationTimestamp.Time, HasGPUs: gpu.HasGPUs(n.Status.Allocatable)}
+	s := nodegroup.Startup{Registered: n.CreationTimestamp.Time}
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
 			s.Ready = c.LastTransitionTime.Time
 		}
 	}
+	// From the handler's record, not the store's object: the store is
+	// updated before the handler runs.
 	x.mu.RLock()
-	s.GPUs = x.gpusAt[name]
+	s.GPUs, s.GPUsSeen = x.gpusAt[name]
 	x.mu.RUnlock()
 	return s, true
 }

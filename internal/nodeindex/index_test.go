@@ -66,7 +66,7 @@ func TestIndexOnARealCluster(t *testing.T) {
 		t.Fatal("Startup found a Node for an unknown provider ID")
 	}
 	s, ok := x.Startup("verda://gpu-2")
-	if !ok || s.Registered.IsZero() || !s.Ready.IsZero() || !s.GPUs.IsZero() || s.HasGPUs {
+	if !ok || s.Registered.IsZero() || !s.Ready.IsZero() || !s.GPUs.IsZero() || s.GPUsSeen {
 		t.Fatalf("a new Node: %+v, %v", s, ok)
 	}
 	readyAt := metav1.NewTime(time.Now().Add(-time.Minute).Truncate(time.Second))
@@ -81,7 +81,7 @@ func TestIndexOnARealCluster(t *testing.T) {
 	setStatus(t, ctx, env, "gpu-2", func(st *corev1.NodeStatus) {
 		st.Allocatable = corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("8")}
 	})
-	wait(t, ctx, "GPUs seen", func() bool { s, _ = x.Startup("verda://gpu-2"); return s.HasGPUs })
+	wait(t, ctx, "GPUs seen", func() bool { s, _ = x.Startup("verda://gpu-2"); return s.GPUsSeen })
 	if s.GPUs.Before(before) || s.GPUs.After(time.Now()) {
 		t.Fatalf("GPUs at %v, want the time the index saw them (after %v)", s.GPUs, before)
 	}
@@ -103,8 +103,8 @@ func TestIndexOnARealCluster(t *testing.T) {
 	y := New(env.Client, slog.New(slog.DiscardHandler))
 	go func() { _ = y.Run(ctx) }()
 	wait(t, ctx, "the second index filled", func() bool { r, _ := y.Registered("verda://gpu-2"); return r })
-	if s, _ := y.Startup("verda://gpu-2"); !s.HasGPUs || !s.GPUs.IsZero() || !s.Ready.Equal(readyAt.Time) {
-		t.Fatalf("a Node listed with its GPUs: %+v, want HasGPUs and no GPU time", s)
+	if s, _ := y.Startup("verda://gpu-2"); !s.GPUsSeen || !s.GPUs.IsZero() || !s.Ready.Equal(readyAt.Time) {
+		t.Fatalf("a Node listed with its GPUs: %+v, want GPUsSeen and no GPU time", s)
 	}
 }
 

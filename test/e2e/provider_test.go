@@ -80,7 +80,13 @@ nodeGroups:
 	// Every metric the chart's dashboard and alerts select is served (the
 	// counters of what has not happened yet included, at zero), and the
 	// pending GPU pods are counted.
-	if missing := missingMetrics(t, scrape(t, metricsAddr)); len(missing) > 0 {
+	// (The pending-pod gauges appear once their watch has listed the pods.)
+	missing := missingMetrics(t, scrape(t, metricsAddr))
+	for deadline := time.Now().Add(30 * time.Second); len(missing) > 0 && time.Now().Before(deadline); {
+		time.Sleep(200 * time.Millisecond)
+		missing = missingMetrics(t, scrape(t, metricsAddr))
+	}
+	if len(missing) > 0 {
 		t.Errorf("metrics the chart's dashboard or alerts select are not on /metrics:\n%s", strings.Join(missing, "\n"))
 	}
 	waitFor(t, ctx, "3 pending GPU pods on /metrics", func() bool {
