@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	resourcehelper "k8s.io/component-helpers/resource"
 )
 
 // Resource and label names.
@@ -65,4 +66,11 @@ func HasGPUs(list corev1.ResourceList) bool {
 		}
 	}
 	return false
+}
+
+// PodRequestsGPUs reports whether a pod requests whole GPUs or MIG devices,
+// by its effective requests as the scheduler counts them (app containers
+// summed, init containers at their peak).
+func PodRequestsGPUs(pod *corev1.Pod) bool {
+	return HasGPUs(resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{}))
 }

@@ -91,21 +91,15 @@ func (p *Pods) waiting() (n int, oldest time.Duration) {
 	return n, oldest
 }
 
-// Waits reports whether a pod asks for GPUs and waits for a node: not bound,
-// not finished, not being deleted.
+// Waits reports whether a pod requests GPUs (as the NodeProvisioner and
+// the scheduler count requests) and waits for a node: not bound, not
+// finished, not being deleted.
 func Waits(pod *corev1.Pod) bool {
 	if pod.Spec.NodeName != "" || pod.DeletionTimestamp != nil ||
 		pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 		return false
 	}
-	for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
-		for _, c := range cs {
-			if gpu.HasGPUs(c.Resources.Requests) || gpu.HasGPUs(c.Resources.Limits) {
-				return true
-			}
-		}
-	}
-	return false
+	return gpu.PodRequestsGPUs(pod)
 }
 
 // strip keeps of a pod what Waits and the age read.

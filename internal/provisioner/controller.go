@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/gpuscaler/gpuscaler/api/v1alpha1"
+	"github.com/gpuscaler/gpuscaler/internal/gpu"
 	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
 	"github.com/gpuscaler/gpuscaler/internal/provisioner/plan"
 )
@@ -154,7 +155,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	for i := range pods.Items {
 		p := &pods.Items[i]
 		podPtrs = append(podPtrs, p)
-		if unschedulable(p) && plan.WantsGPU(p) && !claimed(p, earlier) {
+		if unschedulable(p) && gpu.PodRequestsGPUs(p) && !claimed(p, earlier) {
 			pending = append(pending, p)
 		}
 	}

@@ -33,11 +33,6 @@ func GPUEquivalents(rl corev1.ResourceList) float64 {
 	return total
 }
 
-// WantsGPU reports whether a pod requests any GPU resource.
-func WantsGPU(pod *corev1.Pod) bool {
-	return GPUEquivalents(Requests(pod)) > 0
-}
-
 // Fits reports whether a pod could run on a fresh node built from the
 // template: the template's NoSchedule and NoExecute taints are tolerated,
 // the node selector and required node affinity match, and every request
