@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 
 	"github.com/gpuscaler/gpuscaler/api/v1alpha1"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
@@ -84,17 +85,7 @@ func TestNoExtraNodeWhileGPUsStart(t *testing.T) {
 		return false
 	})
 	waitFor(t, ctx, "all 15 pods running", func() bool {
-		list, err := pods.List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false
-		}
-		running := 0
-		for _, p := range list.Items {
-			if p.Status.Phase == corev1.PodRunning {
-				running++
-			}
-		}
-		return running == 15
+		return runningPods(ctx, pods) == 15
 	})
 	// A few more passes of the controller with every pod placed.
 	time.Sleep(5 * time.Second)
@@ -129,17 +120,7 @@ func TestGPUsThatNeverAppearAreReplaced(t *testing.T) {
 		}
 	}
 	waitFor(t, ctx, "3 pods running on 3 GPU nodes", func() bool {
-		list, err := pods.List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false
-		}
-		running := 0
-		for _, p := range list.Items {
-			if p.Status.Phase == corev1.PodRunning {
-				running++
-			}
-		}
-		return running == 3 && len(gpuReady(readyGPUNodes(ctx, c.env.Client))) == 3
+		return runningPods(ctx, pods) == 3 && len(gpuReady(readyGPUNodes(ctx, c.env.Client))) == 3
 	})
 	waitFor(t, ctx, "the GPU-less node gone", func() bool { return nodeCount(ctx, c, "h100") == 3 && c.engine.Count("e2e") == 3 })
 	if n := c.engine.Calls()["create"]; n != 4 {
@@ -157,4 +138,20 @@ func TestGPUsThatNeverAppearAreReplaced(t *testing.T) {
 		}
 		return false
 	})
+}
+
+// runningPods counts the Running pods a pod client lists; -1 when the list
+// fails.
+func runningPods(ctx context.Context, pods typedcorev1.PodInterface) int {
+	list, err := pods.List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return -1
+	}
+	running := 0
+	for _, p := range list.Items {
+		if p.Status.Phase == corev1.PodRunning {
+			running++
+		}
+	}
+	return running
 }
