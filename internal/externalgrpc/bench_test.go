@@ -40,7 +40,7 @@ func newBenchCluster(b *testing.B, nodes int) *benchCluster {
 	fmt.Fprintf(&doc, "clusterName: bench\nsync: {period: 1h, requestsPerSecond: 1000000, maxConcurrentCreates: 64}\n")
 	fmt.Fprintf(&doc, "clouds:\n  sim: {bootDelay: 0s, defaultCapacity: 1000000}\nnodeGroups:\n")
 	for i := range groups {
-		fmt.Fprintf(&doc, "  - {name: g%03d, cloud: sim, instanceType: 1H100.80S.30V, locations: [FIN-01], maxSize: %d}\n", i, nodes)
+		fmt.Fprintf(&doc, "  - {name: g%03d, cloud: sim, instanceType: 1H100.80S.30V, locations: [FIN-01], maxSize: %d}\n", i, nodes/groups)
 	}
 	cfg, err := config.Parse([]byte(doc.String()))
 	if err != nil {

@@ -150,9 +150,9 @@ func (l *launcher) prepareLocked(req LaunchRequest) (cloud.CreateSpec, *member, 
 		maps.Copy(spec.Options, req.Options)
 	}
 	mem := &member{
-		name: name, cloud: req.Cloud, owner: req.Owner, phase: phaseCreating,
-		providerID: cloud.ProviderIDOf(l.clients[req.Cloud].p, name), placeholder: true, offering: k, price: price,
-		createdAt: l.orderer.clock.Now(), resolved: make(chan struct{}),
+		name: name, cloud: req.Cloud, phase: phaseCreating,
+		providerID: cloud.ProviderIDOf(l.clients[req.Cloud].p, name), placeholder: true, off: l.store.keys.intern(k), price: price,
+		createdAt: l.orderer.clock.Now(), x: &extras{owner: req.Owner, resolved: make(chan struct{})},
 	}
 	spec.ProviderID = mem.providerID
 	return spec, mem, nil
@@ -164,7 +164,7 @@ func (l *launcher) await(ctx context.Context, mem *member) (Instance, error) {
 	case <-ctx.Done():
 		return Instance{}, cloud.NewError(cloud.ErrOutcomeUnknown, "launch",
 			fmt.Errorf("instance %s: answer lost and not resolved yet: %w", mem.name, ctx.Err()))
-	case <-mem.resolved:
+	case <-mem.peek().resolved:
 	}
 	s := l.store
 	s.mu.RLock()
@@ -201,7 +201,7 @@ func (l *launcher) terminate(_ context.Context, providerID string) error {
 	}
 	s.change(s.launches, mem, func() { mem.phase = phaseDeleting })
 	// The delete outlives the call that asked for it.
-	l.deleter.delete(l.orderer.ctx(), mem.cloud, mem.instance(), "terminated by "+mem.owner)
+	l.deleter.delete(l.orderer.ctx(), mem.cloud, mem.instance(), "terminated by "+mem.peek().owner)
 	return nil
 }
 
@@ -213,7 +213,7 @@ func (l *launcher) launched(owner string) []Instance {
 	defer s.mu.RUnlock()
 	var out []Instance
 	for _, mem := range s.launches.members {
-		if owner == "" || mem.owner == owner {
+		if owner == "" || mem.peek().owner == owner {
 			out = append(out, mem.view())
 		}
 	}

@@ -154,9 +154,10 @@ func New(cfg *config.Config, providers map[string]cloud.Provider, opts Options) 
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if mem := s.byProviderID[inst.ProviderID]; mem != nil && mem.name == inst.Name && (inst.ID == "" || inst.ID == mem.id) {
-			mem.deleteErr = ""
 			if err != nil {
-				mem.deleteErr = err.Error()
+				mem.extras().deleteErr = err.Error()
+			} else if mem.x != nil {
+				mem.x.deleteErr = ""
 			}
 		}
 	}
@@ -323,15 +324,16 @@ func (m *Manager) Instances(name string) ([]Instance, error) {
 
 // view renders a member for front ends.
 func (mem *member) view() Instance {
+	k, x := mem.offering(), mem.peek()
 	in := Instance{
 		ProviderID:   mem.providerID,
 		Aliases:      mem.aliases,
 		Name:         mem.name,
-		InstanceType: mem.offering.InstanceType,
-		Location:     mem.offering.Location,
-		CapacityType: string(mem.offering.CapacityType),
+		InstanceType: k.InstanceType,
+		Location:     k.Location,
+		CapacityType: string(k.CapacityType),
 		CreatedAt:    mem.createdAt,
-		Owner:        mem.owner,
+		Owner:        x.owner,
 		Price:        mem.price,
 	}
 	switch mem.phase {
@@ -339,11 +341,11 @@ func (mem *member) view() Instance {
 		in.State = StateCreating
 	case phaseFailed:
 		in.State = StateCreating
-		in.ErrorCode, in.ErrorMessage, in.ErrorClass = mem.errCode, mem.errMsg, mem.errClass
+		in.ErrorCode, in.ErrorMessage, in.ErrorClass = x.errCode, x.errMsg, x.errClass
 	case phaseDeleting:
 		in.State = StateDeleting
-		if mem.deleteErr != "" {
-			in.ErrorCode, in.ErrorMessage, in.ErrorClass = CodeDeleteFailed, mem.deleteErr, ErrorClassOther
+		if x.deleteErr != "" {
+			in.ErrorCode, in.ErrorMessage, in.ErrorClass = CodeDeleteFailed, x.deleteErr, ErrorClassOther
 		}
 	case phaseCreated:
 		in.State = StateCreating

@@ -99,7 +99,7 @@ func (o *orderer) create(ctx context.Context, g *group, mem *member) {
 				s.mu.Unlock()
 				return
 			}
-			s.change(g, mem, func() { mem.offering, mem.price = k, price })
+			s.change(g, mem, func() { mem.off, mem.price = s.keys.intern(k), price })
 		}
 		var spec cloud.CreateSpec
 		if ok {
@@ -240,7 +240,7 @@ func (o *orderer) created(g *group, mem *member, inst cloud.Instance) {
 	o.recordLocked(g, mem, inst)
 	o.offerings.succeed(g.cfg.Name)
 	o.publish(g)
-	o.log.Info("instance created", "group", g.cfg.Name, "owner", mem.owner, "instance", inst.Name, "offering", mem.offering.String(), "price", mem.price)
+	o.log.Info("instance created", "group", g.cfg.Name, "owner", mem.peek().owner, "instance", inst.Name, "offering", mem.offering().String(), "price", mem.price)
 }
 
 // recordLocked puts what the cloud accepted on the member.
@@ -249,7 +249,7 @@ func (o *orderer) recordLocked(g *group, mem *member, inst cloud.Instance) {
 	s.change(g, mem, func() {
 		pid := inst.ProviderID
 		inst.ProviderID = ""
-		mem.setInstance(inst)
+		s.setInstance(mem, inst)
 		if mem.state == "" {
 			mem.state = cloud.StatePending
 		}
@@ -275,7 +275,7 @@ func (o *orderer) unknown(g *group, mem *member, err error) {
 	s.mu.Lock()
 	s.change(g, mem, func() {
 		mem.phase = phaseUnknown
-		mem.unknownSince = o.clock.Now()
+		mem.extras().unknownSince = o.clock.Now()
 	})
 	s.mu.Unlock()
 	o.log.Warn("create answer lost; waiting for a list to say whether it landed", "group", g.cfg.Name, "instance", mem.name, "error", err)
@@ -315,7 +315,8 @@ func (o *orderer) failLocked(g *group, mem *member, code string, class ErrorClas
 	o.events.warn(g.cfg.Name, mem.name, mem.providerID, "ScaleUpFailed", code+": "+msg)
 	s.change(g, mem, func() {
 		mem.phase = phaseFailed
-		mem.errCode, mem.errClass, mem.errMsg = code, class, msg
+		x := mem.extras()
+		x.errCode, x.errClass, x.errMsg = code, class, msg
 	})
 	o.publish(g)
 	mem.settle()
@@ -323,11 +324,11 @@ func (o *orderer) failLocked(g *group, mem *member, code string, class ErrorClas
 
 // settle wakes a caller waiting on a launch's outcome.
 func (mem *member) settle() {
-	if mem.resolved != nil {
+	if r := mem.peek().resolved; r != nil {
 		select {
-		case <-mem.resolved:
+		case <-r:
 		default:
-			close(mem.resolved)
+			close(r)
 		}
 	}
 }

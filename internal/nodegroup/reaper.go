@@ -169,10 +169,10 @@ func (r *reaper) unregisteredLocked(ctx context.Context, cloudName string) {
 			}
 			mem.unseen++
 			if mem.unseen == 1 {
-				mem.firstMiss = now
+				mem.extras().firstMiss = now
 			}
 			// Act once: after several syncs in a row, over two sync periods.
-			if mem.unseen < unregisteredMisses || now.Sub(mem.firstMiss) < 2*r.cfg.Sync.Period.Duration || mem.phase == phaseDeleting || mem.reported {
+			if mem.unseen < unregisteredMisses || now.Sub(mem.peek().firstMiss) < 2*r.cfg.Sync.Period.Duration || mem.phase == phaseDeleting || mem.reported {
 				continue
 			}
 			mem.reported = true

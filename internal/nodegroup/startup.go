@@ -95,6 +95,6 @@ func (u *startups) gpuInstance(g *group, mem *member) (gpus, known bool) {
 	if g.cfg.Name != "" {
 		return g.itype.GPUCount > 0, true
 	}
-	it, ok := u.catalog.instanceType(mem.cloud, mem.offering.InstanceType)
+	it, ok := u.catalog.instanceType(mem.cloud, mem.offering().InstanceType)
 	return it.GPUCount > 0, ok
 }

@@ -37,6 +37,29 @@ type store struct {
 	others map[string]float64
 	// lastSync is when each cloud's last successful list started.
 	lastSync map[string]time.Time
+	// keys interns the members' offerings.
+	keys keys
+}
+
+// keys interns offering keys: members on one offering share one copy.
+type keys struct {
+	mu   sync.Mutex
+	keys map[cloud.OfferingKey]*cloud.OfferingKey
+}
+
+// intern returns the shared copy of k.
+func (ks *keys) intern(k cloud.OfferingKey) *cloud.OfferingKey {
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	if p, ok := ks.keys[k]; ok {
+		return p
+	}
+	if ks.keys == nil {
+		ks.keys = map[cloud.OfferingKey]*cloud.OfferingKey{}
+	}
+	p := &k
+	ks.keys[k] = p
+	return p
 }
 
 func newStore(cfg *config.Config, manage func(string) bool) *store {
@@ -107,57 +130,92 @@ const (
 
 // member is one slot of a group, or one launched instance: an instance, or
 // the order for one. Only what the core needs of the cloud's instance is
-// kept, so a member stays small.
+// kept, and what few members have (an owner, an error, a lost answer) is
+// kept aside, so that a member stays small: 100,000 of them must fit.
 type member struct {
 	name       string
 	cloud      string
 	group      string // empty for launched instances
-	owner      string // the launch API's caller
 	providerID string
-	// placeholder: providerID is the one the core made up at order
-	// time, not yet one the cloud reported.
-	placeholder bool
-	aliases     []string
+	aliases    []string
 	// id is the cloud's ID once known; it tells duplicates apart.
-	id       string
-	phase    phase
-	state    cloud.InstanceState // as last listed; empty before the cloud knows it
-	ip       string
-	offering cloud.OfferingKey
-	price    float64
+	id    string
+	state cloud.InstanceState // as last listed; empty before the cloud knows it
+	ip    string
+	// off is the offering, interned by the store (see offering).
+	off   *cloud.OfferingKey
+	price float64
 	// createdAt is the order's (or instance's) creation time; recordedAt is
 	// when the core learnt of the cloud instance: a list that started
 	// earlier cannot be expected to show it.
 	createdAt  time.Time
 	recordedAt time.Time
-	// unknownSince is when a create's answer was lost.
-	unknownSince time.Time
-	// cancelled asks an in-flight create to delete what it creates.
-	cancelled bool
+	// readyAfter is the time from createdAt to the first Ready observed.
+	readyAfter time.Duration
+	// x holds what few members have; nil for most (see extras, peek).
+	x *extras
 	// unseen counts syncs in a row that found no Node for a running member
 	// past the grace period.
-	unseen    int
-	firstMiss time.Time
+	unseen int32
+	phase  phase
+	// steps are the start-up steps of its Node observed (startups).
+	steps uint8
+	// placeholder: providerID is the one the core made up at order
+	// time, not yet one the cloud reported.
+	placeholder bool
+	// cancelled asks an in-flight create to delete what it creates.
+	cancelled bool
 	// reported: the never-registered finding was acted on.
 	reported bool
-	// steps are the start-up steps of its Node observed (startups), and
-	// readyAfter the time from createdAt to the first Ready observed.
-	steps      uint8
-	readyAfter time.Duration
 	// joined: its Node was seen registered; gpusUp: with GPUs (the
 	// reaper's streaks restart on these firsts).
 	joined, gpusUp bool
-	errCode        string
-	errMsg         string
 	// ageUnknown: the cloud did not say when the instance was made, and
 	// createdAt is when gpuscaler first listed it.
 	ageUnknown bool
+}
+
+// extras is what a member carries only when it has it.
+type extras struct {
+	// owner is the launch API's caller.
+	owner string
+	// unknownSince is when a create's answer was lost.
+	unknownSince time.Time
+	// firstMiss is the first of the syncs in a row that found no Node.
+	firstMiss time.Time
+	errCode   string
+	errMsg    string
+	errClass  ErrorClass
 	// deleteErr is why the last delete of the instance failed; shown on
 	// its status until a delete goes through.
 	deleteErr string
-	errClass  ErrorClass
 	// resolved is closed when a launch's outcome-unknown create is settled.
 	resolved chan struct{}
+}
+
+// extras returns the member's extras to change, making them on first use.
+func (mem *member) extras() *extras {
+	if mem.x == nil {
+		mem.x = &extras{}
+	}
+	return mem.x
+}
+
+// peek returns the member's extras to read; zero when it has none.
+func (mem *member) peek() extras {
+	if mem.x == nil {
+		return extras{}
+	}
+	return *mem.x
+}
+
+// offering is the offering the member was ordered on (or the cloud
+// reports); zero before either.
+func (mem *member) offering() cloud.OfferingKey {
+	if mem.off == nil {
+		return cloud.OfferingKey{}
+	}
+	return *mem.off
 }
 
 // known reports whether the cloud has (or had) the member's instance.
@@ -193,7 +251,7 @@ func (mem *member) committed() bool {
 }
 
 // setInstance records what the cloud says of the member's instance.
-func (mem *member) setInstance(in cloud.Instance) {
+func (s *store) setInstance(mem *member, in cloud.Instance) {
 	mem.id, mem.state, mem.ip = in.ID, in.State, in.IP
 	if in.ProviderID != "" {
 		mem.providerID = in.ProviderID
@@ -205,15 +263,16 @@ func (mem *member) setInstance(in cloud.Instance) {
 		mem.createdAt = in.CreatedAt
 	}
 	if in.InstanceType != "" {
-		mem.offering = cloud.OfferingKey{InstanceType: in.InstanceType, Location: in.Location, CapacityType: in.CapacityType}
+		mem.off = s.keys.intern(cloud.OfferingKey{InstanceType: in.InstanceType, Location: in.Location, CapacityType: in.CapacityType})
 	}
 }
 
 // instance renders the member as the cloud instance to delete.
 func (mem *member) instance() cloud.Instance {
+	k := mem.offering()
 	return cloud.Instance{
-		ID: mem.id, Name: mem.name, ProviderID: mem.providerID, Aliases: mem.aliases, Group: mem.group, Owner: mem.owner,
-		InstanceType: mem.offering.InstanceType, Location: mem.offering.Location, CapacityType: mem.offering.CapacityType,
+		ID: mem.id, Name: mem.name, ProviderID: mem.providerID, Aliases: mem.aliases, Group: mem.group, Owner: mem.peek().owner,
+		InstanceType: k.InstanceType, Location: k.Location, CapacityType: k.CapacityType,
 		State: mem.state, CreatedAt: mem.createdAt, IP: mem.ip,
 	}
 }

@@ -248,7 +248,7 @@ func (y *syncer) unjoinedLocked(cloudName string) (out []reissue, ready bool) {
 			continue
 		}
 		for _, mem := range g.members {
-			if mem.phase != phaseCreated || mem.ageUnknown || mem.createdAt.IsZero() || mem.offering.InstanceType == "" {
+			if mem.phase != phaseCreated || mem.ageUnknown || mem.createdAt.IsZero() || mem.offering().InstanceType == "" {
 				continue
 			}
 			if mem.state != cloud.StatePending && mem.state != cloud.StateRunning {
@@ -263,7 +263,7 @@ func (y *syncer) unjoinedLocked(cloudName string) (out []reissue, ready bool) {
 					continue
 				}
 			}
-			spec := y.orderer().templater.spec(g, mem.name, mem.offering)
+			spec := y.orderer().templater.spec(g, mem.name, mem.offering())
 			spec.ProviderID = mem.providerID
 			out = append(out, reissue{spec: spec, ordered: mem.createdAt})
 		}
@@ -302,14 +302,15 @@ func (y *syncer) fold(ctx context.Context, cloudName string, g *group, listed ma
 		s.change(g, mem, func() {
 			pid := in.ProviderID
 			in.ProviderID = ""
-			mem.setInstance(in)
+			s.setInstance(mem, in)
 			s.reindex(mem, pid)
 			s.index(mem)
 			switch {
 			case in.State == cloud.StateFailed && mem.phase == phaseCreated:
 				y.metrics.scaleUpFailures.WithLabelValues(g.cfg.Name, "InstanceFailed").Inc()
 				mem.phase = phaseFailed
-				mem.errCode, mem.errClass, mem.errMsg = CodeCreateFailed, ErrorClassOther, "cloud reports the instance failed: "+in.Error
+				x := mem.extras()
+				x.errCode, x.errClass, x.errMsg = CodeCreateFailed, ErrorClassOther, "cloud reports the instance failed: "+in.Error
 			case in.State == cloud.StateDeleting && mem.phase != phaseDeleting:
 				y.log.Warn("instance is being deleted outside gpuscaler; it will be replaced", "group", g.cfg.Name, "instance", name)
 				mem.phase = phaseDeleting
@@ -331,17 +332,20 @@ func (y *syncer) fold(ctx context.Context, cloudName string, g *group, listed ma
 		in, dups := pick(all, "")
 		y.reaper.duplicatesLocked(cloudName, dups)
 		mem := &member{
-			name: in.Name, cloud: cloudName, group: in.Group, owner: in.Owner,
+			name: in.Name, cloud: cloudName, group: in.Group,
 			phase: phaseCreated, recordedAt: start,
 		}
-		mem.setInstance(in)
+		if in.Owner != "" {
+			mem.extras().owner = in.Owner
+		}
+		s.setInstance(mem, in)
 		if mem.createdAt.IsZero() {
 			// A cloud that did not say when (or in a form we could not
 			// read): the age counts from the first list that shows it, so
 			// that the never-registered check does not take it for ancient.
 			mem.createdAt, mem.ageUnknown = start, true
 		}
-		mem.price = y.offerings.price(cloudName, mem.offering, y.catalog.listPrice(cloudName, mem.offering))
+		mem.price = y.offerings.price(cloudName, mem.offering(), y.catalog.listPrice(cloudName, mem.offering()))
 		switch in.State {
 		case cloud.StateDeleting:
 			mem.phase = phaseDeleting
@@ -350,7 +354,8 @@ func (y *syncer) fold(ctx context.Context, cloudName string, g *group, listed ma
 			y.metrics.vanished.WithLabelValues(g.cfg.Name).Inc()
 		case cloud.StateFailed:
 			mem.phase = phaseFailed
-			mem.errCode, mem.errClass, mem.errMsg = CodeCreateFailed, ErrorClassOther, "cloud reports the instance failed: "+in.Error
+			x := mem.extras()
+			x.errCode, x.errClass, x.errMsg = CodeCreateFailed, ErrorClassOther, "cloud reports the instance failed: "+in.Error
 		}
 		if !initial {
 			y.log.Info("adopting instance the core did not know", "group", g.cfg.Name, "owner", in.Owner, "instance", in.Name)
@@ -366,7 +371,7 @@ func (y *syncer) missing(g *group, mem *member, start time.Time, gone *[]*member
 	s := y.store
 	switch {
 	case mem.phase == phaseUnknown:
-		if !start.After(mem.unknownSince.Add(y.resolveAfter)) {
+		if !start.After(mem.peek().unknownSince.Add(y.resolveAfter)) {
 			return // too early to tell
 		}
 		s.drop(g, mem)

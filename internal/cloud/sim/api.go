@@ -2,7 +2,6 @@ package sim
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
 )
@@ -64,14 +63,17 @@ func (e *Engine) List(ctx context.Context, cluster string) ([]cloud.Instance, er
 	if err := e.call(ctx, "list"); err != nil {
 		return nil, err
 	}
-	snap := e.snapshot(cluster)
-	out := make([]cloud.Instance, 0, len(snap))
-	now := e.clock.Now()
-	for _, in := range snap {
-		if e.listLag > 0 && now.Sub(in.CreatedAt) < e.listLag {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.advanceLocked()
+	sorted := e.sortedLocked(cluster)
+	out := make([]cloud.Instance, 0, len(sorted))
+	listedBefore := e.clock.Now().Add(-e.listLag).UnixNano()
+	for _, in := range sorted {
+		if e.listLag > 0 && in.created > listedBefore {
 			continue // accepted, not listed yet
 		}
-		out = append(out, in.Instance)
+		out = append(out, in.view())
 	}
 	return out, nil
 }
@@ -106,36 +108,28 @@ func (e *Engine) Create(ctx context.Context, cluster string, spec cloud.CreateSp
 	e.used[k]++
 	e.nextID++
 	now := e.clock.Now()
-	id := fmt.Sprintf("sim-%06d", e.nextID)
 	in := &instance{
-		Instance: cloud.Instance{
-			ID:         id,
-			Name:       spec.Name,
-			ProviderID: cloud.ProviderID("sim", spec.Name),
-			// The ID form, as clouds whose seed systems named nodes by ID have.
-			Aliases:      []string{cloud.ProviderID("sim", id)},
-			Group:        spec.Group,
-			Owner:        spec.Owner,
-			InstanceType: spec.InstanceType,
-			Location:     spec.Location,
-			CapacityType: spec.CapacityType,
-			State:        cloud.StatePending,
-			CreatedAt:    now,
-			IP:           fmt.Sprintf("10.%d.%d.%d", 64+e.nextID>>16&63, e.nextID>>8&255, e.nextID&255),
-		},
+		name:     spec.Name,
+		num:      e.nextID,
 		cluster:  cluster,
+		group:    spec.Group,
+		owner:    spec.Owner,
+		offering: e.internLocked(k),
+		state:    cloud.StatePending,
+		created:  now.UnixNano(),
 		labels:   spec.Labels, // shared and read-only, see cloud.CreateSpec
 		taints:   spec.Taints,
 		userData: spec.UserData,
-		bootAt:   now.Add(e.bootDelay),
 	}
-
 	e.instances[spec.Name] = in
+	e.scheduleLocked(in, now.Add(e.bootDelay).UnixNano())
 	e.notifyLocked()
 	if e.unknownRate > 0 && e.rng.Float64() < e.unknownRate {
 		return cloud.Instance{}, cloud.Errorf(cloud.ErrOutcomeUnknown, "create", "simulated timeout after the order reached the cloud")
 	}
-	return in.Instance, nil
+	out := in.view()
+	out.CreatedAt = now
+	return out, nil
 }
 
 // Delete starts deleting one of a cluster's instances; an instance that is
@@ -148,15 +142,15 @@ func (e *Engine) Delete(ctx context.Context, cluster string, inst cloud.Instance
 	defer e.mu.Unlock()
 	e.advanceLocked()
 	in, ok := e.instances[inst.Name]
-	if !ok || in.cluster != cluster || in.State == cloud.StateDeleting {
+	if !ok || in.cluster != cluster || in.state == cloud.StateDeleting {
 		return nil
 	}
-	in.State = cloud.StateDeleting
-	in.goneAt = e.clock.Now().Add(e.deleteDelay)
+	in.state = cloud.StateDeleting
 	if e.deleteDelay == 0 {
 		e.removeLocked(in)
 		return nil
 	}
+	e.scheduleLocked(in, e.clock.Now().Add(e.deleteDelay).UnixNano())
 	e.notifyLocked()
 	return nil
 }
@@ -164,15 +158,28 @@ func (e *Engine) Delete(ctx context.Context, cluster string, inst cloud.Instance
 // Count returns how many instances the engine holds for a cluster, in any
 // state, without counting as an API call.
 func (e *Engine) Count(cluster string) int {
-	return len(e.snapshot(cluster))
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.advanceLocked()
+	n := 0
+	for _, in := range e.instances {
+		if in.cluster == cluster {
+			n++
+		}
+	}
+	return n
 }
 
-// Instances returns a cluster's instances without counting as an API call.
+// Instances returns a cluster's instances, sorted by name, without counting
+// as an API call.
 func (e *Engine) Instances(cluster string) []cloud.Instance {
-	snap := e.snapshot(cluster)
-	out := make([]cloud.Instance, len(snap))
-	for i, in := range snap {
-		out[i] = in.Instance
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.advanceLocked()
+	sorted := e.sortedLocked(cluster)
+	out := make([]cloud.Instance, len(sorted))
+	for i, in := range sorted {
+		out[i] = in.view()
 	}
 	return out
 }

@@ -10,6 +10,7 @@
 package sim
 
 import (
+	"container/heap"
 	"fmt"
 	"log/slog"
 	"math"
@@ -70,22 +71,60 @@ type Engine struct {
 	types          map[string]cloud.InstanceType
 	capacity       map[cloud.OfferingKey]int
 	used           map[cloud.OfferingKey]int
-	instances      map[string]*instance // by name
+	offerings      map[cloud.OfferingKey]*cloud.OfferingKey // interned keys
+	instances      map[string]*instance                     // by name
+	// events are the instances' due times, soonest first; an event whose
+	// instance has moved on since is dropped when it comes up.
+	events eventQueue
 	calls          map[string]int
 	nextID         int
 	changed        chan struct{}
 }
 
-// instance is one simulated machine.
+// instance is one simulated machine, kept small so that a test can hold
+// 100,000 of them: what the order shares (group, owner, labels, taints) is
+// not copied, the offering is interned, times are nanoseconds, and what
+// follows from the instance's number (its ID, IP and ID-form provider ID)
+// is rendered when it is listed.
 type instance struct {
-	cloud.Instance
-	cluster   string
-	labels    map[string]string
-	taints    []corev1.Taint
-	userData  string
-	bootAt    time.Time
-	goneAt    time.Time // set once deleting
-	reclaimAt time.Time // zero: never reclaimed
+	name     string
+	num      int
+	cluster  string
+	group    string
+	owner    string
+	offering *cloud.OfferingKey // interned: one per offering
+	state    cloud.InstanceState
+	// created is when it was ordered; due is when its state next changes
+	// (pending: boots; deleting: gone; running: reclaimed, 0 never), all
+	// in Unix nanoseconds on the engine's clock.
+	created  int64
+	due      int64
+	labels   map[string]string
+	taints   []corev1.Taint
+	userData string
+}
+
+// id is the instance's cloud ID.
+func (in *instance) id() string { return fmt.Sprintf("sim-%06d", in.num) }
+
+// view renders the instance as the API answers it.
+func (in *instance) view() cloud.Instance {
+	id := in.id()
+	return cloud.Instance{
+		ID:         id,
+		Name:       in.name,
+		ProviderID: cloud.ProviderID(Name, in.name),
+		// The ID form, as clouds whose seed systems named nodes by ID have.
+		Aliases:      []string{cloud.ProviderID(Name, id)},
+		Group:        in.group,
+		Owner:        in.owner,
+		InstanceType: in.offering.InstanceType,
+		Location:     in.offering.Location,
+		CapacityType: in.offering.CapacityType,
+		State:        in.state,
+		CreatedAt:    time.Unix(0, in.created),
+		IP:           fmt.Sprintf("10.%d.%d.%d", 64+in.num>>16&63, in.num>>8&255, in.num&255),
+	}
 }
 
 // NewEngine builds an engine.
@@ -122,6 +161,7 @@ func NewEngine(cfg Config, opts Options) (*Engine, error) {
 		types:          map[string]cloud.InstanceType{},
 		capacity:       map[cloud.OfferingKey]int{},
 		used:           map[cloud.OfferingKey]int{},
+		offerings:      map[cloud.OfferingKey]*cloud.OfferingKey{},
 		instances:      map[string]*instance{},
 		calls:          map[string]int{},
 		changed:        make(chan struct{}),
@@ -243,23 +283,13 @@ func (e *Engine) Changed() <-chan struct{} {
 func (e *Engine) NextEvent() (time.Time, bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	var next time.Time
-	consider := func(t time.Time) {
-		if !t.IsZero() && (next.IsZero() || t.Before(next)) {
-			next = t
+	for len(e.events) > 0 {
+		if ev := e.events[0]; e.current(ev) {
+			return time.Unix(0, ev.at), true
 		}
+		heap.Pop(&e.events)
 	}
-	for _, in := range e.instances {
-		switch in.State {
-		case cloud.StatePending:
-			consider(in.bootAt)
-		case cloud.StateDeleting:
-			consider(in.goneAt)
-		case cloud.StateRunning:
-			consider(in.reclaimAt)
-		}
-	}
-	return next, !next.IsZero()
+	return time.Time{}, false
 }
 
 // notifyLocked wakes everyone waiting on Changed.
@@ -268,35 +298,40 @@ func (e *Engine) notifyLocked() {
 	e.changed = make(chan struct{})
 }
 
-// advanceLocked moves every instance to where the clock says it is.
+// advanceLocked moves every instance whose time has come to where the
+// clock says it is. Each pass takes every due event; boots go in name
+// order, so that the random draws follow the seed, and a spot instance
+// whose reclaim falls due at once goes in the next pass.
 func (e *Engine) advanceLocked() {
-	now := e.clock.Now()
+	now := e.clock.Now().UnixNano()
 	changed := false
-	// Boot in name order, so the random draws follow the seed, not map order.
-	var booting []*instance
-	for _, in := range e.instances {
-		if in.State == cloud.StatePending && !now.Before(in.bootAt) {
-			booting = append(booting, in)
+	for len(e.events) > 0 && e.events[0].at <= now {
+		var booting []*instance
+		for len(e.events) > 0 && e.events[0].at <= now {
+			ev := heap.Pop(&e.events).(event)
+			if !e.current(ev) {
+				continue
+			}
+			switch in := ev.in; in.state {
+			case cloud.StatePending:
+				booting = append(booting, in)
+			case cloud.StateRunning:
+				e.log.Info("simulated spot instance reclaimed", "instance", in.name, "cluster", in.cluster,
+					"type", in.offering.InstanceType, "location", in.offering.Location)
+				e.removeLocked(in)
+				changed = true
+			case cloud.StateDeleting:
+				e.removeLocked(in)
+				changed = true
+			}
 		}
-	}
-	sort.Slice(booting, func(i, j int) bool { return booting[i].Name < booting[j].Name })
-	for _, in := range booting {
-		in.State = cloud.StateRunning
-		if in.CapacityType == cloud.Spot && e.reclaimPerHour > 0 {
-			in.reclaimAt = in.bootAt.Add(e.lifetimeLocked())
-		}
-		changed = true
-	}
-	for _, in := range e.instances {
-		if in.State == cloud.StateRunning && !in.reclaimAt.IsZero() && !now.Before(in.reclaimAt) {
-			e.log.Info("simulated spot instance reclaimed", "instance", in.Name, "cluster", in.cluster,
-				"type", in.InstanceType, "location", in.Location)
-			e.removeLocked(in)
-			changed = true
-			continue
-		}
-		if in.State == cloud.StateDeleting && !now.Before(in.goneAt) {
-			e.removeLocked(in)
+		sort.Slice(booting, func(i, j int) bool { return booting[i].name < booting[j].name })
+		for _, in := range booting {
+			bootAt := in.due
+			in.state, in.due = cloud.StateRunning, 0
+			if in.offering.CapacityType == cloud.Spot && e.reclaimPerHour > 0 {
+				e.scheduleLocked(in, bootAt+int64(e.lifetimeLocked()))
+			}
 			changed = true
 		}
 	}
@@ -321,26 +356,72 @@ func (e *Engine) lifetimeLocked() time.Duration {
 
 // removeLocked makes an instance gone and frees its capacity.
 func (e *Engine) removeLocked(in *instance) {
-	delete(e.instances, in.Name)
-	k := cloud.OfferingKey{InstanceType: in.InstanceType, Location: in.Location, CapacityType: in.CapacityType}
-	e.used[k]--
+	delete(e.instances, in.name)
+	in.due = 0
+	e.used[*in.offering]--
 	e.notifyLocked()
 }
 
-// snapshot returns the cluster's instances, sorted by name.
-func (e *Engine) snapshot(cluster string) []*instance {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.advanceLocked()
+// scheduleLocked sets when the instance's state next changes.
+func (e *Engine) scheduleLocked(in *instance, at int64) {
+	in.due = at
+	heap.Push(&e.events, event{at: at, in: in, state: in.state})
+}
+
+// current reports whether an event still stands: its instance exists and
+// is in the state, and due at the time, the event was made for.
+func (e *Engine) current(ev event) bool {
+	in := ev.in
+	return e.instances[in.name] == in && in.state == ev.state && in.due == ev.at
+}
+
+// internLocked returns the one shared copy of an offering key.
+func (e *Engine) internLocked(k cloud.OfferingKey) *cloud.OfferingKey {
+	if p, ok := e.offerings[k]; ok {
+		return p
+	}
+	p := &k
+	e.offerings[k] = p
+	return p
+}
+
+// sortedLocked returns a cluster's instances, sorted by name.
+func (e *Engine) sortedLocked(cluster string) []*instance {
 	var out []*instance
 	for _, in := range e.instances {
 		if in.cluster == cluster {
-			cp := *in
-			out = append(out, &cp)
+			out = append(out, in)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
 	return out
+}
+
+// event is an instance's due time, in the engine's queue.
+type event struct {
+	at    int64
+	in    *instance
+	state cloud.InstanceState
+}
+
+// eventQueue is a min-heap of events by time (container/heap).
+type eventQueue []event
+
+func (q eventQueue) Len() int { return len(q) }
+func (q eventQueue) Less(i, j int) bool {
+	if q[i].at != q[j].at {
+		return q[i].at < q[j].at
+	}
+	return q[i].in.name < q[j].in.name
+}
+func (q eventQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
+func (q *eventQueue) Push(x any)   { *q = append(*q, x.(event)) }
+func (q *eventQueue) Pop() any {
+	old := *q
+	ev := old[len(old)-1]
+	old[len(old)-1] = event{}
+	*q = old[:len(old)-1]
+	return ev
 }
 
 // validLocation reports whether loc is a simulated location.

@@ -101,16 +101,20 @@ type Registrar struct {
 func NewRegistrar(c *Cloud, client kubernetes.Interface, opts RegistrarOptions) *Registrar {
 	e := c.engine
 	return NewKubelets(e, c.cluster, func() ([]Machine, error) {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		e.advanceLocked()
 		var out []Machine
-		for _, in := range e.snapshot(c.cluster) {
-			if in.State != cloud.StateRunning {
+		for _, in := range e.sortedLocked(c.cluster) {
+			if in.state != cloud.StateRunning {
 				continue
 			}
-			t, ok := e.types[in.InstanceType]
+			t, ok := e.types[in.offering.InstanceType]
 			if !ok {
-				return nil, fmt.Errorf("instance %s: type %q not in catalog", in.Name, in.InstanceType)
+				return nil, fmt.Errorf("instance %s: type %q not in catalog", in.name, in.offering.InstanceType)
 			}
-			out = append(out, Machine{Name: in.Name, ProviderID: in.ProviderID, IP: in.IP, Type: t, Labels: in.labels, Taints: in.taints})
+			v := in.view()
+			out = append(out, Machine{Name: in.name, ProviderID: v.ProviderID, IP: v.IP, Type: t, Labels: in.labels, Taints: in.taints})
 		}
 		return out, nil
 	}, client, opts)
