@@ -75,10 +75,10 @@ type Engine struct {
 	instances      map[string]*instance                     // by name
 	// events are the instances' due times, soonest first; an event whose
 	// instance has moved on since is dropped when it comes up.
-	events eventQueue
-	calls          map[string]int
-	nextID         int
-	changed        chan struct{}
+	events  eventQueue
+	calls   map[string]int
+	nextID  int
+	changed chan struct{}
 }
 
 // instance is one simulated machine, kept small so that a test can hold
