@@ -8,11 +8,17 @@ import (
 // createQueue holds a cloud's group orders waiting for one of its create
 // workers: however large a scale-up, the core runs sync.maxConcurrentCreates
 // creates per cloud and keeps the rest as a pointer each, not a goroutine.
+// Workers start when orders wait and end when none do, so an idle core
+// holds no goroutine (and no stack) for them.
 type createQueue struct {
 	mu      sync.Mutex
 	items   []queued
-	wake    chan struct{}
-	workers int
+	max     int
+	running int
+	// ctx, start and create are set by run; orders pushed before it wait.
+	ctx    context.Context
+	start  func(func())
+	create func(context.Context, *group, *member)
 }
 
 // queued is one order in a queue.
@@ -22,25 +28,43 @@ type queued struct {
 }
 
 func newCreateQueue(workers int) *createQueue {
-	return &createQueue{wake: make(chan struct{}, 1), workers: max(workers, 1)}
+	return &createQueue{max: max(workers, 1)}
 }
 
-// push adds an order and wakes a worker.
+// push adds an order, starting a worker if fewer than the maximum run.
 func (q *createQueue) push(g *group, mem *member) {
 	q.mu.Lock()
+	defer q.mu.Unlock()
 	q.items = append(q.items, queued{g: g, mem: mem})
-	q.mu.Unlock()
-	select {
-	case q.wake <- struct{}{}:
-	default:
+	q.spawnLocked()
+}
+
+// spawnLocked starts workers for the orders waiting, up to the maximum.
+func (q *createQueue) spawnLocked() {
+	for q.start != nil && q.ctx.Err() == nil && q.running < q.max && q.running < len(q.items) {
+		q.running++
+		q.start(q.work)
 	}
 }
 
-// pop takes the oldest order, if any.
-func (q *createQueue) pop() (queued, bool) {
+// work creates orders until none waits (or the queue's context ends).
+func (q *createQueue) work() {
+	for {
+		it, ok := q.next()
+		if !ok {
+			return
+		}
+		q.create(q.ctx, it.g, it.mem)
+	}
+}
+
+// next takes the oldest order; when there is none, or the context has
+// ended, the worker calling it is done.
+func (q *createQueue) next() (queued, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if len(q.items) == 0 {
+	if len(q.items) == 0 || q.ctx.Err() != nil {
+		q.running--
 		return queued{}, false
 	}
 	it := q.items[0]
@@ -52,39 +76,12 @@ func (q *createQueue) pop() (queued, bool) {
 	return it, true
 }
 
-// len is how many orders wait.
-func (q *createQueue) len() int {
+// run lets the queue start workers under ctx, through start, each calling
+// create for the orders it takes. Orders still queued when ctx ends are
+// dropped with the process: a restart rebuilds the groups from the cloud.
+func (q *createQueue) run(ctx context.Context, start func(func()), create func(context.Context, *group, *member)) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return len(q.items)
-}
-
-// run starts the workers under ctx; each calls create for the orders it
-// takes, until ctx is done. A worker that takes an order while more wait
-// wakes another, so a burst fans out to every worker. Orders still queued
-// when ctx ends are dropped with the process: a restart rebuilds the
-// groups from the cloud.
-func (q *createQueue) run(ctx context.Context, start func(func()), create func(context.Context, *group, *member)) {
-	for range q.workers {
-		start(func() {
-			for ctx.Err() == nil {
-				it, ok := q.pop()
-				if !ok {
-					select {
-					case <-ctx.Done():
-						return
-					case <-q.wake:
-					}
-					continue
-				}
-				if q.len() > 0 {
-					select {
-					case q.wake <- struct{}{}:
-					default:
-					}
-				}
-				create(ctx, it.g, it.mem)
-			}
-		})
-	}
+	q.ctx, q.start, q.create = ctx, start, create
+	q.spawnLocked()
 }

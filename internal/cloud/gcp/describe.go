@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"strings"
 
-	"cloud.google.com/go/compute/apiv1/computepb"
+	compute "google.golang.org/api/compute/v1"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
@@ -19,22 +19,25 @@ import (
 // taints are the ones GKE writes into a node pool's template metadata
 // (kube-labels, else kube-env's NODE_LABELS, and NODE_TAINTS).
 func (c *Cloud) DescribeGroup(ctx context.Context, zone, name string) (cloud.ExistingGroup, error) {
-	m, err := c.igm.Get(ctx, &computepb.GetInstanceGroupManagerRequest{Project: c.opts.Project, Zone: zone, InstanceGroupManager: name})
+	m, err := c.api.InstanceGroupManagers.Get(c.opts.Project, zone, name).Context(ctx).Do()
 	if err != nil {
 		return cloud.ExistingGroup{}, classify("describe", err)
 	}
-	link := m.GetInstanceTemplate()
-	if link == "" && len(m.GetVersions()) > 0 {
-		link = m.GetVersions()[0].GetInstanceTemplate()
+	link := m.InstanceTemplate
+	if link == "" && len(m.Versions) > 0 {
+		link = m.Versions[0].InstanceTemplate
 	}
 	tmpl, err := c.template(ctx, link)
 	if err != nil {
 		return cloud.ExistingGroup{}, fmt.Errorf("managed instance group %s/%s: %w", zone, name, err)
 	}
-	props := tmpl.GetProperties()
-	t, err := instanceType(lastSegment(props.GetMachineType()), props.GetGuestAccelerators())
+	props := tmpl.Properties
+	if props == nil {
+		props = &compute.InstanceProperties{}
+	}
+	t, err := instanceType(lastSegment(props.MachineType), props.GuestAccelerators)
 	if err != nil {
-		return cloud.ExistingGroup{}, cloud.Errorf(cloud.ErrInvalid, "describe", "managed instance group %s/%s, template %s: %v", zone, name, tmpl.GetName(), err)
+		return cloud.ExistingGroup{}, cloud.Errorf(cloud.ErrInvalid, "describe", "managed instance group %s/%s, template %s: %v", zone, name, tmpl.Name, err)
 	}
 	if _, known := tableType(t.Name); !known {
 		c.mu.Lock()
@@ -47,20 +50,24 @@ func (c *Cloud) DescribeGroup(ctx context.Context, zone, name string) (cloud.Exi
 		c.mu.Unlock()
 	}
 	meta := map[string]string{}
-	for _, it := range props.GetMetadata().GetItems() {
-		meta[it.GetKey()] = it.GetValue()
+	if props.Metadata != nil {
+		for _, it := range props.Metadata.Items {
+			if it.Value != nil {
+				meta[it.Key] = *it.Value
+			}
+		}
 	}
 	labels, taints, err := nodeSettings(meta)
 	if err != nil {
-		return cloud.ExistingGroup{}, cloud.Errorf(cloud.ErrInvalid, "describe", "managed instance group %s/%s, template %s: %v", zone, name, tmpl.GetName(), err)
+		return cloud.ExistingGroup{}, cloud.Errorf(cloud.ErrInvalid, "describe", "managed instance group %s/%s, template %s: %v", zone, name, tmpl.Name, err)
 	}
-	return cloud.ExistingGroup{Location: zone, Name: name, InstanceType: t.Name, Labels: labels, Taints: taints, Size: int(m.GetTargetSize())}, nil
+	return cloud.ExistingGroup{Location: zone, Name: name, InstanceType: t.Name, Labels: labels, Taints: taints, Size: int(m.TargetSize)}, nil
 }
 
 // template reads an instance template by its link: global
 // (projects/p/global/instanceTemplates/t) or regional
 // (projects/p/regions/r/instanceTemplates/t).
-func (c *Cloud) template(ctx context.Context, link string) (*computepb.InstanceTemplate, error) {
+func (c *Cloud) template(ctx context.Context, link string) (*compute.InstanceTemplate, error) {
 	i := strings.Index(link, "projects/")
 	if i < 0 {
 		return nil, cloud.Errorf(cloud.ErrInvalid, "describe", "instance template %q is not a template link", link)
@@ -68,14 +75,14 @@ func (c *Cloud) template(ctx context.Context, link string) (*computepb.InstanceT
 	parts := strings.Split(link[i+len("projects/"):], "/")
 	project, parts := parts[0], parts[1:]
 	var (
-		t   *computepb.InstanceTemplate
+		t   *compute.InstanceTemplate
 		err error
 	)
 	switch {
 	case len(parts) == 3 && parts[0] == "global" && parts[1] == "instanceTemplates":
-		t, err = c.templates.Get(ctx, &computepb.GetInstanceTemplateRequest{Project: project, InstanceTemplate: parts[2]})
+		t, err = c.api.InstanceTemplates.Get(project, parts[2]).Context(ctx).Do()
 	case len(parts) == 4 && parts[0] == "regions" && parts[2] == "instanceTemplates":
-		t, err = c.regionTemplates.Get(ctx, &computepb.GetRegionInstanceTemplateRequest{Project: project, Region: parts[1], InstanceTemplate: parts[3]})
+		t, err = c.api.RegionInstanceTemplates.Get(project, parts[1], parts[3]).Context(ctx).Do()
 	default:
 		return nil, cloud.Errorf(cloud.ErrInvalid, "describe", "instance template %q is not a template link", link)
 	}
@@ -95,7 +102,7 @@ func lastSegment(s string) string { return s[strings.LastIndex(s, "/")+1:] }
 // named "<machine type>.<count>x<accelerator>" with the accelerators'
 // GPUs and prices added; its nodes' instance-type label stays the machine
 // type, as GCE nodes register it.
-func instanceType(machineType string, accels []*computepb.AcceleratorConfig) (cloud.InstanceType, error) {
+func instanceType(machineType string, accels []*compute.AcceleratorConfig) (cloud.InstanceType, error) {
 	t, ok := tableType(machineType)
 	if !ok {
 		return cloud.InstanceType{}, fmt.Errorf("machine type %q is not in gpuscaler's GCP table (docs/clouds/gcp.md)", machineType)
@@ -106,7 +113,7 @@ func instanceType(machineType string, accels []*computepb.AcceleratorConfig) (cl
 	if len(accels) > 1 {
 		return cloud.InstanceType{}, fmt.Errorf("machine type %q has %d kinds of accelerators; one is supported", machineType, len(accels))
 	}
-	name, count := lastSegment(accels[0].GetAcceleratorType()), int(accels[0].GetAcceleratorCount())
+	name, count := lastSegment(accels[0].AcceleratorType), int(accels[0].AcceleratorCount)
 	a, ok := accelerators[name]
 	if !ok || count < 1 {
 		return cloud.InstanceType{}, fmt.Errorf("accelerator %q (count %d) is not in gpuscaler's GCP table (docs/clouds/gcp.md)", name, count)

@@ -5,12 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"sort"
 	"strings"
 	"time"
 
-	compute "cloud.google.com/go/compute/apiv1"
-	"cloud.google.com/go/compute/apiv1/computepb"
-	"google.golang.org/api/iterator"
+	compute "google.golang.org/api/compute/v1"
 
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
 )
@@ -36,12 +35,10 @@ func (c *Cloud) insert(ctx context.Context, group string, m MIG, tmpl string) er
 	}
 	desc := c.marker() + group + ". Deleted by gpuscaler once the group leaves its config and this group is empty."
 	err := c.mutate(ctx, m, "create-group", func(requestID string) (*compute.Operation, error) {
-		return c.igm.Insert(ctx, &computepb.InsertInstanceGroupManagerRequest{
-			Project: c.opts.Project, Zone: m.Location, RequestId: &requestID,
-			InstanceGroupManagerResource: &computepb.InstanceGroupManager{
-				Name: &m.Name, BaseInstanceName: &group, InstanceTemplate: &tmpl, TargetSize: new(int32(0)), Description: &desc,
-			},
-		})
+		return c.api.InstanceGroupManagers.Insert(c.opts.Project, m.Location, &compute.InstanceGroupManager{
+			Name: m.Name, BaseInstanceName: group, InstanceTemplate: tmpl, TargetSize: 0, Description: desc,
+			ForceSendFields: []string{"TargetSize"}, // empty, said so
+		}).RequestId(requestID).Context(ctx).Do()
 	})
 	if err != nil && !alreadyExists(err) {
 		return fmt.Errorf("managed instance group %s/%s from template %s: %w", m.Location, m.Name, tmpl, err)
@@ -66,37 +63,45 @@ func (c *Cloud) retire(ctx context.Context, groups map[string]Group) {
 		}
 	}
 	c.swept = time.Now()
-	it := c.igm.AggregatedList(ctx, &computepb.AggregatedListInstanceGroupManagersRequest{Project: c.opts.Project})
-	for {
-		pair, err := it.Next()
-		if errors.Is(err, iterator.Done) {
-			return
-		}
-		if err != nil {
-			c.log.Warn("gcp: managed instance groups not swept; the next sweep retries", "error", classify("sweep", err))
-			c.swept = time.Time{}
-			return
-		}
-		zone := strings.TrimPrefix(pair.Key, "zones/")
-		for _, g := range pair.Value.GetInstanceGroupManagers() {
-			m := MIG{Location: zone, Name: g.GetName()}
-			if used[m] || !strings.HasPrefix(g.GetDescription(), c.marker()) {
-				continue
+	// The zonal MIGs gpuscaler created that no group uses, by zone.
+	type mig struct {
+		zone string
+		g    *compute.InstanceGroupManager
+	}
+	var unused []mig
+	err := c.api.InstanceGroupManagers.AggregatedList(c.opts.Project).Pages(ctx, func(page *compute.InstanceGroupManagerAggregatedList) error {
+		for scope, scoped := range page.Items {
+			zone, zonal := strings.CutPrefix(scope, "zones/")
+			for _, g := range scoped.InstanceGroupManagers {
+				if zonal && strings.HasPrefix(g.Description, c.marker()) && !used[MIG{Location: zone, Name: g.Name}] {
+					unused = append(unused, mig{zone, g})
+				}
 			}
-			insts, err := c.members(ctx, m)
-			if err != nil || len(insts) > 0 || g.GetTargetSize() > 0 {
-				c.log.Warn("gcp: a managed instance group gpuscaler created is in no group now but not empty; it is deleted once it is",
-					"zone", zone, "group", m.Name, "members", len(insts), "error", err)
-				continue
-			}
-			err = c.mutate(ctx, m, "delete-group", func(requestID string) (*compute.Operation, error) {
-				return c.igm.Delete(ctx, &computepb.DeleteInstanceGroupManagerRequest{Project: c.opts.Project, Zone: zone, InstanceGroupManager: m.Name, RequestId: &requestID})
-			})
-			if err != nil && !errors.Is(err, cloud.ErrNotFound) {
-				c.log.Warn("gcp: unused managed instance group not deleted; the next sweep retries", "zone", zone, "group", m.Name, "error", err)
-				continue
-			}
-			c.log.Info("gcp: unused managed instance group gpuscaler created deleted", "zone", zone, "group", m.Name)
 		}
+		return nil
+	})
+	if err != nil {
+		c.log.Warn("gcp: managed instance groups not swept; the next sweep retries", "error", classify("sweep", err))
+		c.swept = time.Time{}
+		return
+	}
+	sort.Slice(unused, func(i, j int) bool { return unused[i].zone+"/"+unused[i].g.Name < unused[j].zone+"/"+unused[j].g.Name })
+	for _, u := range unused {
+		zone, g := u.zone, u.g
+		m := MIG{Location: zone, Name: g.Name}
+		insts, err := c.members(ctx, m)
+		if err != nil || len(insts) > 0 || g.TargetSize > 0 {
+			c.log.Warn("gcp: a managed instance group gpuscaler created is in no group now but not empty; it is deleted once it is",
+				"zone", zone, "group", m.Name, "members", len(insts), "error", err)
+			continue
+		}
+		err = c.mutate(ctx, m, "delete-group", func(requestID string) (*compute.Operation, error) {
+			return c.api.InstanceGroupManagers.Delete(c.opts.Project, zone, m.Name).RequestId(requestID).Context(ctx).Do()
+		})
+		if err != nil && !errors.Is(err, cloud.ErrNotFound) {
+			c.log.Warn("gcp: unused managed instance group not deleted; the next sweep retries", "zone", zone, "group", m.Name, "error", err)
+			continue
+		}
+		c.log.Info("gcp: unused managed instance group gpuscaler created deleted", "zone", zone, "group", m.Name)
 	}
 }

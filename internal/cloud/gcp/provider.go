@@ -1,5 +1,5 @@
 // Package gcp is gpuscaler's backend for GCP managed instance groups, on
-// the official client (cloud.google.com/go/compute, REST): each node group
+// the official client (google.golang.org/api/compute/v1, REST): each node group
 // orders into one managed instance group per zone, by name, so that every
 // instance's provider ID (gce://<project>/<zone>/<name>) is known before it
 // boots and a lost answer is resolved by name, never by a second order.
@@ -11,17 +11,16 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
-	compute "cloud.google.com/go/compute/apiv1"
-	"cloud.google.com/go/compute/apiv1/computepb"
 	"github.com/google/uuid"
-	"github.com/googleapis/gax-go/v2/apierror"
+	compute "google.golang.org/api/compute/v1"
 	"google.golang.org/api/googleapi"
-	"google.golang.org/api/iterator"
 	"google.golang.org/api/option"
 
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
@@ -106,13 +105,9 @@ type Options struct {
 
 // Cloud is a GCP project's managed instance groups as a cloud.Provider.
 type Cloud struct {
-	igm             *compute.InstanceGroupManagersClient
-	regionIGM       *compute.RegionInstanceGroupManagersClient
-	instances       *compute.InstancesClient
-	templates       *compute.InstanceTemplatesClient
-	regionTemplates *compute.RegionInstanceTemplatesClient
-	opts            Options
-	log             *slog.Logger
+	api  *compute.Service
+	opts Options
+	log  *slog.Logger
 
 	// locks serialise the operations on each MIG (GCP answers 409 while
 	// another runs); a channel, so that a wait for one heeds its context.
@@ -136,16 +131,11 @@ var (
 	_ cloud.GroupDescriber = (*Cloud)(nil)
 )
 
-// Clients are the API clients the backend uses.
+// Clients are the API clients the backend uses: the Compute API's
+// service (managed instance groups zonal and regional, their operations,
+// instances, instance templates).
 type Clients struct {
-	IGM *compute.InstanceGroupManagersClient
-	// RegionIGM serves regional MIGs.
-	RegionIGM *compute.RegionInstanceGroupManagersClient
-	Instances *compute.InstancesClient
-	// Templates and RegionTemplates read instance templates (global and
-	// regional) for DescribeGroup.
-	Templates       *compute.InstanceTemplatesClient
-	RegionTemplates *compute.RegionInstanceTemplatesClient
+	Compute *compute.Service
 }
 
 // ClientOptions say how to reach the API: Application Default Credentials
@@ -161,11 +151,12 @@ type ClientOptions struct {
 	HTTPClient *http.Client
 }
 
-// NewClients returns the managed-instance-group and instance clients.
+// NewClients returns the Compute API client. The API's path
+// (/compute/v1/) is added to an Endpoint that has none.
 func NewClients(ctx context.Context, opts ClientOptions) (Clients, error) {
 	var o []option.ClientOption
 	if opts.Endpoint != "" {
-		o = append(o, option.WithEndpoint(opts.Endpoint))
+		o = append(o, option.WithEndpoint(apiBase(opts.Endpoint)))
 	}
 	switch {
 	case opts.NoAuth:
@@ -176,27 +167,21 @@ func NewClients(ctx context.Context, opts ClientOptions) (Clients, error) {
 	if opts.HTTPClient != nil {
 		o = append(o, option.WithHTTPClient(opts.HTTPClient))
 	}
-	igm, err := compute.NewInstanceGroupManagersRESTClient(ctx, o...)
+	svc, err := compute.NewService(ctx, o...)
 	if err != nil {
 		return Clients{}, fmt.Errorf("gcp: %w", err)
 	}
-	inst, err := compute.NewInstancesRESTClient(ctx, o...)
-	if err != nil {
-		return Clients{}, fmt.Errorf("gcp: %w", err)
+	return Clients{Compute: svc}, nil
+}
+
+// apiBase is the Compute API's base URL at an endpoint: the endpoint with
+// /compute/v1/ added when it names a host only.
+func apiBase(endpoint string) string {
+	u, err := url.Parse(endpoint)
+	if err != nil || strings.Trim(u.Path, "/") != "" {
+		return strings.TrimSuffix(endpoint, "/") + "/"
 	}
-	tmpl, err := compute.NewInstanceTemplatesRESTClient(ctx, o...)
-	if err != nil {
-		return Clients{}, fmt.Errorf("gcp: %w", err)
-	}
-	rtmpl, err := compute.NewRegionInstanceTemplatesRESTClient(ctx, o...)
-	if err != nil {
-		return Clients{}, fmt.Errorf("gcp: %w", err)
-	}
-	rigm, err := compute.NewRegionInstanceGroupManagersRESTClient(ctx, o...)
-	if err != nil {
-		return Clients{}, fmt.Errorf("gcp: %w", err)
-	}
-	return Clients{IGM: igm, RegionIGM: rigm, Instances: inst, Templates: tmpl, RegionTemplates: rtmpl}, nil
+	return strings.TrimSuffix(endpoint, "/") + "/compute/v1/"
 }
 
 // New returns the backend over its clients.
@@ -216,7 +201,7 @@ func New(clients Clients, opts Options) *Cloud {
 	if opts.OperationTimeout == 0 {
 		opts.OperationTimeout = 10 * time.Minute
 	}
-	return &Cloud{igm: clients.IGM, regionIGM: clients.RegionIGM, instances: clients.Instances, templates: clients.Templates, regionTemplates: clients.RegionTemplates,
+	return &Cloud{api: clients.Compute,
 		opts: opts, log: opts.Logger, locks: map[MIG]chan struct{}{}, ips: map[string]string{}, groups: opts.Groups, learned: map[string]cloud.InstanceType{}}
 }
 
@@ -339,8 +324,8 @@ func (c *Cloud) List(ctx context.Context) ([]cloud.Instance, error) {
 			}
 			for _, mi := range insts {
 				out = append(out, c.instance(group, g, m, mi))
-				if mi.GetInstanceStatus() == "RUNNING" {
-					vms[memberZone(m, mi)+"/"+mi.GetName()] = true
+				if mi.InstanceStatus == "RUNNING" {
+					vms[memberZone(m, mi)+"/"+mi.Name] = true
 				}
 			}
 		}
@@ -355,7 +340,7 @@ func (c *Cloud) List(ctx context.Context) ([]cloud.Instance, error) {
 // reading a zone's instances only when one of them has none known yet: a
 // steady state costs nothing.
 func (c *Cloud) addresses(ctx context.Context, insts []cloud.Instance, vms map[string]bool) {
-	if c.instances == nil {
+	if c.api == nil {
 		return
 	}
 	c.mu.Lock()
@@ -378,21 +363,19 @@ func (c *Cloud) addresses(ctx context.Context, insts []cloud.Instance, vms map[s
 	}
 	c.mu.Unlock()
 	for zone := range want {
-		it := c.instances.List(ctx, &computepb.ListInstancesRequest{Project: c.opts.Project, Zone: zone})
-		for {
-			vm, err := it.Next()
-			if err != nil {
-				if !errors.Is(err, iterator.Done) {
-					c.log.Warn("gcp: instance addresses unavailable (nodes cannot fetch their scripts until they are known); the next list retries",
-						"zone", zone, "error", classify("addresses", err))
+		err := c.api.Instances.List(c.opts.Project, zone).Pages(ctx, func(page *compute.InstanceList) error {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			for _, vm := range page.Items {
+				if len(vm.NetworkInterfaces) > 0 && vm.NetworkInterfaces[0].NetworkIP != "" {
+					c.ips[zone+"/"+vm.Name] = vm.NetworkInterfaces[0].NetworkIP
 				}
-				break
 			}
-			if nics := vm.GetNetworkInterfaces(); len(nics) > 0 && nics[0].GetNetworkIP() != "" {
-				c.mu.Lock()
-				c.ips[zone+"/"+vm.GetName()] = nics[0].GetNetworkIP()
-				c.mu.Unlock()
-			}
+			return nil
+		})
+		if err != nil {
+			c.log.Warn("gcp: instance addresses unavailable (nodes cannot fetch their scripts until they are known); the next list retries",
+				"zone", zone, "error", classify("addresses", err))
 		}
 	}
 	c.mu.Lock()
@@ -402,32 +385,33 @@ func (c *Cloud) addresses(ctx context.Context, insts []cloud.Instance, vms map[s
 	}
 }
 
-func (c *Cloud) members(ctx context.Context, m MIG) ([]*computepb.ManagedInstance, error) {
-	var it *compute.ManagedInstanceIterator
+// members lists a MIG's managed instances, every page.
+func (c *Cloud) members(ctx context.Context, m MIG) ([]*compute.ManagedInstance, error) {
+	var out []*compute.ManagedInstance
+	var err error
 	if m.Regional() {
-		it = c.regionIGM.ListManagedInstances(ctx, &computepb.ListManagedInstancesRegionInstanceGroupManagersRequest{
-			Project: c.opts.Project, Region: m.Location, InstanceGroupManager: m.Name})
+		err = c.api.RegionInstanceGroupManagers.ListManagedInstances(c.opts.Project, m.Location, m.Name).Pages(ctx,
+			func(page *compute.RegionInstanceGroupManagersListInstancesResponse) error {
+				out = append(out, page.ManagedInstances...)
+				return nil
+			})
 	} else {
-		it = c.igm.ListManagedInstances(ctx, &computepb.ListManagedInstancesInstanceGroupManagersRequest{
-			Project: c.opts.Project, Zone: m.Location, InstanceGroupManager: m.Name})
+		err = c.api.InstanceGroupManagers.ListManagedInstances(c.opts.Project, m.Location, m.Name).Pages(ctx,
+			func(page *compute.InstanceGroupManagersListManagedInstancesResponse) error {
+				out = append(out, page.ManagedInstances...)
+				return nil
+			})
 	}
-	var out []*computepb.ManagedInstance
-	for {
-		mi, err := it.Next()
-		if errors.Is(err, iterator.Done) {
-			return out, nil
-		}
-		if err != nil {
-			return nil, classify("list", err)
-		}
-		out = append(out, mi)
+	if err != nil {
+		return nil, classify("list", err)
 	}
+	return out, nil
 }
 
 // lastAttempt is the first error of a managed instance's last attempt.
-func lastAttempt(mi *computepb.ManagedInstance) (code, message string) {
-	if errs := mi.GetLastAttempt().GetErrors().GetErrors(); len(errs) > 0 {
-		return errs[0].GetCode(), errs[0].GetMessage()
+func lastAttempt(mi *compute.ManagedInstance) (code, message string) {
+	if a := mi.LastAttempt; a != nil && a.Errors != nil && len(a.Errors.Errors) > 0 {
+		return a.Errors.Errors[0].Code, a.Errors.Errors[0].Message
 	}
 	return "", ""
 }
@@ -446,18 +430,18 @@ func attemptClass(code string) error {
 	return cloud.ErrTransient
 }
 
-func (c *Cloud) instance(group string, g Group, m MIG, mi *computepb.ManagedInstance) cloud.Instance {
+func (c *Cloud) instance(group string, g Group, m MIG, mi *compute.ManagedInstance) cloud.Instance {
 	in := cloud.Instance{
-		Name: mi.GetName(), ProviderID: c.ProviderID(memberZone(m, mi), mi.GetName()),
+		Name: mi.Name, ProviderID: c.ProviderID(memberZone(m, mi), mi.Name),
 		Group: group, Location: m.Location, CapacityType: cloud.OnDemand, InstanceType: g.InstanceType,
 	}
 	if m.Regional() && memberZone(m, mi) == "" {
 		in.ProviderID = "" // its zone is not chosen yet
 	}
-	if mi.Id != nil {
-		in.ID = fmt.Sprint(mi.GetId()) // none until the VM exists
+	if mi.Id != 0 {
+		in.ID = strconv.FormatUint(mi.Id, 10) // none until the VM exists
 	}
-	switch mi.GetCurrentAction() {
+	switch mi.CurrentAction {
 	case "CREATING", "CREATING_WITHOUT_RETRIES", "RECREATING", "VERIFYING", "STARTING", "RESUMING", "REFRESHING", "RESTARTING":
 		in.State = cloud.StatePending
 		if code, msg := lastAttempt(mi); attemptClass(code) == cloud.ErrCapacity || attemptClass(code) == cloud.ErrQuota {
@@ -468,9 +452,9 @@ func (c *Cloud) instance(group string, g Group, m MIG, mi *computepb.ManagedInst
 	case "DELETING", "ABANDONING":
 		in.State = cloud.StateDeleting
 	default:
-		switch mi.GetInstanceStatus() {
+		switch mi.InstanceStatus {
 		case "STOPPED", "TERMINATED", "SUSPENDED":
-			in.State, in.Error = cloud.StateStopped, "instance "+mi.GetInstanceStatus()
+			in.State, in.Error = cloud.StateStopped, "instance "+mi.InstanceStatus
 		case "RUNNING":
 			in.State = cloud.StateRunning
 		default:
@@ -494,7 +478,7 @@ func (c *Cloud) Create(ctx context.Context, spec cloud.CreateSpec) (cloud.Instan
 	if !ok {
 		return cloud.Instance{}, cloud.Errorf(cloud.ErrInvalid, "create", "group %q has no managed instance group in %s", spec.Group, spec.Location)
 	}
-	config := &computepb.PerInstanceConfig{Name: &spec.Name}
+	config := &compute.PerInstanceConfig{Name: spec.Name}
 	if spec.RenderUserData != nil && m.Regional() {
 		return cloud.Instance{}, cloud.Errorf(cloud.ErrInvalid, "create", "group %q: a regional MIG picks each instance's zone, so its provider ID is not known before the order: nodes join with the template's own startup script", spec.Group)
 	}
@@ -505,24 +489,18 @@ func (c *Cloud) Create(ctx context.Context, spec cloud.CreateSpec) (cloud.Instan
 		if err != nil {
 			return cloud.Instance{}, cloud.NewError(cloud.ErrInvalid, "create", err)
 		}
-		config.PreservedState = &computepb.PreservedState{Metadata: map[string]string{"startup-script": ud}}
+		config.PreservedState = &compute.PreservedState{Metadata: map[string]string{"startup-script": ud}}
 	}
 	order := func() error {
 		return c.mutate(ctx, m, "create", func(requestID string) (*compute.Operation, error) {
 			if m.Regional() {
-				return c.regionIGM.CreateInstances(ctx, &computepb.CreateInstancesRegionInstanceGroupManagerRequest{
-					Project: c.opts.Project, Region: m.Location, InstanceGroupManager: m.Name, RequestId: &requestID,
-					RegionInstanceGroupManagersCreateInstancesRequestResource: &computepb.RegionInstanceGroupManagersCreateInstancesRequest{
-						Instances: []*computepb.PerInstanceConfig{config},
-					},
-				})
+				return c.api.RegionInstanceGroupManagers.CreateInstances(c.opts.Project, m.Location, m.Name,
+					&compute.RegionInstanceGroupManagersCreateInstancesRequest{Instances: []*compute.PerInstanceConfig{config}}).
+					RequestId(requestID).Context(ctx).Do()
 			}
-			return c.igm.CreateInstances(ctx, &computepb.CreateInstancesInstanceGroupManagerRequest{
-				Project: c.opts.Project, Zone: m.Location, InstanceGroupManager: m.Name, RequestId: &requestID,
-				InstanceGroupManagersCreateInstancesRequestResource: &computepb.InstanceGroupManagersCreateInstancesRequest{
-					Instances: []*computepb.PerInstanceConfig{config},
-				},
-			})
+			return c.api.InstanceGroupManagers.CreateInstances(c.opts.Project, m.Location, m.Name,
+				&compute.InstanceGroupManagersCreateInstancesRequest{Instances: []*compute.PerInstanceConfig{config}}).
+				RequestId(requestID).Context(ctx).Do()
 		})
 	}
 	err := order()
@@ -553,7 +531,7 @@ func (c *Cloud) Create(ctx context.Context, spec cloud.CreateSpec) (cloud.Instan
 
 // watch follows a new instance until it is made, a stock-out or quota
 // error shows (the instance is then taken out), or CreateWatch passes.
-func (c *Cloud) watch(ctx context.Context, m MIG, name string) (*computepb.ManagedInstance, error) {
+func (c *Cloud) watch(ctx context.Context, m MIG, name string) (*compute.ManagedInstance, error) {
 	deadline := time.Now().Add(c.opts.CreateWatch)
 	for {
 		mi, err := c.find(ctx, m, name)
@@ -570,7 +548,7 @@ func (c *Cloud) watch(ctx context.Context, m MIG, name string) (*computepb.Manag
 			}
 			return nil, cloud.Errorf(class, "create", "%s: %s", code, msg)
 		}
-		if mi.GetCurrentAction() == "NONE" || time.Now().After(deadline) {
+		if mi.CurrentAction == "NONE" || time.Now().After(deadline) {
 			return mi, nil
 		}
 		select {
@@ -582,13 +560,13 @@ func (c *Cloud) watch(ctx context.Context, m MIG, name string) (*computepb.Manag
 }
 
 // find returns a MIG's member by name; nil when it has none.
-func (c *Cloud) find(ctx context.Context, m MIG, name string) (*computepb.ManagedInstance, error) {
+func (c *Cloud) find(ctx context.Context, m MIG, name string) (*compute.ManagedInstance, error) {
 	insts, err := c.members(ctx, m)
 	if err != nil {
 		return nil, err
 	}
 	for _, mi := range insts {
-		if mi.GetName() == name {
+		if mi.Name == name {
 			return mi, nil
 		}
 	}
@@ -634,11 +612,11 @@ func zoneOf(in cloud.Instance) string {
 
 // memberZone is a member's zone: its MIG's, or for a regional MIG the one
 // in its instance link ("" while GCP has not chosen one).
-func memberZone(m MIG, mi *computepb.ManagedInstance) string {
+func memberZone(m MIG, mi *compute.ManagedInstance) string {
 	if !m.Regional() {
 		return m.Location
 	}
-	_, rest, ok := strings.Cut(mi.GetInstance(), "/zones/")
+	_, rest, ok := strings.Cut(mi.Instance, "/zones/")
 	if !ok {
 		return ""
 	}
@@ -646,8 +624,8 @@ func memberZone(m MIG, mi *computepb.ManagedInstance) string {
 	return zone
 }
 
-func (c *Cloud) remove(ctx context.Context, m MIG, mi *computepb.ManagedInstance) error {
-	return c.removeIn(ctx, m, memberZone(m, mi), mi.GetName())
+func (c *Cloud) remove(ctx context.Context, m MIG, mi *compute.ManagedInstance) error {
+	return c.removeIn(ctx, m, memberZone(m, mi), mi.Name)
 }
 
 // removeIn deletes the member name, in zone, of a MIG.
@@ -655,19 +633,13 @@ func (c *Cloud) removeIn(ctx context.Context, m MIG, zone, name string) error {
 	ref := "zones/" + zone + "/instances/" + name
 	err := c.mutate(ctx, m, "delete", func(requestID string) (*compute.Operation, error) {
 		if m.Regional() {
-			return c.regionIGM.DeleteInstances(ctx, &computepb.DeleteInstancesRegionInstanceGroupManagerRequest{
-				Project: c.opts.Project, Region: m.Location, InstanceGroupManager: m.Name, RequestId: &requestID,
-				RegionInstanceGroupManagersDeleteInstancesRequestResource: &computepb.RegionInstanceGroupManagersDeleteInstancesRequest{
-					Instances: []string{ref}, SkipInstancesOnValidationError: new(true),
-				},
-			})
+			return c.api.RegionInstanceGroupManagers.DeleteInstances(c.opts.Project, m.Location, m.Name,
+				&compute.RegionInstanceGroupManagersDeleteInstancesRequest{Instances: []string{ref}, SkipInstancesOnValidationError: true}).
+				RequestId(requestID).Context(ctx).Do()
 		}
-		return c.igm.DeleteInstances(ctx, &computepb.DeleteInstancesInstanceGroupManagerRequest{
-			Project: c.opts.Project, Zone: m.Location, InstanceGroupManager: m.Name, RequestId: &requestID,
-			InstanceGroupManagersDeleteInstancesRequestResource: &computepb.InstanceGroupManagersDeleteInstancesRequest{
-				Instances: []string{ref}, SkipInstancesOnValidationError: new(true),
-			},
-		})
+		return c.api.InstanceGroupManagers.DeleteInstances(c.opts.Project, m.Location, m.Name,
+			&compute.InstanceGroupManagersDeleteInstancesRequest{Instances: []string{ref}, SkipInstancesOnValidationError: true}).
+			RequestId(requestID).Context(ctx).Do()
 	})
 	if errors.Is(err, cloud.ErrNotFound) {
 		return nil
@@ -708,7 +680,8 @@ func (c *Cloud) mutate(ctx context.Context, m MIG, op string, call func(requestI
 	}
 }
 
-// run sends one mutation and waits for its operation.
+// run sends one mutation and waits for its operation, polling it where
+// it runs (its zone, or its region).
 func (c *Cloud) run(ctx context.Context, op string, call func() (*compute.Operation, error)) error {
 	o, err := call()
 	if err != nil {
@@ -718,9 +691,9 @@ func (c *Cloud) run(ctx context.Context, op string, call func() (*compute.Operat
 	// Most MIG operations end within seconds and hold the MIG's lock
 	// meanwhile: ask soon, then less often, up to PollInterval.
 	wait := min(100*time.Millisecond, c.opts.PollInterval)
-	for !o.Done() {
+	for o.Status != "DONE" {
 		if time.Now().After(deadline) {
-			return cloud.Errorf(cloud.ErrOutcomeUnknown, op, "operation %s not done after %s", o.Name(), c.opts.OperationTimeout)
+			return cloud.Errorf(cloud.ErrOutcomeUnknown, op, "operation %s not done after %s", o.Name, c.opts.OperationTimeout)
 		}
 		select {
 		case <-ctx.Done():
@@ -728,29 +701,45 @@ func (c *Cloud) run(ctx context.Context, op string, call func() (*compute.Operat
 		case <-time.After(wait):
 		}
 		wait = min(2*wait, c.opts.PollInterval)
-		if err := o.Poll(ctx); err != nil && !o.Done() {
+		next, err := c.poll(ctx, o)
+		if err != nil {
 			if cloud.Class(classify(op, err)) == cloud.ErrTransient {
 				continue // the operation runs on; ask again
 			}
 			return classify(op, err)
 		}
+		o = next
 	}
-	return doneError(op, o.Proto())
+	return doneError(op, o)
+}
+
+// poll reads an operation again, from its zone or its region.
+func (c *Cloud) poll(ctx context.Context, o *compute.Operation) (*compute.Operation, error) {
+	if o.Zone != "" {
+		return c.api.ZoneOperations.Get(c.opts.Project, lastSegment(o.Zone), o.Name).Context(ctx).Do()
+	}
+	if o.Region != "" {
+		return c.api.RegionOperations.Get(c.opts.Project, lastSegment(o.Region), o.Name).Context(ctx).Do()
+	}
+	return c.api.GlobalOperations.Get(c.opts.Project, o.Name).Context(ctx).Do()
 }
 
 // doneError classes a finished operation's failure: by its errors' codes
 // (stock-out, quota, not found), else by its HTTP status (409, 429 and 5xx
 // transient, 403 quota when the message says so), else as a configuration
 // error.
-func doneError(op string, p *computepb.Operation) error {
-	errs := p.GetError().GetErrors()
-	status := int(p.GetHttpErrorStatusCode())
+func doneError(op string, p *compute.Operation) error {
+	var errs []*compute.OperationErrorErrors
+	if p.Error != nil {
+		errs = p.Error.Errors
+	}
+	status := int(p.HttpErrorStatusCode)
 	if len(errs) == 0 && (status == 0 || status/100 == 2) {
 		return nil
 	}
-	code, msg := "", p.GetHttpErrorMessage()
+	code, msg := "", p.HttpErrorMessage
 	if len(errs) > 0 {
-		code, msg = errs[0].GetCode(), errs[0].GetMessage()
+		code, msg = errs[0].Code, errs[0].Message
 	}
 	class := attemptClass(code)
 	switch {
@@ -764,12 +753,12 @@ func doneError(op string, p *computepb.Operation) error {
 	default:
 		class = cloud.ErrInvalid
 	}
-	return cloud.Errorf(class, op, "operation %s: %d %s: %s", p.GetName(), status, code, msg)
+	return cloud.Errorf(class, op, "operation %s: %d %s: %s", p.Name, status, code, msg)
 }
 
 // creating reports whether a managed instance is still being made.
-func creating(mi *computepb.ManagedInstance) bool {
-	switch mi.GetCurrentAction() {
+func creating(mi *compute.ManagedInstance) bool {
+	switch mi.CurrentAction {
 	case "CREATING", "CREATING_WITHOUT_RETRIES", "RECREATING":
 		return true
 	}
@@ -781,7 +770,6 @@ func creating(mi *computepb.ManagedInstance) bool {
 // that mutate (their caller decides).
 func classify(op string, err error) error {
 	var ge *googleapi.Error
-	var ae *apierror.APIError
 	code, reason := 0, ""
 	switch {
 	case errors.As(err, &ge):
@@ -789,9 +777,6 @@ func classify(op string, err error) error {
 		if len(ge.Errors) > 0 {
 			reason = ge.Errors[0].Reason
 		}
-	case errors.As(err, &ae):
-		code = ae.HTTPCode()
-		reason = ae.Reason()
 	default:
 		if op == "create" || op == "delete" {
 			return cloud.NewError(cloud.ErrOutcomeUnknown, op, err)

@@ -1,5 +1,5 @@
 // Package gcptest is an in-process fake of the GCP Compute API's managed
-// instance groups, served to the real client (cloud.google.com/go/compute,
+// instance groups, served to the real client (google.golang.org/api/compute/v1,
 // REST) through option.WithEndpoint, and built on the simulated cloud's
 // engine so that capacity and boot times have one source of truth. It
 // follows shared/reference/cloud-apis.md §4 and §5: protojson bodies
