@@ -1,0 +1,140 @@
+// Package perf holds the benchmarks of gpuscaler at fleet scale: the core
+// filling groups on the simulated cloud, and what each instance costs in
+// memory (docs/benchmarks.md).
+package perf
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpuscaler/gpuscaler/internal/cloud"
+	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
+	"github.com/gpuscaler/gpuscaler/internal/config"
+	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
+	gsruntime "github.com/gpuscaler/gpuscaler/internal/runtime"
+)
+
+// groups is how many node groups a fleet is spread over.
+const groups = 100
+
+// BenchmarkFill fills 100 groups to 1,000, 10,000 and 100,000 instances
+// through the core's IncreaseSize, as cluster-autoscaler's scale-ups do,
+// on the simulated cloud (no boot delay, 200 concurrent creates), until
+// the core has recorded every instance the cloud made. It reports the
+// time per instance (ns/instance: constant when bookkeeping is O(1) per
+// create) and the heap the core and the simulated cloud hold per instance
+// once filled (heap-B/instance, after a GC, over the empty core's).
+func BenchmarkFill(b *testing.B) {
+	for _, n := range []int{1_000, 10_000, 100_000} {
+		b.Run(fmt.Sprintf("instances=%d", n), func(b *testing.B) {
+			var perInstance, heap float64
+			for range b.N {
+				d, h := fill(b, n)
+				perInstance += float64(d.Nanoseconds()) / float64(n)
+				heap += float64(h) / float64(n)
+			}
+			b.ReportMetric(perInstance/float64(b.N), "ns/instance")
+			b.ReportMetric(heap/float64(b.N), "heap-B/instance")
+		})
+	}
+}
+
+// fill builds an empty core, fills it to n instances and returns how long
+// that took and how much the heap grew.
+func fill(b *testing.B, n int) (time.Duration, uint64) {
+	b.Helper()
+	b.StopTimer()
+	var doc strings.Builder
+	fmt.Fprintf(&doc, "clusterName: perf\nsync: {period: 1h, requestsPerSecond: 1000000, maxConcurrentCreates: 200}\n")
+	fmt.Fprintf(&doc, "clouds:\n  sim: {bootDelay: 0s, defaultCapacity: 1000000}\nnodeGroups:\n")
+	for i := range groups {
+		fmt.Fprintf(&doc, "  - {name: g%03d, cloud: sim, instanceType: 1H100.80S.30V, locations: [FIN-01], maxSize: %d}\n", i, n/groups)
+	}
+	cfg, err := config.Parse([]byte(doc.String()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	engine, err := sim.NewEngine(gsruntime.SimConfig(*cfg.Clouds.Sim), sim.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	mgr, err := nodegroup.New(cfg, map[string]cloud.Provider{"sim": engine.Account("perf")},
+		nodegroup.Options{Logger: slog.New(slog.DiscardHandler), Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer func() { cancel(); mgr.Wait() }()
+	if err := mgr.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	before := heapInUse()
+	b.StartTimer()
+	start := time.Now()
+	for i := range groups {
+		if err := mgr.IncreaseSize(ctx, fmt.Sprintf("g%03d", i), n/groups); err != nil {
+			b.Fatal(err)
+		}
+	}
+	waitCreated(b, engine, n)
+	took := time.Since(start)
+	b.StopTimer()
+	waitRecorded(b, mgr, n)
+	return took, heapInUse() - before
+}
+
+// waitCreated waits until the cloud holds n instances.
+func waitCreated(b *testing.B, engine *sim.Engine, n int) {
+	b.Helper()
+	deadline := time.Now().Add(10 * time.Minute)
+	for engine.Count("perf") < n {
+		if time.Now().After(deadline) {
+			b.Fatalf("only %d of %d instances created", engine.Count("perf"), n)
+		}
+		time.Sleep(time.Duration(n/1000+1) * time.Millisecond) // Count scans every instance
+	}
+}
+
+// waitRecorded waits until the core has recorded the answer of each of
+// n creates (an instance's address comes with it).
+func waitRecorded(b *testing.B, mgr *nodegroup.Manager, n int) {
+	b.Helper()
+	deadline := time.Now().Add(time.Minute)
+	recorded := 0
+	for i := range groups {
+		insts, err := mgr.Instances(fmt.Sprintf("g%03d", i))
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, in := range insts {
+			for {
+				if _, ok := mgr.InstanceIP(in.Name); ok {
+					recorded++
+					break
+				}
+				if time.Now().After(deadline) {
+					b.Fatalf("the create of %s was never recorded", in.Name)
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}
+	}
+	if recorded != n {
+		b.Fatalf("%d of %d creates recorded", recorded, n)
+	}
+}
+
+// heapInUse is the heap in use after a collection.
+func heapInUse() uint64 {
+	var m runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&m)
+	return m.HeapInuse
+}
