@@ -111,14 +111,10 @@ func (e *Engine) Create(ctx context.Context, cluster string, spec cloud.CreateSp
 	in := &instance{
 		name:     spec.Name,
 		num:      e.nextID,
-		cluster:  cluster,
-		group:    spec.Group,
-		owner:    spec.Owner,
+		order:    e.internOrderLocked(cluster, spec),
 		offering: e.internLocked(k),
 		state:    cloud.StatePending,
 		created:  now.UnixNano(),
-		labels:   spec.Labels, // shared and read-only, see cloud.CreateSpec
-		taints:   spec.Taints,
 		userData: spec.UserData,
 	}
 	e.instances[spec.Name] = in
@@ -142,7 +138,7 @@ func (e *Engine) Delete(ctx context.Context, cluster string, inst cloud.Instance
 	defer e.mu.Unlock()
 	e.advanceLocked()
 	in, ok := e.instances[inst.Name]
-	if !ok || in.cluster != cluster || in.state == cloud.StateDeleting {
+	if !ok || in.order.cluster != cluster || in.state == cloud.StateDeleting {
 		return nil
 	}
 	in.state = cloud.StateDeleting
@@ -163,7 +159,7 @@ func (e *Engine) Count(cluster string) int {
 	e.advanceLocked()
 	n := 0
 	for _, in := range e.instances {
-		if in.cluster == cluster {
+		if in.order.cluster == cluster {
 			n++
 		}
 	}

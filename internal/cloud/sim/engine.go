@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
+	"reflect"
 	"sort"
 	"strings"
 	"sync"
@@ -72,6 +73,7 @@ type Engine struct {
 	capacity       map[cloud.OfferingKey]int
 	used           map[cloud.OfferingKey]int
 	offerings      map[cloud.OfferingKey]*cloud.OfferingKey // interned keys
+	orders         map[orderKey]*order                      // interned orders
 	instances      map[string]*instance                     // by name
 	// events are the instances' due times, soonest first; an event whose
 	// instance has moved on since is dropped when it comes up.
@@ -89,9 +91,7 @@ type Engine struct {
 type instance struct {
 	name     string
 	num      int
-	cluster  string
-	group    string
-	owner    string
+	order    *order             // interned: what its order shares with others
 	offering *cloud.OfferingKey // interned: one per offering
 	state    cloud.InstanceState
 	// created is when it was ordered; due is when its state next changes
@@ -99,9 +99,39 @@ type instance struct {
 	// in Unix nanoseconds on the engine's clock.
 	created  int64
 	due      int64
-	labels   map[string]string
-	taints   []corev1.Taint
 	userData string
+}
+
+// order is what the orders of one group (or one launching owner) have in
+// common; the engine keeps one per distinct set (see internOrderLocked).
+type order struct {
+	cluster string
+	group   string
+	owner   string
+	labels  map[string]string // shared and read-only, see cloud.CreateSpec
+	taints  []corev1.Taint
+}
+
+// orderKey identifies an order's shared parts: its labels and taints by
+// identity, as the core shares one map and one slice among the orders of
+// a group.
+type orderKey struct {
+	cluster, group, owner string
+	labels, taints        uintptr
+	ntaints               int
+}
+
+// internOrderLocked returns the one order for a cluster and a spec's
+// shared parts.
+func (e *Engine) internOrderLocked(cluster string, spec cloud.CreateSpec) *order {
+	k := orderKey{cluster: cluster, group: spec.Group, owner: spec.Owner,
+		labels: reflect.ValueOf(spec.Labels).Pointer(), taints: reflect.ValueOf(spec.Taints).Pointer(), ntaints: len(spec.Taints)}
+	if o, ok := e.orders[k]; ok {
+		return o
+	}
+	o := &order{cluster: cluster, group: spec.Group, owner: spec.Owner, labels: spec.Labels, taints: spec.Taints}
+	e.orders[k] = o
+	return o
 }
 
 // id is the instance's cloud ID.
@@ -116,8 +146,8 @@ func (in *instance) view() cloud.Instance {
 		ProviderID: cloud.ProviderID(Name, in.name),
 		// The ID form, as clouds whose seed systems named nodes by ID have.
 		Aliases:      []string{cloud.ProviderID(Name, id)},
-		Group:        in.group,
-		Owner:        in.owner,
+		Group:        in.order.group,
+		Owner:        in.order.owner,
 		InstanceType: in.offering.InstanceType,
 		Location:     in.offering.Location,
 		CapacityType: in.offering.CapacityType,
@@ -162,6 +192,7 @@ func NewEngine(cfg Config, opts Options) (*Engine, error) {
 		capacity:       map[cloud.OfferingKey]int{},
 		used:           map[cloud.OfferingKey]int{},
 		offerings:      map[cloud.OfferingKey]*cloud.OfferingKey{},
+		orders:         map[orderKey]*order{},
 		instances:      map[string]*instance{},
 		calls:          map[string]int{},
 		changed:        make(chan struct{}),
@@ -316,7 +347,7 @@ func (e *Engine) advanceLocked() {
 			case cloud.StatePending:
 				booting = append(booting, in)
 			case cloud.StateRunning:
-				e.log.Info("simulated spot instance reclaimed", "instance", in.name, "cluster", in.cluster,
+				e.log.Info("simulated spot instance reclaimed", "instance", in.name, "cluster", in.order.cluster,
 					"type", in.offering.InstanceType, "location", in.offering.Location)
 				e.removeLocked(in)
 				changed = true
@@ -389,7 +420,7 @@ func (e *Engine) internLocked(k cloud.OfferingKey) *cloud.OfferingKey {
 func (e *Engine) sortedLocked(cluster string) []*instance {
 	var out []*instance
 	for _, in := range e.instances {
-		if in.cluster == cluster {
+		if in.order.cluster == cluster {
 			out = append(out, in)
 		}
 	}

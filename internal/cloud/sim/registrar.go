@@ -114,7 +114,7 @@ func NewRegistrar(c *Cloud, client kubernetes.Interface, opts RegistrarOptions) 
 				return nil, fmt.Errorf("instance %s: type %q not in catalog", in.name, in.offering.InstanceType)
 			}
 			v := in.view()
-			out = append(out, Machine{Name: in.name, ProviderID: v.ProviderID, IP: v.IP, Type: t, Labels: in.labels, Taints: in.taints})
+			out = append(out, Machine{Name: in.name, ProviderID: v.ProviderID, IP: v.IP, Type: t, Labels: in.order.labels, Taints: in.order.taints})
 		}
 		return out, nil
 	}, client, opts)
