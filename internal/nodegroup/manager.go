@@ -267,8 +267,14 @@ func (m *Manager) Group(name string) (Info, bool) {
 	return g.info(), true
 }
 
+// info describes the group. Front ends ask for it on every call
+// (cluster-autoscaler once per node per loop), so it is built once per
+// target size and shared: callers get a copy.
 func (g *group) info() Info {
-	return Info{
+	if c := g.described.Load(); c != nil && c.target == g.target {
+		return c.info
+	}
+	c := &described{target: g.target, info: Info{
 		Name:         g.cfg.Name,
 		Cloud:        g.cfg.Cloud,
 		InstanceType: g.cfg.InstanceType,
@@ -276,7 +282,15 @@ func (g *group) info() Info {
 		MaxSize:      g.cfg.MaxSize,
 		Debug: fmt.Sprintf("%s: %s on %s in %v (%s), size %d..%d, target %d",
 			g.cfg.Name, g.cfg.InstanceType, g.cfg.Cloud, g.cfg.Locations, g.cfg.CapacityPolicy, g.cfg.MinSize, g.cfg.MaxSize, g.target),
-	}
+	}}
+	g.described.Store(c) // under a read lock two callers may both build it: the same value
+	return c.info
+}
+
+// described is a group's Info as of a target size.
+type described struct {
+	target int
+	info   Info
 }
 
 // GroupForProviderID returns the group that owns the instance with the

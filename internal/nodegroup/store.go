@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
@@ -95,6 +96,8 @@ type group struct {
 	target   int
 	members  map[string]*member // by instance name
 	template templateCache
+	// described caches info() for the current target.
+	described atomic.Pointer[described]
 
 	// live counts members not being deleted; counts are members by state
 	// label; spend is the price of committed members whose price is known,

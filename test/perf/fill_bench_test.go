@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -46,11 +47,20 @@ func BenchmarkFill(b *testing.B) {
 	}
 }
 
-// fill builds an empty core, fills it to n instances and returns how long
-// that took and how much the heap grew.
-func fill(b *testing.B, n int) (time.Duration, uint64) {
+// fleet is a started, empty core over 100 groups on the simulated cloud,
+// each group allowed n/100 instances.
+type fleet struct {
+	mgr    *nodegroup.Manager
+	engine *sim.Engine
+	cfg    *config.Config
+	ctx    context.Context
+	// stop stops the core; it runs at the latest when the benchmark ends.
+	stop func()
+}
+
+// newFleet starts a fleet; it stops when the benchmark ends.
+func newFleet(b *testing.B, n int) *fleet {
 	b.Helper()
-	b.StopTimer()
 	var doc strings.Builder
 	fmt.Fprintf(&doc, "clusterName: perf\nsync: {period: 1h, requestsPerSecond: 1000000, maxConcurrentCreates: 200}\n")
 	fmt.Fprintf(&doc, "clouds:\n  sim: {bootDelay: 0s, defaultCapacity: 1000000}\nnodeGroups:\n")
@@ -71,22 +81,40 @@ func fill(b *testing.B, n int) (time.Duration, uint64) {
 		b.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	defer func() { cancel(); mgr.Wait() }()
+	stop := sync.OnceFunc(func() { cancel(); mgr.Wait() })
+	b.Cleanup(stop)
 	if err := mgr.Start(ctx); err != nil {
 		b.Fatal(err)
 	}
-	before := heapInUse()
-	b.StartTimer()
-	start := time.Now()
+	return &fleet{mgr: mgr, engine: engine, cfg: cfg, ctx: ctx, stop: stop}
+}
+
+// grow asks every group for n/100 instances and waits until the cloud
+// holds n.
+func (f *fleet) grow(b *testing.B, n int) {
+	b.Helper()
 	for i := range groups {
-		if err := mgr.IncreaseSize(ctx, fmt.Sprintf("g%03d", i), n/groups); err != nil {
+		if err := f.mgr.IncreaseSize(f.ctx, fmt.Sprintf("g%03d", i), n/groups); err != nil {
 			b.Fatal(err)
 		}
 	}
-	waitCreated(b, engine, n)
+	waitCreated(b, f.engine, n)
+}
+
+// fill builds an empty core, fills it to n instances and returns how long
+// that took and how much the heap grew.
+func fill(b *testing.B, n int) (time.Duration, uint64) {
+	b.Helper()
+	b.StopTimer()
+	f := newFleet(b, n)
+	defer f.stop()
+	before := heapInUse()
+	b.StartTimer()
+	start := time.Now()
+	f.grow(b, n)
 	took := time.Since(start)
 	b.StopTimer()
-	waitRecorded(b, mgr, n)
+	waitRecorded(b, f.mgr, n)
 	return took, heapInUse() - before
 }
 
