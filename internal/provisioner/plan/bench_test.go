@@ -12,7 +12,16 @@ import (
 // BenchmarkReconcilePlan measures the decision of one reconcile at scale:
 // 2,000 nodes in 50 groups, 20,000 pods (19,000 bound, 1,000 pending).
 func BenchmarkReconcilePlan(b *testing.B) {
-	const groups, nodesN, podsN, pendingN = 50, 2000, 20000, 1000
+	for _, size := range []struct{ nodes, pods, pending int }{{2_000, 20_000, 1_000}, {10_000, 100_000, 5_000}} {
+		b.Run(fmt.Sprintf("nodes=%d/pods=%d", size.nodes, size.pods), func(b *testing.B) {
+			benchmarkPlan(b, 50, size.nodes, size.pods, size.pending)
+		})
+	}
+}
+
+// benchmarkPlan plans for nodesN nodes in groups, podsN pods of which
+// pendingN are pending with node selectors and the rest bound.
+func benchmarkPlan(b *testing.B, groups, nodesN, podsN, pendingN int) {
 	pool := Pool{MaxUtilization: 0.8, Buffer: 2}
 	for i := range groups {
 		pool.Groups = append(pool.Groups, Group{
@@ -23,14 +32,14 @@ func BenchmarkReconcilePlan(b *testing.B) {
 	var nodes []*corev1.Node
 	group := map[string]string{}
 	for i := range nodesN {
-		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("n%04d", i)},
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("n%05d", i)},
 			Status: corev1.NodeStatus{Allocatable: gpus("8"), Conditions: ready}}
 		nodes = append(nodes, n)
 		group[n.Name] = fmt.Sprintf("g%02d", i%groups)
 	}
 	var bound, pending []*corev1.Pod
 	for i := range podsN {
-		p := pod(fmt.Sprintf("p%05d", i), corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1"), corev1.ResourceCPU: resource.MustParse("1")})
+		p := pod(fmt.Sprintf("p%06d", i), corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1"), corev1.ResourceCPU: resource.MustParse("1")})
 		if i < podsN-pendingN {
 			p.Spec.NodeName = nodes[i%nodesN].Name
 			bound = append(bound, p)
