@@ -164,7 +164,7 @@ func (l *launcher) await(ctx context.Context, mem *member) (Instance, error) {
 	case <-ctx.Done():
 		return Instance{}, cloud.NewError(cloud.ErrOutcomeUnknown, "launch",
 			fmt.Errorf("instance %s: answer lost and not resolved yet: %w", mem.name, ctx.Err()))
-	case <-mem.peek().resolved:
+	case <-mem.x.resolved: // set when the launch was prepared, never changed
 	}
 	s := l.store
 	s.mu.RLock()

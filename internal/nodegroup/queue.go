@@ -15,6 +15,8 @@ type createQueue struct {
 	items   []queued
 	max     int
 	running int
+	// busy counts the running workers inside a create.
+	busy int
 	// ctx, start and create are set by run; orders pushed before it wait.
 	ctx    context.Context
 	start  func(func())
@@ -41,7 +43,7 @@ func (q *createQueue) push(g *group, mem *member) {
 
 // spawnLocked starts workers for the orders waiting, up to the maximum.
 func (q *createQueue) spawnLocked() {
-	for q.start != nil && q.ctx.Err() == nil && q.running < q.max && q.running < len(q.items) {
+	for q.start != nil && q.ctx.Err() == nil && q.running < q.max && q.running-q.busy < len(q.items) {
 		q.running++
 		q.start(q.work)
 	}
@@ -55,6 +57,9 @@ func (q *createQueue) work() {
 			return
 		}
 		q.create(q.ctx, it.g, it.mem)
+		q.mu.Lock()
+		q.busy--
+		q.mu.Unlock()
 	}
 }
 
@@ -73,6 +78,7 @@ func (q *createQueue) next() (queued, bool) {
 	if len(q.items) == 0 {
 		q.items = nil // let the backing array go
 	}
+	q.busy++
 	return it, true
 }
 

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
@@ -174,14 +173,15 @@ func NewClients(ctx context.Context, opts ClientOptions) (Clients, error) {
 	return Clients{Compute: svc}, nil
 }
 
-// apiBase is the Compute API's base URL at an endpoint: the endpoint with
-// /compute/v1/ added when it names a host only.
+// apiBase is the Compute API's base URL at an endpoint: /compute/v1/ is
+// added to the endpoint's path, as the Cloud client library did, unless
+// the path already ends so.
 func apiBase(endpoint string) string {
-	u, err := url.Parse(endpoint)
-	if err != nil || strings.Trim(u.Path, "/") != "" {
-		return strings.TrimSuffix(endpoint, "/") + "/"
+	base := strings.TrimSuffix(endpoint, "/")
+	if strings.HasSuffix(base, "/compute/v1") {
+		return base + "/"
 	}
-	return strings.TrimSuffix(endpoint, "/") + "/compute/v1/"
+	return base + "/compute/v1/"
 }
 
 // New returns the backend over its clients.
