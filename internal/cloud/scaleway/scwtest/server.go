@@ -72,12 +72,14 @@ type Server struct {
 	acct   *sim.Cloud
 	opts   Options
 
-	mu      sync.Mutex
-	servers map[string]*server // by id
-	volumes map[string]*volume // by id
-	calls   map[string]int
-	faults  faults.Set
-	latency time.Duration
+	mu sync.Mutex
+	// creating counts the creates past the quota check, not yet servers.
+	creating int
+	servers  map[string]*server // by id
+	volumes  map[string]*volume // by id
+	calls    map[string]int
+	faults   faults.Set
+	latency  time.Duration
 }
 
 type server struct {
@@ -504,13 +506,24 @@ func (s *Server) createServer(w http.ResponseWriter, r *http.Request) {
 	}
 	s.settle()
 	s.mu.Lock()
-	if q := s.opts.ServerQuota; q > 0 && len(s.servers) >= q {
+	if q := s.opts.ServerQuota; q > 0 && len(s.servers)+s.creating >= q {
 		s.mu.Unlock()
 		apiError(w, http.StatusForbidden, "quotas_exceeded", "quota(s) exceeded for this resource", map[string]any{
 			"details": []map[string]any{{"resource": "instances", "quota": q, "current": q}}})
 		return
 	}
+	// The quota counts this server from here: concurrent creates cannot
+	// both pass the check, as at Scaleway.
+	s.creating++
 	s.mu.Unlock()
+	created := false
+	defer func() {
+		if !created {
+			s.mu.Lock()
+			s.creating--
+			s.mu.Unlock()
+		}
+	}()
 	engineName := b.Name + "-" + newID()[:8] // names need not be unique at Scaleway
 	in, err := s.acct.Create(r.Context(), cloud.CreateSpec{Name: engineName, Group: groupTag(b.Tags), InstanceType: b.CommercialType, Location: zone, CapacityType: cloud.OnDemand})
 	switch {
@@ -536,6 +549,8 @@ func (s *Server) createServer(w http.ResponseWriter, r *http.Request) {
 	vol := &volume{id: newID(), name: volName, zone: zone, serverID: sv.id, size: size}
 	sv.volumeID = vol.id
 	s.servers[sv.id], s.volumes[vol.id] = sv, vol
+	s.creating--
+	created = true
 	out := s.view(sv)
 	s.mu.Unlock()
 	writeJSON(w, http.StatusCreated, map[string]any{"server": out})
