@@ -13,12 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/gpuscaler/gpuscaler/internal/cloud"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
 	"github.com/gpuscaler/gpuscaler/internal/config"
 	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
+	"github.com/gpuscaler/gpuscaler/internal/nodegroup/coretest"
 	gsruntime "github.com/gpuscaler/gpuscaler/internal/runtime"
 )
 
@@ -75,17 +73,10 @@ func newFleet(b *testing.B, n int) *fleet {
 	if err != nil {
 		b.Fatal(err)
 	}
-	mgr, err := nodegroup.New(cfg, map[string]cloud.Provider{"sim": engine.Account("perf")},
-		nodegroup.Options{Logger: slog.New(slog.DiscardHandler), Registerer: prometheus.NewRegistry()})
-	if err != nil {
-		b.Fatal(err)
-	}
+	mgr, stopCore := coretest.Start(b, cfg, sim.Name, engine.Account("perf"), nodegroup.Options{Logger: slog.New(slog.DiscardHandler)})
 	ctx, cancel := context.WithCancel(context.Background())
-	stop := sync.OnceFunc(func() { cancel(); mgr.Wait() })
+	stop := sync.OnceFunc(func() { cancel(); stopCore() })
 	b.Cleanup(stop)
-	if err := mgr.Start(ctx); err != nil {
-		b.Fatal(err)
-	}
 	return &fleet{mgr: mgr, engine: engine, cfg: cfg, ctx: ctx, stop: stop}
 }
 
