@@ -150,9 +150,9 @@ func (l *launcher) prepareLocked(req LaunchRequest) (cloud.CreateSpec, *member, 
 		maps.Copy(spec.Options, req.Options)
 	}
 	mem := &member{
-		name: name, cloud: req.Cloud, phase: phaseCreating,
+		name: name, g: l.store.launches, phase: phaseCreating,
 		providerID: cloud.ProviderIDOf(l.clients[req.Cloud].p, name), placeholder: true, off: l.store.keys.intern(k), price: price,
-		createdAt: l.orderer.clock.Now(), x: &extras{owner: req.Owner, resolved: make(chan struct{})},
+		createdAt: stampOf(l.orderer.clock.Now()), x: &extras{owner: req.Owner, cloud: req.Cloud, resolved: make(chan struct{})},
 	}
 	spec.ProviderID = mem.providerID
 	return spec, mem, nil
@@ -189,7 +189,7 @@ func (l *launcher) terminate(_ context.Context, providerID string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	mem, ok := s.byProviderID[providerID]
-	if !ok || mem.group != "" {
+	if !ok || mem.group() != "" {
 		return fmt.Errorf("%w: %q", ErrNotLaunched, providerID)
 	}
 	switch mem.phase {
@@ -201,7 +201,7 @@ func (l *launcher) terminate(_ context.Context, providerID string) error {
 	}
 	s.change(s.launches, mem, func() { mem.phase = phaseDeleting })
 	// The delete outlives the call that asked for it.
-	l.deleter.delete(l.orderer.ctx(), mem.cloud, mem.instance(), "terminated by "+mem.peek().owner)
+	l.deleter.delete(l.orderer.ctx(), mem.cloud(), mem.instance(), "terminated by "+mem.peek().owner)
 	return nil
 }
 
@@ -231,7 +231,7 @@ func (l *launcher) find(key string, byName bool) (Instance, bool) {
 	if byName {
 		mem, ok = s.launches.members[key]
 	}
-	if !ok || mem.group != "" {
+	if !ok || mem.group() != "" {
 		return Instance{}, false
 	}
 	return mem.view(), true

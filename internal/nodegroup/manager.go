@@ -300,10 +300,10 @@ func (m *Manager) GroupForProviderID(providerID string) (string, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	mem, ok := s.byProviderID[providerID]
-	if !ok || mem.group == "" {
+	if !ok || mem.group() == "" {
 		return "", false
 	}
-	return mem.group, true
+	return mem.group(), true
 }
 
 // TargetSize returns a group's target size: running instances plus those
@@ -346,7 +346,7 @@ func (mem *member) view() Instance {
 		InstanceType: k.InstanceType,
 		Location:     k.Location,
 		CapacityType: string(k.CapacityType),
-		CreatedAt:    mem.createdAt,
+		CreatedAt:    mem.createdAt.Time(),
 		Owner:        x.owner,
 		Price:        mem.price,
 	}
@@ -363,7 +363,7 @@ func (mem *member) view() Instance {
 		}
 	case phaseCreated:
 		in.State = StateCreating
-		if mem.state == cloud.StateRunning {
+		if mem.state == stateRunning {
 			in.State = StateRunning
 		}
 	}

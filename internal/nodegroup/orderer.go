@@ -250,10 +250,10 @@ func (o *orderer) recordLocked(g *group, mem *member, inst cloud.Instance) {
 		pid := inst.ProviderID
 		inst.ProviderID = ""
 		s.setInstance(mem, inst)
-		if mem.state == "" {
-			mem.state = cloud.StatePending
+		if mem.state == stateUnknown {
+			mem.state = statePending
 		}
-		mem.recordedAt = o.clock.Now()
+		mem.recordedAt = stampOf(o.clock.Now())
 		mem.phase = phaseCreated
 		if mem.cancelled {
 			mem.phase = phaseDeleting
@@ -263,7 +263,7 @@ func (o *orderer) recordLocked(g *group, mem *member, inst cloud.Instance) {
 	})
 	if mem.cancelled {
 		o.log.Info("deleting instance withdrawn during its create", "group", g.cfg.Name, "instance", inst.Name)
-		o.deleter.delete(o.ctx(), mem.cloud, mem.instance(), "withdrawn while it was being created")
+		o.deleter.delete(o.ctx(), mem.cloud(), mem.instance(), "withdrawn while it was being created")
 	}
 	mem.settle()
 }
@@ -279,7 +279,7 @@ func (o *orderer) unknown(g *group, mem *member, err error) {
 	})
 	s.mu.Unlock()
 	o.log.Warn("create answer lost; waiting for a list to say whether it landed", "group", g.cfg.Name, "instance", mem.name, "error", err)
-	o.kick(mem.cloud)
+	o.kick(mem.cloud())
 }
 
 // release tells the bootstrapper an order for name did not go through.

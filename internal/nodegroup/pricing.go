@@ -22,7 +22,7 @@ func (m *Manager) NodePrice(providerID string, labels map[string]string, start, 
 	}
 	name := labels[LabelNodeGroup]
 	if mem, ok := s.byProviderID[providerID]; ok {
-		name = mem.group
+		name = mem.group()
 	}
 	g, ok := s.groups[name]
 	if !ok {

@@ -116,7 +116,7 @@ func (r *reaper) beginLocked(cloudName string) {
 }
 
 // forgetUnknownLocked forgets what one cloud's last list no longer showed.
-func (r *reaper) forgetUnknownLocked(cloudName string, _ listing) {
+func (r *reaper) forgetUnknownLocked(cloudName string) {
 	gen := r.gen[cloudName]
 	prefix := cloudName + "/"
 	for k, g := range r.unknown {
@@ -164,7 +164,7 @@ func (r *reaper) unregisteredLocked(ctx context.Context, cloudName string) {
 				r.gpuStartupLocked(ctx, g, mem, now)
 				continue
 			}
-			if now.Sub(mem.createdAt) < grace {
+			if now.Sub(mem.createdAt.Time()) < grace {
 				continue
 			}
 			mem.unseen++
@@ -242,7 +242,7 @@ func (r *reaper) gpuStartupLocked(ctx context.Context, g *group, mem *member, no
 }
 
 func (r *reaper) neverRegisteredLocked(ctx context.Context, g *group, mem *member, now time.Time) {
-	age := now.Sub(mem.createdAt).Round(time.Second).String()
+	age := now.Sub(mem.createdAt.Time()).Round(time.Second).String()
 	action := r.cfg.LeakedInstances.Action
 	r.metrics.leaked.WithLabelValues(g.cfg.Cloud, action).Inc()
 	r.streak[g.cfg.Name]++

@@ -136,7 +136,7 @@ func (z *sizer) deleteNodes(name string, providerIDs []string) error {
 	running := 0
 	for _, pid := range providerIDs {
 		mem, ok := s.byProviderID[pid]
-		if !ok || mem.group != name {
+		if !ok || mem.group() != name {
 			return fmt.Errorf("%w: %q is not in group %q", ErrNotInGroup, pid, name)
 		}
 		if seen[mem] || mem.phase == phaseDeleting {
@@ -176,7 +176,7 @@ func (z *sizer) removeLocked(g *group, mem *member, why string) {
 		})
 	default:
 		s.change(g, mem, func() { mem.phase = phaseDeleting })
-		z.deleter.delete(z.ctx(), mem.cloud, mem.instance(), why)
+		z.deleter.delete(z.ctx(), mem.cloud(), mem.instance(), why)
 	}
 }
 
@@ -189,10 +189,9 @@ func (z *sizer) reconcileLocked(g *group) {
 	for g.live < g.target {
 		mem := &member{
 			name:      newName(g, z.namePrefix(g)),
-			cloud:     g.cfg.Cloud,
-			group:     g.cfg.Name,
+			g:         g,
 			phase:     phaseCreating,
-			createdAt: z.clock.Now(),
+			createdAt: stampOf(z.clock.Now()),
 		}
 		mem.providerID, mem.placeholder = cloud.ProviderIDOf(z.clients[g.cfg.Cloud].p, mem.name), true
 		z.store.add(g, mem)
@@ -226,7 +225,7 @@ func (z *sizer) adoptedLocked(g *group, adopted []*member, initial bool) {
 		if adopted[i].running() != adopted[j].running() {
 			return !adopted[i].running()
 		}
-		return adopted[i].createdAt.After(adopted[j].createdAt)
+		return adopted[i].createdAt > adopted[j].createdAt
 	})
 	for _, mem := range adopted[:min(surplus, len(adopted))] {
 		z.log.Warn("deleting adopted instance past maxSize", "group", g.cfg.Name, "instance", mem.name, "maxSize", g.cfg.MaxSize)
@@ -251,8 +250,8 @@ func (z *sizer) publishLocked(g *group) {
 // newestFirst sorts members by creation time, newest first.
 func newestFirst(ms []*member) {
 	sort.Slice(ms, func(i, j int) bool {
-		if !ms[i].createdAt.Equal(ms[j].createdAt) {
-			return ms[i].createdAt.After(ms[j].createdAt)
+		if ms[i].createdAt != ms[j].createdAt {
+			return ms[i].createdAt > ms[j].createdAt
 		}
 		return ms[i].name > ms[j].name
 	})

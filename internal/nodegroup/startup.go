@@ -36,7 +36,7 @@ func (u *startups) observeLocked(g *group) {
 		return
 	}
 	for _, mem := range g.members {
-		if mem.steps == seenAll || mem.phase != phaseCreated || mem.ageUnknown || mem.createdAt.IsZero() {
+		if mem.steps == seenAll || mem.phase != phaseCreated || mem.ageUnknown || mem.createdAt == 0 {
 			continue
 		}
 		s, ok := u.nodes.Startup(mem.providerIDs()...)
@@ -61,7 +61,7 @@ func (u *startups) observeLocked(g *group) {
 		}
 		u.step(mem, seenRegistered, stepRegistered, s.Registered)
 		if u.step(mem, seenReady, stepReady, s.Ready) {
-			mem.readyAfter = max(s.Ready.Sub(mem.createdAt), 0)
+			mem.readyAfter = max(s.Ready.Sub(mem.createdAt.Time()), 0)
 		}
 		switch {
 		case mem.steps&seenGPUs != 0 || !s.GPUsSeen:
@@ -71,8 +71,8 @@ func (u *startups) observeLocked(g *group) {
 			if u.step(mem, seenGPUs, stepGPUs, s.GPUs) && mem.steps&seenReady != 0 {
 				// From the first Ready this core saw, not a later one
 				// after a flap.
-				gap := s.GPUs.Sub(mem.createdAt) - mem.readyAfter
-				u.metrics.gpuGap.WithLabelValues(mem.group).Observe(max(gap, 0).Seconds())
+				gap := s.GPUs.Sub(mem.createdAt.Time()) - mem.readyAfter
+				u.metrics.gpuGap.WithLabelValues(mem.group()).Observe(max(gap, 0).Seconds())
 			}
 		}
 	}
@@ -85,7 +85,7 @@ func (u *startups) step(mem *member, bit uint8, label string, at time.Time) bool
 		return false
 	}
 	mem.steps |= bit
-	u.metrics.startup.WithLabelValues(mem.group, label).Observe(max(at.Sub(mem.createdAt), 0).Seconds())
+	u.metrics.startup.WithLabelValues(mem.group(), label).Observe(max(at.Sub(mem.createdAt.Time()), 0).Seconds())
 	return true
 }
 
@@ -95,6 +95,6 @@ func (u *startups) gpuInstance(g *group, mem *member) (gpus, known bool) {
 	if g.cfg.Name != "" {
 		return g.itype.GPUCount > 0, true
 	}
-	it, ok := u.catalog.instanceType(mem.cloud, mem.offering().InstanceType)
+	it, ok := u.catalog.instanceType(mem.cloud(), mem.offering().InstanceType)
 	return it.GPUCount > 0, ok
 }

@@ -58,7 +58,8 @@ func (ks *keys) intern(k cloud.OfferingKey) *cloud.OfferingKey {
 	if ks.keys == nil {
 		ks.keys = map[cloud.OfferingKey]*cloud.OfferingKey{}
 	}
-	p := &k
+	p := new(cloud.OfferingKey)
+	*p = k
 	ks.keys[k] = p
 	return p
 }
@@ -113,7 +114,7 @@ func newGroup(cfg config.NodeGroup, index int) *group {
 }
 
 // phase is where a member is in its life.
-type phase int
+type phase uint8
 
 const (
 	// phaseCreating: the create is queued or in flight.
@@ -137,22 +138,21 @@ const (
 // kept aside, so that a member stays small: 100,000 of them must fit.
 type member struct {
 	name       string
-	cloud      string
-	group      string // empty for launched instances
 	providerID string
 	aliases    []string
 	// id is the cloud's ID once known; it tells duplicates apart.
-	id    string
-	state cloud.InstanceState // as last listed; empty before the cloud knows it
-	ip    string
+	id string
+	ip string
+	// g is the member's group: the store's launches for a launched instance.
+	g *group
 	// off is the offering, interned by the store (see offering).
 	off   *cloud.OfferingKey
 	price float64
 	// createdAt is the order's (or instance's) creation time; recordedAt is
 	// when the core learnt of the cloud instance: a list that started
 	// earlier cannot be expected to show it.
-	createdAt  time.Time
-	recordedAt time.Time
+	createdAt  stamp
+	recordedAt stamp
 	// readyAfter is the time from createdAt to the first Ready observed.
 	readyAfter time.Duration
 	// x holds what few members have; nil for most (see extras, peek).
@@ -161,6 +161,9 @@ type member struct {
 	// past the grace period.
 	unseen int32
 	phase  phase
+	// state is the instance's state as last listed; unknown before the
+	// cloud knows it.
+	state state
 	// steps are the start-up steps of its Node observed (startups).
 	steps uint8
 	// placeholder: providerID is the one the core made up at order
@@ -180,8 +183,8 @@ type member struct {
 
 // extras is what a member carries only when it has it.
 type extras struct {
-	// owner is the launch API's caller.
-	owner string
+	// owner is the launch API's caller; cloud the cloud it launched on.
+	owner, cloud string
 	// unknownSince is when a create's answer was lost.
 	unknownSince time.Time
 	// firstMiss is the first of the syncs in a row that found no Node.
@@ -221,12 +224,72 @@ func (mem *member) offering() cloud.OfferingKey {
 	return *mem.off
 }
 
+// group is the name of the member's group; empty for a launched instance.
+func (mem *member) group() string { return mem.g.cfg.Name }
+
+// cloud is the name of the cloud the member's instance is on.
+func (mem *member) cloud() string {
+	if mem.g.cfg.Cloud != "" {
+		return mem.g.cfg.Cloud
+	}
+	return mem.peek().cloud
+}
+
 // known reports whether the cloud has (or had) the member's instance.
-func (mem *member) known() bool { return mem.state != "" }
+func (mem *member) known() bool { return mem.state != stateUnknown }
 
 // running reports whether the member's instance runs.
 func (mem *member) running() bool {
-	return mem.phase == phaseCreated && mem.state == cloud.StateRunning
+	return mem.phase == phaseCreated && mem.state == stateRunning
+}
+
+// state is a cloud.InstanceState in one byte.
+type state uint8
+
+const (
+	stateUnknown state = iota
+	statePending
+	stateRunning
+	stateDeleting
+	stateStopped
+	stateFailed
+)
+
+// states are the cloud's states by their byte.
+var states = [...]cloud.InstanceState{
+	stateUnknown: "", statePending: cloud.StatePending, stateRunning: cloud.StateRunning,
+	stateDeleting: cloud.StateDeleting, stateStopped: cloud.StateStopped, stateFailed: cloud.StateFailed,
+}
+
+// stateOf is the byte of a cloud's state; a state the core does not know
+// reads as pending (the cloud has the instance, it does not run yet).
+func stateOf(s cloud.InstanceState) state {
+	for i, known := range states {
+		if known == s {
+			return state(i)
+		}
+	}
+	return statePending
+}
+
+// stamp is a wall-clock instant in Unix nanoseconds, 0 for none: a third of
+// the size of a time.Time, of which a member holds two.
+type stamp int64
+
+// stampOf returns t's stamp.
+func stampOf(t time.Time) stamp {
+	if t.IsZero() {
+		return 0
+	}
+	return stamp(t.UnixNano())
+}
+
+// Time returns the instant; the zero time for none.
+func (s stamp) Time() time.Time {
+	if s == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, int64(s)).UTC()
 }
 
 // stateLabel is the member's state in the instances gauge.
@@ -255,7 +318,7 @@ func (mem *member) committed() bool {
 
 // setInstance records what the cloud says of the member's instance.
 func (s *store) setInstance(mem *member, in cloud.Instance) {
-	mem.id, mem.state, mem.ip = in.ID, in.State, in.IP
+	mem.id, mem.state, mem.ip = in.ID, stateOf(in.State), in.IP
 	if in.ProviderID != "" {
 		mem.providerID = in.ProviderID
 	}
@@ -263,7 +326,7 @@ func (s *store) setInstance(mem *member, in cloud.Instance) {
 		mem.aliases = in.Aliases
 	}
 	if !in.CreatedAt.IsZero() {
-		mem.createdAt = in.CreatedAt
+		mem.createdAt = stampOf(in.CreatedAt)
 	}
 	if in.InstanceType != "" {
 		mem.off = s.keys.intern(cloud.OfferingKey{InstanceType: in.InstanceType, Location: in.Location, CapacityType: in.CapacityType})
@@ -274,9 +337,9 @@ func (s *store) setInstance(mem *member, in cloud.Instance) {
 func (mem *member) instance() cloud.Instance {
 	k := mem.offering()
 	return cloud.Instance{
-		ID: mem.id, Name: mem.name, ProviderID: mem.providerID, Aliases: mem.aliases, Group: mem.group, Owner: mem.peek().owner,
+		ID: mem.id, Name: mem.name, ProviderID: mem.providerID, Aliases: mem.aliases, Group: mem.group(), Owner: mem.peek().owner,
 		InstanceType: k.InstanceType, Location: k.Location, CapacityType: k.CapacityType,
-		State: mem.state, CreatedAt: mem.createdAt, IP: mem.ip,
+		State: states[mem.state], CreatedAt: mem.createdAt.Time(), IP: mem.ip,
 	}
 }
 
@@ -341,7 +404,8 @@ func (s *store) drop(g *group, mem *member) {
 
 // index makes a member findable by all its provider IDs.
 func (s *store) index(mem *member) {
-	for _, pid := range mem.providerIDs() {
+	s.byProviderID[mem.providerID] = mem
+	for _, pid := range mem.aliases {
 		s.byProviderID[pid] = mem
 	}
 }

@@ -120,29 +120,73 @@ func (y *syncer) refreshOfferings(ctx context.Context, cloudName string) {
 	y.store.mu.Unlock()
 }
 
-// listing is one list's answer, sorted for folding: by owning group (""
-// for launched instances) and name.
+// listing is one list's answer, filed for folding: by owning group
+// (launchKey for launched instances), then by name. It indexes the listed
+// slice instead of copying it, so a sync at 100,000 instances holds the
+// cloud's answer once.
 type listing struct {
-	start  time.Time
-	groups map[string]map[string][]cloud.Instance
+	start time.Time
+	insts []cloud.Instance
+	// groups maps an owning group to its names, each to the index of the
+	// first instance listed under it.
+	groups map[string]map[string]int32
+	// dups holds every instance of a name listed more than once (an order
+	// that landed twice), by dupKey; nil when there are none.
+	dups map[string][]cloud.Instance
 }
 
-func newListing(start time.Time, insts []cloud.Instance) listing {
-	l := listing{start: start, groups: map[string]map[string][]cloud.Instance{}}
-	for _, in := range insts {
-		key := in.Group
-		if key == "" && in.Owner != "" {
-			key = launchKey
-		}
+func newListing(start time.Time, insts []cloud.Instance) *listing {
+	l := &listing{start: start, insts: insts, groups: map[string]map[string]int32{}}
+	sizes := map[string]int{}
+	for i := range insts {
+		sizes[listKey(&insts[i])]++
+	}
+	for i := range insts {
+		in := &insts[i]
+		key := listKey(in)
 		byName := l.groups[key]
 		if byName == nil {
-			byName = map[string][]cloud.Instance{}
+			byName = make(map[string]int32, sizes[key])
 			l.groups[key] = byName
 		}
-		byName[in.Name] = append(byName[in.Name], in)
+		first, seen := byName[in.Name]
+		if !seen {
+			byName[in.Name] = int32(i)
+			continue
+		}
+		if l.dups == nil {
+			l.dups = map[string][]cloud.Instance{}
+		}
+		dk := dupKey(key, in.Name)
+		if l.dups[dk] == nil {
+			l.dups[dk] = []cloud.Instance{insts[first]}
+		}
+		l.dups[dk] = append(l.dups[dk], *in)
 	}
 	return l
 }
+
+// named returns the instances listed under one name of a group, given the
+// index its group's map holds.
+func (l *listing) named(key, name string, first int32) []cloud.Instance {
+	if l.dups != nil {
+		if all, ok := l.dups[dupKey(key, name)]; ok {
+			return all
+		}
+	}
+	return l.insts[first : first+1 : first+1]
+}
+
+// listKey is the group a listed instance is filed under.
+func listKey(in *cloud.Instance) string {
+	if in.Group == "" && in.Owner != "" {
+		return launchKey
+	}
+	return in.Group
+}
+
+// dupKey keys a name listed more than once.
+func dupKey(key, name string) string { return key + "\x00" + name }
 
 // launchKey files launched instances apart from every group name (which
 // are DNS labels and cannot hold a slash).
@@ -183,14 +227,14 @@ func (y *syncer) sync(ctx context.Context, cloudName string, initial bool) error
 	s.mu.Lock()
 	y.reaper.beginLocked(cloudName)
 	for _, g := range s.groupsOn(cloudName) {
-		adopted := y.fold(ctx, cloudName, g, l.groups[g.cfg.Name], l.start, initial, &gone)
+		adopted := y.fold(ctx, cloudName, g, l, g.cfg.Name, initial, &gone)
 		delete(l.groups, g.cfg.Name)
 		y.sizer.adoptedLocked(g, adopted, initial)
 		y.sizer.reconcileLocked(g)
 		g.recount()
 		y.startups.observeLocked(g)
 	}
-	y.fold(ctx, cloudName, s.launches, l.groups[launchKey], l.start, initial, &gone)
+	y.fold(ctx, cloudName, s.launches, l, launchKey, initial, &gone)
 	y.startups.observeLocked(s.launches)
 	delete(l.groups, launchKey)
 	y.others(cloudName, l)
@@ -248,10 +292,10 @@ func (y *syncer) unjoinedLocked(cloudName string) (out []reissue, ready bool) {
 			continue
 		}
 		for _, mem := range g.members {
-			if mem.phase != phaseCreated || mem.ageUnknown || mem.createdAt.IsZero() || mem.offering().InstanceType == "" {
+			if mem.phase != phaseCreated || mem.ageUnknown || mem.createdAt == 0 || mem.offering().InstanceType == "" {
 				continue
 			}
-			if mem.state != cloud.StatePending && mem.state != cloud.StateRunning {
+			if mem.state != statePending && mem.state != stateRunning {
 				continue
 			}
 			if y.nodes != nil {
@@ -265,7 +309,7 @@ func (y *syncer) unjoinedLocked(cloudName string) (out []reissue, ready bool) {
 			}
 			spec := y.orderer().templater.spec(g, mem.name, mem.offering())
 			spec.ProviderID = mem.providerID
-			out = append(out, reissue{spec: spec, ordered: mem.createdAt})
+			out = append(out, reissue{spec: spec, ordered: mem.createdAt.Time()})
 		}
 	}
 	return out, true
@@ -277,19 +321,21 @@ func (y *syncer) unjoinedLocked(cloudName string) (out []reissue, ready bool) {
 // group's listed instances the core did not know adopted and returned.
 // Extra instances under a member's name are handed to the reaper as
 // duplicates.
-func (y *syncer) fold(ctx context.Context, cloudName string, g *group, listed map[string][]cloud.Instance, start time.Time, initial bool, gone *[]*member) []*member {
+func (y *syncer) fold(ctx context.Context, cloudName string, g *group, l *listing, key string, initial bool, gone *[]*member) []*member {
 	s := y.store
+	start := l.start
+	listed := l.groups[key]
 	for name, mem := range g.members {
-		if mem.cloud != cloudName {
+		if mem.cloud() != cloudName {
 			continue // a launched instance on another cloud
 		}
-		all, ok := listed[name]
+		first, ok := listed[name]
 		if !ok {
 			y.missing(g, mem, start, gone)
 			continue
 		}
 		delete(listed, name)
-		in, dups := pick(all, mem.id)
+		in, dups := pick(l.named(key, name, first), mem.id)
 		y.reaper.duplicatesLocked(cloudName, dups)
 		switch mem.phase {
 		case phaseCreating:
@@ -324,26 +370,29 @@ func (y *syncer) fold(ctx context.Context, cloudName string, g *group, listed ma
 		})
 		if mem.phase == phaseDeleting && in.State != cloud.StateDeleting {
 			// Still there: a delete that gave up, or one lost in a restart.
-			y.deleter.delete(ctx, mem.cloud, mem.instance(), "still listed after its delete")
+			y.deleter.delete(ctx, mem.cloud(), mem.instance(), "still listed after its delete")
 		}
 	}
 	var adopted []*member
-	for _, all := range listed {
-		in, dups := pick(all, "")
+	for name, first := range listed {
+		in, dups := pick(l.named(key, name, first), "")
 		y.reaper.duplicatesLocked(cloudName, dups)
 		mem := &member{
-			name: in.Name, cloud: cloudName, group: in.Group,
-			phase: phaseCreated, recordedAt: start,
+			name: in.Name, g: g,
+			phase: phaseCreated, recordedAt: stampOf(start),
 		}
 		if in.Owner != "" {
 			mem.extras().owner = in.Owner
 		}
+		if g.cfg.Cloud == "" {
+			mem.extras().cloud = cloudName // launched: the launches span clouds
+		}
 		s.setInstance(mem, in)
-		if mem.createdAt.IsZero() {
+		if mem.createdAt == 0 {
 			// A cloud that did not say when (or in a form we could not
 			// read): the age counts from the first list that shows it, so
 			// that the never-registered check does not take it for ancient.
-			mem.createdAt, mem.ageUnknown = start, true
+			mem.createdAt, mem.ageUnknown = stampOf(start), true
 		}
 		mem.price = y.offerings.price(cloudName, mem.offering(), y.catalog.listPrice(cloudName, mem.offering()))
 		switch in.State {
@@ -382,7 +431,7 @@ func (y *syncer) missing(g *group, mem *member, start time.Time, gone *[]*member
 		}
 		y.log.Warn("lost create answer resolved: the order did not land; ordering again", "group", g.cfg.Name, "instance", mem.name)
 		y.orderer().release(context.Background(), mem.name)
-	case !mem.known() || !mem.recordedAt.Before(start):
+	case !mem.known() || mem.recordedAt >= stampOf(start):
 		// Not at the cloud yet, or recorded after the list started (or at
 		// the same instant: a coarse clock must not make a fresh instance
 		// look vanished, and be ordered twice).
@@ -421,13 +470,13 @@ func pick(all []cloud.Instance, id string) (cloud.Instance, []cloud.Instance) {
 // others records the listed instances of groups this process does not
 // manage: their spend counts toward the cluster's cap, and those of groups
 // this config does not know are reported, never deleted.
-func (y *syncer) others(cloudName string, l listing) {
+func (y *syncer) others(cloudName string, l *listing) {
 	s := y.store
 	spend := 0.0
 	unknown := map[string]int{}
 	for group, byName := range l.groups {
-		for _, all := range byName {
-			for _, in := range all {
+		for name, first := range byName {
+			for _, in := range l.named(group, name, first) {
 				k := cloud.OfferingKey{InstanceType: in.InstanceType, Location: in.Location, CapacityType: in.CapacityType}
 				if in.State != cloud.StateDeleting {
 					spend += y.offerings.price(cloudName, k, y.catalog.listPrice(cloudName, k))
@@ -440,7 +489,7 @@ func (y *syncer) others(cloudName string, l listing) {
 		}
 	}
 	s.others[cloudName] = spend
-	y.reaper.forgetUnknownLocked(cloudName, l)
+	y.reaper.forgetUnknownLocked(cloudName)
 	total := 0
 	for _, n := range unknown {
 		total += n

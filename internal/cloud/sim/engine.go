@@ -16,7 +16,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"reflect"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -356,7 +356,7 @@ func (e *Engine) advanceLocked() {
 				changed = true
 			}
 		}
-		sort.Slice(booting, func(i, j int) bool { return booting[i].name < booting[j].name })
+		slices.SortFunc(booting, func(a, b *instance) int { return strings.Compare(a.name, b.name) })
 		for _, in := range booting {
 			bootAt := in.due
 			in.state, in.due = cloud.StateRunning, 0
@@ -418,13 +418,13 @@ func (e *Engine) internLocked(k cloud.OfferingKey) *cloud.OfferingKey {
 
 // sortedLocked returns a cluster's instances, sorted by name.
 func (e *Engine) sortedLocked(cluster string) []*instance {
-	var out []*instance
+	out := make([]*instance, 0, len(e.instances))
 	for _, in := range e.instances {
 		if in.order.cluster == cluster {
 			out = append(out, in)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
+	slices.SortFunc(out, func(a, b *instance) int { return strings.Compare(a.name, b.name) })
 	return out
 }
 
@@ -452,6 +452,10 @@ func (q *eventQueue) Pop() any {
 	ev := old[len(old)-1]
 	old[len(old)-1] = event{}
 	*q = old[:len(old)-1]
+	if n := len(*q); cap(*q) > 1024 && n < cap(*q)/4 {
+		// A burst of boots has drained: give its room back.
+		*q = append(make(eventQueue, 0, 2*n), *q...)
+	}
 	return ev
 }
 
