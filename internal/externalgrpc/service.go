@@ -7,6 +7,8 @@ package externalgrpc
 import (
 	"context"
 	"errors"
+	"slices"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -30,7 +32,9 @@ type Core interface {
 	IncreaseSize(ctx context.Context, group string, delta int) error
 	DecreaseTargetSize(ctx context.Context, group string, delta int) error
 	DeleteNodes(ctx context.Context, group string, providerIDs []string) error
-	Instances(group string) ([]nodegroup.Instance, error)
+	// EachInstance calls fn with each of a group's instances, in no
+	// order; fn must not call the Core.
+	EachInstance(group string, fn func(nodegroup.Instance)) error
 	Template(group string) (*corev1.Node, error)
 	NodePrice(providerID string, labels map[string]string, start, end time.Time) (float64, error)
 	PodPrice(pod *corev1.Pod, start, end time.Time) (float64, error)
@@ -170,12 +174,8 @@ func (s *service) NodeGroupDecreaseTargetSize(ctx context.Context, req *pb.NodeG
 // NodeGroupNodes lists a group's instances with their state and, for
 // instances that could not be created, the error class.
 func (s *service) NodeGroupNodes(_ context.Context, req *pb.NodeGroupNodesRequest) (*pb.NodeGroupNodesResponse, error) {
-	insts, err := s.core.Instances(req.GetId())
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	out := make([]*pb.Instance, len(insts))
-	for i, in := range insts {
+	var out []*pb.Instance
+	err := s.core.EachInstance(req.GetId(), func(in nodegroup.Instance) {
 		st := &pb.InstanceStatus{InstanceState: pb.InstanceStatus_InstanceState(in.State)}
 		if in.ErrorCode != "" {
 			st.ErrorInfo = &pb.InstanceErrorInfo{
@@ -184,8 +184,13 @@ func (s *service) NodeGroupNodes(_ context.Context, req *pb.NodeGroupNodesReques
 				InstanceErrorClass: int32(in.ErrorClass),
 			}
 		}
-		out[i] = &pb.Instance{Id: in.ProviderID, Status: st}
+		out = append(out, &pb.Instance{Id: in.ProviderID, Status: st})
+	})
+	if err != nil {
+		return nil, toStatus(err)
 	}
+	// In a stable order, which the core's map does not give.
+	slices.SortFunc(out, func(a, b *pb.Instance) int { return strings.Compare(a.GetId(), b.GetId()) })
 	return &pb.NodeGroupNodesResponse{Instances: out}, nil
 }
 

@@ -105,13 +105,16 @@ func (c *fakeCore) DeleteNodes(_ context.Context, group string, ids []string) er
 	return c.known(group)
 }
 
-func (c *fakeCore) Instances(group string) ([]nodegroup.Instance, error) {
+func (c *fakeCore) EachInstance(group string, fn func(nodegroup.Instance)) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := c.known(group); err != nil {
-		return nil, err
+		return err
 	}
-	return c.instances[group], nil
+	for _, in := range c.instances[group] {
+		fn(in)
+	}
+	return nil
 }
 
 func (c *fakeCore) Template(group string) (*corev1.Node, error) {
@@ -393,11 +396,12 @@ func TestNodesStates(t *testing.T) {
 		code, msg string
 		class     int32
 	}{
-		{"sim://run", pb.InstanceStatus_instanceRunning, "", "", 0},
-		{"sim://new", pb.InstanceStatus_instanceCreating, "", "", 0},
+		// By provider ID: the answer's order, whatever the core's.
 		{"sim://del", pb.InstanceStatus_instanceDeleting, "", "", 0},
-		{"sim://stock", pb.InstanceStatus_instanceCreating, "OUT_OF_STOCK", "no 8H100 anywhere", 1},
+		{"sim://new", pb.InstanceStatus_instanceCreating, "", "", 0},
 		{"sim://quota", pb.InstanceStatus_instanceCreating, "QUOTA", "quota exceeded", 99},
+		{"sim://run", pb.InstanceStatus_instanceRunning, "", "", 0},
+		{"sim://stock", pb.InstanceStatus_instanceCreating, "OUT_OF_STOCK", "no 8H100 anywhere", 1},
 	}
 	got := resp.GetInstances()
 	if len(got) != len(want) {

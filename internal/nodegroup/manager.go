@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -332,8 +333,26 @@ func (m *Manager) Instances(name string) ([]Instance, error) {
 	for _, mem := range g.members {
 		out = append(out, mem.view())
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	slices.SortFunc(out, func(a, b Instance) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
+}
+
+// EachInstance calls fn with each of a group's members, in no order: what
+// cluster-autoscaler's loop asks of every group, answered without a copy
+// of the group. fn runs under the core's read lock and must not call the
+// Manager.
+func (m *Manager) EachInstance(name string, fn func(Instance)) error {
+	s := m.store
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	g, ok := s.groups[name]
+	if !ok {
+		return fmt.Errorf("%w: %q", ErrGroupNotFound, name)
+	}
+	for _, mem := range g.members {
+		fn(mem.view())
+	}
+	return nil
 }
 
 // view renders a member for front ends.

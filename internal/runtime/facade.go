@@ -52,6 +52,11 @@ func (f Facade) DeleteNodes(ctx context.Context, g string, ids []string) error {
 // Instances lists a group's members.
 func (f Facade) Instances(g string) ([]nodegroup.Instance, error) { return f.core().Instances(g) }
 
+// EachInstance calls fn with each of a group's members, in no order.
+func (f Facade) EachInstance(g string, fn func(nodegroup.Instance)) error {
+	return f.core().EachInstance(g, fn)
+}
+
 // Template returns a group's template node.
 func (f Facade) Template(g string) (*corev1.Node, error) { return f.core().Template(g) }
 

@@ -20,14 +20,23 @@ import (
 )
 
 // BenchmarkProviderMemory runs `gpuscaler provider` as a process on the
-// simulated cloud, fills 100 groups to 10,000 running instances through
+// simulated cloud, fills 100 groups to 10,000 and 100,000 running instances through
 // NodeGroupIncreaseSize as cluster-autoscaler would, and reports the
 // process's resident memory once steady (MiB-rss, the mean of samples over
 // three syncs; MiB-rss-max, the highest) and at its peak (MiB-peak, the
 // kernel's high-water mark). The simulated cloud runs inside
 // the process, so its instances count too.
 func BenchmarkProviderMemory(b *testing.B) {
-	const groups, perGroup = 100, 100
+	for _, n := range []int{10_000, 100_000} {
+		b.Run(fmt.Sprintf("instances=%d", n), func(b *testing.B) { benchmarkProviderMemory(b, n) })
+	}
+}
+
+// benchmarkProviderMemory measures the provider holding n instances in
+// 100 groups.
+func benchmarkProviderMemory(b *testing.B, n int) {
+	const groups = 100
+	perGroup := n / groups
 	// steadyAfter lets the Go runtime return the fill's garbage to the
 	// system (its scavenger works in the background) before reading.
 	const steadyAfter = 20 * time.Second
@@ -62,9 +71,9 @@ func BenchmarkProviderMemory(b *testing.B) {
 			b.Fatal(err)
 		}
 		ca := pb.NewCloudProviderClient(conn)
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		for i := range groups {
-			if _, err := ca.NodeGroupIncreaseSize(ctx, &pb.NodeGroupIncreaseSizeRequest{Id: fmt.Sprintf("g%03d", i), Delta: perGroup}); err != nil {
+			if _, err := ca.NodeGroupIncreaseSize(ctx, &pb.NodeGroupIncreaseSizeRequest{Id: fmt.Sprintf("g%03d", i), Delta: int32(perGroup)}); err != nil {
 				b.Fatal(err)
 			}
 		}
