@@ -13,7 +13,7 @@ KGO = cd $(KARPENTER_DIR) && GOTOOLCHAIN=$(KARPENTER_GOTOOLCHAIN) $(GO)
 
 include Makefile.testbins.mk
 
-.PHONY: test test-unit lint fmt vet staticcheck bench build run tools image
+.PHONY: test test-unit fuzz lint fmt vet staticcheck bench build run tools image
 
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 PLATFORMS ?= linux/amd64 linux/arm64
@@ -33,6 +33,10 @@ tools:
 test-unit:
 	$(GO) test -race -short ./...
 	$(KGO) test -race -short ./...
+
+## fuzz: every fuzz target for FUZZTIME each (default 60s); `make test` runs their seed corpora.
+fuzz:
+	FUZZTIME=$(FUZZTIME) GO=$(GO) ./hack/fuzz.sh
 
 ## lint: gofmt, go vet and staticcheck.
 lint: fmt vet staticcheck

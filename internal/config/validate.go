@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -250,6 +252,17 @@ func fraction(p *field.Path, v float64, open bool) field.ErrorList {
 }
 
 // uniqueStrings checks that a list has no empty and no repeated entries.
+// validateCloudName checks a name the cloud defines (an instance type, a
+// location): printable UTF-8 without spaces, as every cloud's are. Anything
+// else is a typo or a broken file, and would reach API calls and labels.
+func validateCloudName(p *field.Path, v string) field.ErrorList {
+	bad := func(r rune) bool { return !unicode.IsPrint(r) || unicode.IsSpace(r) }
+	if !utf8.ValidString(v) || strings.IndexFunc(v, bad) >= 0 {
+		return field.ErrorList{field.Invalid(p, v, "must be printable, without spaces")}
+	}
+	return nil
+}
+
 func uniqueStrings(p *field.Path, vals []string) field.ErrorList {
 	var errs field.ErrorList
 	seen := map[string]bool{}

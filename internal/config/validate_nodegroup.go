@@ -39,6 +39,8 @@ func validateGroup(p *field.Path, g *NodeGroup, c *Config) field.ErrorList {
 	errs = append(errs, validateGroupCloud(p.Child("cloud"), g.Cloud, c.Clouds)...)
 	if g.InstanceType == "" {
 		errs = append(errs, field.Required(p.Child("instanceType"), "the cloud's instance type name"))
+	} else {
+		errs = append(errs, validateCloudName(p.Child("instanceType"), g.InstanceType)...)
 	}
 	errs = append(errs, validateLocations(p.Child("locations"), g, c.Clouds)...)
 	if !slices.Contains(capacityPolicies(), g.CapacityPolicy) {
@@ -114,11 +116,10 @@ func validateLocations(p *field.Path, g *NodeGroup, c Clouds) field.ErrorList {
 		return field.ErrorList{field.Required(p, "at least one location")}
 	}
 	errs := uniqueStrings(p, g.Locations)
-	if g.Cloud != CloudSim || c.Sim == nil {
-		return errs
-	}
 	for i, loc := range g.Locations {
-		if loc != "" && !slices.Contains(c.Sim.Locations, loc) {
+		bad := validateCloudName(p.Index(i), loc)
+		errs = append(errs, bad...)
+		if loc != "" && len(bad) == 0 && g.Cloud == CloudSim && c.Sim != nil && !slices.Contains(c.Sim.Locations, loc) {
 			errs = append(errs, field.NotSupported(p.Index(i), loc, c.Sim.Locations))
 		}
 	}

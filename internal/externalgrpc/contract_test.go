@@ -68,6 +68,7 @@ nodeGroups:
 
 type fixture struct {
 	client pb.CloudProviderClient
+	conn   *grpc.ClientConn
 	engine *sim.Engine
 	mgr    *nodegroup.Manager
 	// account is the engine account the backend's instances live in.
@@ -154,7 +155,7 @@ func forEachGPUBackend(t *testing.T, test func(t *testing.T, backend string)) {
 
 // newFixture serves the real core over a backend on a loopback port and
 // returns a client, as cluster-autoscaler would dial it.
-func newFixture(t *testing.T, doc, backend string) *fixture {
+func newFixture(t testing.TB, doc, backend string) *fixture {
 	t.Helper()
 	if backend == "verda" {
 		doc = strings.ReplaceAll(doc, "cloud: sim", "cloud: verda")
@@ -275,7 +276,7 @@ func newFixture(t *testing.T, doc, backend string) *fixture {
 		}
 		mgr.Wait()
 	})
-	f.client, f.mgr = pb.NewCloudProviderClient(conn), mgr
+	f.client, f.conn, f.mgr = pb.NewCloudProviderClient(conn), conn, mgr
 	return f
 }
 

@@ -76,15 +76,38 @@ type Command struct {
 
 // ListServers returns every server of the account.
 func (c *Client) ListServers(ctx context.Context) ([]Server, error) {
-	var out []Server
-	return out, c.do(ctx, call{op: "list", method: http.MethodGet, path: "/service/servers", idempotent: true}, &out)
+	var raw json.RawMessage
+	if err := c.do(ctx, call{op: "list", method: http.MethodGet, path: "/service/servers", idempotent: true}, &raw); err != nil {
+		return nil, err
+	}
+	return decodeList[Server]("list", raw)
+}
+
+// decodeList reads an answer that must be a JSON array. "null", or an
+// object, decodes as an empty list, which would make every server look
+// gone: their Nodes deleted, replacements ordered while they run on.
+func decodeList[T any](op string, raw []byte) ([]T, error) {
+	if t := bytes.TrimSpace(raw); len(t) == 0 || t[0] != '[' {
+		return nil, cloud.Errorf(cloud.ErrTransient, op, "unreadable answer: not a JSON array")
+	}
+	var out []T
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return nil, cloud.Errorf(cloud.ErrTransient, op, "unreadable answer: %v", err)
+	}
+	return out, nil
 }
 
 // ServerInfo returns a server's details; cloud.ErrNotFound when there is
 // no such server.
 func (c *Client) ServerInfo(ctx context.Context, name string) (ServerInfo, error) {
-	var out []ServerInfo
-	err := c.do(ctx, call{op: "info", method: http.MethodPost, path: "/service/server/info", body: map[string]string{"name": name}, idempotent: true}, &out)
+	var raw json.RawMessage
+	err := c.do(ctx, call{op: "info", method: http.MethodPost, path: "/service/server/info", body: map[string]string{"name": name}, idempotent: true}, &raw)
+	if err != nil {
+		return ServerInfo{}, err
+	}
+	// Not found only on a list without it: a lost create is looked up here,
+	// and a garbled answer taken for "no such server" would order it again.
+	out, err := decodeList[ServerInfo]("info", raw)
 	if err != nil {
 		return ServerInfo{}, err
 	}

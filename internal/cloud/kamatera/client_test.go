@@ -28,7 +28,7 @@ type fixture struct {
 	logs   *bytes.Buffer
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t testing.TB) *fixture {
 	t.Helper()
 	two := 2
 	engine, err := kamateratest.NewEngine(sim.Config{BootDelay: sim.Duration(10 * time.Millisecond), DeleteDelay: sim.Duration(0), DefaultCapacity: &two}, sim.Options{})

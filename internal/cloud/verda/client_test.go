@@ -26,7 +26,7 @@ type fixture struct {
 	logs   *bytes.Buffer
 }
 
-func newFixture(t *testing.T, fopts verdatest.Options, copts ClientOptions) *fixture {
+func newFixture(t testing.TB, fopts verdatest.Options, copts ClientOptions) *fixture {
 	t.Helper()
 	two := 2
 	engine, err := verdatest.NewEngine(sim.Config{

@@ -3,6 +3,7 @@ package verda
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"reflect"
 	"strconv"
@@ -188,6 +189,11 @@ type apiError struct {
 // every field that parses (the others stay at their zero value); lost
 // maps the index of each such record to the JSON names of the fields lost.
 func decodeRecords[T any](data []byte) (out []T, lost map[int][]string, err error) {
+	if t := bytes.TrimSpace(data); len(t) == 0 || t[0] != '[' {
+		// Not even a list ("null" decodes as an empty one): taken for one,
+		// every instance would look gone.
+		return nil, nil, errors.New("not a JSON array")
+	}
 	if json.Unmarshal(data, &out) == nil {
 		return out, nil, nil // the usual case: one pass
 	}

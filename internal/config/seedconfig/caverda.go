@@ -121,5 +121,8 @@ func DotEnv(path string) (map[string]string, error) {
 		}
 		out[strings.TrimSpace(k)] = v
 	}
-	return out, sc.Err()
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return out, nil
 }

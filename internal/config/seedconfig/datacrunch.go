@@ -121,7 +121,10 @@ func FromDataCrunch(clusterName string, nodes []string, clusterJSON []byte) (*co
 	for _, name := range orphans {
 		errs = append(errs, fmt.Errorf("node_configs[%s]: no --nodes flag names this pool", name))
 	}
-	return cfg, errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return cfg, nil
 }
 
 func applyDataCrunch(g *config.NodeGroup, nc DataCrunchNodeConfig) error {

@@ -162,6 +162,17 @@ func (s *Server) FailNext(method, path string, status int, msg string) {
 	s.faults.Fail(method, path, func(w http.ResponseWriter) { message(w, status, msg) })
 }
 
+// AnswerNext makes the next request with method whose path ends with path
+// be answered with status and body as they are, as a changed API or a
+// broken proxy would answer.
+func (s *Server) AnswerNext(method, path string, status int, body []byte) {
+	s.faults.Fail(method, path, func(w http.ResponseWriter) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		_, _ = w.Write(body)
+	})
+}
+
 // LoseNextAnswer makes the API carry out the next request with method
 // and path, then drop the connection without answering.
 func (s *Server) LoseNextAnswer(method, path string) { s.faults.Lose(method, path) }
