@@ -361,6 +361,37 @@ func TestDescribeGroup(t *testing.T) {
 	}
 }
 
+// TestReadsRetry: a 503 or a 429 on a read (a MIG, its template, its
+// members) is asked again, as the compute client does not: a start-up or a
+// sync does not fail on one.
+func TestReadsRetry(t *testing.T) {
+	b := newBackend(t, 5, groupsYAML, gcptest.Options{})
+	clients, err := gcp.NewClients(context.Background(), gcp.ClientOptions{Endpoint: b.fake.URL, NoAuth: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := gcp.New(clients, gcp.Options{Project: project, PollInterval: 5 * time.Millisecond})
+	t4 := b.fake.AddTemplate(gcptest.Template{Name: "gke-t4", MachineType: "n1-standard-8", AcceleratorType: "nvidia-tesla-t4", AcceleratorCount: 2})
+	b.fake.AddGroupFrom("us-central1-a", "gke-t4-grp", t4)
+	b.fake.FailNext(http.MethodGet, "/zones/us-central1-a/instanceGroupManagers/gke-t4-grp", http.StatusServiceUnavailable, "backendError", "try again")
+	b.fake.FailNext(http.MethodGet, "/global/instanceTemplates/gke-t4", http.StatusTooManyRequests, "rateLimitExceeded", "slow down")
+	b.fake.FailNext(http.MethodGet, "/global/instanceTemplates/gke-t4", http.StatusBadGateway, "backendError", "try again")
+	d, err := c.DescribeGroup(context.Background(), "us-central1-a", "gke-t4-grp")
+	if err != nil {
+		t.Fatalf("a read that failed transiently three times was not asked again: %v", err)
+	}
+	if d.InstanceType != "n1-standard-8.2xnvidia-tesla-t4" {
+		t.Fatalf("instance type %q", d.InstanceType)
+	}
+	// Bounded: a read that keeps failing is an error, classed transient.
+	for range 4 {
+		b.fake.FailNext(http.MethodGet, "/zones/us-central1-a/instanceGroupManagers/gke-t4-grp", http.StatusServiceUnavailable, "backendError", "down")
+	}
+	if _, err := c.DescribeGroup(context.Background(), "us-central1-a", "gke-t4-grp"); !errors.Is(err, cloud.ErrTransient) {
+		t.Fatalf("four 503s in a row: %v, want a transient error", err)
+	}
+}
+
 // TestMIGFromTemplate: a group whose MIG does not exist yet, with an
 // instance template named, lists as empty and creates its MIG (marked as
 // gpuscaler's) on its first order, even when the answer to that insert is

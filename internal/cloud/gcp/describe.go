@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	compute "google.golang.org/api/compute/v1"
+	"google.golang.org/api/googleapi"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
@@ -19,9 +20,13 @@ import (
 // taints are the ones GKE writes into a node pool's template metadata
 // (kube-labels, else kube-env's NODE_LABELS, and NODE_TAINTS).
 func (c *Cloud) DescribeGroup(ctx context.Context, zone, name string) (cloud.ExistingGroup, error) {
-	m, err := c.api.InstanceGroupManagers.Get(c.opts.Project, zone, name).Context(ctx).Do()
+	var m *compute.InstanceGroupManager
+	err := c.read(ctx, "describe", func() (err error) {
+		m, err = c.api.InstanceGroupManagers.Get(c.opts.Project, zone, name).Context(ctx).Do()
+		return err
+	})
 	if err != nil {
-		return cloud.ExistingGroup{}, classify("describe", err)
+		return cloud.ExistingGroup{}, err
 	}
 	link := m.InstanceTemplate
 	if link == "" && len(m.Versions) > 0 {
@@ -78,18 +83,20 @@ func (c *Cloud) template(ctx context.Context, link string) (*compute.InstanceTem
 		t   *compute.InstanceTemplate
 		err error
 	)
+	var get func(...googleapi.CallOption) (*compute.InstanceTemplate, error)
 	switch {
 	case len(parts) == 3 && parts[0] == "global" && parts[1] == "instanceTemplates":
-		t, err = c.api.InstanceTemplates.Get(project, parts[2]).Context(ctx).Do()
+		get = c.api.InstanceTemplates.Get(project, parts[2]).Context(ctx).Do
 	case len(parts) == 4 && parts[0] == "regions" && parts[2] == "instanceTemplates":
-		t, err = c.api.RegionInstanceTemplates.Get(project, parts[1], parts[3]).Context(ctx).Do()
+		get = c.api.RegionInstanceTemplates.Get(project, parts[1], parts[3]).Context(ctx).Do
 	default:
 		return nil, cloud.Errorf(cloud.ErrInvalid, "describe", "instance template %q is not a template link", link)
 	}
-	if err != nil {
-		return nil, classify("describe", err)
-	}
-	return t, nil
+	err = c.read(ctx, "describe", func() (err error) {
+		t, err = get()
+		return err
+	})
+	return t, err
 }
 
 // lastSegment is the name at the end of a link (a template may give its

@@ -69,19 +69,22 @@ func (c *Cloud) retire(ctx context.Context, groups map[string]Group) {
 		g    *compute.InstanceGroupManager
 	}
 	var unused []mig
-	err := c.api.InstanceGroupManagers.AggregatedList(c.opts.Project).Pages(ctx, func(page *compute.InstanceGroupManagerAggregatedList) error {
-		for scope, scoped := range page.Items {
-			zone, zonal := strings.CutPrefix(scope, "zones/")
-			for _, g := range scoped.InstanceGroupManagers {
-				if zonal && strings.HasPrefix(g.Description, c.marker()) && !used[MIG{Location: zone, Name: g.Name}] {
-					unused = append(unused, mig{zone, g})
+	err := c.read(ctx, "sweep", func() error {
+		unused = unused[:0] // every page again
+		return c.api.InstanceGroupManagers.AggregatedList(c.opts.Project).Pages(ctx, func(page *compute.InstanceGroupManagerAggregatedList) error {
+			for scope, scoped := range page.Items {
+				zone, zonal := strings.CutPrefix(scope, "zones/")
+				for _, g := range scoped.InstanceGroupManagers {
+					if zonal && strings.HasPrefix(g.Description, c.marker()) && !used[MIG{Location: zone, Name: g.Name}] {
+						unused = append(unused, mig{zone, g})
+					}
 				}
 			}
-		}
-		return nil
+			return nil
+		})
 	})
 	if err != nil {
-		c.log.Warn("gcp: managed instance groups not swept; the next sweep retries", "error", classify("sweep", err))
+		c.log.Warn("gcp: managed instance groups not swept; the next sweep retries", "error", err)
 		c.swept = time.Time{}
 		return
 	}

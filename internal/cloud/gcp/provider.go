@@ -363,19 +363,21 @@ func (c *Cloud) addresses(ctx context.Context, insts []cloud.Instance, vms map[s
 	}
 	c.mu.Unlock()
 	for zone := range want {
-		err := c.api.Instances.List(c.opts.Project, zone).Pages(ctx, func(page *compute.InstanceList) error {
-			c.mu.Lock()
-			defer c.mu.Unlock()
-			for _, vm := range page.Items {
-				if len(vm.NetworkInterfaces) > 0 && vm.NetworkInterfaces[0].NetworkIP != "" {
-					c.ips[zone+"/"+vm.Name] = vm.NetworkInterfaces[0].NetworkIP
+		err := c.read(ctx, "addresses", func() error {
+			return c.api.Instances.List(c.opts.Project, zone).Pages(ctx, func(page *compute.InstanceList) error {
+				c.mu.Lock()
+				defer c.mu.Unlock()
+				for _, vm := range page.Items {
+					if len(vm.NetworkInterfaces) > 0 && vm.NetworkInterfaces[0].NetworkIP != "" {
+						c.ips[zone+"/"+vm.Name] = vm.NetworkInterfaces[0].NetworkIP
+					}
 				}
-			}
-			return nil
+				return nil
+			})
 		})
 		if err != nil {
 			c.log.Warn("gcp: instance addresses unavailable (nodes cannot fetch their scripts until they are known); the next list retries",
-				"zone", zone, "error", classify("addresses", err))
+				"zone", zone, "error", err)
 		}
 	}
 	c.mu.Lock()
@@ -388,22 +390,23 @@ func (c *Cloud) addresses(ctx context.Context, insts []cloud.Instance, vms map[s
 // members lists a MIG's managed instances, every page.
 func (c *Cloud) members(ctx context.Context, m MIG) ([]*compute.ManagedInstance, error) {
 	var out []*compute.ManagedInstance
-	var err error
-	if m.Regional() {
-		err = c.api.RegionInstanceGroupManagers.ListManagedInstances(c.opts.Project, m.Location, m.Name).Pages(ctx,
-			func(page *compute.RegionInstanceGroupManagersListInstancesResponse) error {
-				out = append(out, page.ManagedInstances...)
-				return nil
-			})
-	} else {
-		err = c.api.InstanceGroupManagers.ListManagedInstances(c.opts.Project, m.Location, m.Name).Pages(ctx,
+	err := c.read(ctx, "list", func() error {
+		out = out[:0] // every page again
+		if m.Regional() {
+			return c.api.RegionInstanceGroupManagers.ListManagedInstances(c.opts.Project, m.Location, m.Name).Pages(ctx,
+				func(page *compute.RegionInstanceGroupManagersListInstancesResponse) error {
+					out = append(out, page.ManagedInstances...)
+					return nil
+				})
+		}
+		return c.api.InstanceGroupManagers.ListManagedInstances(c.opts.Project, m.Location, m.Name).Pages(ctx,
 			func(page *compute.InstanceGroupManagersListManagedInstancesResponse) error {
 				out = append(out, page.ManagedInstances...)
 				return nil
 			})
-	}
+	})
 	if err != nil {
-		return nil, classify("list", err)
+		return nil, err
 	}
 	return out, nil
 }
@@ -763,6 +766,29 @@ func creating(mi *compute.ManagedInstance) bool {
 		return true
 	}
 	return false
+}
+
+// readAttempts bounds the tries of one read: the compute client does not
+// retry on its own, and a 503 must not fail a sync or a start-up.
+const readAttempts = 4
+
+// read runs an idempotent read, and again after a transient failure (429,
+// 5xx, no answer) with backoff, spaced from PollInterval; the error is
+// classified.
+func (c *Cloud) read(ctx context.Context, op string, fn func() error) error {
+	for attempt := 0; ; attempt++ {
+		err := fn()
+		if err == nil {
+			return nil
+		}
+		err = classify(op, err)
+		if !errors.Is(err, cloud.ErrTransient) || attempt+1 >= readAttempts || ctx.Err() != nil {
+			return err
+		}
+		if cloud.Backoff(ctx, c.opts.PollInterval, attempt) != nil {
+			return err
+		}
+	}
 }
 
 // classify turns a client error into a classed cloud error: googleapi
