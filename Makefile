@@ -13,7 +13,7 @@ KGO = cd $(KARPENTER_DIR) && GOTOOLCHAIN=$(KARPENTER_GOTOOLCHAIN) $(GO)
 
 include Makefile.testbins.mk
 
-.PHONY: test test-unit fuzz lint fmt vet staticcheck bench build run tools image
+.PHONY: test test-unit fuzz chaos lint fmt vet staticcheck bench build run tools image
 
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 PLATFORMS ?= linux/amd64 linux/arm64
@@ -37,6 +37,11 @@ test-unit:
 ## fuzz: every fuzz target for FUZZTIME each (default 60s); `make test` runs their seed corpora.
 fuzz:
 	FUZZTIME=$(FUZZTIME) GO=$(GO) ./hack/fuzz.sh
+
+## chaos: CHAOS_RUNS randomized fault-and-restart campaigns of the core (default 200); `make test` runs 3.
+CHAOS_RUNS ?= 200
+chaos:
+	$(GO) test -count=1 -timeout 0 -run TestCampaigns ./test/chaos/ -chaos.runs=$(CHAOS_RUNS)
 
 ## lint: gofmt, go vet and staticcheck.
 lint: fmt vet staticcheck

@@ -3,6 +3,7 @@ package nodegroup
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -108,6 +109,53 @@ func TestLostAnswerWaitsForAList(t *testing.T) {
 	}
 	if calls := h.engine.Calls()["create"]; calls != 1 {
 		t.Fatalf("%d create calls, want 1", calls)
+	}
+}
+
+// A fresh instance that a lagging list leaves out (an eventually
+// consistent cloud lists its newest instances late) is not taken for
+// vanished: its Node is not deleted and no replacement is ordered. Found by
+// the chaos campaign (test/chaos).
+func TestFreshInstanceMissingFromALaggingListIsKept(t *testing.T) {
+	h := newHarness(t, oneGroupLeaky, sim.Options{ListLag: 2 * time.Minute}, Options{ResolveAfter: 5 * time.Minute})
+	if err := h.mgr.IncreaseSize(context.Background(), "g", 1); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("the order at the cloud", func() bool { return h.engine.Count("test") == 1 })
+	h.settle(90 * time.Second) // three syncs whose lists leave it out
+	if calls := h.engine.Calls()["create"]; calls != 1 {
+		t.Fatalf("%d create calls for one instance a lagging list left out, want 1", calls)
+	}
+	if n := h.engine.Count("test"); n != 1 {
+		t.Fatalf("%d instances at the cloud, want 1", n)
+	}
+	h.settle(5 * time.Minute)
+	h.eventually("the instance running", func() bool { r, _, _, _ := h.states("g"); return r == 1 })
+}
+
+// An order whose answer was lost, withdrawn by a target decrease before a
+// list told whether it landed, and that did not land, is forgotten once a
+// later list proves it absent; it does not stay a deleting slot forever.
+// Found by the chaos campaign (test/chaos).
+func TestWithdrawnLostOrderIsForgotten(t *testing.T) {
+	w := &wrapped{}
+	w.onCreate = func(context.Context, cloud.CreateSpec) (cloud.Instance, error, bool) {
+		return cloud.Instance{}, cloud.Errorf(cloud.ErrOutcomeUnknown, "create", "timeout before the cloud got it"), true
+	}
+	h := newWrappedHarness(t, oneGroupLeaky, sim.Options{}, Options{}, func(c *sim.Cloud) cloud.Provider { w.Provider = c; return w })
+	if err := h.mgr.IncreaseSize(context.Background(), "g", 1); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("the answer lost", func() bool { creates, _ := w.counts(); return creates == 1 })
+	h.eventually("the order parked", func() bool { _, c, _, _ := h.states("g"); return c == 1 })
+	if err := h.mgr.DecreaseTargetSize(context.Background(), "g", -1); err != nil {
+		t.Fatal(err)
+	}
+	h.settle(3 * time.Minute)
+	h.eventually("the withdrawn order forgotten", func() bool { insts, _ := h.mgr.Instances("g"); return len(insts) == 0 },
+		func() string { insts, _ := h.mgr.Instances("g"); return fmt.Sprintf("%+v", insts) })
+	if creates, _ := w.counts(); creates != 1 {
+		t.Fatalf("%d creates, want 1", creates)
 	}
 }
 

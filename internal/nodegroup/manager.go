@@ -20,7 +20,9 @@ import (
 )
 
 // DefaultResolveAfter is how long after a lost create answer a list must
-// start before its silence means the order did not land.
+// start before its silence means the order did not land, and how long
+// after an instance was recorded a list must start before its silence
+// means the instance is gone: clouds' lists can lag their orders.
 const DefaultResolveAfter = time.Minute
 
 // DefaultStartTimeout bounds each cloud call Start makes (the catalog, the

@@ -418,8 +418,18 @@ func (y *syncer) fold(ctx context.Context, cloudName string, g *group, l *listin
 // missing handles a member the list did not show.
 func (y *syncer) missing(g *group, mem *member, start time.Time, gone *[]*member) {
 	s := y.store
+	// How long a list may leave out a recorded instance before its silence
+	// means the instance is gone; none for one gpuscaler deleted.
+	lag := y.resolveAfter
+	if mem.phase == phaseDeleting {
+		lag = 0
+	}
+	// An order whose answer was lost, then withdrawn (a target decrease)
+	// before a list told whether it landed, is resolved as a lost answer
+	// is; it would otherwise wait, deleting, for a list to show it forever.
+	withdrawnLost := mem.phase == phaseDeleting && mem.cancelled && !mem.known() && !mem.peek().unknownSince.IsZero()
 	switch {
-	case mem.phase == phaseUnknown:
+	case mem.phase == phaseUnknown || withdrawnLost:
 		if !start.After(mem.peek().unknownSince.Add(y.resolveAfter)) {
 			return // too early to tell
 		}
@@ -431,10 +441,13 @@ func (y *syncer) missing(g *group, mem *member, start time.Time, gone *[]*member
 		}
 		y.log.Warn("lost create answer resolved: the order did not land; ordering again", "group", g.cfg.Name, "instance", mem.name)
 		y.orderer().release(context.Background(), mem.name)
-	case !mem.known() || mem.recordedAt >= stampOf(start):
-		// Not at the cloud yet, or recorded after the list started (or at
-		// the same instant: a coarse clock must not make a fresh instance
-		// look vanished, and be ordered twice).
+	case !mem.known() || mem.recordedAt >= stampOf(start.Add(-lag)):
+		// Not at the cloud yet, or recorded too shortly before the list
+		// started: a cloud's list may leave out its newest instances for a
+		// while (as it may a lost create's), and a fresh instance taken for
+		// vanished would have its Node deleted and be ordered twice. The
+		// same window as a lost answer's (ResolveAfter); at the same
+		// instant too, for a coarse clock.
 	default:
 		if mem.phase != phaseDeleting {
 			y.metrics.vanished.WithLabelValues(g.cfg.Name).Inc()
