@@ -1,7 +1,6 @@
 package kamatera
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"net/http"
@@ -9,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
+	"github.com/gpuscaler/gpuscaler/internal/cloud/faults"
 )
 
 // FuzzAnswers answers the client's calls with arbitrary bodies and status
@@ -33,22 +33,19 @@ func FuzzAnswers(f *testing.F) {
 		f.Add(s.which, s.status, []byte(s.body))
 	}
 	f.Fuzz(func(t *testing.T, which uint8, status uint16, body []byte) {
-		code := int(status)
-		if code < 200 || code > 599 {
-			code = 200 + code%400
-		}
+		code := faults.Status(status)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		notList := func() bool { t := bytes.TrimSpace(body); return code < 300 && (len(t) == 0 || t[0] != '[') }
+		notList := code < 300 && !faults.IsJSONArray(body)
 		switch which % 7 {
 		case 0:
 			fx.fake.AnswerNext(http.MethodGet, "/service/servers", code, body)
-			if _, err := fx.client.ListServers(ctx); err == nil && notList() {
+			if _, err := fx.client.ListServers(ctx); err == nil && notList {
 				t.Fatalf("a %d answer %q that is not a list was taken for one", code, body)
 			}
 		case 1:
 			fx.fake.AnswerNext(http.MethodPost, "/service/server/info", code, body)
-			if _, err := fx.client.ServerInfo(ctx, "fuzz-1"); errors.Is(err, cloud.ErrNotFound) && notList() {
+			if _, err := fx.client.ServerInfo(ctx, "fuzz-1"); errors.Is(err, cloud.ErrNotFound) && notList {
 				t.Fatalf("a %d answer %q was taken for no such server: %v", code, body, err)
 			}
 		case 2:

@@ -1,12 +1,12 @@
 package verda
 
 import (
-	"bytes"
 	"context"
 	"net/http"
 	"testing"
 	"time"
 
+	"github.com/gpuscaler/gpuscaler/internal/cloud/faults"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/verda/verdatest"
 )
 
@@ -33,17 +33,14 @@ func FuzzAnswers(f *testing.F) {
 		f.Add(s.which, s.status, []byte(s.body))
 	}
 	f.Fuzz(func(t *testing.T, which uint8, status uint16, body []byte) {
-		code := int(status)
-		if code < 200 || code > 599 {
-			code = 200 + code%400
-		}
+		code := faults.Status(status)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		switch which % 7 {
 		case 0:
 			fx.fake.FailNext(http.MethodGet, "/instances", code, string(body))
 			_, err := fx.client.ListInstances(ctx)
-			if trimmed := bytes.TrimSpace(body); err == nil && code < 300 && (len(trimmed) == 0 || trimmed[0] != '[') {
+			if err == nil && code < 300 && !faults.IsJSONArray(body) {
 				t.Fatalf("a %d answer %q that is not a list was taken for one", code, body)
 			}
 		case 1:
