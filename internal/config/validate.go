@@ -251,7 +251,6 @@ func fraction(p *field.Path, v float64, open bool) field.ErrorList {
 	return nil
 }
 
-// uniqueStrings checks that a list has no empty and no repeated entries.
 // validateCloudName checks a name the cloud defines (an instance type, a
 // location): printable UTF-8 without spaces, as every cloud's are. Anything
 // else is a typo or a broken file, and would reach API calls and labels.
@@ -263,6 +262,7 @@ func validateCloudName(p *field.Path, v string) field.ErrorList {
 	return nil
 }
 
+// uniqueStrings checks that a list has no empty and no repeated entries.
 func uniqueStrings(p *field.Path, vals []string) field.ErrorList {
 	var errs field.ErrorList
 	seen := map[string]bool{}

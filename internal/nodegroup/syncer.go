@@ -436,6 +436,7 @@ func (y *syncer) missing(g *group, mem *member, start time.Time, gone *[]*member
 		s.drop(g, mem)
 		if mem.cancelled || g == s.launches {
 			y.log.Info("lost create answer resolved: the order did not land", "group", g.cfg.Name, "instance", mem.name)
+			y.orderer().release(context.Background(), mem.name) // its script and join token
 			mem.settle()
 			return
 		}
