@@ -32,8 +32,8 @@ type Core interface {
 	IncreaseSize(ctx context.Context, group string, delta int) error
 	DecreaseTargetSize(ctx context.Context, group string, delta int) error
 	DeleteNodes(ctx context.Context, group string, providerIDs []string) error
-	// EachInstance calls fn with each of a group's instances, in no
-	// order; fn must not call the Core.
+	// EachInstance calls fn with each of a group's instances (without
+	// their aliases), in no order; fn must not call the Core.
 	EachInstance(group string, fn func(nodegroup.Instance)) error
 	Template(group string) (*corev1.Node, error)
 	NodePrice(providerID string, labels map[string]string, start, end time.Time) (float64, error)

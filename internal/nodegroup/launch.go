@@ -188,7 +188,7 @@ func (l *launcher) terminate(_ context.Context, providerID string) error {
 	s := l.store
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	mem, ok := s.byProviderID[providerID]
+	mem, ok := s.pids.get(providerID)
 	if !ok || mem.group() != "" {
 		return fmt.Errorf("%w: %q", ErrNotLaunched, providerID)
 	}
@@ -227,7 +227,7 @@ func (l *launcher) find(key string, byName bool) (Instance, bool) {
 	s := l.store
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	mem, ok := s.byProviderID[key]
+	mem, ok := s.pids.get(key)
 	if byName {
 		mem, ok = s.launches.members[key]
 	}

@@ -156,7 +156,7 @@ func New(cfg *config.Config, providers map[string]cloud.Provider, opts Options) 
 	m.deleter.outcome = func(inst cloud.Instance, err error) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		if mem := s.byProviderID[inst.ProviderID]; mem != nil && mem.name == inst.Name && (inst.ID == "" || inst.ID == mem.id) {
+		if mem, ok := s.pids.get(inst.ProviderID); ok && mem.name == inst.Name && (inst.ID == "" || inst.ID == mem.id) {
 			if err != nil {
 				mem.extras().deleteErr = err.Error()
 			} else if mem.x != nil {
@@ -302,7 +302,7 @@ func (m *Manager) GroupForProviderID(providerID string) (string, bool) {
 	s := m.store
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	mem, ok := s.byProviderID[providerID]
+	mem, ok := s.pids.get(providerID)
 	if !ok || mem.group() == "" {
 		return "", false
 	}
@@ -341,8 +341,9 @@ func (m *Manager) Instances(name string) ([]Instance, error) {
 
 // EachInstance calls fn with each of a group's members, in no order: what
 // cluster-autoscaler's loop asks of every group, answered without a copy
-// of the group. fn runs under the core's read lock and must not call the
-// Manager.
+// of the group. The instances come without Aliases (Instances has them),
+// which would cost an allocation per member. fn runs under the core's read
+// lock and must not call the Manager.
 func (m *Manager) EachInstance(name string, fn func(Instance)) error {
 	s := m.store
 	s.mu.RLock()
@@ -352,17 +353,23 @@ func (m *Manager) EachInstance(name string, fn func(Instance)) error {
 		return fmt.Errorf("%w: %q", ErrGroupNotFound, name)
 	}
 	for _, mem := range g.members {
-		fn(mem.view())
+		fn(mem.summary())
 	}
 	return nil
 }
 
 // view renders a member for front ends.
 func (mem *member) view() Instance {
+	in := mem.summary()
+	in.Aliases = mem.aliases()
+	return in
+}
+
+// summary is the member's view without its aliases.
+func (mem *member) summary() Instance {
 	k, x := mem.offering(), mem.peek()
 	in := Instance{
 		ProviderID:   mem.providerID,
-		Aliases:      mem.aliases,
 		Name:         mem.name,
 		InstanceType: k.InstanceType,
 		Location:     k.Location,
@@ -398,8 +405,10 @@ func (m *Manager) InstanceIP(name string) (string, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	for _, g := range append([]*group{s.launches}, mapValues(s.groups)...) {
-		if mem, ok := g.members[name]; ok && mem.ip != "" {
-			return mem.ip, true
+		if mem, ok := g.members[name]; ok {
+			if ip := mem.addr(); ip != "" {
+				return ip, true
+			}
 		}
 	}
 	return "", false

@@ -17,11 +17,11 @@ func (m *Manager) NodePrice(providerID string, labels map[string]string, start, 
 	s := m.store
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	if mem, ok := s.byProviderID[providerID]; ok && mem.price > 0 {
+	if mem, ok := s.pids.get(providerID); ok && mem.price > 0 {
 		return mem.price * hours, nil
 	}
 	name := labels[LabelNodeGroup]
-	if mem, ok := s.byProviderID[providerID]; ok {
+	if mem, ok := s.pids.get(providerID); ok {
 		name = mem.group()
 	}
 	g, ok := s.groups[name]

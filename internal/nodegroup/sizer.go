@@ -135,7 +135,7 @@ func (z *sizer) deleteNodes(name string, providerIDs []string) error {
 	seen := map[*member]bool{}
 	running := 0
 	for _, pid := range providerIDs {
-		mem, ok := s.byProviderID[pid]
+		mem, ok := s.pids.get(pid)
 		if !ok || mem.group() != name {
 			return fmt.Errorf("%w: %q is not in group %q", ErrNotInGroup, pid, name)
 		}

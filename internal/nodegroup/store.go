@@ -2,8 +2,10 @@ package nodegroup
 
 import (
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"net/netip"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -29,8 +31,11 @@ type store struct {
 	foreign map[string]bool
 	// launches holds the instances of the launch API (no target, no config).
 	launches *group
-	// byProviderID indexes every member by provider ID and aliases.
-	byProviderID map[string]*member
+	// pids indexes every member by provider ID and aliases.
+	pids pidIndex
+	// forms are, per cloud, the schemes of the ID-form aliases its
+	// instances carry.
+	forms *aliasForms
 	// others is, per cloud, the hourly price of the instances of this
 	// cluster the process does not manage (another process's groups, groups
 	// unknown to this config): the cost guard counts them, so two processes
@@ -66,21 +71,22 @@ func (ks *keys) intern(k cloud.OfferingKey) *cloud.OfferingKey {
 
 func newStore(cfg *config.Config, manage func(string) bool) *store {
 	s := &store{
-		groups:       map[string]*group{},
-		foreign:      map[string]bool{},
-		launches:     newGroup(config.NodeGroup{}, -1),
-		byProviderID: map[string]*member{},
-		others:       map[string]float64{},
-		lastSync:     map[string]time.Time{},
+		groups:   map[string]*group{},
+		foreign:  map[string]bool{},
+		pids:     newPIDIndex(),
+		forms:    &aliasForms{},
+		others:   map[string]float64{},
+		lastSync: map[string]time.Time{},
 	}
 	for i, g := range cfg.NodeGroups {
 		if manage != nil && !manage(g.Name) {
 			s.foreign[g.Name] = true
 			continue
 		}
-		s.groups[g.Name] = newGroup(g, i)
+		s.groups[g.Name] = newGroup(g, i, s.forms)
 		s.order = append(s.order, g.Name)
 	}
+	s.launches = newGroup(config.NodeGroup{}, -1, s.forms)
 	return s
 }
 
@@ -99,6 +105,8 @@ type group struct {
 	template templateCache
 	// described caches info() for the current target.
 	described atomic.Pointer[described]
+	// forms is the store's aliasForms, for rendering members' aliases.
+	forms *aliasForms
 
 	// live counts members not being deleted; counts are members by state
 	// label; spend is the price of committed members whose price is known,
@@ -109,8 +117,8 @@ type group struct {
 	unpriced int
 }
 
-func newGroup(cfg config.NodeGroup, index int) *group {
-	return &group{cfg: cfg, index: index, members: map[string]*member{}, counts: map[string]int{}}
+func newGroup(cfg config.NodeGroup, index int, forms *aliasForms) *group {
+	return &group{cfg: cfg, index: index, members: map[string]*member{}, counts: map[string]int{}, forms: forms}
 }
 
 // phase is where a member is in its life.
@@ -139,10 +147,8 @@ const (
 type member struct {
 	name       string
 	providerID string
-	aliases    []string
 	// id is the cloud's ID once known; it tells duplicates apart.
 	id string
-	ip string
 	// g is the member's group: the store's launches for a launched instance.
 	g *group
 	// off is the offering, interned by the store (see offering).
@@ -160,7 +166,10 @@ type member struct {
 	// unseen counts syncs in a row that found no Node for a running member
 	// past the grace period.
 	unseen int32
-	phase  phase
+	// ip4 is the instance's IPv4 address, 0 for none or another form (kept
+	// in extras).
+	ip4   uint32
+	phase phase
 	// state is the instance's state as last listed; unknown before the
 	// cloud knows it.
 	state state
@@ -179,6 +188,9 @@ type member struct {
 	// ageUnknown: the cloud did not say when the instance was made, and
 	// createdAt is when gpuscaler first listed it.
 	ageUnknown bool
+	// idForms: the instance's aliases are its cloud's ID forms,
+	// "<scheme>://<id>" (see aliasForms), rendered from id when asked for.
+	idForms bool
 }
 
 // extras is what a member carries only when it has it.
@@ -197,6 +209,11 @@ type extras struct {
 	deleteErr string
 	// resolved is closed when a launch's outcome-unknown create is settled.
 	resolved chan struct{}
+	// aliases are the instance's aliases when they are not its cloud's ID
+	// forms (see member.idForms).
+	aliases []string
+	// ip is the instance's address when it is not IPv4.
+	ip string
 }
 
 // extras returns the member's extras to change, making them on first use.
@@ -316,14 +333,22 @@ func (mem *member) committed() bool {
 	return mem.phase != phaseFailed || mem.known()
 }
 
-// setInstance records what the cloud says of the member's instance.
+// setInstance records what the cloud says of the member's instance. A
+// string the member holds already is kept, so that the index's keys and
+// the member share one copy and the list's answer can go.
 func (s *store) setInstance(mem *member, in cloud.Instance) {
-	mem.id, mem.state, mem.ip = in.ID, stateOf(in.State), in.IP
-	if in.ProviderID != "" {
+	if mem.id != in.ID {
+		s.pids.unindexID(mem)
+		mem.id = in.ID
+		s.pids.indexID(mem)
+	}
+	mem.state = stateOf(in.State)
+	mem.setAddr(in.IP)
+	if in.ProviderID != "" && in.ProviderID != mem.providerID {
 		mem.providerID = in.ProviderID
 	}
-	if len(in.Aliases) > 0 && len(mem.aliases) == 0 {
-		mem.aliases = in.Aliases
+	if len(in.Aliases) > 0 && !mem.hasAliases() {
+		s.setAliases(mem, in.Aliases)
 	}
 	if !in.CreatedAt.IsZero() {
 		mem.createdAt = stampOf(in.CreatedAt)
@@ -333,19 +358,72 @@ func (s *store) setInstance(mem *member, in cloud.Instance) {
 	}
 }
 
+// setAddr records the instance's address: an IPv4 one in four bytes.
+func (mem *member) setAddr(ip string) {
+	if a, err := netip.ParseAddr(ip); err == nil && a.Is4() {
+		b := a.As4()
+		mem.ip4 = binary.BigEndian.Uint32(b[:])
+		if mem.x != nil {
+			mem.x.ip = ""
+		}
+		return
+	}
+	mem.ip4 = 0
+	if ip != mem.peek().ip {
+		mem.extras().ip = ip
+	}
+}
+
+// addr is the instance's address; empty before the cloud reports one.
+func (mem *member) addr() string {
+	if mem.ip4 != 0 {
+		var b [4]byte
+		binary.BigEndian.PutUint32(b[:], mem.ip4)
+		return netip.AddrFrom4(b).String()
+	}
+	return mem.peek().ip
+}
+
+// hasAliases reports whether the member's aliases are known.
+func (mem *member) hasAliases() bool {
+	return mem.idForms || (mem.x != nil && len(mem.x.aliases) > 0)
+}
+
+// aliases renders the member's aliases.
+func (mem *member) aliases() []string {
+	if mem.idForms {
+		return mem.g.forms.render(mem.cloud(), mem.id)
+	}
+	return mem.peek().aliases
+}
+
+// setAliases records the aliases a cloud reports for the member's instance:
+// as a flag when they are the cloud's ID forms, else whole.
+func (s *store) setAliases(mem *member, aliases []string) {
+	if mem.id != "" && s.pids.byID[mem.id] == nil && s.forms.match(mem.cloud(), mem.id, aliases) {
+		mem.idForms = true
+		s.pids.indexID(mem)
+		return
+	}
+	mem.extras().aliases = aliases
+	for _, pid := range aliases {
+		s.pids.whole[pid] = mem
+	}
+}
+
 // instance renders the member as the cloud instance to delete.
 func (mem *member) instance() cloud.Instance {
 	k := mem.offering()
 	return cloud.Instance{
-		ID: mem.id, Name: mem.name, ProviderID: mem.providerID, Aliases: mem.aliases, Group: mem.group(), Owner: mem.peek().owner,
+		ID: mem.id, Name: mem.name, ProviderID: mem.providerID, Aliases: mem.aliases(), Group: mem.group(), Owner: mem.peek().owner,
 		InstanceType: k.InstanceType, Location: k.Location, CapacityType: k.CapacityType,
-		State: states[mem.state], CreatedAt: mem.createdAt.Time(), IP: mem.ip,
+		State: states[mem.state], CreatedAt: mem.createdAt.Time(), IP: mem.addr(),
 	}
 }
 
 // providerIDs are the member's canonical provider ID and its aliases.
 func (mem *member) providerIDs() []string {
-	return append([]string{mem.providerID}, mem.aliases...)
+	return append([]string{mem.providerID}, mem.aliases()...)
 }
 
 // account adds (sign 1) or removes (sign -1) a member from its group's
@@ -395,20 +473,11 @@ func (s *store) drop(g *group, mem *member) {
 	}
 	g.account(mem, -1)
 	delete(g.members, mem.name)
-	for _, pid := range mem.providerIDs() {
-		if s.byProviderID[pid] == mem {
-			delete(s.byProviderID, pid)
-		}
-	}
+	s.pids.unindex(mem)
 }
 
 // index makes a member findable by all its provider IDs.
-func (s *store) index(mem *member) {
-	s.byProviderID[mem.providerID] = mem
-	for _, pid := range mem.aliases {
-		s.byProviderID[pid] = mem
-	}
-}
+func (s *store) index(mem *member) { s.pids.index(mem) }
 
 // reindex moves a member to a new canonical provider ID. A placeholder
 // made up at order time stays an alias: a cloud that assigns IDs at create
@@ -421,12 +490,18 @@ func (s *store) reindex(mem *member, providerID string) {
 	}
 	old := mem.providerID
 	switch {
-	case mem.placeholder && old != "" && !slices.Contains(mem.aliases, old):
-		mem.aliases = append(slices.Clone(mem.aliases), old)
-	case s.byProviderID[old] == mem:
+	case mem.placeholder && old != "" && !slices.Contains(mem.aliases(), old):
+		if mem.idForms {
+			// Whole from now on: the placeholder is no ID form.
+			s.pids.unindexID(mem)
+			mem.extras().aliases, mem.idForms = mem.aliases(), false
+		}
+		x := mem.extras()
+		x.aliases = append(slices.Clone(x.aliases), old)
+	case s.pids.whole[old] == mem:
 		// A real ID replaced (the member now stands for another listed
 		// instance): the old one must not lead to it.
-		delete(s.byProviderID, old)
+		delete(s.pids.whole, old)
 	}
 	mem.providerID, mem.placeholder = providerID, false
 	s.index(mem)

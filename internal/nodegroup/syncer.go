@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -21,6 +22,13 @@ const (
 	catalogEvery   = 120
 	// minSyncGap spaces syncs asked for early, so a burst of deletes costs one list.
 	minSyncGap = time.Second
+	// releaseAt is the size of a list (in instances) past which a sync
+	// hands the memory its answer took back to the system once folded (a
+	// forced collection, ~30 ms of CPU at 100,000 instances): otherwise
+	// the collector counts the answer of a sync it ran during as live, and
+	// the process holds a second copy of the fleet's worth of heap until
+	// the next one.
+	releaseAt = 20_000
 )
 
 // syncer lists each cloud once per period (and early when asked) and folds
@@ -253,6 +261,9 @@ func (y *syncer) sync(ctx context.Context, cloudName string, initial bool) error
 		goneIDs = append(goneIDs, mem.providerIDs())
 	}
 	s.mu.Unlock()
+	if len(insts) >= releaseAt {
+		debug.FreeOSMemory() // the listing is not used past this point
+	}
 
 	y.deleteNodes(ctx, goneIDs)
 	if r, ok := y.orderer().boot.(Reissuer); ok {

@@ -52,7 +52,8 @@ func (f Facade) DeleteNodes(ctx context.Context, g string, ids []string) error {
 // Instances lists a group's members.
 func (f Facade) Instances(g string) ([]nodegroup.Instance, error) { return f.core().Instances(g) }
 
-// EachInstance calls fn with each of a group's members, in no order.
+// EachInstance calls fn with each of a group's members, in no order,
+// without their aliases.
 func (f Facade) EachInstance(g string, fn func(nodegroup.Instance)) error {
 	return f.core().EachInstance(g, fn)
 }

@@ -113,11 +113,13 @@ func (e *Engine) Create(ctx context.Context, cluster string, spec cloud.CreateSp
 		num:      e.nextID,
 		order:    e.internOrderLocked(cluster, spec),
 		offering: e.internLocked(k),
-		state:    cloud.StatePending,
+		state:    pending,
 		created:  now.UnixNano(),
-		userData: spec.UserData,
 	}
 	e.instances[spec.Name] = in
+	if spec.UserData != "" {
+		e.scripts[spec.Name] = spec.UserData
+	}
 	e.scheduleLocked(in, now.Add(e.bootDelay).UnixNano())
 	e.notifyLocked()
 	if e.unknownRate > 0 && e.rng.Float64() < e.unknownRate {
@@ -138,10 +140,10 @@ func (e *Engine) Delete(ctx context.Context, cluster string, inst cloud.Instance
 	defer e.mu.Unlock()
 	e.advanceLocked()
 	in, ok := e.instances[inst.Name]
-	if !ok || in.order.cluster != cluster || in.state == cloud.StateDeleting {
+	if !ok || in.order.cluster != cluster || in.state == deleting {
 		return nil
 	}
-	in.state = cloud.StateDeleting
+	in.state = deleting
 	if e.deleteDelay == 0 {
 		e.removeLocked(in)
 		return nil
@@ -184,9 +186,8 @@ func (e *Engine) Instances(cluster string) []cloud.Instance {
 func (e *Engine) UserData(name string) (string, bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	in, ok := e.instances[name]
-	if !ok {
+	if _, ok := e.instances[name]; !ok {
 		return "", false
 	}
-	return in.userData, true
+	return e.scripts[name], true
 }

@@ -75,6 +75,9 @@ type Engine struct {
 	offerings      map[cloud.OfferingKey]*cloud.OfferingKey // interned keys
 	orders         map[orderKey]*order                      // interned orders
 	instances      map[string]*instance                     // by name
+	// scripts are the startup scripts of the instances ordered with one,
+	// by name, until the instance is gone.
+	scripts map[string]string
 	// events are the instances' due times, soonest first; an event whose
 	// instance has moved on since is dropped when it comes up.
 	events  eventQueue
@@ -84,23 +87,35 @@ type Engine struct {
 }
 
 // instance is one simulated machine, kept small so that a test can hold
-// 100,000 of them: what the order shares (group, owner, labels, taints) is
-// not copied, the offering is interned, times are nanoseconds, and what
-// follows from the instance's number (its ID, IP and ID-form provider ID)
-// is rendered when it is listed.
+// 100,000 of them (64 bytes): what the order shares (group, owner, labels,
+// taints) is not copied, the offering is interned, times are nanoseconds,
+// the state is a byte, the startup script is kept aside (Engine.scripts),
+// and what follows from the instance's number (its ID, IP and ID-form
+// provider ID) is rendered when it is listed.
 type instance struct {
 	name     string
 	num      int
 	order    *order             // interned: what its order shares with others
 	offering *cloud.OfferingKey // interned: one per offering
-	state    cloud.InstanceState
 	// created is when it was ordered; due is when its state next changes
 	// (pending: boots; deleting: gone; running: reclaimed, 0 never), all
 	// in Unix nanoseconds on the engine's clock.
-	created  int64
-	due      int64
-	userData string
+	created int64
+	due     int64
+	state   life
 }
+
+// life is where a simulated instance is in its life, in one byte.
+type life uint8
+
+const (
+	pending life = iota
+	running
+	deleting
+)
+
+// states are the cloud states the API answers for each state.
+var states = [...]cloud.InstanceState{pending: cloud.StatePending, running: cloud.StateRunning, deleting: cloud.StateDeleting}
 
 // order is what the orders of one group (or one launching owner) have in
 // common; the engine keeps one per distinct set (see internOrderLocked).
@@ -151,7 +166,7 @@ func (in *instance) view() cloud.Instance {
 		InstanceType: in.offering.InstanceType,
 		Location:     in.offering.Location,
 		CapacityType: in.offering.CapacityType,
-		State:        in.state,
+		State:        states[in.state],
 		CreatedAt:    time.Unix(0, in.created),
 		IP:           fmt.Sprintf("10.%d.%d.%d", 64+in.num>>16&63, in.num>>8&255, in.num&255),
 	}
@@ -194,6 +209,7 @@ func NewEngine(cfg Config, opts Options) (*Engine, error) {
 		offerings:      map[cloud.OfferingKey]*cloud.OfferingKey{},
 		orders:         map[orderKey]*order{},
 		instances:      map[string]*instance{},
+		scripts:        map[string]string{},
 		calls:          map[string]int{},
 		changed:        make(chan struct{}),
 	}
@@ -344,14 +360,14 @@ func (e *Engine) advanceLocked() {
 				continue
 			}
 			switch in := ev.in; in.state {
-			case cloud.StatePending:
+			case pending:
 				booting = append(booting, in)
-			case cloud.StateRunning:
+			case running:
 				e.log.Info("simulated spot instance reclaimed", "instance", in.name, "cluster", in.order.cluster,
 					"type", in.offering.InstanceType, "location", in.offering.Location)
 				e.removeLocked(in)
 				changed = true
-			case cloud.StateDeleting:
+			case deleting:
 				e.removeLocked(in)
 				changed = true
 			}
@@ -359,7 +375,7 @@ func (e *Engine) advanceLocked() {
 		slices.SortFunc(booting, func(a, b *instance) int { return strings.Compare(a.name, b.name) })
 		for _, in := range booting {
 			bootAt := in.due
-			in.state, in.due = cloud.StateRunning, 0
+			in.state, in.due = running, 0
 			if in.offering.CapacityType == cloud.Spot && e.reclaimPerHour > 0 {
 				e.scheduleLocked(in, bootAt+int64(e.lifetimeLocked()))
 			}
@@ -388,6 +404,7 @@ func (e *Engine) lifetimeLocked() time.Duration {
 // removeLocked makes an instance gone and frees its capacity.
 func (e *Engine) removeLocked(in *instance) {
 	delete(e.instances, in.name)
+	delete(e.scripts, in.name)
 	in.due = 0
 	e.used[*in.offering]--
 	e.notifyLocked()
@@ -432,7 +449,7 @@ func (e *Engine) sortedLocked(cluster string) []*instance {
 type event struct {
 	at    int64
 	in    *instance
-	state cloud.InstanceState
+	state life
 }
 
 // eventQueue is a min-heap of events by time (container/heap).

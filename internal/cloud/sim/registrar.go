@@ -106,7 +106,7 @@ func NewRegistrar(c *Cloud, client kubernetes.Interface, opts RegistrarOptions) 
 		e.advanceLocked()
 		var out []Machine
 		for _, in := range e.sortedLocked(c.cluster) {
-			if in.state != cloud.StateRunning {
+			if in.state != running {
 				continue
 			}
 			t, ok := e.types[in.offering.InstanceType]
