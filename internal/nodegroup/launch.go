@@ -118,7 +118,7 @@ func (l *launcher) prepareLocked(req LaunchRequest) (cloud.CreateSpec, *member, 
 	}
 	name := req.Name
 	if name == "" {
-		name = newName(s.launches, req.Owner)
+		name = s.newName(s.launches, req.Owner)
 	} else if _, taken := s.launches.members[name]; taken {
 		return cloud.CreateSpec{}, nil, cloud.Errorf(cloud.ErrInvalid, "launch", "instance %q is launched already", name)
 	}

@@ -2,13 +2,16 @@ package nodegroup
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"slices"
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -58,6 +61,13 @@ type Options struct {
 	ResolveAfter time.Duration
 	// StartTimeout overrides DefaultStartTimeout.
 	StartTimeout time.Duration
+	// Manual leaves the syncs to the caller (Sync) instead of a background
+	// loop per cloud, so that a driver on a virtual clock (the simulator)
+	// decides when each happens and can wait for the core to be Idle.
+	Manual bool
+	// Entropy is where instance names' random suffixes come from; default
+	// crypto/rand. A seeded source makes names repeat.
+	Entropy io.Reader
 }
 
 // Manager is the node-group core, a facade over small parts that each own
@@ -87,7 +97,11 @@ type Manager struct {
 	// epoch tells this Manager's Offers versions from another's.
 	epoch int64
 
-	wg     sync.WaitGroup
+	wg sync.WaitGroup
+	// busy counts the background work running (see Idle).
+	busy atomic.Int64
+	// manual: no sync loops (Options.Manual).
+	manual bool
 	ctxMu  sync.RWMutex
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -110,7 +124,10 @@ func New(cfg *config.Config, providers map[string]cloud.Provider, opts Options) 
 	}
 	met := newMetrics(opts.Registerer)
 	ev := &events{sink: opts.Events}
-	m := &Manager{cfg: cfg, clock: opts.Clock, log: opts.Logger, clients: map[string]*client{}, epoch: time.Now().UnixNano()}
+	if opts.Entropy == nil {
+		opts.Entropy = rand.Reader
+	}
+	m := &Manager{cfg: cfg, clock: opts.Clock, log: opts.Logger, clients: map[string]*client{}, epoch: time.Now().UnixNano(), manual: opts.Manual}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	m.cancel() // nothing runs before Start
 	syncNow := map[string]chan struct{}{}
@@ -127,6 +144,7 @@ func New(cfg *config.Config, providers map[string]cloud.Provider, opts Options) 
 		return nil, err
 	}
 	s := newStore(cfg, opts.Manage)
+	s.entropy = opts.Entropy
 	m.store = s
 	m.offerings = newOfferings(opts.Clock, cfg, met)
 	met.preset(cfg, opts.Manage)
@@ -187,10 +205,34 @@ func New(cfg *config.Config, providers map[string]cloud.Provider, opts Options) 
 // run starts background work that Wait waits for.
 func (m *Manager) run(fn func()) {
 	m.wg.Add(1)
+	m.busy.Add(1)
 	go func() {
 		defer m.wg.Done()
+		defer m.busy.Add(-1)
 		fn()
 	}()
+}
+
+// Idle reports whether no background work runs: no create and no delete
+// in flight or queued. With Options.Manual it is how a driver knows that
+// what it asked for has reached the cloud; without, the sync loops keep
+// it false.
+func (m *Manager) Idle() bool { return m.busy.Load() == 0 }
+
+// Sync lists every cloud now and folds the answers in, as the background
+// loop does each period; for Options.Manual.
+func (m *Manager) Sync(ctx context.Context) error {
+	names := make([]string, 0, len(m.clients))
+	for name := range m.clients {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if err := m.syncer.sync(ctx, name, false); err != nil {
+			return fmt.Errorf("sync of cloud %q: %w", name, err)
+		}
+	}
+	return nil
 }
 
 // context is the context of the background work of the current Start.
@@ -224,6 +266,9 @@ func (m *Manager) Start(ctx context.Context) error {
 		if err := m.syncer.sync(ctx, cloudName, true); err != nil {
 			return fmt.Errorf("initial list of cloud %q: %w", cloudName, err)
 		}
+	}
+	if m.manual {
+		return nil
 	}
 	for cloudName := range m.clients {
 		m.run(func() { m.syncer.loop(ctx, cloudName) })

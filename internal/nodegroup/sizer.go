@@ -188,7 +188,7 @@ func (z *sizer) reconcileLocked(g *group) {
 	}
 	for g.live < g.target {
 		mem := &member{
-			name:      newName(g, z.namePrefix(g)),
+			name:      z.store.newName(g, z.namePrefix(g)),
 			g:         g,
 			phase:     phaseCreating,
 			createdAt: stampOf(z.clock.Now()),

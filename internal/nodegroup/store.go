@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"net/netip"
 	"slices"
 	"sync"
@@ -45,6 +46,9 @@ type store struct {
 	lastSync map[string]time.Time
 	// keys interns the members' offerings.
 	keys keys
+	// entropy feeds new instance names (Options.Entropy); crypto/rand
+	// when nil.
+	entropy io.Reader
 }
 
 // keys interns offering keys: members on one offering share one copy.
@@ -520,11 +524,15 @@ func (s *store) groupsOn(cloudName string) []*group {
 
 // newName returns a fresh hostname "<prefix>-<10 hex>", checked against
 // the group's members.
-func newName(g *group, prefix string) string {
+func (s *store) newName(g *group, prefix string) string {
+	src := s.entropy
+	if src == nil {
+		src = rand.Reader
+	}
 	for {
 		var b [5]byte
-		if _, err := rand.Read(b[:]); err != nil {
-			panic(fmt.Sprintf("crypto/rand: %v", err)) // never fails on supported platforms
+		if _, err := io.ReadFull(src, b[:]); err != nil {
+			panic(fmt.Sprintf("instance name entropy: %v", err)) // crypto/rand never fails on supported platforms
 		}
 		name := prefix + "-" + hex.EncodeToString(b[:])
 		if _, taken := g.members[name]; !taken {

@@ -159,26 +159,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			pending = append(pending, p)
 		}
 	}
-	snapshot := plan.Snapshot(nodePtrs, podPtrs, groupOf)
-	// Instances ordered but not registered yet are capacity on the way. A
-	// Node is matched to its instance by provider ID (or an alias), never by
-	// name: node names need not be hostnames.
-	registered := map[string]bool{}
-	for i := range nodes.Items {
-		if pid := nodes.Items[i].Spec.ProviderID; pid != "" {
-			registered[pid] = true
-		}
-	}
-	ordering := false
-	for _, g := range pool.Groups {
-		insts, _ := r.Core.Instances(g.Name)
-		for _, in := range insts {
-			if !registeredAs(registered, in) && in.ErrorCode == "" && in.State != nodegroup.StateDeleting {
-				snapshot = append(snapshot, plan.Node{Name: in.Name, Group: g.Name, Coming: true})
-				ordering = ordering || in.State != nodegroup.StateRunning
-			}
-		}
-	}
+	snapshot, ordering := Snapshot(pool, nodePtrs, podPtrs, groupOf, r.Core.Instances)
 	p := plan.Compute(pool, snapshot, pending)
 	r.Logger.Debug("plan", "pool", np.Name, "nodes", len(snapshot), "pending", len(pending), "add", p.Add, "reason", p.Reason, "unplaced", len(p.Unplaced))
 	for _, g := range pool.Groups {
@@ -234,8 +215,30 @@ func conditionStatus(b bool) metav1.ConditionStatus {
 
 // pool turns the spec and the core's groups into the planner's input.
 func (r *Reconciler) pool(ctx context.Context, np *v1alpha1.NodeProvisioner) (plan.Pool, error) {
-	s := np.Spec
-	pool := plan.Pool{}
+	var groups []plan.Group
+	for _, name := range r.groupsOf(np) {
+		info, ok := r.Core.Group(name)
+		if !ok {
+			return plan.Pool{}, fmt.Errorf("node group %q is not in gpuscaler's config with managedBy: node-provisioner", name)
+		}
+		tmpl, err := r.Core.Template(name)
+		if err != nil {
+			return plan.Pool{}, err
+		}
+		target, _ := r.Core.TargetSize(name)
+		price, ok := r.Core.GroupPrice(name)
+		groups = append(groups, plan.Group{
+			Name: name, Template: tmpl, Nodes: target, MaxSize: info.MaxSize,
+			Unavailable: r.unavailable(ctx, name) || !ok, Price: price, Spend: r.Core.GroupSpend(name),
+		})
+	}
+	return Pool(np.Spec, groups)
+}
+
+// Pool applies a NodeProvisioner's spec (utilization band, warm buffer,
+// bounds, cost cap, group order) to its groups, in the spec's order.
+func Pool(s v1alpha1.NodeProvisionerSpec, groups []plan.Group) (plan.Pool, error) {
+	pool := plan.Pool{Groups: groups}
 	if s.MinGPUUtilizationPercent != nil {
 		pool.MinUtilization = float64(*s.MinGPUUtilizationPercent) / 100
 	}
@@ -251,22 +254,6 @@ func (r *Reconciler) pool(ctx context.Context, np *v1alpha1.NodeProvisioner) (pl
 	if s.MaxNodes != nil {
 		pool.MaxNodes = int(*s.MaxNodes)
 	}
-	for _, name := range r.groupsOf(np) {
-		info, ok := r.Core.Group(name)
-		if !ok {
-			return pool, fmt.Errorf("node group %q is not in gpuscaler's config with managedBy: node-provisioner", name)
-		}
-		tmpl, err := r.Core.Template(name)
-		if err != nil {
-			return pool, err
-		}
-		target, _ := r.Core.TargetSize(name)
-		price, ok := r.Core.GroupPrice(name)
-		pool.Groups = append(pool.Groups, plan.Group{
-			Name: name, Template: tmpl, Nodes: target, MaxSize: info.MaxSize,
-			Unavailable: r.unavailable(ctx, name) || !ok, Price: price, Spend: r.Core.GroupSpend(name),
-		})
-	}
 	if s.MaxHourlyCost != "" {
 		cost, err := strconv.ParseFloat(s.MaxHourlyCost, 64)
 		if err != nil {
@@ -279,6 +266,32 @@ func (r *Reconciler) pool(ctx context.Context, np *v1alpha1.NodeProvisioner) (pl
 		sort.SliceStable(pool.Groups, func(i, j int) bool { return pool.Groups[i].Price < pool.Groups[j].Price })
 	}
 	return pool, nil
+}
+
+// Snapshot is the pool as the planner sees it: its Nodes (plan.Snapshot)
+// and, as capacity on the way, the instances ordered for its groups that
+// no Node carries yet. A Node is matched to its instance by provider ID
+// (or an alias), never by name: node names need not be hostnames.
+// ordering is true while one of those instances does not run yet.
+func Snapshot(pool plan.Pool, nodes []*corev1.Node, pods []*corev1.Pod, groupOf func(*corev1.Node) string,
+	instances func(group string) ([]nodegroup.Instance, error)) (snapshot []plan.Node, ordering bool) {
+	snapshot = plan.Snapshot(nodes, pods, groupOf)
+	registered := make(map[string]bool, len(nodes))
+	for _, n := range nodes {
+		if pid := n.Spec.ProviderID; pid != "" {
+			registered[pid] = true
+		}
+	}
+	for _, g := range pool.Groups {
+		insts, _ := instances(g.Name)
+		for _, in := range insts {
+			if !registeredAs(registered, in) && in.ErrorCode == "" && in.State != nodegroup.StateDeleting {
+				snapshot = append(snapshot, plan.Node{Name: in.Name, Group: g.Name, Coming: true})
+				ordering = ordering || in.State != nodegroup.StateRunning
+			}
+		}
+	}
+	return snapshot, ordering
 }
 
 // unavailable reports whether the group gets no new demand now: the core

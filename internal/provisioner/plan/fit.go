@@ -16,8 +16,14 @@ import (
 )
 
 // Requests returns a pod's effective resource requests, as the scheduler
-// counts them (init containers, sidecars and overhead included).
+// counts them (init containers, sidecars and overhead included). A pod of
+// one container and nothing else, the common case, is read directly: the
+// planner reads every pod of the pool on every pass.
 func Requests(pod *corev1.Pod) corev1.ResourceList {
+	s := &pod.Spec
+	if len(s.Containers) == 1 && len(s.InitContainers) == 0 && s.Overhead == nil && s.Resources == nil {
+		return s.Containers[0].Resources.Requests.DeepCopy()
+	}
 	return resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
 }
 

@@ -6,8 +6,10 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	resourcehelper "k8s.io/component-helpers/resource"
 )
 
 func template(res corev1.ResourceList, labels map[string]string, taints ...corev1.Taint) *corev1.Node {
@@ -203,5 +205,21 @@ func TestSnapshot(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("snapshot\n got %+v\nwant %+v", got, want)
+	}
+}
+
+// The one-container shortcut of Requests answers what the scheduler's
+// helper does, and with a copy.
+func TestRequestsShortcut(t *testing.T) {
+	req := corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("2"), corev1.ResourceCPU: resource.MustParse("500m")}
+	pod := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Resources: corev1.ResourceRequirements{Requests: req}}}}}
+	got := Requests(pod)
+	want := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
+	if !equality.Semantic.DeepEqual(got, want) {
+		t.Fatalf("Requests = %v, want %v", got, want)
+	}
+	got["nvidia.com/gpu"] = resource.MustParse("9")
+	if q := req["nvidia.com/gpu"]; q.Value() != 2 {
+		t.Errorf("Requests returned the pod's own map")
 	}
 }
