@@ -1,6 +1,6 @@
 # gpuscaler developer targets. The two that matter:
-#   go run ./cmd/gpuscaler provider --config examples/sim-quickstart.yaml   (README, command 1)
-#   make test                                                                (README, command 2)
+#   go run ./cmd/gpuscaler simulate   (README, command 1)
+#   make test                         (README, command 2)
 
 GO ?= go
 STATICCHECK_VERSION ?= v0.8.2

@@ -36,6 +36,7 @@ func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 	root.AddCommand(
 		newProviderCommand(g),
 		newControllerCommand(g),
+		newSimulateCommand(g),
 		newValidateCommand(),
 		newCatalogCommand(),
 		newConfigCommand(),

@@ -1,0 +1,221 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"sigs.k8s.io/yaml"
+
+	"github.com/gpuscaler/gpuscaler/api/v1alpha1"
+	"github.com/gpuscaler/gpuscaler/internal/config"
+	"github.com/gpuscaler/gpuscaler/internal/simulate"
+)
+
+// defaultPool is the pool simulate runs when no --config is given: spot
+// H100s that fall back to on-demand, and eight-GPU nodes for jobs that
+// need them, on the simulated cloud with Verda's catalog and prices.
+const defaultPool = `clusterName: simulate
+clouds:
+  sim:
+    locations: [FIN-01, FIN-02, FIN-03]
+    defaultCapacity: 60
+    bootDelay: 90s
+    spotReclaimRate: 0.02
+nodeGroups:
+  - {name: h100-spot, cloud: sim, instanceType: 1H100.80S.30V, locations: [FIN-01, FIN-02], capacityPolicy: prefer-spot, maxSize: 100}
+  - {name: h100x8, cloud: sim, instanceType: 8H100.80S.176V, locations: [FIN-03], maxSize: 20}
+  - {name: a100-mig, cloud: sim, instanceType: 1A100.22V, locations: [FIN-01], maxSize: 20, mig: {profile: all-1g.10gb, strategy: mixed}}
+`
+
+type simulateFlags struct {
+	config, trace, format, provisioner, html, sweep, policy string
+	seed                                                    uint64
+	scale                                                   float64
+	gpuStartup, loop                                        time.Duration
+}
+
+func newSimulateCommand(g *globalFlags) *cobra.Command {
+	f := &simulateFlags{}
+	cmd := &cobra.Command{
+		Use:   "simulate",
+		Short: "Play a workload trace through the real core and NodeProvisioner on a virtual clock, against a cluster-autoscaler-like baseline",
+		Long: `simulate runs gpuscaler's node-group core, its NodeProvisioner planner and the simulated cloud on a
+virtual clock (a day of trace in seconds) and reports how long pods waited for GPUs and what the pool
+cost, next to a baseline that scales as cluster-autoscaler does with its defaults. See docs/simulate.md.`,
+		Example: `  gpuscaler simulate
+  gpuscaler simulate --trace training-jobs --html report.html
+  gpuscaler simulate --config examples/sim-quickstart.yaml --trace my-cluster.csv
+  gpuscaler simulate --sweep minUnutilizedGPUNodes=0..3`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := g.logger(cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			return runSimulate(cmd, f, log)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVarP(&f.config, "config", "c", "", "gpuscaler config whose node groups on the simulated cloud form the pool (default: a built-in pool of spot H100s, 8xH100 nodes and MIG A100s)")
+	fl.StringVar(&f.trace, "trace", "diurnal-inference", "a built-in trace ("+strings.Join(simulate.Builtins, ", ")+") or a CSV or JSONL file")
+	fl.StringVar(&f.format, "format", "", "the trace file's format, csv or jsonl (default: from its extension)")
+	fl.Uint64Var(&f.seed, "seed", 1, "seed of the built-in traces, the simulated cloud and instance names: the same seed gives the same numbers")
+	fl.Float64Var(&f.scale, "scale", 1, "multiplies a built-in trace's arrival rate")
+	fl.StringVar(&f.policy, "policy", "both", "nodeprovisioner, cluster-autoscaler, or both side by side")
+	fl.StringVar(&f.provisioner, "provisioner", "", "a NodeProvisioner manifest whose spec the NodeProvisioner policy uses (default: its defaults over every group)")
+	fl.DurationVar(&f.gpuStartup, "gpu-startup", time.Minute, "time from an instance running to its GPUs being allocatable")
+	fl.DurationVar(&f.loop, "loop", 10*time.Second, "autoscaler loop and sync period")
+	fl.StringVar(&f.html, "html", "", "also write a self-contained HTML report (charts over time and the table) to this file")
+	fl.StringVar(&f.sweep, "sweep", "", "run a grid over one NodeProvisioner setting, e.g. minUnutilizedGPUNodes=0..3, and print the frontier of p95 wait against cost")
+	return cmd
+}
+
+func runSimulate(cmd *cobra.Command, f *simulateFlags, log *slog.Logger) error {
+	out := cmd.OutOrStdout()
+	doc := []byte(defaultPool)
+	if f.config != "" {
+		var err error
+		if doc, err = os.ReadFile(f.config); err != nil {
+			return err
+		}
+	}
+	cfg, err := config.Parse(doc)
+	if err != nil {
+		return fmt.Errorf("%s: %w", nameOr(f.config, "built-in pool"), err)
+	}
+	trace, err := loadTrace(f)
+	if err != nil {
+		return err
+	}
+	opts := simulate.Options{Config: cfg, Seed: f.seed, GPUStartup: f.gpuStartup, Loop: f.loop, Logger: log.With("component", "core")}
+	if f.provisioner != "" {
+		np, err := readProvisioner(f.provisioner)
+		if err != nil {
+			return err
+		}
+		opts.Provisioner = np.Spec
+	}
+	opts.Progress = progress(cmd.ErrOrStderr(), trace.Name)
+	ctx := cmd.Context()
+	fmt.Fprintf(out, "trace %s: %d pods over %s; pool: %s\n\n", trace.Name, len(trace.Pods), trace.End().Round(time.Minute), nameOr(f.config, "built-in"))
+	if f.sweep != "" {
+		sw, err := simulate.ParseSweep(f.sweep)
+		if err != nil {
+			return err
+		}
+		results, err := sw.Run(ctx, trace, opts)
+		if err != nil {
+			return err
+		}
+		if err := sw.WriteFrontier(out, results); err != nil {
+			return err
+		}
+		return writeHTML(f.html, results)
+	}
+	var policies []simulate.Policy
+	switch f.policy {
+	case "both":
+		policies = []simulate.Policy{simulate.NodeProvisioner, simulate.Baseline}
+	case string(simulate.NodeProvisioner), string(simulate.Baseline):
+		policies = []simulate.Policy{simulate.Policy(f.policy)}
+	default:
+		return fmt.Errorf("--policy %q: want nodeprovisioner, cluster-autoscaler or both", f.policy)
+	}
+	var results []*simulate.Result
+	for _, p := range policies {
+		opts.Policy = p
+		r, err := simulate.Run(ctx, trace, opts)
+		if err != nil {
+			return fmt.Errorf("%s: %w", p, err)
+		}
+		results = append(results, r)
+	}
+	if err := simulate.WriteTable(out, results...); err != nil {
+		return err
+	}
+	return writeHTML(f.html, results)
+}
+
+// loadTrace reads --trace: a built-in name, else a file.
+func loadTrace(f *simulateFlags) (simulate.Trace, error) {
+	if slices.Contains(simulate.Builtins, f.trace) {
+		return simulate.Builtin(f.trace, f.scale, f.seed)
+	}
+	file, err := os.Open(f.trace)
+	if err != nil {
+		return simulate.Trace{}, fmt.Errorf("--trace %q: not a built-in trace (%s), and %w", f.trace, strings.Join(simulate.Builtins, ", "), err)
+	}
+	defer func() { _ = file.Close() }()
+	format := f.format
+	if format == "" {
+		switch strings.ToLower(filepath.Ext(f.trace)) {
+		case ".jsonl", ".ndjson":
+			format = "jsonl"
+		default:
+			format = "csv"
+		}
+	}
+	t, err := simulate.Read(file, filepath.Base(f.trace), format)
+	if err != nil {
+		return t, fmt.Errorf("%s: %w", f.trace, err)
+	}
+	return t, nil
+}
+
+// readProvisioner reads a NodeProvisioner manifest, refusing unknown keys.
+func readProvisioner(path string) (*v1alpha1.NodeProvisioner, error) {
+	doc, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var np v1alpha1.NodeProvisioner
+	if err := yaml.UnmarshalStrict(doc, &np); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if np.Kind != "" && np.Kind != "NodeProvisioner" {
+		return nil, fmt.Errorf("%s: kind %q: want NodeProvisioner", path, np.Kind)
+	}
+	return &np, nil
+}
+
+// progress reports a long run's simulated time on w about every two
+// seconds of wall time.
+func progress(w io.Writer, trace string) func(done, total time.Duration) {
+	last := time.Now()
+	return func(done, total time.Duration) {
+		if time.Since(last) < 2*time.Second {
+			return
+		}
+		last = time.Now()
+		fmt.Fprintf(w, "simulate: %s: %s of %s simulated\n", trace, done.Round(time.Minute), total.Round(time.Minute))
+	}
+}
+
+func writeHTML(path string, results []*simulate.Result) error {
+	if path == "" {
+		return nil
+	}
+	file, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := simulate.WriteHTML(file, results...); err != nil {
+		_ = file.Close()
+		return err
+	}
+	return file.Close()
+}
+
+func nameOr(name, fallback string) string {
+	if name == "" {
+		return fallback
+	}
+	return name
+}

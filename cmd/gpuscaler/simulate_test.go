@@ -1,0 +1,45 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// simulate plays the example trace on the built-in pool and prints both
+// policies side by side.
+func TestSimulateExampleTrace(t *testing.T) {
+	var out, errOut bytes.Buffer
+	root := newRootCommand(&out, &errOut)
+	html := filepath.Join(t.TempDir(), "report.html")
+	root.SetArgs([]string{"simulate", "--trace", "../../examples/traces/small.csv", "--html", html, "--log-level", "error"})
+	if err := root.Execute(); err != nil {
+		t.Fatalf("%v\n%s", err, errOut.String())
+	}
+	s := out.String()
+	for _, want := range []string{"nodeprovisioner", "cluster-autoscaler", "pending p95", "6 (0)"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("output lacks %q:\n%s", want, s)
+		}
+	}
+	if page, err := os.ReadFile(html); err != nil || !strings.Contains(string(page), "<svg") {
+		t.Errorf("HTML report: %v", err)
+	}
+}
+
+// A malformed trace line stops simulate with the file and the line.
+func TestSimulateRefusesABadLine(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bad.csv")
+	if err := os.WriteFile(path, []byte("at,duration,gpus\n0s,10m,1\n5m,10m,many\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	root := newRootCommand(&out, &out)
+	root.SetArgs([]string{"simulate", "--trace", path})
+	err := root.Execute()
+	if err == nil || !strings.Contains(err.Error(), path+": line 3: gpus") {
+		t.Fatalf("error %v, want one naming %s line 3", err, path)
+	}
+}

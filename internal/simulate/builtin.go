@@ -1,0 +1,86 @@
+package simulate
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Builtins are the names of the built-in traces.
+var Builtins = []string{"diurnal-inference", "bursty-batch", "training-jobs"}
+
+// Builtin generates a built-in trace of one day. scale multiplies its
+// arrival rate (1 peaks at a few dozen GPUs); seed makes it repeat.
+func Builtin(name string, scale float64, seed uint64) (Trace, error) {
+	if scale <= 0 {
+		return Trace{}, fmt.Errorf("scale %v: want more than 0", scale)
+	}
+	rng := rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))
+	t := Trace{Name: name}
+	const day = 24 * time.Hour
+	add := func(p Pod) {
+		p.Name = fmt.Sprintf("%s-%06d", strings.SplitN(name, "-", 2)[0], len(t.Pods))
+		t.Pods = append(t.Pods, p)
+	}
+	switch name {
+	case "diurnal-inference":
+		// Inference replicas that follow the day: a rate of 20 arrivals an
+		// hour at night rising to 140 in the afternoon (at scale 1), each
+		// serving for about 40 minutes; one in five on a MIG slice.
+		for at := time.Duration(0); at < day; {
+			hour := at.Hours()
+			rate := scale * (80 - 60*math.Cos(2*math.Pi*(hour-3)/24)) // arrivals per hour
+			at += time.Duration(rng.ExpFloat64() / rate * float64(time.Hour))
+			if at >= day {
+				break
+			}
+			p := Pod{At: at.Round(time.Second), Duration: lognormal(rng, 40*time.Minute, 0.5), GPUs: 1}
+			if rng.IntN(5) == 0 {
+				p.GPUs, p.MIG = 0, "1g.10gb"
+			}
+			add(p)
+		}
+	case "bursty-batch":
+		// Batch bursts every two to four hours of 20 to 60 jobs (at scale 1)
+		// of one or two GPUs for 30 to 90 minutes, over a trickle of one an
+		// hour.
+		for at := time.Duration(0); at < day; at += time.Duration(2+2*rng.Float64()) * time.Hour {
+			n := int(scale * float64(20+rng.IntN(41)))
+			for range n {
+				add(Pod{At: (at + time.Duration(rng.IntN(120))*time.Second).Round(time.Second),
+					Duration: time.Duration(30+rng.IntN(61)) * time.Minute, GPUs: 1 + rng.IntN(2)})
+			}
+		}
+		for at := time.Duration(0); at < day; at += time.Duration(float64(time.Hour) / scale) {
+			add(Pod{At: at, Duration: 20 * time.Minute, GPUs: 1, Priority: 1})
+		}
+	case "training-jobs":
+		// Training jobs of a full eight-GPU node for two to six hours, about
+		// one every 45 minutes (at scale 1), and fine-tuning jobs of two
+		// GPUs for an hour.
+		for at := time.Duration(0); at < day; {
+			at += time.Duration(rng.ExpFloat64() / scale * float64(45*time.Minute))
+			if at >= day {
+				break
+			}
+			add(Pod{At: at.Round(time.Second), Duration: time.Duration(2+rng.IntN(5)) * time.Hour, GPUs: 8, Priority: 10})
+			if rng.IntN(2) == 0 {
+				add(Pod{At: (at + 5*time.Minute).Round(time.Second), Duration: time.Hour, GPUs: 2})
+			}
+		}
+	default:
+		return Trace{}, fmt.Errorf("trace %q: no such built-in trace (have %s)", name, strings.Join(Builtins, ", "))
+	}
+	slices.SortStableFunc(t.Pods, func(a, b Pod) int { return int(a.At - b.At) })
+	return t, nil
+}
+
+// lognormal draws a duration around median with the given spread, at
+// least a minute.
+func lognormal(rng *rand.Rand, median time.Duration, sigma float64) time.Duration {
+	d := time.Duration(float64(median) * math.Exp(sigma*rng.NormFloat64()))
+	return max(d, time.Minute).Round(time.Second)
+}

@@ -1,0 +1,168 @@
+package simulate
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+)
+
+// Result is what one run measured.
+type Result struct {
+	Policy Policy
+	Trace  string
+	// Simulated is the virtual time the run covered.
+	Simulated time.Duration
+	// Pods is how many the trace had; Finished how many ran to the end;
+	// Unplaced how many never started (their wait runs to the end).
+	Pods, Finished, Unplaced int
+	// GPUHoursPaid integrates the GPUs of every instance held (ordered,
+	// booting, running, idle, being deleted); GPUHoursUsed the GPUs pods
+	// held; Cost the core's hourly spend over time.
+	GPUHoursPaid, GPUHoursUsed, Cost float64
+	// ScaleUps counts the policy's scale-up decisions; NodesAdded,
+	// NodesRemoved the instances it asked for and gave back; NodesLost
+	// the instances that went away under it (spot reclaims).
+	ScaleUps, NodesAdded, NodesRemoved, NodesLost int
+	// PodsRequeued counts pods put back to pending by a lost node.
+	PodsRequeued int
+	// StockOuts are the orders the simulated cloud refused for capacity
+	// (each one a fallback to the next offering), from the core's
+	// gpuscaler_stockouts_total; Reclaims the instances it lost, from
+	// gpuscaler_instances_vanished_total.
+	StockOuts, Reclaims int
+	// Timeline is sampled every Options.Sample.
+	Timeline []Sample
+
+	waits, requeueWaits []time.Duration
+}
+
+// Sample is the pool at one moment.
+type Sample struct {
+	At time.Duration
+	// Pending pods; Demand the GPU-equivalents pods run on or wait for.
+	Pending int
+	Demand  float64
+	// Capacity is the GPU-equivalents of each group's Nodes, Ready or
+	// not, by group.
+	Capacity map[string]float64
+	// Spend is the pool's cost per hour.
+	Spend float64
+}
+
+// Wait returns the q-quantile (0..1) of the time pods waited from arrival
+// to start; 0 for no pods.
+func (r *Result) Wait(q float64) time.Duration { return quantile(r.waits, q) }
+
+// RequeueWait returns the q-quantile of the time pods put back by a lost
+// node waited to start again.
+func (r *Result) RequeueWait(q float64) time.Duration { return quantile(r.requeueWaits, q) }
+
+// IdleShare is the share of the GPU-hours paid that no pod used.
+func (r *Result) IdleShare() float64 {
+	if r.GPUHoursPaid == 0 {
+		return 0
+	}
+	return 1 - r.GPUHoursUsed/r.GPUHoursPaid
+}
+
+func quantile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := int(math.Ceil(q*float64(len(s)))) - 1
+	return s[min(max(i, 0), len(s)-1)]
+}
+
+// sample records the pool now.
+func (r *run) sample() {
+	s := Sample{At: r.now, Pending: len(r.cl.pending), Capacity: map[string]float64{}, Spend: r.spend, Demand: r.cl.used}
+	for _, p := range r.cl.pending {
+		s.Demand += p.gpu
+	}
+	for _, n := range r.cl.nodes {
+		s.Capacity[n.group] += n.gpus
+	}
+	r.res.Timeline = append(r.res.Timeline, s)
+}
+
+// result completes the run's figures with the core's metrics.
+func (r *run) result() *Result {
+	res := r.res
+	res.Pods = len(r.pods)
+	families, err := r.reg.Gather()
+	if err == nil {
+		res.StockOuts = int(sum(families, "gpuscaler_stockouts_total"))
+		res.Reclaims = int(sum(families, "gpuscaler_instances_vanished_total"))
+	}
+	return res
+}
+
+// sum adds up a counter's series.
+func sum(families []*dto.MetricFamily, name string) float64 {
+	total := 0.0
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			total += m.GetCounter().GetValue()
+		}
+	}
+	return total
+}
+
+// WriteTable prints results side by side, one column each.
+func WriteTable(w io.Writer, results ...*Result) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	row := func(label string, cell func(*Result) string) {
+		cells := make([]string, 0, len(results)+1)
+		cells = append(cells, label)
+		for _, r := range results {
+			cells = append(cells, cell(r))
+		}
+		fmt.Fprintln(tw, strings.Join(cells, "\t")+"\t")
+	}
+	dur := func(q float64) func(*Result) string {
+		return func(r *Result) string { return fmtDuration(r.Wait(q)) }
+	}
+	row("", func(r *Result) string { return string(r.Policy) })
+	row("trace", func(r *Result) string { return r.Trace })
+	row("simulated", func(r *Result) string { return fmtDuration(r.Simulated) })
+	row("pods (unplaced)", func(r *Result) string { return fmt.Sprintf("%d (%d)", r.Pods, r.Unplaced) })
+	row("pending p50", dur(0.5))
+	row("pending p95", dur(0.95))
+	row("pending p99", dur(0.99))
+	row("pending max", dur(1))
+	row("GPU-hours paid", func(r *Result) string { return fmt.Sprintf("%.1f", r.GPUHoursPaid) })
+	row("GPU-hours used", func(r *Result) string { return fmt.Sprintf("%.1f", r.GPUHoursUsed) })
+	row("idle share", func(r *Result) string { return fmt.Sprintf("%.1f%%", 100*r.IdleShare()) })
+	row("cost", func(r *Result) string { return fmt.Sprintf("%.2f", r.Cost) })
+	row("nodes added / removed", func(r *Result) string { return fmt.Sprintf("%d / %d", r.NodesAdded, r.NodesRemoved) })
+	row("stock-out fallbacks", func(r *Result) string { return fmt.Sprint(r.StockOuts) })
+	row("spot reclaims (pods requeued)", func(r *Result) string { return fmt.Sprintf("%d (%d)", r.Reclaims, r.PodsRequeued) })
+	row("requeued pods' wait p95", func(r *Result) string { return fmtDuration(r.RequeueWait(0.95)) })
+	return tw.Flush()
+}
+
+// fmtDuration prints a duration to the second, in its largest units.
+func fmtDuration(d time.Duration) string {
+	d = d.Round(time.Second)
+	switch {
+	case d == 0:
+		return "0s"
+	case d < time.Minute:
+		return d.String()
+	case d < time.Hour:
+		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
+	default:
+		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
+	}
+}

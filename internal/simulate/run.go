@@ -1,0 +1,592 @@
+package simulate
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	testclock "k8s.io/utils/clock/testing"
+
+	"github.com/gpuscaler/gpuscaler/api/v1alpha1"
+	"github.com/gpuscaler/gpuscaler/internal/cloud"
+	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
+	"github.com/gpuscaler/gpuscaler/internal/config"
+	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
+	"github.com/gpuscaler/gpuscaler/internal/provisioner"
+	"github.com/gpuscaler/gpuscaler/internal/provisioner/plan"
+	gsruntime "github.com/gpuscaler/gpuscaler/internal/runtime"
+)
+
+// Policy is the autoscaler a run puts in front of the core.
+type Policy string
+
+// Policies.
+const (
+	// NodeProvisioner is gpuscaler's own controller: its planner
+	// (utilization band, warm buffer, pending pods on capacity on the
+	// way) every loop, and idle nodes beyond the buffer removed after the
+	// spec's scaleDownDelay.
+	NodeProvisioner Policy = "nodeprovisioner"
+	// Baseline behaves as cluster-autoscaler does with its defaults: a
+	// loop every 10 s that waits until the oldest pending GPU pod is 30 s
+	// old, bin-packs the pending pods onto new nodes (no buffer, no
+	// utilization target), removes nodes empty for scaleDownUnneededTime
+	// (10 min), and none within scaleDownDelayAfterAdd (10 min) of a
+	// scale-up.
+	Baseline Policy = "cluster-autoscaler"
+)
+
+// Cluster-autoscaler's defaults the baseline follows
+// (../docs/simulate.md cites them).
+const (
+	caGPUBatchWait       = 30 * time.Second
+	caUnneededTime       = 10 * time.Minute
+	caDelayAfterAdd      = 10 * time.Minute
+	defaultLoop          = 10 * time.Second
+	defaultGPUStartup    = time.Minute
+	defaultScaleDownWait = 10 * time.Minute
+	// drainFor bounds how long after the trace's last arrival a run goes
+	// on, for the pods still running or waiting.
+	drainFor = 12 * time.Hour
+	// idleWait bounds how long (real time) the core may take to settle
+	// what it was asked before a run gives up.
+	idleWait = time.Minute
+)
+
+// epoch is the virtual clock's start.
+var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// Options are one run's settings.
+type Options struct {
+	// Config is gpuscaler's configuration; its groups on the simulated
+	// cloud form the pool.
+	Config *config.Config
+	// Provisioner is the NodeProvisioner spec (NodeProvisioner policy);
+	// its nodeGroups default to every group on the simulated cloud.
+	Provisioner v1alpha1.NodeProvisionerSpec
+	Policy      Policy
+	// Seed drives the simulated cloud (stock-outs, reclaims) and instance
+	// names; the same seed gives the same numbers. 0 takes clouds.sim.seed.
+	Seed uint64
+	// Loop is the autoscaler's loop period (cluster-autoscaler's
+	// --scan-interval, the NodeProvisioner controller's requeue); default
+	// 10 s. The core lists the cloud every sync.period of the Config.
+	Loop time.Duration
+	// GPUStartup is the time from an instance running to its GPUs being
+	// allocatable (drivers, device plugin); default 1 min.
+	GPUStartup time.Duration
+	// Sample is how often the timeline is sampled; default 5 min.
+	Sample time.Duration
+	// Progress, when set, is called about every simulated hour.
+	Progress func(done, total time.Duration)
+	// Logger receives the core's logs; default none.
+	Logger *slog.Logger
+}
+
+// Run plays a trace through the real core and the policy on a virtual
+// clock and returns what it measured.
+func Run(ctx context.Context, trace Trace, opts Options) (*Result, error) {
+	r, err := newRun(ctx, trace, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer r.stop()
+	if err := r.play(ctx); err != nil {
+		return nil, err
+	}
+	return r.result(), nil
+}
+
+// run is one run's state.
+type run struct {
+	opts   Options
+	trace  Trace
+	clock  *testclock.FakeClock
+	engine *sim.Engine
+	core   *nodegroup.Manager
+	reg    *prometheus.Registry
+	stop   func()
+	groups []string
+	// bootDelay is the simulated cloud's, for Nodes' start-up.
+	bootDelay time.Duration
+
+	cl   *cluster
+	pods []*pod
+	// running are the pods placed, by the time they finish.
+	running []*pod
+	// failed are, per group, the orders that failed (observe).
+	failed map[string][]string
+	// nextSync is when the core lists the cloud next.
+	nextSync time.Duration
+	// dirty: the cluster or the core changed since the last plan, which
+	// last is.
+	dirty bool
+	last  *plan.Plan
+	now   time.Duration
+	// lastAdd is when the policy last scaled up.
+	lastAdd time.Duration
+	res     *Result
+	// paid integrates GPUs held and spend between events.
+	heldGPUs float64
+	spend    float64
+}
+
+func newRun(ctx context.Context, trace Trace, opts Options) (*run, error) {
+	if opts.Config == nil || opts.Config.Clouds.Sim == nil {
+		return nil, errors.New("simulate needs a config with clouds.sim and node groups on it")
+	}
+	if opts.Policy == "" {
+		opts.Policy = NodeProvisioner
+	}
+	if opts.Policy != NodeProvisioner && opts.Policy != Baseline {
+		return nil, fmt.Errorf("policy %q: want %s or %s", opts.Policy, NodeProvisioner, Baseline)
+	}
+	if opts.Loop <= 0 {
+		opts.Loop = defaultLoop
+	}
+	if opts.GPUStartup < 0 {
+		return nil, fmt.Errorf("GPU start-up %s: negative", opts.GPUStartup)
+	}
+	if opts.GPUStartup == 0 {
+		opts.GPUStartup = defaultGPUStartup
+	}
+	if opts.Sample <= 0 {
+		opts.Sample = 5 * time.Minute
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	cfg := *opts.Config
+	// The client-side rate limit runs on real time and protects a real
+	// cloud's API; the simulated one is in the process.
+	cfg.Sync.RequestsPerSecond = 1e9
+	// Creates take no virtual time here; one worker keeps their order,
+	// and so which one meets a stock-out, the same from run to run.
+	cfg.Sync.MaxConcurrentCreates = 1
+	simCfg := gsruntime.SimConfig(*cfg.Clouds.Sim)
+	if opts.Seed == 0 {
+		opts.Seed = max(uint64(simCfg.Seed), sim.DefaultSeed)
+	}
+	simCfg.Seed = int64(opts.Seed)
+	// Faults and API latency would make the core's creates wait on the
+	// clock from its own goroutines, and the outcome depend on their
+	// timing: a run leaves them out.
+	simCfg.FaultRate, simCfg.APILatency = 0, nil
+	clk := testclock.NewFakeClock(epoch)
+	engine, err := sim.NewEngine(simCfg, sim.Options{Clock: clk})
+	if err != nil {
+		return nil, fmt.Errorf("clouds.sim: %w", err)
+	}
+	r := &run{opts: opts, trace: trace, clock: clk, engine: engine, reg: prometheus.NewRegistry(), cl: newCluster(),
+		bootDelay: sim.DefaultBootDelay, res: &Result{Policy: opts.Policy, Trace: trace.Name}, failed: map[string][]string{}}
+	if simCfg.BootDelay != nil {
+		r.bootDelay = *simCfg.BootDelay
+	}
+	for _, g := range cfg.NodeGroups {
+		if g.Cloud == sim.Name {
+			r.groups = append(r.groups, g.Name)
+		}
+	}
+	if len(opts.Provisioner.NodeGroups) > 0 {
+		r.groups = opts.Provisioner.NodeGroups
+	}
+	if len(r.groups) == 0 {
+		return nil, errors.New("simulate needs node groups on the simulated cloud (cloud: sim)")
+	}
+	core, err := nodegroup.New(&cfg, map[string]cloud.Provider{sim.Name: engine.Account(cfg.ClusterName)}, nodegroup.Options{
+		Clock: clk, Logger: opts.Logger, Registerer: r.reg, Manual: true,
+		Entropy: rand.NewChaCha8(seedBytes(opts.Seed)),
+	})
+	if err != nil {
+		return nil, err
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	if err := core.Start(cctx); err != nil {
+		cancel()
+		return nil, err
+	}
+	r.core = core
+	r.stop = func() { cancel(); core.Wait() }
+	for _, name := range r.groups {
+		if _, ok := core.Group(name); !ok {
+			r.stop()
+			return nil, fmt.Errorf("node group %q: not in the config", name)
+		}
+	}
+	for _, p := range trace.Pods {
+		obj := podObject(p)
+		req := plan.Requests(obj)
+		r.pods = append(r.pods, &pod{Pod: p, obj: obj, req: req, gpu: plan.GPUEquivalents(req)})
+	}
+	return r, nil
+}
+
+func seedBytes(seed uint64) [32]byte {
+	var b [32]byte
+	for i := range 8 {
+		b[i] = byte(seed >> (8 * i))
+	}
+	b[31] = 0x5e
+	return b
+}
+
+// settle waits until the core has done what it was asked (its creates and
+// deletes have reached the simulated cloud).
+func (r *run) settle() error {
+	deadline := time.Now().Add(idleWait)
+	for !r.core.Idle() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("at %s: the core did not settle within %s", r.now, idleWait)
+		}
+		time.Sleep(20 * time.Microsecond)
+	}
+	return nil
+}
+
+// play runs the trace to its end and then until every pod has finished
+// (or drainFor has passed).
+func (r *run) play(ctx context.Context) error {
+	end := r.trace.End()
+	next := 0 // next pod to arrive
+	nextLoop, nextSample, nextProgress := time.Duration(0), time.Duration(0), time.Hour
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		// The next thing that happens.
+		t := nextLoop
+		if next < len(r.pods) {
+			t = min(t, r.pods[next].At)
+		}
+		if len(r.running) > 0 {
+			t = min(t, r.running[0].done)
+		}
+		for _, n := range r.cl.nodes {
+			if !n.ready {
+				t = min(t, max(n.readyAt, r.now))
+			}
+		}
+		t = min(t, nextSample)
+		if next == len(r.pods) && len(r.running) == 0 && len(r.cl.pending) == 0 {
+			break // every pod has run
+		}
+		if t > end+drainFor {
+			r.account(end + drainFor)
+			r.now = end + drainFor
+			break
+		}
+		r.account(t)
+		r.now = t
+		r.clock.SetTime(epoch.Add(t))
+		if r.opts.Progress != nil && t >= nextProgress {
+			r.opts.Progress(t, end)
+			nextProgress += time.Hour
+		}
+		for next < len(r.pods) && r.pods[next].At <= t {
+			r.cl.arrive(r.pods[next], t)
+			next++
+			r.dirty = true
+		}
+		for len(r.running) > 0 && r.running[0].done <= t {
+			p := r.running[0]
+			r.running = r.running[1:]
+			if p.node != nil && p.started && p.done <= t {
+				r.cl.finish(p, t)
+				r.res.Finished++
+				r.dirty = true
+			}
+		}
+		for _, n := range r.cl.nodes {
+			if !n.ready && n.readyAt <= t {
+				n.ready, n.emptySince = true, t
+				r.dirty = true
+			}
+		}
+		if t == nextLoop {
+			if err := r.loop(); err != nil {
+				return err
+			}
+			nextLoop += r.opts.Loop
+		}
+		r.cl.schedule(t, func(p *pod) {
+			r.dirty = true
+			if p.requeued == 0 {
+				r.res.waits = append(r.res.waits, t-p.At)
+			} else {
+				r.res.requeueWaits = append(r.res.requeueWaits, t-p.since)
+			}
+			i, _ := slices.BinarySearchFunc(r.running, p.done, func(q *pod, d time.Duration) int { return cmp.Compare(q.done, d) })
+			r.running = slices.Insert(r.running, i, p)
+		})
+		if t == nextSample {
+			r.sample()
+			nextSample += r.opts.Sample
+		}
+	}
+	for _, p := range r.cl.pending {
+		if p.requeued == 0 {
+			r.res.Unplaced++
+			r.res.waits = append(r.res.waits, r.now-p.At)
+		}
+	}
+	r.res.Simulated = r.now
+	return nil
+}
+
+// account adds the GPU-hours and spend from the last event until t.
+func (r *run) account(t time.Duration) {
+	if t <= r.now {
+		return
+	}
+	h := (t - r.now).Hours()
+	r.res.GPUHoursPaid += r.heldGPUs * h
+	r.res.GPUHoursUsed += r.cl.used * h
+	r.res.Cost += r.spend * h
+}
+
+// loop is one autoscaler loop: the core syncs (as its period says), the
+// cluster learns of new and lost instances, and the policy decides; what
+// the core was asked for is waited for and observed.
+func (r *run) loop() error {
+	ctx := context.Background()
+	// The core lists the cloud once per sync period, as its loop does
+	// (cluster-autoscaler's Refresh asks for no more).
+	if r.now >= r.nextSync {
+		if err := r.core.Sync(ctx); err != nil {
+			return err
+		}
+		r.nextSync = r.now + r.opts.Config.Sync.Period.Duration
+		if err := r.settle(); err != nil {
+			return err
+		}
+	}
+	r.observe()
+	var acted bool
+	var err error
+	switch r.opts.Policy {
+	case NodeProvisioner:
+		acted, err = r.provision(ctx)
+	case Baseline:
+		acted, err = r.baseline(ctx)
+	}
+	if err != nil {
+		return err
+	}
+	// Orders that failed (every offering stocked out) are withdrawn, as
+	// the controller does, so that a group's target holds live orders.
+	for _, g := range r.groups {
+		if pids := r.failed[g]; len(pids) > 0 {
+			_ = r.core.DeleteNodes(ctx, g, pids)
+			acted = true
+		}
+	}
+	if !acted {
+		return nil
+	}
+	r.dirty = true
+	if err := r.settle(); err != nil {
+		return err
+	}
+	r.observe()
+	return nil
+}
+
+// observe folds the core's instances into the cluster: a Node for each
+// new one (Ready its boot and GPU start-up after its creation), a lost
+// Node for each gone, and what the pool holds and costs now.
+func (r *run) observe() {
+	seen := map[string]bool{}
+	r.heldGPUs, r.spend = 0, 0
+	clear(r.failed)
+	for _, g := range r.groups {
+		tmpl, err := r.core.Template(g)
+		if err != nil {
+			continue
+		}
+		gpus := plan.GPUEquivalents(tmpl.Status.Allocatable)
+		r.spend += r.core.GroupSpend(g)
+		var fresh []nodegroup.Instance
+		_ = r.core.EachInstance(g, func(in nodegroup.Instance) {
+			if in.ErrorCode != "" && in.State != nodegroup.StateRunning {
+				if in.State != nodegroup.StateDeleting {
+					r.failed[g] = append(r.failed[g], in.ProviderID)
+				}
+				return // a failed order: nothing is paid for
+			}
+			r.heldGPUs += gpus
+			if in.State == nodegroup.StateDeleting {
+				return
+			}
+			seen[in.Name] = true
+			if _, ok := r.cl.nodes[in.Name]; !ok {
+				fresh = append(fresh, in)
+			}
+		})
+		slices.Sort(r.failed[g])
+		for _, in := range fresh {
+			r.dirty = true
+			obj := tmpl.DeepCopy()
+			obj.Name, obj.Spec.ProviderID = in.Name, in.ProviderID
+			created := in.CreatedAt.Sub(epoch)
+			r.cl.nodes[in.Name] = &node{
+				name: in.Name, group: g, providerID: in.ProviderID, obj: obj, gpus: gpus,
+				readyAt: created + r.bootDelay + r.opts.GPUStartup, free: obj.Status.Allocatable.DeepCopy(),
+				emptySince: -1, unneededSince: -1,
+			}
+		}
+	}
+	for name, n := range r.cl.nodes {
+		if !seen[name] {
+			r.dirty = true
+			r.res.NodesLost++
+			r.res.PodsRequeued += r.cl.lose(n, r.now)
+		}
+	}
+	r.running = slices.DeleteFunc(r.running, func(p *pod) bool { return p.node == nil })
+}
+
+// provision is one pass of the NodeProvisioner controller over the pool;
+// it reports whether it asked the core for anything. The plan is made
+// again only when the cluster or the core changed since the last one, or
+// pods wait: otherwise it would be the same.
+func (r *run) provision(ctx context.Context) (bool, error) {
+	if r.dirty || len(r.cl.pending) > 0 || r.last == nil {
+		pool, err := r.pool(r.opts.Provisioner)
+		if err != nil {
+			return false, err
+		}
+		nodes, pods, pending := r.cl.objects()
+		groupOf := func(n *corev1.Node) string { return r.cl.nodes[n.Name].group }
+		snapshot, _ := provisioner.Snapshot(pool, nodes, pods, groupOf, r.core.Instances)
+		p := plan.Compute(pool, snapshot, pending)
+		r.last, r.dirty = &p, false
+		if r.scaleUp(ctx, pool, p) {
+			return true, nil
+		}
+	} else if len(r.last.Add) > 0 {
+		return false, nil // the core refused it last time; nothing changed since
+	}
+	delay := defaultScaleDownWait
+	if d := r.opts.Provisioner.ScaleDownDelay; d != nil {
+		delay = d.Duration
+	}
+	doomed := map[string]bool{}
+	for _, name := range r.last.Remove {
+		doomed[name] = true
+	}
+	return r.scaleDown(ctx, func(n *node) bool { return doomed[n.name] }, delay)
+}
+
+// baseline is one loop of the cluster-autoscaler-like baseline; it reports
+// whether it asked the core for anything.
+func (r *run) baseline(ctx context.Context) (bool, error) {
+	oldest := r.now
+	for _, p := range r.cl.pending {
+		oldest = min(oldest, p.since)
+	}
+	if len(r.cl.pending) > 0 && r.now-oldest >= caGPUBatchWait {
+		// Bin-packing onto new nodes, with the capacity on the way counted:
+		// the planner with no buffer and no utilization band.
+		pool, err := r.pool(v1alpha1.NodeProvisionerSpec{})
+		if err != nil {
+			return false, err
+		}
+		nodes, pods, pending := r.cl.objects()
+		groupOf := func(n *corev1.Node) string { return r.cl.nodes[n.Name].group }
+		snapshot, _ := provisioner.Snapshot(pool, nodes, pods, groupOf, r.core.Instances)
+		if r.scaleUp(ctx, pool, plan.Compute(pool, snapshot, pending)) {
+			return true, nil
+		}
+	}
+	if r.res.ScaleUps > 0 && r.now-r.lastAdd < caDelayAfterAdd {
+		return false, nil
+	}
+	return r.scaleDown(ctx, func(n *node) bool { return n.ready && len(n.pods) == 0 }, caUnneededTime)
+}
+
+// pool is the planner's input for a spec over the run's groups, built from
+// the core as the controller builds it.
+func (r *run) pool(spec v1alpha1.NodeProvisionerSpec) (plan.Pool, error) {
+	var groups []plan.Group
+	for _, name := range r.groups {
+		info, _ := r.core.Group(name)
+		tmpl, err := r.core.Template(name)
+		if err != nil {
+			return plan.Pool{}, err
+		}
+		target, _ := r.core.TargetSize(name)
+		price, ok := r.core.GroupPrice(name)
+		_, backingOff := r.core.Backoff(name)
+		groups = append(groups, plan.Group{Name: name, Template: tmpl, Nodes: target, MaxSize: info.MaxSize,
+			Unavailable: backingOff || !ok, Price: price, Spend: r.core.GroupSpend(name)})
+	}
+	return provisioner.Pool(spec, groups)
+}
+
+// scaleUp asks the core for what the plan adds; it reports whether it
+// added any.
+func (r *run) scaleUp(ctx context.Context, pool plan.Pool, p plan.Plan) bool {
+	added := false
+	for _, g := range pool.Groups {
+		n := p.Add[g.Name]
+		if n == 0 {
+			continue
+		}
+		if err := r.core.IncreaseSize(ctx, g.Name, n); err != nil {
+			r.opts.Logger.Debug("scale-up refused", "group", g.Name, "delta", n, "error", err)
+			continue
+		}
+		r.res.ScaleUps++
+		r.res.NodesAdded += n
+		added = true
+	}
+	if added {
+		r.lastAdd = r.now
+	}
+	return added
+}
+
+// scaleDown deletes the nodes unneeded for at least delay; a node stops
+// being unneeded when it no longer is. It reports whether it deleted any.
+func (r *run) scaleDown(ctx context.Context, unneeded func(*node) bool, delay time.Duration) (bool, error) {
+	byGroup := map[string][]string{}
+	for _, n := range r.cl.nodes {
+		switch {
+		case !unneeded(n):
+			n.unneededSince = -1
+		case n.unneededSince < 0:
+			n.unneededSince = r.now
+		case r.now-n.unneededSince >= delay && len(n.pods) == 0:
+			byGroup[n.group] = append(byGroup[n.group], n.providerID)
+		}
+	}
+	deleted := false
+	for _, g := range r.groups {
+		pids := byGroup[g]
+		if len(pids) == 0 {
+			continue
+		}
+		slices.Sort(pids)
+		if err := r.core.DeleteNodes(ctx, g, pids); err != nil {
+			r.opts.Logger.Debug("scale-down refused", "group", g, "error", err)
+			continue
+		}
+		for _, pid := range pids {
+			for name, n := range r.cl.nodes {
+				if n.providerID == pid {
+					delete(r.cl.nodes, name)
+				}
+			}
+		}
+		r.res.NodesRemoved += len(pids)
+		deleted = true
+	}
+	return deleted, nil
+}

@@ -1,0 +1,315 @@
+package simulate
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/net/html"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpuscaler/gpuscaler/api/v1alpha1"
+	"github.com/gpuscaler/gpuscaler/internal/config"
+)
+
+// oneGroup is a pool of one-GPU on-demand nodes (2.29 an hour) that boot
+// in 60 s.
+const oneGroup = `clusterName: sim
+clouds:
+  sim: {bootDelay: 60s, defaultCapacity: 20}
+nodeGroups:
+  - {name: h100, cloud: sim, instanceType: 1H100.80S.30V, locations: [FIN-01], maxSize: 5}
+`
+
+func parse(t *testing.T, doc string) *config.Config {
+	t.Helper()
+	cfg, err := config.Parse([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func play(t *testing.T, cfg *config.Config, trace Trace, opts Options) *Result {
+	t.Helper()
+	opts.Config = cfg
+	res, err := Run(context.Background(), trace, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+func near(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
+
+// One pod of one GPU for 30 minutes on an empty pool, worked out by hand.
+// NodeProvisioner orders at the first loop (t=0); the node boots in 60 s
+// and its GPUs come 60 s later, so the pod waits 120 s and runs until
+// t=1,920 s; the node is paid from its order to the end: 1,920 s of one
+// GPU at 2.29 an hour. The baseline waits until the pod is 30 s old
+// before it orders, so the pod waits 150 s and the node is paid from
+// t=30 to t=1,950.
+func TestHandComputedTrace(t *testing.T) {
+	cfg := parse(t, oneGroup)
+	trace := Trace{Name: "one", Pods: []Pod{{Name: "a", At: 0, Duration: 30 * time.Minute, GPUs: 1}}}
+	for _, tc := range []struct {
+		policy    Policy
+		wait, end time.Duration
+	}{
+		{NodeProvisioner, 120 * time.Second, 1920 * time.Second},
+		{Baseline, 150 * time.Second, 1950 * time.Second},
+	} {
+		t.Run(string(tc.policy), func(t *testing.T) {
+			res := play(t, cfg, trace, Options{Policy: tc.policy, GPUStartup: time.Minute})
+			paid := (1920 * time.Second).Hours() // from the order to the end, for both
+			if res.Wait(1) != tc.wait || res.Wait(0.5) != tc.wait {
+				t.Errorf("wait %s (p50 %s), want %s", res.Wait(1), res.Wait(0.5), tc.wait)
+			}
+			if res.Simulated != tc.end {
+				t.Errorf("simulated %s, want %s", res.Simulated, tc.end)
+			}
+			if !near(res.GPUHoursPaid, paid) {
+				t.Errorf("GPU-hours paid %.6f, want %.6f", res.GPUHoursPaid, paid)
+			}
+			if !near(res.GPUHoursUsed, 0.5) {
+				t.Errorf("GPU-hours used %.6f, want 0.5", res.GPUHoursUsed)
+			}
+			if want := 2.29 * paid; !near(res.Cost, want) {
+				t.Errorf("cost %.6f, want %.6f", res.Cost, want)
+			}
+			if res.NodesAdded != 1 || res.ScaleUps != 1 || res.Finished != 1 || res.Unplaced != 0 {
+				t.Errorf("added %d in %d scale-ups, finished %d, unplaced %d; want 1, 1, 1, 0", res.NodesAdded, res.ScaleUps, res.Finished, res.Unplaced)
+			}
+		})
+	}
+}
+
+// Two pods 40 minutes apart: the node of the first goes idle and, after
+// the NodeProvisioner's scaleDownDelay (5 min here), is deleted; the
+// second needs a new node. With a warm buffer of one the pool keeps a
+// spare node, so the second pod starts at once.
+func TestScaleDownAndWarmBuffer(t *testing.T) {
+	cfg := parse(t, oneGroup)
+	trace := Trace{Name: "two", Pods: []Pod{
+		{Name: "a", At: 0, Duration: 10 * time.Minute, GPUs: 1},
+		{Name: "b", At: 40 * time.Minute, Duration: 10 * time.Minute, GPUs: 1},
+	}}
+	delay := 5 * time.Minute
+	spec := v1alpha1.NodeProvisionerSpec{ScaleDownDelay: duration(delay)}
+	res := play(t, cfg, trace, Options{Policy: NodeProvisioner, Provisioner: spec})
+	// a: ordered at 0, starts at 120 s, ends at 720 s; the node is idle
+	// from then, unneeded at the 720 s loop, deleted at 1,020 s and paid
+	// until the next sync (every 30 s) finds it gone, at 1,050 s. b:
+	// ordered at 2,400 s, starts at 2,520 s, ends at 3,120 s.
+	if res.NodesAdded != 2 || res.NodesRemoved != 1 {
+		t.Errorf("added %d, removed %d; want 2, 1", res.NodesAdded, res.NodesRemoved)
+	}
+	if res.Wait(1) != 120*time.Second {
+		t.Errorf("longest wait %s, want 120s", res.Wait(1))
+	}
+	paid := (1050*time.Second + (3120-2400)*time.Second).Hours()
+	if !near(res.GPUHoursPaid, paid) {
+		t.Errorf("GPU-hours paid %.6f, want %.6f", res.GPUHoursPaid, paid)
+	}
+
+	buffer := int32(1)
+	spec.MinUnutilizedGPUNodes = &buffer
+	res = play(t, cfg, trace, Options{Policy: NodeProvisioner, Provisioner: spec})
+	if res.Wait(0.5) != 0 {
+		t.Errorf("with a warm buffer, median wait %s, want 0 (b starts on the spare node)", res.Wait(0.5))
+	}
+	if res.Wait(1) != 120*time.Second {
+		t.Errorf("with a warm buffer, longest wait %s, want 120s (a, before the buffer is up)", res.Wait(1))
+	}
+}
+
+func duration(d time.Duration) *metav1.Duration { return &metav1.Duration{Duration: d} }
+
+// The same seed gives the same numbers; the built-in traces repeat too.
+func TestDeterministic(t *testing.T) {
+	cfg := parse(t, `clusterName: sim
+clouds:
+  sim: {bootDelay: 90s, defaultCapacity: 6, spotReclaimRate: 0.3}
+nodeGroups:
+  - {name: spot, cloud: sim, instanceType: 1H100.80S.30V, locations: [FIN-01, FIN-02], capacityPolicy: prefer-spot, maxSize: 20}
+  - {name: big, cloud: sim, instanceType: 8H100.80S.176V, locations: [FIN-03], maxSize: 4}
+`)
+	table := func(seed uint64) string {
+		trace, err := Builtin("bursty-batch", 0.3, seed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		np := play(t, cfg, trace, Options{Policy: NodeProvisioner, Seed: seed})
+		ca := play(t, cfg, trace, Options{Policy: Baseline, Seed: seed})
+		if err := WriteTable(&out, np, ca); err != nil {
+			t.Fatal(err)
+		}
+		return out.String()
+	}
+	first, again, other := table(7), table(7), table(8)
+	if first != again {
+		t.Fatalf("seed 7 gave two answers:\n%s\n%s", first, again)
+	}
+	if first == other {
+		t.Errorf("seeds 7 and 8 gave the same table:\n%s", first)
+	}
+	t.Logf("\n%s", first)
+}
+
+// A malformed line is refused with its line number.
+func TestMalformedTraceLine(t *testing.T) {
+	for _, tc := range []struct {
+		format, doc string
+		line        int
+	}{
+		{"csv", "at,duration,gpus\n0s,10m,1\n# comment\n5m,ten minutes,1\n", 4},
+		{"csv", "at,duration,gpus\n0s,10m,1\n1m,10m,0\n", 3},
+		{"csv", "at,duration,gpus,color\n", 1},
+		{"jsonl", `{"at":"0s","duration":"10m","gpus":1}` + "\n\n" + `{"at":"1m","duration":"10m","mig":"1g.10gb","gpus":2}` + "\n", 3},
+		{"jsonl", `{"at":"0s","duration":"10m","gpu":1}` + "\n", 1},
+		{"jsonl", `{"at":"-5s","duration":"10m"}` + "\n", 1},
+	} {
+		_, err := Read(strings.NewReader(tc.doc), "t", tc.format)
+		var le *LineError
+		if !errors.As(err, &le) || le.Line != tc.line {
+			t.Errorf("%s %q: error %v, want one on line %d", tc.format, tc.doc, err, tc.line)
+		}
+	}
+	tr, err := Read(strings.NewReader("name,at,duration,mig,priority\nx,90,1h,1g.10gb,3\ny,30s,5m,,\n"), "ok", "csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tr.Pods) != 2 || tr.Pods[0].Name != "y" || tr.Pods[0].GPUs != 1 || tr.Pods[1].MIG != "1g.10gb" || tr.Pods[1].At != 90*time.Second || tr.Pods[1].Priority != 3 {
+		t.Errorf("read %+v", tr.Pods)
+	}
+}
+
+// The HTML report is well-formed and self-contained: it loads nothing
+// (no src, href, url() or @import), and its tags balance.
+func TestHTMLReportIsSelfContained(t *testing.T) {
+	cfg := parse(t, oneGroup)
+	trace := Trace{Name: "three", Pods: []Pod{
+		{At: 0, Duration: 30 * time.Minute, GPUs: 1}, {At: time.Hour, Duration: 30 * time.Minute, GPUs: 1},
+		{At: 2 * time.Hour, Duration: 30 * time.Minute, GPUs: 1},
+	}}
+	res := play(t, cfg, trace, Options{Policy: NodeProvisioner, Sample: 10 * time.Minute})
+	var out bytes.Buffer
+	if err := WriteHTML(&out, res); err != nil {
+		t.Fatal(err)
+	}
+	doc := out.String()
+	for _, banned := range []string{"src=", "href=", "url(", "@import", "http://", "https://", "<script"} {
+		if strings.Contains(doc, banned) {
+			t.Errorf("report contains %q", banned)
+		}
+	}
+	z := html.NewTokenizer(strings.NewReader(doc))
+	var open []string
+	polylines := 0
+	for {
+		tt := z.Next()
+		if tt == html.ErrorToken {
+			if !errors.Is(z.Err(), io.EOF) {
+				t.Fatal(z.Err())
+			}
+			break
+		}
+		name, _ := z.TagName()
+		tag := string(name)
+		switch tt {
+		case html.StartTagToken:
+			switch tag {
+			case "meta", "line", "polyline", "br":
+				polylines += boolInt(tag == "polyline")
+			default:
+				open = append(open, tag)
+			}
+		case html.SelfClosingTagToken:
+			polylines += boolInt(tag == "polyline")
+		case html.EndTagToken:
+			if len(open) == 0 || open[len(open)-1] != tag {
+				t.Fatalf("</%s> closes %v", tag, open)
+			}
+			open = open[:len(open)-1]
+		}
+	}
+	if len(open) != 0 {
+		t.Errorf("unclosed tags %v", open)
+	}
+	// Demand, total capacity and the group's capacity; pending; spend.
+	if polylines != 5 {
+		t.Errorf("%d chart lines, want 5", polylines)
+	}
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// A sweep runs each value and marks the settings no other beats on both
+// p95 wait and cost.
+func TestSweep(t *testing.T) {
+	if _, err := ParseSweep("buffer=0..3"); err == nil {
+		t.Error("unknown field accepted")
+	}
+	if _, err := ParseSweep("minUnutilizedGPUNodes=3..1"); err == nil {
+		t.Error("empty range accepted")
+	}
+	sw, err := ParseSweep("minunutilizedgpunodes=0..1")
+	if err != nil || sw.Field != "minUnutilizedGPUNodes" || len(sw.Values) != 2 {
+		t.Fatalf("ParseSweep: %+v, %v", sw, err)
+	}
+	// A pod every 40 minutes, each for 10.
+	trace := Trace{Name: "spaced"}
+	for i := range 20 {
+		trace.Pods = append(trace.Pods, Pod{At: time.Duration(i) * 40 * time.Minute, Duration: 10 * time.Minute, GPUs: 1})
+	}
+	results, err := sw.Run(context.Background(), trace, Options{Config: parse(t, oneGroup)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Without a buffer every pod waits 120 s for a node and the pool
+	// costs less; with one, all but the first start at once on the spare
+	// node, which costs more: both are on the frontier.
+	if results[0].Wait(0.95) != 120*time.Second || results[1].Wait(0.95) != 0 || results[1].Cost <= results[0].Cost {
+		t.Errorf("buffer 0: p95 %s cost %.3f; buffer 1: p95 %s cost %.3f", results[0].Wait(0.95), results[0].Cost, results[1].Wait(0.95), results[1].Cost)
+	}
+	var out bytes.Buffer
+	if err := sw.WriteFrontier(&out, results); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Count(out.String(), "*") != 2 {
+		t.Errorf("frontier:\n%s", out.String())
+	}
+}
+
+// A stock-out is the core's: the second order finds FIN-01 full, the core
+// falls back to FIN-02 (counted in gpuscaler_stockouts_total, which the
+// report reads), and both pods still start 120 s after they arrive.
+func TestStockOutFallbackIsTheCores(t *testing.T) {
+	cfg := parse(t, `clusterName: sim
+clouds:
+  sim:
+    bootDelay: 60s
+    defaultCapacity: 5
+    capacity: [{instanceType: 1H100.80S.30V, location: FIN-01, count: 1}]
+nodeGroups:
+  - {name: h100, cloud: sim, instanceType: 1H100.80S.30V, locations: [FIN-01, FIN-02], maxSize: 5}
+`)
+	trace := Trace{Name: "two", Pods: []Pod{
+		{At: 0, Duration: 10 * time.Minute, GPUs: 1}, {At: 0, Duration: 10 * time.Minute, GPUs: 1},
+	}}
+	res := play(t, cfg, trace, Options{Policy: NodeProvisioner})
+	if res.StockOuts != 1 || res.NodesAdded != 2 || res.Wait(1) != 120*time.Second {
+		t.Errorf("stock-outs %d, nodes added %d, longest wait %s; want 1, 2, 120s", res.StockOuts, res.NodesAdded, res.Wait(1))
+	}
+}

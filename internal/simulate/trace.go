@@ -1,0 +1,250 @@
+// Package simulate runs gpuscaler's real node-group core, its real
+// NodeProvisioner planner and the simulated cloud on a virtual clock
+// against a workload trace, and a cluster-autoscaler-like baseline on the
+// same trace, and reports what each makes pods wait and what it costs.
+package simulate
+
+import (
+	"bufio"
+	"encoding/csv"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Pod is one workload of a trace: it arrives, waits until a node has room,
+// then runs for its duration.
+type Pod struct {
+	Name string
+	// At is when it arrives, from the trace's start.
+	At time.Duration
+	// Duration is how long it runs once it is placed.
+	Duration time.Duration
+	// GPUs is how many whole GPUs it requests (nvidia.com/gpu).
+	GPUs int
+	// MIG is a MIG profile it requests one of instead ("1g.10gb" for
+	// nvidia.com/mig-1g.10gb); empty for whole GPUs.
+	MIG string
+	// Priority orders pending pods: higher first.
+	Priority int
+}
+
+// Trace is a workload: its pods by arrival.
+type Trace struct {
+	Name string
+	Pods []Pod
+}
+
+// End is when the last pod arrives.
+func (t Trace) End() time.Duration {
+	var end time.Duration
+	for _, p := range t.Pods {
+		end = max(end, p.At)
+	}
+	return end
+}
+
+// LineError is a trace line that could not be read.
+type LineError struct {
+	Line int
+	Err  error
+}
+
+func (e *LineError) Error() string { return fmt.Sprintf("line %d: %v", e.Line, e.Err) }
+func (e *LineError) Unwrap() error { return e.Err }
+
+// jsonPod is a JSONL line.
+type jsonPod struct {
+	Name     string `json:"name"`
+	At       string `json:"at"`
+	Duration string `json:"duration"`
+	GPUs     *int   `json:"gpus"`
+	MIG      string `json:"mig"`
+	Priority int    `json:"priority"`
+}
+
+// csvColumns are the CSV format's columns, in the header's order.
+var csvColumns = []string{"at", "duration", "gpus", "mig", "priority", "name"}
+
+// Read reads a trace in CSV (a header line naming the columns at,
+// duration, gpus, mig, priority, name; at and duration are Go durations
+// such as 90s or 1h30m, or seconds) or JSON Lines (one object per line
+// with the same keys); format is "csv" or "jsonl". Blank lines and lines
+// starting with # are skipped. A line that cannot be read fails the whole
+// trace with its line number.
+func Read(r io.Reader, name, format string) (Trace, error) {
+	t := Trace{Name: name}
+	var err error
+	switch format {
+	case "csv":
+		t.Pods, err = readCSV(r)
+	case "jsonl":
+		t.Pods, err = readJSONL(r)
+	default:
+		return t, fmt.Errorf("trace format %q: want csv or jsonl", format)
+	}
+	if err != nil {
+		return t, err
+	}
+	if len(t.Pods) == 0 {
+		return t, errors.New("trace has no pods")
+	}
+	slices.SortStableFunc(t.Pods, func(a, b Pod) int { return int(a.At - b.At) })
+	return t, nil
+}
+
+func readJSONL(r io.Reader) ([]Pod, error) {
+	var pods []Pod
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	for line := 1; sc.Scan(); line++ {
+		text := strings.TrimSpace(sc.Text())
+		if text == "" || strings.HasPrefix(text, "#") {
+			continue
+		}
+		var jp jsonPod
+		dec := json.NewDecoder(strings.NewReader(text))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&jp); err != nil {
+			return nil, &LineError{Line: line, Err: err}
+		}
+		gpus := ""
+		if jp.GPUs != nil {
+			gpus = strconv.Itoa(*jp.GPUs)
+		}
+		p, err := parsePod(len(pods), jp.Name, jp.At, jp.Duration, gpus, jp.MIG, strconv.Itoa(jp.Priority))
+		if err != nil {
+			return nil, &LineError{Line: line, Err: err}
+		}
+		pods = append(pods, p)
+	}
+	return pods, sc.Err()
+}
+
+func readCSV(r io.Reader) ([]Pod, error) {
+	cr := csv.NewReader(r)
+	cr.Comment = '#'
+	cr.FieldsPerRecord = -1
+	cr.TrimLeadingSpace = true
+	header, err := cr.Read()
+	if err != nil {
+		return nil, &LineError{Line: 1, Err: fmt.Errorf("header: %w", err)}
+	}
+	col := map[string]int{}
+	for i, h := range header {
+		h = strings.ToLower(strings.TrimSpace(h))
+		if !slices.Contains(csvColumns, h) {
+			line, _ := cr.FieldPos(i)
+			return nil, &LineError{Line: line, Err: fmt.Errorf("unknown column %q (want %s)", h, strings.Join(csvColumns, ", "))}
+		}
+		col[h] = i
+	}
+	for _, need := range []string{"at", "duration"} {
+		if _, ok := col[need]; !ok {
+			return nil, &LineError{Line: 1, Err: fmt.Errorf("header has no %q column", need)}
+		}
+	}
+	var pods []Pod
+	for {
+		rec, err := cr.Read()
+		if err == io.EOF {
+			return pods, nil
+		}
+		line, _ := cr.FieldPos(0)
+		if err != nil {
+			var pe *csv.ParseError
+			if errors.As(err, &pe) {
+				line = pe.Line
+			}
+			return nil, &LineError{Line: line, Err: err}
+		}
+		if len(rec) != len(header) {
+			return nil, &LineError{Line: line, Err: fmt.Errorf("%d fields, the header has %d", len(rec), len(header))}
+		}
+		field := func(name string) string {
+			if i, ok := col[name]; ok {
+				return strings.TrimSpace(rec[i])
+			}
+			return ""
+		}
+		p, err := parsePod(len(pods), field("name"), field("at"), field("duration"), field("gpus"), field("mig"), field("priority"))
+		if err != nil {
+			return nil, &LineError{Line: line, Err: err}
+		}
+		pods = append(pods, p)
+	}
+}
+
+// parsePod checks one line's fields. A pod asks for whole GPUs (1 when neither
+// gpus nor mig is given) or one MIG slice, not both.
+func parsePod(i int, name, at, duration, gpus, mig, priority string) (Pod, error) {
+	p := Pod{Name: name, MIG: mig}
+	if p.Name == "" {
+		p.Name = fmt.Sprintf("pod-%06d", i)
+	}
+	var err error
+	if p.At, err = parseDuration(at); err != nil {
+		return p, fmt.Errorf("at: %w", err)
+	}
+	if p.Duration, err = parseDuration(duration); err != nil {
+		return p, fmt.Errorf("duration: %w", err)
+	}
+	if p.Duration <= 0 {
+		return p, fmt.Errorf("duration: %s: want more than 0", duration)
+	}
+	switch {
+	case gpus != "" && mig != "":
+		return p, errors.New("gpus and mig: a pod asks for whole GPUs or one MIG slice, not both")
+	case gpus != "":
+		if p.GPUs, err = strconv.Atoi(gpus); err != nil || p.GPUs < 1 || p.GPUs > 16 {
+			return p, fmt.Errorf("gpus: %q: want a whole number from 1 to 16", gpus)
+		}
+	case mig == "":
+		p.GPUs = 1
+	default:
+		if !migProfile(mig) {
+			return p, fmt.Errorf("mig: %q: want a profile such as 1g.10gb", mig)
+		}
+	}
+	if priority != "" {
+		if p.Priority, err = strconv.Atoi(priority); err != nil {
+			return p, fmt.Errorf("priority: %q: want a whole number", priority)
+		}
+	}
+	return p, nil
+}
+
+// parseDuration reads a Go duration or a number of seconds; never negative.
+func parseDuration(s string) (time.Duration, error) {
+	if s == "" {
+		return 0, errors.New("missing")
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		secs, ferr := strconv.ParseFloat(s, 64)
+		if ferr != nil {
+			return 0, fmt.Errorf("%q: want a duration such as 90s or 1h30m, or seconds", s)
+		}
+		d = time.Duration(secs * float64(time.Second))
+	}
+	if d < 0 {
+		return 0, fmt.Errorf("%q: negative", s)
+	}
+	return d, nil
+}
+
+// migProfile reports whether s reads as a MIG profile: "<n>g.<m>gb".
+func migProfile(s string) bool {
+	g, mem, ok := strings.Cut(s, "g.")
+	if !ok || !strings.HasSuffix(mem, "gb") {
+		return false
+	}
+	_, err1 := strconv.Atoi(g)
+	_, err2 := strconv.Atoi(strings.TrimSuffix(mem, "gb"))
+	return err1 == nil && err2 == nil
+}
