@@ -102,7 +102,9 @@ type campaign struct {
 	engine *sim.Engine
 	logs   *coretest.LogBuffer
 	mgr    *nodegroup.Manager
-	stop   func()
+	// reg is the running core's metrics registry.
+	reg  *prometheus.Registry
+	stop func()
 	// counts of what was done, for the report.
 	actions, restarts, reclaims int
 	// reclaimed are the instances the campaign took away: the only ones
@@ -133,8 +135,9 @@ func (c *campaign) start() {
 	c.t.Helper()
 	log := slog.New(slog.NewTextHandler(c.logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	for attempt := 0; ; attempt++ {
+		reg := prometheus.NewRegistry()
 		mgr, err := nodegroup.New(c.cfg, map[string]cloud.Provider{sim.Name: c.engine.Account(c.cfg.ClusterName)},
-			nodegroup.Options{Logger: log, Registerer: prometheus.NewRegistry(), ResolveAfter: resolveAfter})
+			nodegroup.Options{Logger: log, Registerer: reg, ResolveAfter: resolveAfter})
 		if err != nil {
 			c.t.Fatal(err)
 		}
@@ -147,7 +150,7 @@ func (c *campaign) start() {
 			}
 			continue
 		}
-		c.mgr, c.stop = mgr, func() { cancel(); mgr.Wait() }
+		c.mgr, c.reg, c.stop = mgr, reg, func() { cancel(); mgr.Wait() }
 		return
 	}
 }
