@@ -71,7 +71,7 @@ cost, next to a baseline that scales as cluster-autoscaler does with its default
 	fl.StringVar(&f.policy, "policy", "both", "nodeprovisioner, cluster-autoscaler, or both side by side")
 	fl.StringVar(&f.provisioner, "provisioner", "", "a NodeProvisioner manifest whose spec the NodeProvisioner policy uses (default: its defaults over every group)")
 	fl.DurationVar(&f.gpuStartup, "gpu-startup", time.Minute, "time from an instance running to its GPUs being allocatable")
-	fl.DurationVar(&f.loop, "loop", 10*time.Second, "autoscaler loop and sync period")
+	fl.DurationVar(&f.loop, "loop", 10*time.Second, "autoscaler loop period (the core lists the cloud every sync.period of the config)")
 	fl.StringVar(&f.html, "html", "", "also write a self-contained HTML report (charts over time and the table) to this file")
 	fl.StringVar(&f.sweep, "sweep", "", "run a grid over one NodeProvisioner setting, e.g. minUnutilizedGPUNodes=0..3, and print the frontier of p95 wait against cost")
 	return cmd

@@ -100,8 +100,9 @@ type Manager struct {
 	wg sync.WaitGroup
 	// busy counts the background work running (see Idle).
 	busy atomic.Int64
-	// manual: no sync loops (Options.Manual).
+	// manual: no sync loops (Options.Manual); syncs counts Sync's calls.
 	manual bool
+	syncs  int
 	ctxMu  sync.RWMutex
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -216,19 +217,27 @@ func (m *Manager) run(fn func()) {
 // Idle reports whether no background work runs: no create and no delete
 // in flight or queued. With Options.Manual it is how a driver knows that
 // what it asked for has reached the cloud; without, the sync loops keep
-// it false.
+// it false. A create or delete waiting to retry (on the clock) keeps it
+// false too; a delete that gave up is asked again by a later sync, not
+// before.
 func (m *Manager) Idle() bool { return m.busy.Load() == 0 }
 
-// Sync lists every cloud now and folds the answers in, as the background
-// loop does each period; for Options.Manual.
+// Sync is one period's sync of every cloud, as the background loop makes
+// it (a list folded in; every few, a refresh of the offerings and the
+// catalog): for Options.Manual only, whose caller decides when. Calls must
+// not overlap.
 func (m *Manager) Sync(ctx context.Context) error {
+	if !m.manual {
+		return errors.New("Sync: the core syncs by itself (Options.Manual is off)")
+	}
 	names := make([]string, 0, len(m.clients))
 	for name := range m.clients {
 		names = append(names, name)
 	}
 	sort.Strings(names)
+	m.syncs++
 	for _, name := range names {
-		if err := m.syncer.sync(ctx, name, false); err != nil {
+		if err := m.syncer.tick(ctx, name, m.syncs); err != nil {
 			return fmt.Errorf("sync of cloud %q: %w", name, err)
 		}
 	}

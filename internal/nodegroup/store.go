@@ -342,9 +342,18 @@ func (mem *member) committed() bool {
 // the member share one copy and the list's answer can go.
 func (s *store) setInstance(mem *member, in cloud.Instance) {
 	if mem.id != in.ID {
-		s.pids.unindexID(mem)
+		if mem.idForms {
+			// The aliases stay what the cloud first reported (a Node may
+			// carry them), kept whole from now on.
+			s.pids.unindexID(mem)
+			aliases := mem.aliases()
+			mem.idForms = false
+			mem.extras().aliases = aliases
+			for _, pid := range aliases {
+				s.pids.whole[pid] = mem
+			}
+		}
 		mem.id = in.ID
-		s.pids.indexID(mem)
 	}
 	mem.state = stateOf(in.State)
 	mem.setAddr(in.IP)

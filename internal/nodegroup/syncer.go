@@ -95,16 +95,8 @@ func (y *syncer) loop(ctx context.Context, cloudName string) {
 			case <-y.clock.After(min(minSyncGap, y.cfg.Sync.Period.Duration)):
 			}
 		}
-		if n%catalogEvery == 0 {
-			if err := y.catalog.load(ctx, cloudName); err != nil {
-				y.log.Error("catalog refresh failed; keeping the old one", "cloud", cloudName, "error", err)
-			}
-		}
-		if n%offeringsEvery == 0 {
-			y.refreshOfferings(ctx, cloudName)
-		}
 		retry = nil
-		if err := y.sync(ctx, cloudName, false); err != nil {
+		if err := y.tick(ctx, cloudName, n); err != nil {
 			failures++
 			delay := min(y.cfg.Sync.Period.Duration, minSyncGap<<min(failures-1, 8))
 			retry = y.clock.After(delay)
@@ -113,6 +105,21 @@ func (y *syncer) loop(ctx context.Context, cloudName string) {
 		}
 		failures = 0
 	}
+}
+
+// tick is the n-th sync of one cloud: every offeringsEvery-th also
+// refreshes what the cloud can deliver now, every catalogEvery-th its
+// catalog, then it lists.
+func (y *syncer) tick(ctx context.Context, cloudName string, n int) error {
+	if n%catalogEvery == 0 {
+		if err := y.catalog.load(ctx, cloudName); err != nil {
+			y.log.Error("catalog refresh failed; keeping the old one", "cloud", cloudName, "error", err)
+		}
+	}
+	if n%offeringsEvery == 0 {
+		y.refreshOfferings(ctx, cloudName)
+	}
+	return y.sync(ctx, cloudName, false)
 }
 
 // refreshOfferings caches what one cloud can deliver now. On failure the

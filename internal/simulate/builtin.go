@@ -15,8 +15,8 @@ var Builtins = []string{"diurnal-inference", "bursty-batch", "training-jobs"}
 // Builtin generates a built-in trace of one day. scale multiplies its
 // arrival rate (1 peaks at a few dozen GPUs); seed makes it repeat.
 func Builtin(name string, scale float64, seed uint64) (Trace, error) {
-	if scale <= 0 {
-		return Trace{}, fmt.Errorf("scale %v: want more than 0", scale)
+	if !(scale > 0 && scale <= 100) {
+		return Trace{}, fmt.Errorf("scale %v: want more than 0, at most 100", scale)
 	}
 	rng := rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))
 	t := Trace{Name: name}
@@ -47,7 +47,7 @@ func Builtin(name string, scale float64, seed uint64) (Trace, error) {
 		// Batch bursts every two to four hours of 20 to 60 jobs (at scale 1)
 		// of one or two GPUs for 30 to 90 minutes, over a trickle of one an
 		// hour.
-		for at := time.Duration(0); at < day; at += time.Duration(2+2*rng.Float64()) * time.Hour {
+		for at := time.Duration(0); at < day; at += time.Duration((2 + 2*rng.Float64()) * float64(time.Hour)) {
 			n := int(scale * float64(20+rng.IntN(41)))
 			for range n {
 				add(Pod{At: (at + time.Duration(rng.IntN(120))*time.Second).Round(time.Second),

@@ -97,9 +97,12 @@ func (c *cluster) schedule(now time.Duration, placed func(*pod)) {
 	}
 	slices.SortStableFunc(c.pending, func(a, b *pod) int {
 		if a.Priority != b.Priority {
-			return b.Priority - a.Priority
+			return cmp.Compare(b.Priority, a.Priority)
 		}
-		return cmp.Compare(a.since, b.since)
+		if a.since != b.since {
+			return cmp.Compare(a.since, b.since)
+		}
+		return cmp.Compare(a.Name, b.Name)
 	})
 	ready := c.readyNodes()
 	kept := c.pending[:0]

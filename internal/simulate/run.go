@@ -442,8 +442,15 @@ func (r *run) observe() {
 			}
 		}
 	}
-	for name, n := range r.cl.nodes {
+	var lost []string
+	for name := range r.cl.nodes {
 		if !seen[name] {
+			lost = append(lost, name)
+		}
+	}
+	slices.Sort(lost) // their pods go back to pending in a repeatable order
+	for _, name := range lost {
+		if n := r.cl.nodes[name]; n != nil {
 			r.dirty = true
 			r.res.NodesLost++
 			r.res.PodsRequeued += r.cl.lose(n, r.now)
@@ -481,7 +488,7 @@ func (r *run) provision(ctx context.Context) (bool, error) {
 	for _, name := range r.last.Remove {
 		doomed[name] = true
 	}
-	return r.scaleDown(ctx, func(n *node) bool { return doomed[n.name] }, delay)
+	return r.scaleDown(ctx, func(n *node) bool { return doomed[n.name] }, delay, true)
 }
 
 // baseline is one loop of the cluster-autoscaler-like baseline; it reports
@@ -505,10 +512,10 @@ func (r *run) baseline(ctx context.Context) (bool, error) {
 			return true, nil
 		}
 	}
-	if r.res.ScaleUps > 0 && r.now-r.lastAdd < caDelayAfterAdd {
-		return false, nil
-	}
-	return r.scaleDown(ctx, func(n *node) bool { return n.ready && len(n.pods) == 0 }, caUnneededTime)
+	// Unneeded nodes are timed all along; none goes within
+	// scaleDownDelayAfterAdd of a scale-up.
+	cooling := r.res.ScaleUps > 0 && r.now-r.lastAdd < caDelayAfterAdd
+	return r.scaleDown(ctx, func(n *node) bool { return n.ready && len(n.pods) == 0 }, caUnneededTime, !cooling)
 }
 
 // pool is the planner's input for a spec over the run's groups, built from
@@ -553,9 +560,10 @@ func (r *run) scaleUp(ctx context.Context, pool plan.Pool, p plan.Plan) bool {
 	return added
 }
 
-// scaleDown deletes the nodes unneeded for at least delay; a node stops
-// being unneeded when it no longer is. It reports whether it deleted any.
-func (r *run) scaleDown(ctx context.Context, unneeded func(*node) bool, delay time.Duration) (bool, error) {
+// scaleDown times the nodes that are unneeded (a node stops being unneeded
+// when it no longer is) and, if it may, deletes those unneeded for at
+// least delay. It reports whether it deleted any.
+func (r *run) scaleDown(ctx context.Context, unneeded func(*node) bool, delay time.Duration, may bool) (bool, error) {
 	byGroup := map[string][]string{}
 	for _, n := range r.cl.nodes {
 		switch {
@@ -563,7 +571,7 @@ func (r *run) scaleDown(ctx context.Context, unneeded func(*node) bool, delay ti
 			n.unneededSince = -1
 		case n.unneededSince < 0:
 			n.unneededSince = r.now
-		case r.now-n.unneededSince >= delay && len(n.pods) == 0:
+		case may && r.now-n.unneededSince >= delay && len(n.pods) == 0:
 			byGroup[n.group] = append(byGroup[n.group], n.providerID)
 		}
 	}

@@ -174,6 +174,13 @@ func TestMalformedTraceLine(t *testing.T) {
 		{"jsonl", `{"at":"0s","duration":"10m","gpus":1}` + "\n\n" + `{"at":"1m","duration":"10m","mig":"1g.10gb","gpus":2}` + "\n", 3},
 		{"jsonl", `{"at":"0s","duration":"10m","gpu":1}` + "\n", 1},
 		{"jsonl", `{"at":"-5s","duration":"10m"}` + "\n", 1},
+		{"csv", "at,duration\n0s,10m\n1\"0s,10m\n", 3},
+		{"csv", "at,duration\n\"0s,10m\n", 2},
+		{"csv", "# a comment\n\nat,color\n", 3},
+		{"csv", "at,duration\nNaN,10m\n", 2},
+		{"csv", "at,duration,priority\n0s,10m,3000000000\n", 2},
+		{"jsonl", `{"at":"1e30","duration":"10m"}` + "\n", 1},
+		{"jsonl", `{"at":"0s","duration":"9000h"}` + "\n", 1},
 	} {
 		_, err := Read(strings.NewReader(tc.doc), "t", tc.format)
 		var le *LineError
@@ -311,5 +318,17 @@ nodeGroups:
 	res := play(t, cfg, trace, Options{Policy: NodeProvisioner})
 	if res.StockOuts != 1 || res.NodesAdded != 2 || res.Wait(1) != 120*time.Second {
 		t.Errorf("stock-outs %d, nodes added %d, longest wait %s; want 1, 2, 120s", res.StockOuts, res.NodesAdded, res.Wait(1))
+	}
+}
+
+// A built-in trace refuses a scale it cannot honour.
+func TestBuiltinScale(t *testing.T) {
+	for _, scale := range []float64{0, -1, math.NaN(), math.Inf(1), 1e6} {
+		if _, err := Builtin("bursty-batch", scale, 1); err == nil {
+			t.Errorf("scale %v accepted", scale)
+		}
+	}
+	if _, err := Builtin("no-such-trace", 1, 1); err == nil {
+		t.Error("an unknown trace accepted")
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -133,8 +134,9 @@ func readCSV(r io.Reader) ([]Pod, error) {
 	cr.TrimLeadingSpace = true
 	header, err := cr.Read()
 	if err != nil {
-		return nil, &LineError{Line: 1, Err: fmt.Errorf("header: %w", err)}
+		return nil, &LineError{Line: csvLine(err, 1), Err: fmt.Errorf("header: %w", err)}
 	}
+	headerLine, _ := cr.FieldPos(0)
 	col := map[string]int{}
 	for i, h := range header {
 		h = strings.ToLower(strings.TrimSpace(h))
@@ -146,7 +148,7 @@ func readCSV(r io.Reader) ([]Pod, error) {
 	}
 	for _, need := range []string{"at", "duration"} {
 		if _, ok := col[need]; !ok {
-			return nil, &LineError{Line: 1, Err: fmt.Errorf("header has no %q column", need)}
+			return nil, &LineError{Line: headerLine, Err: fmt.Errorf("header has no %q column", need)}
 		}
 	}
 	var pods []Pod
@@ -155,14 +157,10 @@ func readCSV(r io.Reader) ([]Pod, error) {
 		if err == io.EOF {
 			return pods, nil
 		}
-		line, _ := cr.FieldPos(0)
 		if err != nil {
-			var pe *csv.ParseError
-			if errors.As(err, &pe) {
-				line = pe.Line
-			}
-			return nil, &LineError{Line: line, Err: err}
+			return nil, &LineError{Line: csvLine(err, headerLine+1), Err: err}
 		}
+		line, _ := cr.FieldPos(0)
 		if len(rec) != len(header) {
 			return nil, &LineError{Line: line, Err: fmt.Errorf("%d fields, the header has %d", len(rec), len(header))}
 		}
@@ -179,6 +177,19 @@ func readCSV(r io.Reader) ([]Pod, error) {
 		pods = append(pods, p)
 	}
 }
+
+// csvLine is the line a CSV reader's error is on; fallback when it does
+// not say.
+func csvLine(err error, fallback int) int {
+	var pe *csv.ParseError
+	if errors.As(err, &pe) {
+		return pe.Line
+	}
+	return fallback
+}
+
+// maxTime bounds a trace's times: a year.
+const maxTime = 365 * 24 * time.Hour
 
 // parsePod checks one line's fields. A pod asks for whole GPUs (1 when neither
 // gpus nor mig is given) or one MIG slice, not both.
@@ -212,14 +223,17 @@ func parsePod(i int, name, at, duration, gpus, mig, priority string) (Pod, error
 		}
 	}
 	if priority != "" {
-		if p.Priority, err = strconv.Atoi(priority); err != nil {
-			return p, fmt.Errorf("priority: %q: want a whole number", priority)
+		pr, err := strconv.ParseInt(priority, 10, 32)
+		if err != nil {
+			return p, fmt.Errorf("priority: %q: want a whole number that fits 32 bits, as a pod's priority", priority)
 		}
+		p.Priority = int(pr)
 	}
 	return p, nil
 }
 
-// parseDuration reads a Go duration or a number of seconds; never negative.
+// parseDuration reads a Go duration or a number of seconds, from 0 to a
+// year.
 func parseDuration(s string) (time.Duration, error) {
 	if s == "" {
 		return 0, errors.New("missing")
@@ -227,13 +241,13 @@ func parseDuration(s string) (time.Duration, error) {
 	d, err := time.ParseDuration(s)
 	if err != nil {
 		secs, ferr := strconv.ParseFloat(s, 64)
-		if ferr != nil {
-			return 0, fmt.Errorf("%q: want a duration such as 90s or 1h30m, or seconds", s)
+		if ferr != nil || math.IsNaN(secs) || math.IsInf(secs, 0) || math.Abs(secs) > maxTime.Seconds() {
+			return 0, fmt.Errorf("%q: want a duration such as 90s or 1h30m, or seconds, up to a year", s)
 		}
 		d = time.Duration(secs * float64(time.Second))
 	}
-	if d < 0 {
-		return 0, fmt.Errorf("%q: negative", s)
+	if d < 0 || d > maxTime {
+		return 0, fmt.Errorf("%q: want 0 to a year", s)
 	}
 	return d, nil
 }
