@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"time"
@@ -77,7 +78,15 @@ cost, next to a baseline that scales as cluster-autoscaler does with its default
 	return cmd
 }
 
+// simulateGCPercent is the garbage collector's target for simulate, when
+// GOGC is not set: a batch job whose heap is small and whose time is the
+// user's wait, unlike the long-running commands (defaultGCPercent).
+const simulateGCPercent = 200
+
 func runSimulate(cmd *cobra.Command, f *simulateFlags, log *slog.Logger) error {
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(simulateGCPercent)
+	}
 	out := cmd.OutOrStdout()
 	doc := []byte(defaultPool)
 	if f.config != "" {

@@ -121,8 +121,10 @@ type run struct {
 	pods []*pod
 	// running are the pods placed, by the time they finish.
 	running []*pod
-	// failed are, per group, the orders that failed (observe).
-	failed map[string][]string
+	// failed are, per group, the orders that failed; instances all the
+	// core's instances (observe).
+	failed    map[string][]string
+	instances map[string][]nodegroup.Instance
 	// nextSync is when the core lists the cloud next.
 	nextSync time.Duration
 	// dirty: the cluster or the core changed since the last plan, which
@@ -185,7 +187,7 @@ func newRun(ctx context.Context, trace Trace, opts Options) (*run, error) {
 		return nil, fmt.Errorf("clouds.sim: %w", err)
 	}
 	r := &run{opts: opts, trace: trace, clock: clk, engine: engine, reg: prometheus.NewRegistry(), cl: newCluster(),
-		bootDelay: sim.DefaultBootDelay, res: &Result{Policy: opts.Policy, Trace: trace.Name}, failed: map[string][]string{}}
+		bootDelay: sim.DefaultBootDelay, res: &Result{Policy: opts.Policy, Trace: trace.Name}, failed: map[string][]string{}, instances: map[string][]nodegroup.Instance{}}
 	if simCfg.BootDelay != nil {
 		r.bootDelay = *simCfg.BootDelay
 	}
@@ -413,7 +415,9 @@ func (r *run) observe() {
 		gpus := plan.GPUEquivalents(tmpl.Status.Allocatable)
 		r.spend += r.core.GroupSpend(g)
 		var fresh []nodegroup.Instance
+		r.instances[g] = r.instances[g][:0]
 		_ = r.core.EachInstance(g, func(in nodegroup.Instance) {
+			r.instances[g] = append(r.instances[g], in)
 			if in.ErrorCode != "" && in.State != nodegroup.StateRunning {
 				if in.State != nodegroup.StateDeleting {
 					r.failed[g] = append(r.failed[g], in.ProviderID)
@@ -430,6 +434,7 @@ func (r *run) observe() {
 			}
 		})
 		slices.Sort(r.failed[g])
+		slices.SortFunc(r.instances[g], func(a, b nodegroup.Instance) int { return cmp.Compare(a.Name, b.Name) })
 		for _, in := range fresh {
 			r.dirty = true
 			obj := tmpl.DeepCopy()
@@ -459,6 +464,13 @@ func (r *run) observe() {
 	r.running = slices.DeleteFunc(r.running, func(p *pod) bool { return p.node == nil })
 }
 
+// instancesOf answers the planner's question for the core's instances of
+// a group from what observe read last: the core has done nothing since
+// (observe follows every change the run asks for).
+func (r *run) instancesOf(group string) ([]nodegroup.Instance, error) {
+	return r.instances[group], nil
+}
+
 // provision is one pass of the NodeProvisioner controller over the pool;
 // it reports whether it asked the core for anything. The plan is made
 // again only when the cluster or the core changed since the last one, or
@@ -471,7 +483,7 @@ func (r *run) provision(ctx context.Context) (bool, error) {
 		}
 		nodes, pods, pending := r.cl.objects()
 		groupOf := func(n *corev1.Node) string { return r.cl.nodes[n.Name].group }
-		snapshot, _ := provisioner.Snapshot(pool, nodes, pods, groupOf, r.core.Instances)
+		snapshot, _ := provisioner.Snapshot(pool, nodes, pods, groupOf, r.instancesOf)
 		p := plan.Compute(pool, snapshot, pending)
 		r.last, r.dirty = &p, false
 		if r.scaleUp(ctx, pool, p) {
@@ -507,7 +519,7 @@ func (r *run) baseline(ctx context.Context) (bool, error) {
 		}
 		nodes, pods, pending := r.cl.objects()
 		groupOf := func(n *corev1.Node) string { return r.cl.nodes[n.Name].group }
-		snapshot, _ := provisioner.Snapshot(pool, nodes, pods, groupOf, r.core.Instances)
+		snapshot, _ := provisioner.Snapshot(pool, nodes, pods, groupOf, r.instancesOf)
 		if r.scaleUp(ctx, pool, plan.Compute(pool, snapshot, pending)) {
 			return true, nil
 		}
