@@ -112,7 +112,7 @@ func (c *cluster) schedule(now time.Duration, placed func(*pod)) {
 			kept = append(kept, p)
 			continue
 		}
-		subtract(n.free, p.req)
+		plan.Subtract(n.free, p.req)
 		n.pods = append(n.pods, p)
 		n.emptySince, n.unneededSince = -1, -1
 		p.node, p.placed, p.started = n, now, true
@@ -144,31 +144,14 @@ func (c *cluster) readyNodes() []*node {
 
 func firstFit(nodes []*node, p *pod) *node {
 	for _, n := range nodes {
-		if fits(p.req, n.free) && plan.Fits(p.obj, n.obj) {
+		if plan.FitsIn(p.req, n.free) && plan.Fits(p.obj, n.obj) {
 			return n
 		}
 	}
 	return nil
 }
 
-func fits(req, free corev1.ResourceList) bool {
-	for name, q := range req {
-		f, ok := free[name]
-		if !ok || f.Cmp(q) < 0 {
-			return false
-		}
-	}
-	return true
-}
-
-func subtract(free, req corev1.ResourceList) {
-	for name, q := range req {
-		f := free[name]
-		f.Sub(q)
-		free[name] = f
-	}
-}
-
+// add gives req back to free in place.
 func add(free, req corev1.ResourceList) {
 	for name, q := range req {
 		f := free[name]

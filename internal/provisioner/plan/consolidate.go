@@ -64,14 +64,14 @@ func placeAll(c Node, pods []*corev1.Pod, targets []Node) bool {
 		req := Requests(p)
 		var best *room
 		for _, r := range rooms {
-			if fitsRequests(req, r.free) && admits(p, r.node) && (best == nil || r.used > best.used) {
+			if FitsIn(req, r.free) && admits(p, r.node) && (best == nil || r.used > best.used) {
 				best = r
 			}
 		}
 		if best == nil {
 			return false
 		}
-		subtract(best.free, req)
+		Subtract(best.free, req)
 		best.used += GPUEquivalents(req)
 	}
 	return true

@@ -15,7 +15,7 @@ func TestConsolidate(t *testing.T) {
 		tmpl := template(gpus(total), nil)
 		tmpl.Name = name
 		free := tmpl.Status.Allocatable.DeepCopy()
-		subtract(free, gpus(used))
+		Subtract(free, gpus(used))
 		g, u := GPUEquivalents(gpus(total)), GPUEquivalents(gpus(used))
 		return Node{Name: name, Group: "g", GPUs: g, Requested: u, Removable: true, Object: tmpl, Free: free}
 	}

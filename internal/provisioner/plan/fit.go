@@ -44,7 +44,7 @@ func GPUEquivalents(rl corev1.ResourceList) float64 {
 // the node selector and required node affinity match, and every request
 // fits the allocatable.
 func Fits(pod *corev1.Pod, tmpl *corev1.Node) bool {
-	return fitsRequests(Requests(pod), tmpl.Status.Allocatable) && admits(pod, tmpl)
+	return FitsIn(Requests(pod), tmpl.Status.Allocatable) && admits(pod, tmpl)
 }
 
 // admits checks taints, selector and affinity, not resources.
@@ -59,8 +59,8 @@ func admits(pod *corev1.Pod, tmpl *corev1.Node) bool {
 	return err == nil && ok
 }
 
-// fitsRequests reports whether requests fit into free resources.
-func fitsRequests(req, free corev1.ResourceList) bool {
+// FitsIn reports whether requests fit into free resources.
+func FitsIn(req, free corev1.ResourceList) bool {
 	for name, q := range req {
 		if q.IsZero() {
 			continue
@@ -73,8 +73,8 @@ func fitsRequests(req, free corev1.ResourceList) bool {
 	return true
 }
 
-// subtract takes req out of free in place.
-func subtract(free, req corev1.ResourceList) {
+// Subtract takes req out of free in place.
+func Subtract(free, req corev1.ResourceList) {
 	for name, q := range req {
 		f := free[name]
 		f.Sub(q)

@@ -169,8 +169,8 @@ func Compute(pool Pool, nodes []Node, pending []*corev1.Pod) Plan {
 		req := reqs[pod]
 		placed := false
 		for _, b := range bins {
-			if fitsRequests(req, b.free) && admits(pod, b.node) {
-				subtract(b.free, req)
+			if FitsIn(req, b.free) && admits(pod, b.node) {
+				Subtract(b.free, req)
 				b.used, placed = true, true
 				break
 			}
@@ -179,9 +179,9 @@ func Compute(pool Pool, nodes []Node, pending []*corev1.Pod) Plan {
 			if placed || !room(gi) {
 				continue
 			}
-			if tmpl := pool.Groups[gi].Template; fitsRequests(req, tmpl.Status.Allocatable) && admits(pod, tmpl) {
+			if tmpl := pool.Groups[gi].Template; FitsIn(req, tmpl.Status.Allocatable) && admits(pod, tmpl) {
 				b := add(gi, "pending")
-				subtract(b.free, req)
+				Subtract(b.free, req)
 				b.used, placed = true, true
 			}
 		}

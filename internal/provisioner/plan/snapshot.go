@@ -38,7 +38,7 @@ func Snapshot(nodes []*corev1.Node, pods []*corev1.Pod, groupOf func(*corev1.Nod
 		req := Requests(p)
 		out[i].Requested += GPUEquivalents(req)
 		if out[i].Free != nil {
-			subtract(out[i].Free, req)
+			Subtract(out[i].Free, req)
 		}
 		if p.Annotations[SafeToEvictAnnotation] == "false" {
 			out[i].Removable = false
