@@ -103,7 +103,12 @@ func runSimulate(cmd *cobra.Command, f *simulateFlags, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	opts := simulate.Options{Config: cfg, Seed: f.seed, GPUStartup: f.gpuStartup, Loop: f.loop, Logger: log.With("component", "core")}
+	opts := simulate.Options{Config: cfg, Seed: f.seed, GPUStartup: f.gpuStartup, Loop: f.loop}
+	if cmd.Flags().Changed("log-level") {
+		// The core's own logs (wall-clock times, not the run's) only when
+		// asked for: a day of them buries the report.
+		opts.Logger = log.With("component", "core")
+	}
 	if f.provisioner != "" {
 		np, err := readProvisioner(f.provisioner)
 		if err != nil {
