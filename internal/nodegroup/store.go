@@ -342,17 +342,9 @@ func (mem *member) committed() bool {
 // the member share one copy and the list's answer can go.
 func (s *store) setInstance(mem *member, in cloud.Instance) {
 	if mem.id != in.ID {
-		if mem.idForms {
-			// The aliases stay what the cloud first reported (a Node may
-			// carry them), kept whole from now on.
-			s.pids.unindexID(mem)
-			aliases := mem.aliases()
-			mem.idForms = false
-			mem.extras().aliases = aliases
-			for _, pid := range aliases {
-				s.pids.whole[pid] = mem
-			}
-		}
+		// The aliases stay what the cloud first reported (a Node may carry
+		// them): no longer the new ID's forms.
+		s.keepAliasesWhole(mem)
 		mem.id = in.ID
 	}
 	mem.state = stateOf(in.State)
@@ -418,6 +410,23 @@ func (s *store) setAliases(mem *member, aliases []string) {
 		s.pids.indexID(mem)
 		return
 	}
+	s.indexWhole(mem, aliases)
+}
+
+// keepAliasesWhole turns a member's ID-form aliases into whole ones, for a
+// change its ID forms cannot follow.
+func (s *store) keepAliasesWhole(mem *member) {
+	if !mem.idForms {
+		return
+	}
+	aliases := mem.aliases()
+	s.pids.unindexID(mem)
+	mem.idForms = false
+	s.indexWhole(mem, aliases)
+}
+
+// indexWhole keeps a member's aliases as strings and indexes each.
+func (s *store) indexWhole(mem *member, aliases []string) {
 	mem.extras().aliases = aliases
 	for _, pid := range aliases {
 		s.pids.whole[pid] = mem
@@ -504,11 +513,7 @@ func (s *store) reindex(mem *member, providerID string) {
 	old := mem.providerID
 	switch {
 	case mem.placeholder && old != "" && !slices.Contains(mem.aliases(), old):
-		if mem.idForms {
-			// Whole from now on: the placeholder is no ID form.
-			s.pids.unindexID(mem)
-			mem.extras().aliases, mem.idForms = mem.aliases(), false
-		}
+		s.keepAliasesWhole(mem) // the placeholder is no ID form
 		x := mem.extras()
 		x.aliases = append(slices.Clone(x.aliases), old)
 	case s.pids.whole[old] == mem:

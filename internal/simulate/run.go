@@ -477,14 +477,10 @@ func (r *run) instancesOf(group string) ([]nodegroup.Instance, error) {
 // pods wait: otherwise it would be the same.
 func (r *run) provision(ctx context.Context) (bool, error) {
 	if r.dirty || len(r.cl.pending) > 0 || r.last == nil {
-		pool, err := r.pool(r.opts.Provisioner)
+		pool, p, err := r.plan(r.opts.Provisioner)
 		if err != nil {
 			return false, err
 		}
-		nodes, pods, pending := r.cl.objects()
-		groupOf := func(n *corev1.Node) string { return r.cl.nodes[n.Name].group }
-		snapshot, _ := provisioner.Snapshot(pool, nodes, pods, groupOf, r.instancesOf)
-		p := plan.Compute(pool, snapshot, pending)
 		r.last, r.dirty = &p, false
 		if r.scaleUp(ctx, pool, p) {
 			return true, nil
@@ -513,14 +509,11 @@ func (r *run) baseline(ctx context.Context) (bool, error) {
 	if len(r.cl.pending) > 0 && r.now-oldest >= caGPUBatchWait {
 		// Bin-packing onto new nodes, with the capacity on the way counted:
 		// the planner with no buffer and no utilization band.
-		pool, err := r.pool(v1alpha1.NodeProvisionerSpec{})
+		pool, p, err := r.plan(v1alpha1.NodeProvisionerSpec{})
 		if err != nil {
 			return false, err
 		}
-		nodes, pods, pending := r.cl.objects()
-		groupOf := func(n *corev1.Node) string { return r.cl.nodes[n.Name].group }
-		snapshot, _ := provisioner.Snapshot(pool, nodes, pods, groupOf, r.instancesOf)
-		if r.scaleUp(ctx, pool, plan.Compute(pool, snapshot, pending)) {
+		if r.scaleUp(ctx, pool, p) {
 			return true, nil
 		}
 	}
@@ -528,6 +521,19 @@ func (r *run) baseline(ctx context.Context) (bool, error) {
 	// scaleDownDelayAfterAdd of a scale-up.
 	cooling := r.res.ScaleUps > 0 && r.now-r.lastAdd < caDelayAfterAdd
 	return r.scaleDown(ctx, func(n *node) bool { return n.ready && len(n.pods) == 0 }, caUnneededTime, !cooling)
+}
+
+// plan is the planner's decision for a spec over the cluster as it is,
+// made as the controller makes it.
+func (r *run) plan(spec v1alpha1.NodeProvisionerSpec) (plan.Pool, plan.Plan, error) {
+	pool, err := r.pool(spec)
+	if err != nil {
+		return pool, plan.Plan{}, err
+	}
+	nodes, pods, pending := r.cl.objects()
+	groupOf := func(n *corev1.Node) string { return r.cl.nodes[n.Name].group }
+	snapshot, _ := provisioner.Snapshot(pool, nodes, pods, groupOf, r.instancesOf)
+	return pool, plan.Compute(pool, snapshot, pending), nil
 }
 
 // pool is the planner's input for a spec over the run's groups, built from
