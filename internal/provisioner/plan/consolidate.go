@@ -53,15 +53,15 @@ func placeAll(c Node, pods []*corev1.Pod, targets []Node) bool {
 	var rooms []*room
 	for _, t := range targets {
 		if t.Name != c.Name {
-			rooms = append(rooms, &room{node: t.Object, free: t.Free.DeepCopy(), used: t.Requested})
+			rooms = append(rooms, &room{node: t.Object, free: t.room(), used: t.Requested})
 		}
 	}
 	sorted := append([]*corev1.Pod(nil), pods...)
 	sort.SliceStable(sorted, func(i, j int) bool {
-		return GPUEquivalents(Requests(sorted[i])) > GPUEquivalents(Requests(sorted[j]))
+		return GPUEquivalents(requests(sorted[i])) > GPUEquivalents(requests(sorted[j]))
 	})
 	for _, p := range sorted {
-		req := Requests(p)
+		req := requests(p)
 		var best *room
 		for _, r := range rooms {
 			if FitsIn(req, r.free) && admits(p, r.node) && (best == nil || r.used > best.used) {

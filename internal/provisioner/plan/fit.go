@@ -16,15 +16,33 @@ import (
 )
 
 // Requests returns a pod's effective resource requests, as the scheduler
-// counts them (init containers, sidecars and overhead included). A pod of
-// one container and nothing else, the common case, is read directly: the
-// planner reads every pod of the pool on every pass.
+// counts them (init containers, sidecars and overhead included), in a list
+// the caller owns.
 func Requests(pod *corev1.Pod) corev1.ResourceList {
-	s := &pod.Spec
-	if len(s.Containers) == 1 && len(s.InitContainers) == 0 && s.Overhead == nil && s.Resources == nil {
-		return s.Containers[0].Resources.Requests.DeepCopy()
+	if rl, ok := onlyContainer(pod); ok {
+		return rl.DeepCopy()
 	}
 	return resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
+}
+
+// requests is Requests for reading only: a pod of one container and
+// nothing else, the common case, gives its container's own list, not a
+// copy. The planner reads every pod of the pool on every pass.
+func requests(pod *corev1.Pod) corev1.ResourceList {
+	if rl, ok := onlyContainer(pod); ok {
+		return rl
+	}
+	return resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
+}
+
+// onlyContainer is the requests of a pod whose one container is all it
+// requests with: no init containers, no overhead, no pod-level resources.
+func onlyContainer(pod *corev1.Pod) (corev1.ResourceList, bool) {
+	s := &pod.Spec
+	if len(s.Containers) == 1 && len(s.InitContainers) == 0 && s.Overhead == nil && s.Resources == nil {
+		return s.Containers[0].Resources.Requests, true
+	}
+	return nil, false
 }
 
 // GPUEquivalents sums the GPU resources of a list in whole GPUs: a
@@ -44,7 +62,7 @@ func GPUEquivalents(rl corev1.ResourceList) float64 {
 // the node selector and required node affinity match, and every request
 // fits the allocatable.
 func Fits(pod *corev1.Pod, tmpl *corev1.Node) bool {
-	return FitsIn(Requests(pod), tmpl.Status.Allocatable) && admits(pod, tmpl)
+	return FitsIn(requests(pod), tmpl.Status.Allocatable) && admits(pod, tmpl)
 }
 
 // admits checks taints, selector and affinity, not resources.

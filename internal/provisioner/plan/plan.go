@@ -53,11 +53,42 @@ type Node struct {
 	// (safe-to-evict: "false"), or it runs other non-DaemonSet pods.
 	Requested float64
 	Removable bool
-	// Object and Free, when set, let pending pods be placed on the node's
-	// free resources: a pod the scheduler found no room for a moment ago
-	// may fit a node that became Ready since, and must not buy another.
+	// Object, when set, lets pending pods be placed on the node's free
+	// resources: a pod the scheduler found no room for a moment ago may fit
+	// a node that became Ready since, and must not buy another. They are
+	// Free when it is set, else Object's allocatable less Used, the
+	// requests of the pods on the node; GPUs and Requested are then the
+	// GPU-equivalents of those two. Snapshot gives Used and leaves Free to
+	// be made where a pass needs it: most passes need it for few nodes.
 	Object *corev1.Node
 	Free   corev1.ResourceList
+	Used   []corev1.ResourceList
+}
+
+// minGPU is less than any GPU-equivalent a device can be (a MIG slice is
+// 1/7) and more than sums of them are off by in floating point: a node
+// with less free has none.
+const minGPU = 1e-9
+
+// freeGPUs is the GPU-equivalents free on a node with an Object.
+func (n *Node) freeGPUs() float64 {
+	if n.Free != nil {
+		return GPUEquivalents(n.Free)
+	}
+	return n.GPUs - n.Requested
+}
+
+// room is a copy of a node's free resources (see Node.Object), for the
+// caller to change.
+func (n *Node) room() corev1.ResourceList {
+	if n.Free != nil {
+		return n.Free.DeepCopy()
+	}
+	free := n.Object.Status.Allocatable.DeepCopy()
+	for _, req := range n.Used {
+		Subtract(free, req)
+	}
+	return free
 }
 
 // Plan is the outcome.
@@ -122,8 +153,8 @@ func Compute(pool Pool, nodes []Node, pending []*corev1.Pod) Plan {
 			if tmpl := pool.Groups[gi].Template; tmpl != nil && n.Requested == 0 {
 				bins = append(bins, &bin{group: gi, node: tmpl, free: tmpl.Status.Allocatable.DeepCopy()})
 			}
-		} else if ok && n.Object != nil && GPUEquivalents(n.Free) > 0 {
-			bins = append(bins, &bin{group: gi, node: n.Object, free: n.Free.DeepCopy(), existing: true})
+		} else if ok && n.Object != nil && n.freeGPUs() > minGPU {
+			bins = append(bins, &bin{group: gi, node: n.Object, free: n.room(), existing: true})
 		}
 		p.Allocatable += alloc
 		p.Requested += n.Requested
@@ -161,7 +192,7 @@ func Compute(pool Pool, nodes []Node, pending []*corev1.Pod) Plan {
 	sorted := append([]*corev1.Pod(nil), pending...)
 	reqs := map[*corev1.Pod]corev1.ResourceList{}
 	for _, pod := range sorted {
-		reqs[pod] = Requests(pod)
+		reqs[pod] = requests(pod)
 	}
 	sort.SliceStable(sorted, func(i, j int) bool { return GPUEquivalents(reqs[sorted[i]]) > GPUEquivalents(reqs[sorted[j]]) })
 	planned := 0.0

@@ -191,11 +191,14 @@ func TestSnapshot(t *testing.T) {
 		}
 		return "g"
 	})
-	if got[0].Object == nil || GPUEquivalents(got[0].Free) != 8 || got[1].Object != nil {
-		t.Fatalf("free room: ready %v %v, starting %v", got[0].Object != nil, got[0].Free, got[1].Object != nil)
+	if got[0].Object == nil || GPUEquivalents(got[0].room()) != 8 || got[0].freeGPUs() != 8 || got[1].Object != nil {
+		t.Fatalf("free room: ready %v %v, starting %v", got[0].Object != nil, got[0].room(), got[1].Object != nil)
+	}
+	if free := got[3].room(); free.Cpu().Cmp(resource.MustParse("-1")) != 0 || GPUEquivalents(free) != 8 {
+		t.Fatalf("pinned node's room %v: want its pod's CPU taken, its 8 GPUs free", free)
 	}
 	for i := range got {
-		got[i].Object, got[i].Free = nil, nil
+		got[i].Object, got[i].Used = nil, nil
 	}
 	want := []Node{
 		{Name: "ready", Group: "g", GPUs: 8, Removable: true},

@@ -26,7 +26,7 @@ func Snapshot(nodes []*corev1.Node, pods []*corev1.Pod, groupOf func(*corev1.Nod
 		coming := !ready(n) || gpus == 0 || starting(n)
 		node := Node{Name: n.Name, Group: g, GPUs: gpus, Coming: coming, Removable: true}
 		if !coming && !n.Spec.Unschedulable {
-			node.Object, node.Free = n, n.Status.Allocatable.DeepCopy()
+			node.Object = n
 		}
 		out = append(out, node)
 	}
@@ -35,10 +35,10 @@ func Snapshot(nodes []*corev1.Node, pods []*corev1.Pod, groupOf func(*corev1.Nod
 		if !ok || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
 		}
-		req := Requests(p)
+		req := requests(p)
 		out[i].Requested += GPUEquivalents(req)
-		if out[i].Free != nil {
-			Subtract(out[i].Free, req)
+		if out[i].Object != nil {
+			out[i].Used = append(out[i].Used, req)
 		}
 		if p.Annotations[SafeToEvictAnnotation] == "false" {
 			out[i].Removable = false
