@@ -22,6 +22,13 @@ type cluster struct {
 	pending []*pod
 	// used is the GPU-equivalents the running pods hold now.
 	used float64
+	// booting are the nodes not Ready yet. ready (the Ready nodes in the
+	// order they became Ready) and names (every node's, sorted) are made
+	// again when nil: a run reads them on every event and changes them
+	// far less often.
+	booting []*node
+	ready   []*node
+	names   []string
 }
 
 // node is one instance's Node.
@@ -34,7 +41,9 @@ type node struct {
 	readyAt time.Duration
 	ready   bool
 	free    corev1.ResourceList
-	pods    []*pod
+	// freeGPUs is free's GPU-equivalents: a pod asking more cannot fit.
+	freeGPUs float64
+	pods     []*pod
 	// emptySince is when its last pod left (or it became Ready); -1 while
 	// pods run.
 	emptySince time.Duration
@@ -113,6 +122,7 @@ func (c *cluster) schedule(now time.Duration, placed func(*pod)) {
 			continue
 		}
 		plan.Subtract(n.free, p.req)
+		n.freeGPUs -= p.gpu
 		n.pods = append(n.pods, p)
 		n.emptySince, n.unneededSince = -1, -1
 		p.node, p.placed, p.started = n, now, true
@@ -125,26 +135,81 @@ func (c *cluster) schedule(now time.Duration, placed func(*pod)) {
 	c.pending = kept
 }
 
-// readyNodes are the Ready nodes in the order they became Ready.
-func (c *cluster) readyNodes() []*node {
-	var out []*node
-	for _, n := range c.nodes {
-		if n.ready {
-			out = append(out, n)
+// join adds a node for a new instance; it is Ready at n.readyAt.
+func (c *cluster) join(n *node) {
+	n.freeGPUs = n.gpus
+	n.obj.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse}}
+	c.nodes[n.name] = n
+	c.booting = append(c.booting, n)
+	c.names = nil
+}
+
+// remove takes a node out of the cluster (its pods are the caller's).
+func (c *cluster) remove(n *node) {
+	delete(c.nodes, n.name)
+	c.booting = slices.DeleteFunc(c.booting, func(b *node) bool { return b == n })
+	if n.ready {
+		c.ready = nil
+	}
+	c.names = nil
+}
+
+// nextReady is when the next booting node becomes Ready; ok is false when
+// none boots.
+func (c *cluster) nextReady() (at time.Duration, ok bool) {
+	for i, n := range c.booting {
+		if i == 0 || n.readyAt < at {
+			at = n.readyAt
 		}
 	}
-	slices.SortFunc(out, func(a, b *node) int {
+	return at, len(c.booting) > 0
+}
+
+// becomeReady makes the booting nodes whose time has come Ready; it
+// reports whether any did.
+func (c *cluster) becomeReady(now time.Duration) bool {
+	n0 := len(c.booting)
+	c.booting = slices.DeleteFunc(c.booting, func(n *node) bool {
+		if n.readyAt > now {
+			return false
+		}
+		n.ready, n.emptySince = true, now
+		n.obj.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
+		return true
+	})
+	if len(c.booting) == n0 {
+		return false
+	}
+	c.ready = nil
+	return true
+}
+
+// readyNodes are the Ready nodes in the order they became Ready.
+func (c *cluster) readyNodes() []*node {
+	if c.ready != nil {
+		return c.ready
+	}
+	c.ready = []*node{}
+	for _, n := range c.nodes {
+		if n.ready {
+			c.ready = append(c.ready, n)
+		}
+	}
+	slices.SortFunc(c.ready, func(a, b *node) int {
 		if a.readyAt != b.readyAt {
 			return cmp.Compare(a.readyAt, b.readyAt)
 		}
 		return cmp.Compare(a.name, b.name)
 	})
-	return out
+	return c.ready
 }
 
+// firstFit is the first node with room for the pod that admits it. The
+// GPU-equivalents are compared first: most nodes of a busy pool have none
+// to spare, and that test is a subtraction.
 func firstFit(nodes []*node, p *pod) *node {
 	for _, n := range nodes {
-		if plan.FitsIn(p.req, n.free) && plan.Fits(p.obj, n.obj) {
+		if n.freeGPUs+1e-9 >= p.gpu && plan.FitsIn(p.req, n.free) && plan.Fits(p.obj, n.obj) {
 			return n
 		}
 	}
@@ -164,6 +229,7 @@ func add(free, req corev1.ResourceList) {
 func (c *cluster) finish(p *pod, now time.Duration) {
 	n := p.node
 	add(n.free, p.req)
+	n.freeGPUs += p.gpu
 	n.pods = slices.DeleteFunc(n.pods, func(q *pod) bool { return q == p })
 	if len(n.pods) == 0 {
 		n.emptySince = now
@@ -175,7 +241,7 @@ func (c *cluster) finish(p *pod, now time.Duration) {
 // lose removes a node whose instance is gone; its pods go back to pending
 // and it returns how many.
 func (c *cluster) lose(n *node, now time.Duration) int {
-	delete(c.nodes, n.name)
+	c.remove(n)
 	for _, p := range n.pods {
 		c.used -= p.gpu
 		p.node, p.started = nil, false
@@ -189,18 +255,16 @@ func (c *cluster) lose(n *node, now time.Duration) int {
 // objects renders the cluster as the planner reads it: every Node, every
 // pod that runs or waits, and the pending ones.
 func (c *cluster) objects() (nodes []*corev1.Node, pods, pending []*corev1.Pod) {
-	names := make([]string, 0, len(c.nodes))
-	for name := range c.nodes {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	for _, name := range names {
-		n := c.nodes[name]
-		status := corev1.ConditionFalse
-		if n.ready {
-			status = corev1.ConditionTrue
+	if c.names == nil {
+		c.names = make([]string, 0, len(c.nodes))
+		for name := range c.nodes {
+			c.names = append(c.names, name)
 		}
-		n.obj.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: status}}
+		slices.Sort(c.names)
+	}
+	nodes = make([]*corev1.Node, 0, len(c.names))
+	for _, name := range c.names {
+		n := c.nodes[name]
 		nodes = append(nodes, n.obj)
 		for _, p := range n.pods {
 			pods = append(pods, p.obj)

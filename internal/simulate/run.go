@@ -131,7 +131,9 @@ type run struct {
 	// last is.
 	dirty bool
 	last  *plan.Plan
-	now   time.Duration
+	// observed: observe has read the core since it last changed.
+	observed bool
+	now      time.Duration
 	// lastAdd is when the policy last scaled up.
 	lastAdd time.Duration
 	res     *Result
@@ -270,10 +272,8 @@ func (r *run) play(ctx context.Context) error {
 		if len(r.running) > 0 {
 			t = min(t, r.running[0].done)
 		}
-		for _, n := range r.cl.nodes {
-			if !n.ready {
-				t = min(t, max(n.readyAt, r.now))
-			}
+		if at, ok := r.cl.nextReady(); ok {
+			t = min(t, max(at, r.now))
 		}
 		t = min(t, nextSample)
 		if next == len(r.pods) && len(r.running) == 0 && len(r.cl.pending) == 0 {
@@ -305,11 +305,8 @@ func (r *run) play(ctx context.Context) error {
 				r.dirty = true
 			}
 		}
-		for _, n := range r.cl.nodes {
-			if !n.ready && n.readyAt <= t {
-				n.ready, n.emptySince = true, t
-				r.dirty = true
-			}
+		if r.cl.becomeReady(t) {
+			r.dirty = true
 		}
 		if t == nextLoop {
 			if err := r.loop(); err != nil {
@@ -368,8 +365,11 @@ func (r *run) loop() error {
 		if err := r.settle(); err != nil {
 			return err
 		}
+		r.observed = false
 	}
-	r.observe()
+	if !r.observed {
+		r.observe()
+	}
 	var acted bool
 	var err error
 	switch r.opts.Policy {
@@ -402,8 +402,11 @@ func (r *run) loop() error {
 
 // observe folds the core's instances into the cluster: a Node for each
 // new one (Ready its boot and GPU start-up after its creation), a lost
-// Node for each gone, and what the pool holds and costs now.
+// Node for each gone, and what the pool holds and costs now. The core
+// changes only when it syncs or is asked for something, so a loop that
+// did neither since the last observe skips it.
 func (r *run) observe() {
+	r.observed = true
 	seen := map[string]bool{}
 	r.heldGPUs, r.spend = 0, 0
 	clear(r.failed)
@@ -417,8 +420,8 @@ func (r *run) observe() {
 		var fresh []nodegroup.Instance
 		r.instances[g] = r.instances[g][:0]
 		_ = r.core.EachInstance(g, func(in nodegroup.Instance) {
-			r.instances[g] = append(r.instances[g], in)
 			if in.ErrorCode != "" && in.State != nodegroup.StateRunning {
+				r.instances[g] = append(r.instances[g], in)
 				if in.State != nodegroup.StateDeleting {
 					r.failed[g] = append(r.failed[g], in.ProviderID)
 				}
@@ -426,6 +429,7 @@ func (r *run) observe() {
 			}
 			r.heldGPUs += gpus
 			if in.State == nodegroup.StateDeleting {
+				r.instances[g] = append(r.instances[g], in)
 				return
 			}
 			seen[in.Name] = true
@@ -440,11 +444,11 @@ func (r *run) observe() {
 			obj := tmpl.DeepCopy()
 			obj.Name, obj.Spec.ProviderID = in.Name, in.ProviderID
 			created := in.CreatedAt.Sub(epoch)
-			r.cl.nodes[in.Name] = &node{
+			r.cl.join(&node{
 				name: in.Name, group: g, providerID: in.ProviderID, obj: obj, gpus: gpus,
 				readyAt: created + r.bootDelay + r.opts.GPUStartup, free: obj.Status.Allocatable.DeepCopy(),
 				emptySince: -1, unneededSince: -1,
-			}
+			})
 		}
 	}
 	var lost []string
@@ -466,7 +470,10 @@ func (r *run) observe() {
 
 // instancesOf answers the planner's question for the core's instances of
 // a group from what observe read last: the core has done nothing since
-// (observe follows every change the run asks for).
+// (observe follows every change the run asks for). Every other instance
+// has a Node, made by observe, so it holds only those without one (failed
+// or being deleted): the planner passes over instances a Node carries,
+// and the run need not copy and sort the pool's every instance each loop.
 func (r *run) instancesOf(group string) ([]nodegroup.Instance, error) {
 	return r.instances[group], nil
 }
@@ -604,11 +611,13 @@ func (r *run) scaleDown(ctx context.Context, unneeded func(*node) bool, delay ti
 			r.opts.Logger.Debug("scale-down refused", "group", g, "error", err)
 			continue
 		}
+		gone := map[string]bool{}
 		for _, pid := range pids {
-			for name, n := range r.cl.nodes {
-				if n.providerID == pid {
-					delete(r.cl.nodes, name)
-				}
+			gone[pid] = true
+		}
+		for _, n := range r.cl.nodes {
+			if gone[n.providerID] {
+				r.cl.remove(n)
 			}
 		}
 		r.res.NodesRemoved += len(pids)
