@@ -38,7 +38,7 @@ test-unit:
 fuzz:
 	FUZZTIME=$(FUZZTIME) GO=$(GO) ./hack/fuzz.sh
 
-## chaos: CHAOS_RUNS randomized fault-and-restart campaigns of the core (default 200); `make test` runs 3.
+## chaos: CHAOS_RUNS randomized fault-and-restart campaigns on each cloud (default 200); `make test` runs 2 each.
 CHAOS_RUNS ?= 200
 chaos:
 	$(GO) test -count=1 -timeout 0 -run TestCampaigns ./test/chaos/ -chaos.runs=$(CHAOS_RUNS)

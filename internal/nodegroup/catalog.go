@@ -24,6 +24,8 @@ type catalog struct {
 	// loads (see Offers); guarded by the store's mutex.
 	types   map[string]map[string]cloud.InstanceType
 	version uint64
+	// clusterCap is the config's cluster-wide maxHourlyCost (0: none).
+	clusterCap float64
 }
 
 // load fetches one cloud's catalog, with retries for transient failures,
@@ -50,19 +52,30 @@ func (c *catalog) load(ctx context.Context, cloudName string) error {
 	c.types[cloudName] = byName
 	c.version++
 	for _, g := range s.groupsOn(cloudName) {
-		if err := resolve(g, byName); err != nil {
+		if err := resolve(g, byName, c.clusterCap); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// resolve sets a group's instance type and GPU model from a catalog.
-func resolve(g *group, byName map[string]cloud.InstanceType) error {
+// resolve sets a group's instance type and GPU model from a catalog. A
+// cost cap over a group whose type the cloud gives no price for is an
+// error: the cap could not be enforced (Kamatera's API publishes no
+// prices).
+func resolve(g *group, byName map[string]cloud.InstanceType, clusterCap float64) error {
 	i := g.index
 	t, ok := byName[g.cfg.InstanceType]
 	if !ok {
 		return fmt.Errorf("nodeGroups[%d].instanceType: %q is not in the catalog of cloud %q", i, g.cfg.InstanceType, g.cfg.Cloud)
+	}
+	if t.OnDemandPrice == 0 && t.SpotPrice == 0 {
+		switch {
+		case g.cfg.MaxHourlyCost > 0:
+			return fmt.Errorf("nodeGroups[%d].maxHourlyCost: cloud %q gives no price for %q, so the cap cannot be enforced", i, g.cfg.Cloud, t.Name)
+		case clusterCap > 0:
+			return fmt.Errorf("maxHourlyCost: cloud %q gives no price for %q (nodeGroups[%d]), so the cap cannot be enforced", g.cfg.Cloud, t.Name, i)
+		}
 	}
 	var model gpu.Model
 	if t.GPUModel != "" {

@@ -158,7 +158,8 @@ func New(cfg *config.Config, providers map[string]cloud.Provider, opts Options) 
 		}
 	}
 	m.cost = &costGuard{cfg: cfg, store: s, offerings: m.offerings}
-	m.catalog = &catalog{store: s, clients: m.clients, clock: opts.Clock, log: opts.Logger, types: map[string]map[string]cloud.InstanceType{}}
+	m.catalog = &catalog{store: s, clients: m.clients, clock: opts.Clock, log: opts.Logger, types: map[string]map[string]cloud.InstanceType{},
+		clusterCap: cfg.MaxHourlyCost}
 	m.templater = &templater{store: s, gpuLabel: opts.GPULabel, topology: map[string]cloud.Topology{}}
 	for name, p := range providers {
 		if tp, ok := p.(cloud.Topology); ok {

@@ -375,6 +375,7 @@ func (y *syncer) fold(ctx context.Context, cloudName string, g *group, l *listin
 				mem.phase = phaseFailed
 				x := mem.extras()
 				x.errCode, x.errClass, x.errMsg = CodeCreateFailed, ErrorClassOther, "cloud reports the instance failed: "+in.Error
+				y.orderer().events.warn(g.cfg.Name, name, mem.providerID, "ScaleUpFailed", x.errCode+": "+x.errMsg)
 			case in.State == cloud.StateDeleting && mem.phase != phaseDeleting:
 				y.log.Warn("instance is being deleted outside gpuscaler; it will be replaced", "group", g.cfg.Name, "instance", name)
 				mem.phase = phaseDeleting

@@ -19,55 +19,28 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
-	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
 	"github.com/gpuscaler/gpuscaler/internal/config"
 	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
 	"github.com/gpuscaler/gpuscaler/internal/nodegroup/coretest"
-	gsruntime "github.com/gpuscaler/gpuscaler/internal/runtime"
 )
 
 var (
-	runs = flag.Int("chaos.runs", 3, "how many randomized campaigns to run")
+	runs = flag.Int("chaos.runs", 2, "how many randomized campaigns to run on each cloud")
 	seed = flag.Uint64("chaos.seed", 0, "replay the campaign of this seed (0: a new seed per campaign)")
+	// Scaleway is left out until its detached boot volumes are collected
+	// (docs/reliability.md, "What the campaigns found").
+	clouds = flag.String("chaos.clouds", "sim,verda,kamatera", "the clouds to run campaigns on, comma-separated (also: scaleway)")
 )
 
-// campaignConfig keeps every period short so that a campaign takes
-// seconds: syncs every 100 ms, leaks collected after 1 s.
-const campaignConfig = `
-clusterName: chaos
-sync: {period: 100ms, requestsPerSecond: 100000, maxConcurrentCreates: 4, offeringBackoff: 300ms, createRetries: 3}
-leakedInstances: {gracePeriod: 1s}
-clouds:
-  sim: {bootDelay: 40ms, deleteDelay: 30ms, defaultCapacity: 6}
-nodeGroups:
-  - {name: a, cloud: sim, instanceType: 1H100.80S.30V, locations: [FIN-01, FIN-02], maxSize: 6}
-  - {name: b, cloud: sim, instanceType: 1A100.22V, locations: [FIN-01], capacityPolicy: prefer-spot, minSize: 1, maxSize: 4}
-  - {name: c, cloud: sim, instanceType: 8H100.80S.176V, locations: [FIN-03], maxSize: 2}
-`
-
-// faults are the campaign's cloud failures while it acts.
-const (
-	// faultRate is the share of API calls answered 503.
-	faultRate = 0.2
-	// unknownRate is the share of creates that take effect but whose
-	// answer is lost.
-	unknownRate = 0.15
-	// listLag keeps accepted orders out of lists for a while, as a real
-	// cloud's eventually consistent listing does.
-	listLag = 60 * time.Millisecond
-	// resolveAfter is how long the core waits for a list to show an order
-	// (lost answer or fresh instance): longer than listLag, as the
-	// default minute is longer than a real cloud's lag.
-	resolveAfter = 300 * time.Millisecond
-)
-
-// TestCampaigns runs -chaos.runs campaigns, each from its own seed.
+// TestCampaigns runs -chaos.runs campaigns on each cloud of -chaos.clouds,
+// each from its own seed.
 func TestCampaigns(t *testing.T) {
 	if testing.Short() {
 		t.Skip("campaigns take seconds each")
@@ -76,57 +49,80 @@ func TestCampaigns(t *testing.T) {
 	if *seed != 0 {
 		n = 1
 	}
-	for i := range n {
-		s := *seed
-		if s == 0 {
-			s = uint64(time.Now().UnixNano()) + uint64(i)
+	for _, name := range strings.Split(*clouds, ",") {
+		build, ok := backends[name]
+		if !ok {
+			t.Fatalf("-chaos.clouds: no backend %q", name)
 		}
-		t.Run(fmt.Sprintf("seed=%d", s), func(t *testing.T) {
-			c := newCampaign(t, s)
-			defer func() {
-				if t.Failed() {
-					t.Logf("replay with: go test ./test/chaos -run TestCampaigns -chaos.seed=%d\n%s", s, c.logs.String())
-				}
-			}()
-			c.act()
-			c.settle()
-		})
+		for i := range n {
+			s := *seed
+			if s == 0 {
+				s = uint64(time.Now().UnixNano()) + uint64(i)
+			}
+			t.Run(fmt.Sprintf("%s/seed=%d", name, s), func(t *testing.T) {
+				c := newCampaign(t, build(t, s), s)
+				defer func() {
+					if t.Failed() {
+						t.Logf("replay with: go test ./test/chaos -run TestCampaigns -chaos.clouds=%s -chaos.seed=%d\n%s", name, s, c.logs.String())
+					}
+				}()
+				c.act()
+				c.settle()
+			})
+		}
 	}
 }
 
-// campaign is one randomized run against one simulated cloud.
+// campaign is one randomized run against one cloud.
 type campaign struct {
-	t      *testing.T
-	rng    *rand.Rand
-	cfg    *config.Config
-	engine *sim.Engine
-	logs   *coretest.LogBuffer
-	mgr    *nodegroup.Manager
-	// reg is the running core's metrics registry.
-	reg  *prometheus.Registry
-	stop func()
+	t    *testing.T
+	rng  *rand.Rand
+	b    *backend
+	cfg  *config.Config
+	logs *coretest.LogBuffer
+	mgr  *nodegroup.Manager
+	// reg is the running core's metrics registry; events its Events.
+	reg    *prometheus.Registry
+	events *eventLog
+	stop   func()
 	// counts of what was done, for the report.
 	actions, restarts, reclaims int
 	// reclaimed are the instances the campaign took away: the only ones
 	// the core may find vanished.
 	reclaimed map[string]bool
+	// failedCreates counts the failed orders seen reported.
+	failedCreates int
+	// existed are the instances seen at the cloud (sampled after every
+	// action and while settling).
+	existed map[string]bool
 }
 
-func newCampaign(t *testing.T, s uint64) *campaign {
-	cfg, err := config.Parse([]byte(campaignConfig))
-	if err != nil {
-		t.Fatal(err)
-	}
-	engine, err := sim.NewEngine(gsruntime.SimConfig(*cfg.Clouds.Sim), sim.Options{OutcomeUnknownRate: unknownRate, ListLag: listLag})
-	if err != nil {
-		t.Fatal(err)
-	}
-	engine.SetFaultRate(faultRate)
-	c := &campaign{t: t, rng: rand.New(rand.NewPCG(s, s^0x9e3779b97f4a7c15)), cfg: cfg, engine: engine, logs: &coretest.LogBuffer{},
-		reclaimed: map[string]bool{}}
+func newCampaign(t *testing.T, b *backend, s uint64) *campaign {
+	c := &campaign{t: t, rng: rand.New(rand.NewPCG(s, s^0x9e3779b97f4a7c15)), b: b, cfg: b.cfg, logs: &coretest.LogBuffer{},
+		reclaimed: map[string]bool{}, existed: map[string]bool{}}
+	b.faults(true)
 	c.start()
 	t.Cleanup(func() { c.stop() })
 	return c
+}
+
+// eventLog keeps a core's Events.
+type eventLog struct {
+	mu     sync.Mutex
+	events []nodegroup.Event
+}
+
+func (l *eventLog) Event(ev nodegroup.Event) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.events = append(l.events, ev)
+}
+
+// warned reports whether a Warning named the instance.
+func (l *eventLog) warned(name string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.ContainsFunc(l.events, func(ev nodegroup.Event) bool { return ev.Type == "Warning" && ev.Instance == name })
 }
 
 // start starts a core, again and again while the cloud fails its first
@@ -135,9 +131,9 @@ func (c *campaign) start() {
 	c.t.Helper()
 	log := slog.New(slog.NewTextHandler(c.logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	for attempt := 0; ; attempt++ {
-		reg := prometheus.NewRegistry()
-		mgr, err := nodegroup.New(c.cfg, map[string]cloud.Provider{sim.Name: c.engine.Account(c.cfg.ClusterName)},
-			nodegroup.Options{Logger: log, Registerer: reg, ResolveAfter: resolveAfter})
+		reg, events := prometheus.NewRegistry(), &eventLog{}
+		mgr, err := nodegroup.New(c.cfg, map[string]cloud.Provider{c.b.name: c.b.provider(log)},
+			nodegroup.Options{Logger: log, Registerer: reg, Events: events, ResolveAfter: resolveAfter, Bootstrap: c.b.bootstrap})
 		if err != nil {
 			c.t.Fatal(err)
 		}
@@ -150,7 +146,8 @@ func (c *campaign) start() {
 			}
 			continue
 		}
-		c.mgr, c.reg, c.stop = mgr, reg, func() { cancel(); mgr.Wait() }
+		c.mgr, c.reg, c.events = mgr, reg, events
+		c.stop = func() { cancel(); mgr.Wait() }
 		return
 	}
 }
@@ -179,9 +176,9 @@ func (c *campaign) act() {
 				_ = c.mgr.DeleteNodes(ctx, g.Name, ids) // refused below minSize: fine
 			}
 		case p < 83:
-			if insts := c.engine.Instances(c.cfg.ClusterName); len(insts) > 0 {
+			if insts := c.b.instances(); len(insts) > 0 {
 				name := insts[c.rng.IntN(len(insts))].Name
-				if c.engine.Reclaim(name) == nil {
+				if c.b.lose(name) {
 					c.reclaims++
 					c.reclaimed[name] = true
 				}
@@ -189,6 +186,7 @@ func (c *campaign) act() {
 		case p < 90:
 			// A crash: the old core stops wherever it was (creates in
 			// flight included) and a new one rebuilds from the cloud.
+			c.checkReported()
 			c.stop()
 			c.start()
 			c.restarts++
@@ -197,6 +195,8 @@ func (c *campaign) act() {
 		}
 		c.actions++
 		c.checkBounds(false)
+		c.checkSpend()
+		c.sample()
 		time.Sleep(time.Duration(c.rng.IntN(20)) * time.Millisecond)
 	}
 }
@@ -217,18 +217,86 @@ func (c *campaign) checkBounds(settled bool) {
 	}
 }
 
+// checkSpend: what the cloud's instances cost per hour never exceeds the
+// cluster's maxHourlyCost, nor a group's its own.
+func (c *campaign) checkSpend() {
+	c.t.Helper()
+	total, byGroup := c.b.spend()
+	if limit := c.cfg.MaxHourlyCost; limit > 0 && total > limit+1e-9 {
+		c.t.Errorf("the cloud's instances cost %.2f/h, over the cluster's maxHourlyCost %.2f", total, limit)
+	}
+	for _, g := range c.cfg.NodeGroups {
+		if limit := g.MaxHourlyCost; limit > 0 && byGroup[g.Name] > limit+1e-9 {
+			c.t.Errorf("group %s's instances cost %.2f/h, over its maxHourlyCost %.2f", g.Name, byGroup[g.Name], limit)
+		}
+	}
+}
+
+// checkReported: every failed order the running core shows was reported,
+// by a Warning Event naming it and in gpuscaler_scale_up_failures_total
+// for its group.
+func (c *campaign) checkReported() {
+	c.t.Helper()
+	for _, g := range c.cfg.NodeGroups {
+		insts, err := c.mgr.Instances(g.Name)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		failed := 0
+		for _, in := range insts {
+			if in.ErrorCode == "" || in.State != nodegroup.StateCreating {
+				continue // not an order (a delete's error is not a failed create)
+			}
+			failed++
+			if !c.events.warned(in.Name) {
+				c.t.Errorf("group %s: failed order %s (%s) has no Warning Event", g.Name, in.Name, in.ErrorCode)
+			}
+		}
+		if counted := counter(c.t, c.reg, "gpuscaler_scale_up_failures_total", g.Name); counted < float64(failed) {
+			c.t.Errorf("group %s: %d failed orders, %v counted in gpuscaler_scale_up_failures_total", g.Name, failed, counted)
+		}
+		c.failedCreates += failed
+	}
+}
+
+// counter sums a counter's series for a group.
+func counter(t *testing.T, reg *prometheus.Registry, name, group string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "group" && l.GetValue() == group {
+					sum += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return sum
+}
+
 // settle stops the faults, waits past the leak collector's grace period
 // until the core and the cloud agree, and checks the invariants.
 func (c *campaign) settle() {
 	c.t.Helper()
-	c.engine.SetFaultRate(0)
-	c.engine.SetOutcomeUnknownRate(0)
+	c.checkReported()
+	c.b.faults(false)
 	grace := c.cfg.LeakedInstances.GracePeriod.Duration
-	settledAfter := time.Now().Add(grace + time.Second)
+	settledAfter := time.Now().Add(grace + time.Second + c.b.settleAfter)
 	deadline := time.Now().Add(30 * time.Second)
 	var why string
 	for {
 		why = c.disagreement()
+		if why == "" {
+			why = c.b.leftovers()
+		}
 		if why == "" && time.Now().After(settledAfter) {
 			break
 		}
@@ -236,23 +304,38 @@ func (c *campaign) settle() {
 			c.t.Fatalf("the core and the cloud never agreed after %d actions, %d restarts, %d reclaims: %s",
 				c.actions, c.restarts, c.reclaims, why)
 		}
+		c.checkSpend()
+		c.sample()
 		time.Sleep(20 * time.Millisecond)
 	}
 	c.checkBounds(true)
+	c.checkSpend()
 	c.checkVanished()
-	c.t.Logf("%d actions, %d restarts, %d reclaims; %d instances at the end", c.actions, c.restarts, c.reclaims,
-		len(c.engine.Instances(c.cfg.ClusterName)))
+	c.t.Logf("%s: %d actions, %d restarts, %d reclaims, %d failed orders reported; faults: %s; %d instances at the end",
+		c.b.describe(), c.actions, c.restarts, c.reclaims, c.failedCreates, c.b.injected(), len(c.b.instances()))
 }
 
 // vanishedRE finds the instances the core took for vanished in its log.
 var vanishedRE = regexp.MustCompile(`msg="instance vanished[^"]*" group=\S+ instance=(\S+)`)
 
-// checkVanished: every instance the core took for vanished was taken away
-// by the campaign. Any other ran on while its Node would have been deleted
-// and a replacement ordered (paid twice).
+// sample records the instances at the cloud now.
+func (c *campaign) sample() {
+	for _, in := range c.b.instances() {
+		c.existed[in.Name] = true
+	}
+}
+
+// checkVanished: every instance the core took for vanished that was seen
+// at the cloud was taken away by the campaign. Any other ran on while its
+// Node would have been deleted and a replacement ordered (paid twice). (An
+// order that never made an instance, its answer lost, may be taken for
+// vanished: nothing ran, nothing is paid twice.)
 func (c *campaign) checkVanished() {
 	c.t.Helper()
 	for _, m := range vanishedRE.FindAllStringSubmatch(c.logs.String(), -1) {
+		if c.existed != nil && !c.existed[m[1]] {
+			continue
+		}
 		if !c.reclaimed[m[1]] {
 			c.t.Errorf("instance %s was taken for vanished while it ran: its Node would have been deleted and a replacement ordered", m[1])
 		}
@@ -268,7 +351,7 @@ func (c *campaign) checkVanished() {
 func (c *campaign) disagreement() string {
 	byGroup := map[string][]string{}
 	seen := map[string]bool{}
-	for _, in := range c.engine.Instances(c.cfg.ClusterName) {
+	for _, in := range c.b.instances() {
 		if seen[in.Name] {
 			return "two instances named " + in.Name
 		}

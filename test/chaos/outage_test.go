@@ -46,7 +46,8 @@ func TestCloudOutageDrill(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &campaign{t: t, cfg: cfg, engine: engine, logs: &coretest.LogBuffer{}, reclaimed: map[string]bool{}, reg: prometheus.NewRegistry()}
+	b := &backend{name: sim.Name, cfg: cfg, instances: func() []cloud.Instance { return engine.Instances(cfg.ClusterName) }}
+	c := &campaign{t: t, b: b, cfg: cfg, logs: &coretest.LogBuffer{}, reclaimed: map[string]bool{}, reg: prometheus.NewRegistry()}
 	c.mgr, err = nodegroup.New(cfg, map[string]cloud.Provider{sim.Name: engine.Account(cfg.ClusterName)}, nodegroup.Options{
 		Clock: clk, Logger: slog.New(slog.NewTextHandler(c.logs, nil)), Registerer: c.reg, Manual: true})
 	if err != nil {

@@ -2,9 +2,12 @@
 // request with a method and path fails with an answer in the fake's own
 // error shape, or is carried out and its answer lost (the connection
 // dropped before a byte of it), as a timeout after the request left would.
+// A Set can also fail a share of all requests at random, for chaos
+// campaigns.
 package faults
 
 import (
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -15,6 +18,77 @@ import (
 type Set struct {
 	mu    sync.Mutex
 	rules []rule
+	// random fails a share of the requests no rule matches; nil for none.
+	random *random
+}
+
+// random is a Set's random failures.
+type random struct {
+	rate    float64
+	rng     *rand.Rand
+	answers []func(http.ResponseWriter)
+	// counts are the faults injected, by Kind.
+	counts map[Kind]int
+}
+
+// Kind is a kind of injected fault.
+type Kind string
+
+// The kinds of random faults.
+const (
+	// Answered: the request is refused with one of the fake's error
+	// answers (a 429 or a 5xx) and not carried out.
+	Answered Kind = "answered"
+	// Lost: the request is carried out and its connection dropped before
+	// the answer, as a timeout after the cloud accepted it.
+	Lost Kind = "lost"
+	// Dropped: the connection is dropped before the request is carried
+	// out.
+	Dropped Kind = "dropped"
+)
+
+// Random makes rate (0..1) of the requests that no rule matches fail, each
+// in one of the three Kinds with equal odds, drawn from seed; answers are
+// the fake's own error answers for Answered. A rate of 0 stops it.
+func (s *Set) Random(rate float64, seed uint64, answers ...func(http.ResponseWriter)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	counts := map[Kind]int{}
+	if s.random != nil {
+		counts = s.random.counts
+	}
+	s.random = &random{rate: rate, rng: rand.New(rand.NewPCG(seed, seed^0x5eed)), answers: answers, counts: counts}
+}
+
+// Injected returns how many random faults of each Kind were injected.
+func (s *Set) Injected() map[Kind]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[Kind]int{}
+	if s.random != nil {
+		for k, n := range s.random.counts {
+			out[k] = n
+		}
+	}
+	return out
+}
+
+// draw picks the random fault for a request: "" for none, and the answer
+// to give for Answered.
+func (r *random) draw() (Kind, func(http.ResponseWriter)) {
+	if r == nil || r.rate <= 0 || r.rng.Float64() >= r.rate {
+		return "", nil
+	}
+	kinds := []Kind{Answered, Lost, Dropped}
+	k := kinds[r.rng.IntN(len(kinds))]
+	if k == Answered && len(r.answers) == 0 {
+		k = Dropped
+	}
+	r.counts[k]++
+	if k == Answered {
+		return k, r.answers[r.rng.IntN(len(r.answers))]
+	}
+	return k, nil
 }
 
 type rule struct {
@@ -51,6 +125,18 @@ func (s *Set) Serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 			break
 		}
 	}
+	if hit == nil {
+		switch kind, answer := s.random.draw(); kind {
+		case Answered:
+			hit = &rule{answer: answer}
+		case Lost:
+			hit = &rule{}
+		case Dropped:
+			s.mu.Unlock()
+			hangUp(w)
+			return
+		}
+	}
 	s.mu.Unlock()
 	switch {
 	case hit == nil:
@@ -59,8 +145,13 @@ func (s *Set) Serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 		hit.answer(w)
 	default:
 		next.ServeHTTP(httptest.NewRecorder(), r)
-		if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
-			conn.Close()
-		}
+		hangUp(w)
+	}
+}
+
+// hangUp closes the request's connection without an answer.
+func hangUp(w http.ResponseWriter) {
+	if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+		conn.Close()
 	}
 }

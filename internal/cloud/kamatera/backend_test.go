@@ -468,3 +468,41 @@ func TestBrokenForeignServerDoesNotStopSyncs(t *testing.T) {
 		t.Error("the skipped server was not reported")
 	}
 }
+
+// TestCostCapWithoutPricesIsRefused: Kamatera's API gives no prices, so a
+// cost cap over a Kamatera group could not be enforced; the core refuses
+// to start with it, naming the field, rather than spend past it.
+func TestCostCapWithoutPricesIsRefused(t *testing.T) {
+	capacity := 5
+	engine, err := kamateratest.NewEngine(sim.Config{DefaultCapacity: &capacity}, sim.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake := kamateratest.New(engine, kamateratest.Options{ClientID: clientID, Secret: secret})
+	t.Cleanup(fake.Close)
+	api, err := kamatera.NewClient(kamatera.ClientOptions{BaseURL: fake.URL, ClientID: clientID, Secret: secret, RetryBase: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct{ doc, field string }{
+		{"nodeGroups:\n" + strings.Replace(groupsYAML, "maxSize: 6,", "maxSize: 6, maxHourlyCost: 5,", 1), "nodeGroups[0].maxHourlyCost"},
+		{"maxHourlyCost: 5\nnodeGroups:\n" + groupsYAML, "maxHourlyCost"},
+	} {
+		cfg, err := config.Parse([]byte("clusterName: prod\nclouds:\n  kamatera: {}\n" + tt.doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		mgr, err := nodegroup.New(cfg, map[string]cloud.Provider{kamatera.Name: kamatera.New(api, kamatera.Options{ClusterName: "prod", Datacenters: []string{"EU"}})},
+			nodegroup.Options{Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		err = mgr.Start(ctx)
+		cancel()
+		mgr.Wait()
+		if err == nil || !strings.HasPrefix(err.Error(), tt.field+":") || !strings.Contains(err.Error(), "cannot be enforced") {
+			t.Errorf("%s: start = %v, want an error on %s", tt.field, err, tt.field)
+		}
+	}
+}

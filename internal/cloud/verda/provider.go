@@ -461,7 +461,8 @@ func (c *Cloud) cleanScripts(ctx context.Context, listStart time.Time, states ma
 	}
 	scripts, err := c.api.ListScripts(ctx)
 	if err != nil {
-		c.log.Warn("verda: script sweep failed", "error", err)
+		c.log.Warn("verda: script sweep failed; will retry", "error", err)
+		c.sweepSoon()
 		return
 	}
 	prefix := c.scriptName("")
@@ -475,9 +476,19 @@ func (c *Cloud) cleanScripts(ctx context.Context, listStart time.Time, states ma
 			continue
 		}
 		if err := c.api.DeleteScript(ctx, s.ID); err != nil {
-			c.log.Warn("verda: could not delete a leftover startup script", "script", s.Name, "error", err)
+			c.log.Warn("verda: could not delete a leftover startup script; will retry", "script", s.Name, "error", err)
+			c.sweepSoon()
 		}
 	}
+}
+
+// sweepSoon makes the next list sweep the script store: a script may be
+// there that nothing tracks (an upload whose answer was lost, a delete
+// that failed), and it holds a join token.
+func (c *Cloud) sweepSoon() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.lastSweep = time.Time{}
 }
 
 // Create uploads the instance's startup script (if it has one) and orders
@@ -540,6 +551,11 @@ func (c *Cloud) Create(ctx context.Context, spec cloud.CreateSpec) (cloud.Instan
 	case userData != "":
 		id, err := c.api.CreateScript(ctx, c.scriptName(spec.Name), userData)
 		if err != nil {
+			if errors.Is(err, cloud.ErrOutcomeUnknown) {
+				// The script may be in the store, with its join token: the
+				// next list sweeps it out rather than the one a period on.
+				c.sweepSoon()
+			}
 			return cloud.Instance{}, fmt.Errorf("upload startup script: %w", err)
 		}
 		scriptID = id
@@ -559,7 +575,8 @@ func (c *Cloud) Create(ctx context.Context, spec cloud.CreateSpec) (cloud.Instan
 	if err != nil {
 		if scriptID != "" && !errors.Is(err, cloud.ErrOutcomeUnknown) {
 			if derr := c.api.DeleteScript(context.WithoutCancel(ctx), scriptID); derr != nil {
-				c.log.Warn("verda: could not delete the script of a failed order; the sweep will", "error", derr)
+				c.log.Warn("verda: could not delete the script of a failed order; the next list's sweep will", "error", derr)
+				c.sweepSoon()
 			}
 		} else if scriptID != "" {
 			c.trackScript(spec.Name, scriptID)

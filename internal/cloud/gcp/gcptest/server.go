@@ -200,6 +200,26 @@ func (s *Server) FailNext(method, pathSuffix string, status int, reason, message
 // whose path ends with pathSuffix, then drop the connection unanswered.
 func (s *Server) LoseNextAnswer(method, pathSuffix string) { s.faults.Lose(method, pathSuffix) }
 
+// RandomFaults makes rate (0..1) of all requests fail at random, from
+// seed: refused with a 429 or a 5xx in the API's shape, carried out with
+// the answer lost, or dropped before being carried out (see faults.Set).
+// A rate of 0 stops them.
+func (s *Server) RandomFaults(rate float64, seed uint64) {
+	s.faults.Random(rate, seed,
+		func(w http.ResponseWriter) {
+			apiError(w, http.StatusTooManyRequests, "rateLimitExceeded", "Rate Limit Exceeded")
+		},
+		func(w http.ResponseWriter) {
+			apiError(w, http.StatusServiceUnavailable, "backendError", "Internal error. Please try again.")
+		},
+		func(w http.ResponseWriter) {
+			apiError(w, http.StatusInternalServerError, "backendError", "Internal error")
+		})
+}
+
+// Injected returns how many random faults of each kind were injected.
+func (s *Server) Injected() map[faults.Kind]int { return s.faults.Injected() }
+
 // Calls returns the number of requests per "METHOD /last/path/segments".
 func (s *Server) Calls() map[string]int {
 	s.mu.Lock()

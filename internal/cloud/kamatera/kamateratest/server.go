@@ -177,6 +177,24 @@ func (s *Server) AnswerNext(method, path string, status int, body []byte) {
 // and path, then drop the connection without answering.
 func (s *Server) LoseNextAnswer(method, path string) { s.faults.Lose(method, path) }
 
+// RandomFaults makes rate (0..1) of all requests fail at random, from
+// seed: refused with a 429 or a 5xx in the API's shape, carried out with
+// the answer lost, or dropped before being carried out (see faults.Set).
+// A rate of 0 stops them.
+func (s *Server) RandomFaults(rate float64, seed uint64) {
+	s.faults.Random(rate, seed,
+		func(w http.ResponseWriter) { message(w, http.StatusTooManyRequests, "Too many requests") },
+		func(w http.ResponseWriter) { message(w, http.StatusInternalServerError, "Internal server error") },
+		func(w http.ResponseWriter) { message(w, http.StatusBadGateway, "Bad gateway") })
+}
+
+// Injected returns how many random faults of each kind were injected.
+func (s *Server) Injected() map[faults.Kind]int { return s.faults.Injected() }
+
+// Instances returns the servers of the account as the engine holds them
+// (those being deleted included: they bill until gone).
+func (s *Server) Instances() []cloud.Instance { return s.engine.Instances(account) }
+
 // BreakTags makes every tag lookup of a server fail, as the API's
 // "Failed to run command method (serverTags)" does.
 func (s *Server) BreakTags(name string) {

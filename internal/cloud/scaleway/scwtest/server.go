@@ -152,6 +152,57 @@ func (s *Server) FailNext(method, pathSuffix string, status int, typ, message st
 // whose path ends with pathSuffix, then drop the connection unanswered.
 func (s *Server) LoseNextAnswer(method, pathSuffix string) { s.faults.Lose(method, pathSuffix) }
 
+// RandomFaults makes rate (0..1) of all requests fail at random, from
+// seed: refused with a 429 or a 5xx in the API's shape, carried out with
+// the answer lost, or dropped before being carried out (see faults.Set).
+// A rate of 0 stops them.
+func (s *Server) RandomFaults(rate float64, seed uint64) {
+	s.faults.Random(rate, seed,
+		func(w http.ResponseWriter) {
+			apiError(w, http.StatusTooManyRequests, "too_many_requests", "too many requests", nil)
+		},
+		func(w http.ResponseWriter) {
+			apiError(w, http.StatusInternalServerError, "internal_error", "internal error", nil)
+		},
+		func(w http.ResponseWriter) {
+			apiError(w, http.StatusServiceUnavailable, "service_unavailable", "service unavailable", nil)
+		})
+}
+
+// Injected returns how many random faults of each kind were injected.
+func (s *Server) Injected() map[faults.Kind]int { return s.faults.Injected() }
+
+// Instances returns the account's servers as cloud instances: named as
+// created, in the group their tags name, stopped or stopping ones
+// included (they bill until deleted).
+func (s *Server) Instances() []cloud.Instance {
+	s.settle()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	states := map[string]cloud.InstanceState{"starting": cloud.StatePending, "running": cloud.StateRunning,
+		"stopping": cloud.StateDeleting, "stopped": cloud.StateStopped}
+	var out []cloud.Instance
+	for _, sv := range s.servers {
+		out = append(out, cloud.Instance{ID: sv.id, Name: sv.name, Group: groupTag(sv.tags), InstanceType: sv.commercialType,
+			Location: sv.zone, CapacityType: cloud.OnDemand, State: states[sv.state], CreatedAt: sv.createdAt})
+	}
+	return out
+}
+
+// Lose powers off the server named name behind the autoscaler's back (a
+// host lost); false when there is none.
+func (s *Server) Lose(name string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, sv := range s.servers {
+		if sv.name == name && sv.state == "running" {
+			sv.state = "stopped"
+			return true
+		}
+	}
+	return false
+}
+
 // SetLatency adds a delay to every request.
 func (s *Server) SetLatency(d time.Duration) {
 	s.mu.Lock()

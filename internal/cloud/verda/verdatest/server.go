@@ -19,6 +19,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpuscaler/gpuscaler/internal/cloud"
+	"github.com/gpuscaler/gpuscaler/internal/cloud/faults"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
 )
 
@@ -59,11 +61,13 @@ type Server struct {
 	// volumes are the account's volumes that still exist (and bill), by
 	// id: OS volumes live on after their instance when a delete keeps
 	// them (volume_ids []) or a discontinue detaches them (keep_detached).
-	volumes  map[string]bool
-	byName   map[string]string  // hostname -> instance id
-	scripts  map[string]*script // by id
-	calls    map[string]int
-	faults   []fault
+	volumes map[string]bool
+	byName  map[string]string  // hostname -> instance id
+	scripts map[string]*script // by id
+	calls   map[string]int
+	faults  []fault
+	// random fails requests at random (RandomFaults).
+	random   faults.Set
 	latency  time.Duration
 	hangNext map[string]time.Duration
 	// overrides replace fields of an instance's record (by hostname) with
@@ -349,7 +353,42 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write(rec.Body.Bytes())
 		return
 	}
-	s.route(w, r, path)
+	s.random.Serve(w, r, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { s.route(w, r, path) }))
+}
+
+// RandomFaults makes rate (0..1) of all requests fail at random, from
+// seed: refused with a 429 or a 5xx in the API's shape (a 503 on a create
+// reads as no capacity, as the real API's does), carried out with the
+// answer lost, or dropped before being carried out (see faults.Set). A
+// rate of 0 stops them.
+func (s *Server) RandomFaults(rate float64, seed uint64) {
+	s.random.Random(rate, seed,
+		func(w http.ResponseWriter) {
+			apiError(w, http.StatusTooManyRequests, "too_many_requests", "Too many requests")
+		},
+		func(w http.ResponseWriter) {
+			apiError(w, http.StatusInternalServerError, "server_error", "Internal server error")
+		},
+		func(w http.ResponseWriter) {
+			apiError(w, http.StatusServiceUnavailable, "service_unavailable", "Service temporarily unavailable")
+		})
+}
+
+// Injected returns how many random faults of each kind were injected.
+func (s *Server) Injected() map[faults.Kind]int { return s.random.Injected() }
+
+// Instances returns the account's instances, named by hostname; one that
+// stopped for good (Stop) is cloud.StateStopped: it bills until deleted.
+func (s *Server) Instances() []cloud.Instance {
+	insts, metas := s.live()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, in := range insts {
+		if m := metas[in.Name]; m != nil && m.lost != "" {
+			insts[i].State = cloud.StateStopped
+		}
+	}
+	return insts
 }
 
 // pattern folds ids out of a path for call counting.
