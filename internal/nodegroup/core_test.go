@@ -381,6 +381,42 @@ clouds:
 	}
 }
 
+// A core restarted while its predecessor's last orders are not listed yet
+// (a lagging list) does not order past the cost cap: orders under a cap
+// wait, after a start, for a list that can show them. Found by the chaos
+// campaign (test/chaos): without the wait the cloud went over the cap.
+func TestRestartedCoreCountsOrdersALaggingListHides(t *testing.T) {
+	doc := `
+clusterName: test
+sync: {period: 30s, requestsPerSecond: 10000, maxConcurrentCreates: 8}
+maxHourlyCost: 0.3
+leakedInstances: {gracePeriod: 5m}
+nodeGroups:
+  - {name: g, cloud: sim, instanceType: 1V100.6V, locations: [FIN-01], maxSize: 10}
+clouds:
+  sim: {bootDelay: 60s, deleteDelay: 10s, defaultCapacity: 100}
+`
+	h := newHarness(t, doc, sim.Options{ListLag: 40 * time.Second}, Options{ResolveAfter: time.Minute})
+	// 1V100.6V costs 0.1381/h: two fit under 0.3, three do not.
+	if err := h.mgr.IncreaseSize(context.Background(), "g", 2); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("two orders at the cloud", func() bool { return h.engine.Count("test") == 2 })
+	h.restart() // its first list leaves both out
+	if err := h.mgr.IncreaseSize(context.Background(), "g", 2); err != nil {
+		t.Fatal(err) // it cannot know yet: taken, and held
+	}
+	h.settle(3 * time.Minute)
+	h.eventually("the held orders refused by the cap", func() bool { _, _, _, failed := h.states("g"); return failed == 2 },
+		func() string { insts, _ := h.mgr.Instances("g"); return fmt.Sprintf("%+v", insts) })
+	if n := h.engine.Count("test"); n != 2 {
+		t.Fatalf("%d instances at the cloud under a cap for 2", n)
+	}
+	if got := h.metric("gpuscaler_scale_up_failures_total", map[string]string{"group": "g", "reason": CodeCostLimit}); got != 2 {
+		t.Fatalf("cost-limit failures = %v, want 2", got)
+	}
+}
+
 // A crash between the cloud accepting a create and the core recording it
 // leaves one instance, which the restarted core adopts: nothing is paid
 // twice, nothing is left unowned.
@@ -624,5 +660,55 @@ func TestOneRequestBudget(t *testing.T) {
 	}
 	if d := waits(acct); d < time.Second {
 		t.Fatalf("a cloud without its own limiter was not limited (3 calls at 1/s in %s)", d)
+	}
+}
+
+// eventLog records the core's Events.
+type eventLog struct {
+	mu     sync.Mutex
+	events []Event
+}
+
+func (l *eventLog) Event(ev Event) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.events = append(l.events, ev)
+}
+
+func (l *eventLog) has(reason, instance string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.ContainsFunc(l.events, func(ev Event) bool { return ev.Reason == reason && ev.Instance == instance })
+}
+
+// An instance the cloud reports failed before it ran is a failed order:
+// counted, and with a ScaleUpFailed Warning as every other failed order.
+// Found by the chaos campaign (test/chaos), which checks every failed
+// order is reported.
+func TestCloudFailedInstanceIsReported(t *testing.T) {
+	w := &wrapped{}
+	events := &eventLog{}
+	h := newWrappedHarness(t, oneGroupLeaky, sim.Options{}, Options{Events: events}, func(c *sim.Cloud) cloud.Provider { w.Provider = c; return w })
+	w.mu.Lock()
+	w.onList = func(insts []cloud.Instance) []cloud.Instance {
+		for i := range insts {
+			if insts[i].State == cloud.StatePending {
+				insts[i].State, insts[i].Error = cloud.StateFailed, "no_capacity"
+			}
+		}
+		return insts
+	}
+	w.mu.Unlock()
+	if err := h.mgr.IncreaseSize(context.Background(), "g", 1); err != nil {
+		t.Fatal(err)
+	}
+	h.settle(time.Minute)
+	h.eventually("the order failed", func() bool { _, _, _, failed := h.states("g"); return failed == 1 })
+	insts, _ := h.mgr.Instances("g")
+	if !events.has("ScaleUpFailed", insts[0].Name) {
+		t.Fatalf("no ScaleUpFailed Event for %s: %+v", insts[0].Name, events.events)
+	}
+	if got := h.metric("gpuscaler_scale_up_failures_total", map[string]string{"group": "g", "reason": "InstanceFailed"}); got != 1 {
+		t.Fatalf("InstanceFailed failures = %v, want 1", got)
 	}
 }

@@ -39,6 +39,11 @@ func (c *costGuard) totalSpend() float64 {
 	return total
 }
 
+// capped reports whether a cost cap applies to group g's orders.
+func (c *costGuard) capped(g *group) bool {
+	return g.cfg.MaxHourlyCost > 0 || c.cfg.MaxHourlyCost > 0
+}
+
 // check refuses adding add per hour to group g (the launches for none);
 // exclude is a member already counted that the addition replaces (the order
 // being priced), or nil.

@@ -264,6 +264,11 @@ func (m *Manager) Start(ctx context.Context) error {
 	m.syncer.startups.since = m.clock.Now()
 	m.reaper.since = m.syncer.startups.since
 	m.store.mu.Unlock()
+	if !m.manual && m.syncer.resolveAfter > 0 {
+		// A driven core (simulate, drills) has no predecessor, and its
+		// clock moves only between the driver's steps.
+		m.orderer.holdUntil = m.syncer.startups.since.Add(m.syncer.resolveAfter)
+	}
 	m.orderer.start(ctx)
 	for cloudName := range m.clients {
 		if err := m.startCall(ctx, cloudName, "catalog", func(cctx context.Context) error { return m.catalog.load(cctx, cloudName) }); err != nil {

@@ -53,6 +53,44 @@ type orderer struct {
 	ctx       func() context.Context
 	// publish refreshes a group's gauges after a change.
 	publish func(*group)
+	// holdUntil is when, after this process started, a list can show
+	// every order of the process before it: orders under a cost cap wait
+	// for a list that started then (see awaitPredecessor). Zero: no hold.
+	holdUntil time.Time
+}
+
+// awaitPredecessor holds an order of a group under a cost cap, after a
+// start, until a list that started at holdUntil is folded in: the process
+// before this one (a crash, a rolling update, the previous leader) may
+// have placed orders that lists do not show yet, and the cap must count
+// them. It reports false when ctx ends first.
+func (o *orderer) awaitPredecessor(ctx context.Context, g *group, mem *member) bool {
+	if o.holdUntil.IsZero() || !o.cost.capped(g) {
+		return true
+	}
+	s := o.store
+	for {
+		s.mu.RLock()
+		cloudName := mem.cloud()
+		done := !s.lastSync[cloudName].Before(o.holdUntil)
+		synced := s.synced
+		s.mu.RUnlock()
+		if done {
+			return true
+		}
+		var timer <-chan time.Time
+		if wait := o.holdUntil.Sub(o.clock.Now()); wait > 0 {
+			timer = o.clock.After(wait)
+		} else {
+			o.kick(cloudName) // the next list can tell: ask for it now
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-synced:
+		case <-timer:
+		}
+	}
 }
 
 // order queues the create of a new member of g for its cloud's workers.
@@ -83,6 +121,9 @@ func (o *orderer) create(ctx context.Context, g *group, mem *member) {
 		return
 	}
 	s.mu.Unlock()
+	if !o.awaitPredecessor(ctx, g, mem) {
+		return // stopping: the member is rebuilt from the cloud, or ordered again, by the next process
+	}
 	tried := 0
 	var last error // the last stock-out, whose words say why
 	for _, k := range candidates(g) {

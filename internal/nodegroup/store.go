@@ -42,8 +42,10 @@ type store struct {
 	// unknown to this config): the cost guard counts them, so two processes
 	// together stay under one cap.
 	others map[string]float64
-	// lastSync is when each cloud's last successful list started.
+	// lastSync is when each cloud's last successful list started; synced
+	// is closed (and replaced) when a list is folded in.
 	lastSync map[string]time.Time
+	synced   chan struct{}
 	// keys interns the members' offerings.
 	keys keys
 	// entropy feeds new instance names (Options.Entropy); crypto/rand
@@ -81,6 +83,7 @@ func newStore(cfg *config.Config, manage func(string) bool) *store {
 		forms:    &aliasForms{},
 		others:   map[string]float64{},
 		lastSync: map[string]time.Time{},
+		synced:   make(chan struct{}),
 	}
 	for i, g := range cfg.NodeGroups {
 		if manage != nil && !manage(g.Name) {

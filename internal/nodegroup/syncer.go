@@ -261,6 +261,8 @@ func (y *syncer) sync(ctx context.Context, cloudName string, initial bool) error
 		}
 	}
 	s.lastSync[cloudName] = start
+	close(s.synced)
+	s.synced = make(chan struct{})
 	for _, g := range s.groupsOn(cloudName) {
 		y.sizer.publishLocked(g)
 	}

@@ -154,10 +154,7 @@ func simBackend(t *testing.T, _ uint64) *backend {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// No cost caps here yet: a restarted core does not see the orders its
-	// predecessor made that the lagging list leaves out, and can order
-	// past a cap (docs/reliability.md, open findings).
-	cfg, prices := parse(t, campaignConfig, engine.Catalog(), false)
+	cfg, prices := parse(t, campaignConfig, engine.Catalog(), true)
 	b := &backend{name: sim.Name, cfg: cfg, prices: prices,
 		provider:  func(*slog.Logger) cloud.Provider { return engine.Account(cfg.ClusterName) },
 		instances: func() []cloud.Instance { return engine.Instances(cfg.ClusterName) },

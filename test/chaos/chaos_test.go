@@ -32,11 +32,9 @@ import (
 )
 
 var (
-	runs = flag.Int("chaos.runs", 2, "how many randomized campaigns to run on each cloud")
-	seed = flag.Uint64("chaos.seed", 0, "replay the campaign of this seed (0: a new seed per campaign)")
-	// Scaleway is left out until its detached boot volumes are collected
-	// (docs/reliability.md, "What the campaigns found").
-	clouds = flag.String("chaos.clouds", "sim,verda,kamatera", "the clouds to run campaigns on, comma-separated (also: scaleway)")
+	runs   = flag.Int("chaos.runs", 2, "how many randomized campaigns to run on each cloud")
+	seed   = flag.Uint64("chaos.seed", 0, "replay the campaign of this seed (0: a new seed per campaign)")
+	clouds = flag.String("chaos.clouds", "sim,verda,kamatera,scaleway", "the clouds to run campaigns on, comma-separated")
 )
 
 // TestCampaigns runs -chaos.runs campaigns on each cloud of -chaos.clouds,

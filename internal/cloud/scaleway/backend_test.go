@@ -69,7 +69,14 @@ const groupsYAML = `
 
 func newBackend(t *testing.T, capacity int, groups string, fakeOpts scwtest.Options) *backend {
 	t.Helper()
-	engine, err := scwtest.NewEngine(sim.Config{BootDelay: sim.Duration(20 * time.Millisecond), DeleteDelay: sim.Duration(20 * time.Millisecond),
+	return newBackendDeleting(t, capacity, groups, fakeOpts, 20*time.Millisecond)
+}
+
+// newBackendDeleting is newBackend with servers that take deleteDelay to
+// go once terminated.
+func newBackendDeleting(t *testing.T, capacity int, groups string, fakeOpts scwtest.Options, deleteDelay time.Duration) *backend {
+	t.Helper()
+	engine, err := scwtest.NewEngine(sim.Config{BootDelay: sim.Duration(20 * time.Millisecond), DeleteDelay: sim.Duration(deleteDelay),
 		DefaultCapacity: &capacity}, sim.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -401,4 +408,26 @@ func TestLostPowerOnAnswer(t *testing.T) {
 	if n, creates := b.fake.ServerCount(), b.fake.Calls()["POST /instance/v1/zones/{zone}/servers"]; n != 1 || creates != 1 {
 		t.Fatalf("%d servers, %d creates", n, creates)
 	}
+}
+
+// TestRestartMidDeleteLeavesNoVolume: a process that stops while a server
+// it terminated is still stopping leaves the server's boot volume (kept by
+// Scaleway, detached and billed) to the next process, which deletes it
+// once the server is gone, at its next lists rather than a sweep period
+// later. Found by the chaos campaign (test/chaos).
+func TestRestartMidDeleteLeavesNoVolume(t *testing.T) {
+	b := newBackendDeleting(t, 5, groupsYAML, scwtest.Options{}, 2*time.Second)
+	ctx := context.Background()
+	if err := b.mgr.IncreaseSize(ctx, "l4", 1); err != nil {
+		t.Fatal(err)
+	}
+	b.wait(t, "one running", func() bool { return len(b.running(t, "l4")) == 1 })
+	victim := b.running(t, "l4")[0]
+	if err := b.mgr.DeleteNodes(ctx, "l4", []string{victim.ProviderID}); err != nil {
+		t.Fatal(err)
+	}
+	b.wait(t, "the server stopping", func() bool { svs := b.fake.Servers(); return len(svs) == 1 && svs[0].State == "stopping" })
+	b.stop()
+	b.start(t)
+	b.wait(t, "the server and its volume gone", func() bool { return b.fake.ServerCount() == 0 && b.fake.VolumeCount() == 0 })
 }

@@ -351,7 +351,8 @@ func (c *Cloud) ownership(tags []string) (group, owner string) {
 // of block volumes left by deleted servers.
 func (c *Cloud) List(ctx context.Context) ([]cloud.Instance, error) {
 	var out []cloud.Instance
-	names := map[string]bool{}
+	// names are the listed servers; leaving those being deleted.
+	names, leaving := map[string]bool{}, map[string]bool{}
 	listed := map[string]*instance.Server{}
 	for _, zone := range c.opts.Zones {
 		var resp *instance.ListServersResponse
@@ -369,13 +370,17 @@ func (c *Cloud) List(ctx context.Context) ([]cloud.Instance, error) {
 			if group == "" && owner == "" {
 				continue
 			}
+			in := c.instance(sv, group, owner)
 			names[sv.Name] = true
-			out = append(out, c.instance(sv, group, owner))
+			if in.State == cloud.StateDeleting || in.State == cloud.StateStopped {
+				leaving[sv.Name] = true
+			}
+			out = append(out, in)
 			listed[sv.ID] = sv
 		}
 	}
 	c.wipeUserData(ctx, listed)
-	c.sweepVolumes(ctx, names)
+	c.sweepVolumes(ctx, names, leaving)
 	return out, nil
 }
 
@@ -684,6 +689,7 @@ func (c *Cloud) Delete(ctx context.Context, inst cloud.Instance) error {
 			return err
 		}
 		if sv == nil {
+			c.sweepSoon()
 			return nil
 		}
 		id = sv.ID
@@ -697,6 +703,7 @@ func (c *Cloud) Delete(ctx context.Context, inst cloud.Instance) error {
 		return err
 	})
 	if errors.Is(err, cloud.ErrNotFound) {
+		c.sweepSoon() // its volumes, if any, are the sweep's
 		return nil
 	}
 	if err != nil {
@@ -759,11 +766,14 @@ func (c *Cloud) deleteOrphans(ctx context.Context, ids []string) {
 
 // sweepVolumes deletes the recorded volumes, and now and then every
 // detached volume named for a server of this cluster that is gone (left
-// by a restart in the middle of a delete).
-func (c *Cloud) sweepVolumes(ctx context.Context, live map[string]bool) {
+// by a restart in the middle of a delete, or a delete whose answer was
+// lost). While a sweep finds a volume whose server is on its way out, or
+// gone but the volume not detached yet, or a zone cannot be read, the
+// next list sweeps again rather than a period on: the volume bills.
+func (c *Cloud) sweepVolumes(ctx context.Context, live, leaving map[string]bool) {
 	c.deleteOrphans(ctx, nil)
 	c.mu.Lock()
-	due := time.Since(c.lastSweep) >= defaultVolumeSweep
+	due := time.Since(c.lastSweep) >= defaultVolumeSweep || len(leaving) > 0
 	if due {
 		c.lastSweep = time.Now()
 	}
@@ -771,23 +781,40 @@ func (c *Cloud) sweepVolumes(ctx context.Context, live map[string]bool) {
 	if !due {
 		return
 	}
+	again := false
 	prefix := c.volumeName("")
 	for _, zone := range c.opts.Zones {
 		resp, err := c.blk.ListVolumes(&block.ListVolumesRequest{Zone: scw.Zone(zone), Name: scw.StringPtr(prefix), ProjectID: scw.StringPtr(c.opts.ProjectID)},
 			scw.WithContext(ctx), scw.WithAllPages())
 		if err != nil {
 			c.log.Debug("scaleway: volume sweep skipped", "zone", zone, "error", classify("volumes", err, c.redact))
+			again = true
 			continue
 		}
 		for _, v := range resp.Volumes {
 			server, ok := strings.CutPrefix(v.Name, prefix)
-			if !ok || live[server] || len(v.References) > 0 || v.Status != block.VolumeStatusAvailable {
-				continue
+			switch {
+			case !ok:
+			case live[server]:
+				again = again || leaving[server]
+			case len(v.References) > 0 || v.Status != block.VolumeStatusAvailable:
+				again = true // its server gone, the volume not free yet
+			default:
+				c.mu.Lock()
+				c.orphans[v.ID] = scw.Zone(zone)
+				c.mu.Unlock()
 			}
-			c.mu.Lock()
-			c.orphans[v.ID] = scw.Zone(zone)
-			c.mu.Unlock()
 		}
 	}
+	if again {
+		c.sweepSoon()
+	}
 	c.deleteOrphans(ctx, nil)
+}
+
+// sweepSoon makes the next list sweep the volumes.
+func (c *Cloud) sweepSoon() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.lastSweep = time.Time{}
 }

@@ -2,7 +2,9 @@ package verda
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/http"
 	"testing"
 	"time"
 
@@ -61,5 +63,33 @@ func TestScriptListEndsWhenPagingIsIgnored(t *testing.T) {
 	c := New(f.client, Options{ClusterName: "prod"})
 	if _, err := c.List(ctx); err != nil {
 		t.Fatalf("first list with a full store: %v", err)
+	}
+}
+
+// TestLostScriptUploadIsSweptAtTheNextList: a script upload whose answer
+// is lost may have stored the script, join token and all; the next list
+// sweeps it out rather than one a sweep period later. Found by the chaos
+// campaign (test/chaos).
+func TestLostScriptUploadIsSweptAtTheNextList(t *testing.T) {
+	f := newFixture(t, verdatest.Options{}, ClientOptions{HTTPClient: &http.Client{Timeout: 300 * time.Millisecond}})
+	c := New(f.client, Options{ClusterName: "prod"})
+	ctx := context.Background()
+	if _, err := c.List(ctx); err != nil { // it sweeps; the next sweep is a period away
+		t.Fatal(err)
+	}
+	f.fake.HangNext(http.MethodPost, "/scripts", time.Second)
+	_, err := c.Create(ctx, cloud.CreateSpec{Name: "node-1", Group: "g", InstanceType: "1V100.6V", Location: "FIN-01",
+		CapacityType: cloud.OnDemand, UserData: "#!/bin/bash\nJOIN_TOKEN=secret\n"})
+	if !errors.Is(err, cloud.ErrOutcomeUnknown) {
+		t.Fatalf("create = %v, want its outcome unknown", err)
+	}
+	if n := f.fake.ScriptCount(); n != 1 {
+		t.Fatalf("%d scripts stored: the upload should have landed", n)
+	}
+	if _, err := c.List(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.fake.ScriptCount(); n != 0 {
+		t.Fatalf("%d scripts left after the next list", n)
 	}
 }
