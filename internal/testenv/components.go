@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -100,23 +101,17 @@ func (e *Env) startAPIServer(ctx context.Context, etcdURL string) error {
 		return err
 	}
 	certDir := filepath.Join(e.Dir, "apiserver-certs")
-	p, err := e.run("kube-apiserver", "kube-apiserver",
-		"--etcd-servers="+etcdURL, "--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(port),
-		"--cert-dir="+certDir, "--token-auth-file="+tokens, "--authorization-mode=RBAC",
+	e.api = apiServer{token: token, host: fmt.Sprintf("https://127.0.0.1:%d", port), args: []string{
+		"--etcd-servers=" + etcdURL, "--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(port),
+		"--cert-dir=" + certDir, "--token-auth-file=" + tokens, "--authorization-mode=RBAC",
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-		"--service-account-key-file="+pubPath, "--service-account-signing-key-file="+keyPath,
+		"--service-account-key-file=" + pubPath, "--service-account-signing-key-file=" + keyPath,
 		"--service-cluster-ip-range=10.0.0.0/24", "--disable-admission-plugins=ServiceAccount",
-		"--allow-privileged=true", "--enable-bootstrap-token-auth=true", "--v=1")
-	if err != nil {
+		"--allow-privileged=true", "--enable-bootstrap-token-auth=true", "--v=1"}}
+	if err := e.launchAPIServer(ctx, "kube-apiserver"); err != nil {
 		return err
 	}
-	host := fmt.Sprintf("https://127.0.0.1:%d", port)
-	insecure := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // readiness probe of a local test server
-	if err := waitFor(ctx, p, "kube-apiserver /readyz", func(ctx context.Context) error {
-		return httpOK(ctx, insecure, host+"/readyz", token)
-	}); err != nil {
-		return err
-	}
+	host, token := e.api.host, e.api.token
 	caPEM, err := os.ReadFile(filepath.Join(certDir, "apiserver.crt"))
 	if err != nil {
 		return fmt.Errorf("apiserver serving certificate: %w", err)
@@ -132,6 +127,49 @@ func (e *Env) startAPIServer(ctx context.Context, etcdURL string) error {
 	kc.Contexts["testenv"] = &clientcmdapi.Context{Cluster: "testenv", AuthInfo: "admin"}
 	kc.CurrentContext = "testenv"
 	return clientcmd.WriteToFile(*kc, e.Kubeconfig)
+}
+
+// apiServer is how kube-apiserver is run, to run it again.
+type apiServer struct {
+	proc        *process
+	args        []string
+	host, token string
+	restarts    int
+}
+
+// launchAPIServer runs kube-apiserver (logging as name) and waits until
+// it is ready.
+func (e *Env) launchAPIServer(ctx context.Context, name string) error {
+	p, err := e.run(name, "kube-apiserver", e.api.args...)
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	e.api.proc = p
+	e.mu.Unlock()
+	insecure := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // readiness probe of a local test server
+	return waitFor(ctx, p, "kube-apiserver /readyz", func(ctx context.Context) error {
+		return httpOK(ctx, insecure, e.api.host+"/readyz", e.api.token)
+	})
+}
+
+// RestartAPIServer stops kube-apiserver, keeps it down for down, and runs
+// it again on the same address, certificates and etcd, as a control-plane
+// upgrade or crash would: the cluster's objects survive; watches and
+// requests in flight fail.
+func (e *Env) RestartAPIServer(ctx context.Context, down time.Duration) error {
+	e.mu.Lock()
+	p := e.api.proc
+	e.api.restarts++
+	name := fmt.Sprintf("kube-apiserver-%d", e.api.restarts+1)
+	e.mu.Unlock()
+	p.stop(10 * time.Second)
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(down):
+	}
+	return e.launchAPIServer(ctx, name)
 }
 
 // serviceAccountKeys writes the key pair kube-apiserver signs and checks

@@ -52,6 +52,8 @@ type Env struct {
 	mu    sync.Mutex
 	procs []*process
 	logs  []namedLog
+	// api runs kube-apiserver (RestartAPIServer); its proc is guarded by mu.
+	api apiServer
 }
 
 type namedLog struct{ name, path string }

@@ -470,9 +470,16 @@ func (c *Cloud) cleanScripts(ctx context.Context, listStart time.Time, states ma
 		host, ours := strings.CutPrefix(s.Name, prefix)
 		c.mu.Lock()
 		_, tracked := c.scripts[host]
-		busy := tracked || c.creating[host] || states[host] == cloud.StatePending
+		creating := c.creating[host]
 		c.mu.Unlock()
-		if !ours || busy {
+		if !ours || tracked || creating {
+			continue
+		}
+		if states[host] == cloud.StatePending {
+			// Still to boot, and nothing here tracks its script (another
+			// process ordered it): the next list looks again rather than
+			// one a sweep period later.
+			c.sweepSoon()
 			continue
 		}
 		if err := c.api.DeleteScript(ctx, s.ID); err != nil {

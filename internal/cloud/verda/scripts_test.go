@@ -93,3 +93,25 @@ func TestLostScriptUploadIsSweptAtTheNextList(t *testing.T) {
 		t.Fatalf("%d scripts left after the next list", n)
 	}
 }
+
+// TestUntrackedScriptOfABootingInstanceGoesOnceItRuns: a process that
+// restarts while an instance it ordered still boots does not track the
+// instance's script; its sweep leaves the script while the instance
+// boots, then deletes it at the first list that shows it running, not a
+// sweep period later.
+func TestUntrackedScriptOfABootingInstanceGoesOnceItRuns(t *testing.T) {
+	f := newFixture(t, verdatest.Options{}, ClientOptions{})
+	c := New(f.client, Options{ClusterName: "prod"}) // the new process: it tracks nothing
+	ctx := context.Background()
+	if _, err := f.client.CreateScript(ctx, c.scriptName("node-1"), "#!/bin/bash\n"); err != nil {
+		t.Fatal(err)
+	}
+	c.cleanScripts(ctx, time.Now(), map[string]cloud.InstanceState{"node-1": cloud.StatePending})
+	if f.fake.ScriptCount() != 1 {
+		t.Fatal("the script went while its instance booted")
+	}
+	c.cleanScripts(ctx, time.Now(), map[string]cloud.InstanceState{"node-1": cloud.StateRunning})
+	if n := f.fake.ScriptCount(); n != 0 {
+		t.Fatalf("%d scripts left once the instance ran", n)
+	}
+}
