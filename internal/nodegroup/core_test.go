@@ -340,6 +340,52 @@ func TestDeleteRetriesAreBounded(t *testing.T) {
 	}
 }
 
+// A delete whose answer was lost is sent again at once, whether the cloud
+// carried it out or not, and neither is a failure: a delete is idempotent,
+// and giving up would leave the instance billing until the retry delay
+// (found by the chaos campaign over GCP's fake).
+func TestLostDeleteAnswerIsSentAgain(t *testing.T) {
+	for _, carriedOut := range []bool{false, true} {
+		t.Run(fmt.Sprintf("carriedOut=%v", carriedOut), func(t *testing.T) {
+			w := &wrapped{}
+			h := newWrappedHarness(t, oneGroupLeaky, sim.Options{}, Options{}, func(c *sim.Cloud) cloud.Provider { w.Provider = c; return w })
+			if err := h.mgr.IncreaseSize(context.Background(), "g", 1); err != nil {
+				t.Fatal(err)
+			}
+			h.eventually("one running", func() bool { r, _, _, _ := h.states("g"); return r == 1 })
+			lost := false
+			w.mu.Lock()
+			w.onDelete = func(inst cloud.Instance) (error, bool) {
+				if lost {
+					return nil, false
+				}
+				lost = true
+				if carriedOut {
+					if err := w.Provider.Delete(context.Background(), inst); err != nil {
+						t.Error(err)
+					}
+				}
+				return cloud.Errorf(cloud.ErrOutcomeUnknown, "delete", "connection reset"), true
+			}
+			w.mu.Unlock()
+			insts, _ := h.mgr.Instances("g")
+			if err := h.mgr.DeleteNodes(context.Background(), "g", []string{insts[0].ProviderID}); err != nil {
+				t.Fatal(err)
+			}
+			h.eventually("the instance gone at the cloud and from the group", func() bool {
+				insts, _ := h.mgr.Instances("g")
+				return len(h.cloudInstances()["g"]) == 0 && len(insts) == 0
+			})
+			if _, deletes := w.counts(); deletes != 2 {
+				t.Fatalf("%d delete calls, want 2", deletes)
+			}
+			if n := h.metric("gpuscaler_delete_failures_total", map[string]string{"cloud": "sim"}); n != 0 {
+				t.Fatalf("a lost delete answer was counted as %v failed deletes", n)
+			}
+		})
+	}
+}
+
 // Two processes that split the groups (the provider and the controller)
 // together stay under the cluster's cost cap: each counts the other's
 // instances.

@@ -88,7 +88,11 @@ func (d *deleter) delete(ctx context.Context, cloudName string, inst cloud.Insta
 }
 
 // attempt runs the delete with retries; an instance already gone is
-// success, and errors that are not retryable end it at once.
+// success, and errors that are not retryable end it at once. A delete
+// whose answer was lost is sent again: unlike a create, it is idempotent
+// by the cloud contract (a second delete of an instance the first one
+// took is success), and giving up would leave an instance billing until
+// the retry delay passed.
 func (d *deleter) attempt(ctx context.Context, cloudName string, inst cloud.Instance) error {
 	c := d.clients[cloudName]
 	backoff := time.Second
@@ -104,7 +108,7 @@ func (d *deleter) attempt(ctx context.Context, cloudName string, inst cloud.Inst
 		if d.outcome != nil {
 			d.outcome(inst, err) // on the instance's status while it retries
 		}
-		if !cloud.Retryable(err) {
+		if !cloud.Retryable(err) && !errors.Is(err, cloud.ErrOutcomeUnknown) {
 			return err
 		}
 		d.log.Warn("delete failed, retrying", "instance", inst.Name, "attempt", i+1, "error", err)

@@ -10,6 +10,8 @@ import (
 
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/faults"
+	"github.com/gpuscaler/gpuscaler/internal/cloud/gcp"
+	"github.com/gpuscaler/gpuscaler/internal/cloud/gcp/gcptest"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/kamatera"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/kamatera/kamateratest"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/scaleway"
@@ -59,6 +61,7 @@ var backends = map[string]func(t *testing.T, seed uint64) *backend{
 	verda.Name:    verdaBackend,
 	kamatera.Name: kamateraBackend,
 	scaleway.Name: scalewayBackend,
+	gcp.Name:      gcpBackend,
 }
 
 // campaignSync keeps every period short so that a campaign takes seconds:
@@ -184,6 +187,25 @@ func (script) UserData(_ context.Context, spec cloud.CreateSpec) (string, error)
 	return "#!/bin/bash\nJOIN_TOKEN=join-token-for-" + spec.Name + "\n", nil
 }
 
+// randomFaults is a fake API that fails requests at random.
+type randomFaults interface {
+	RandomFaults(rate float64, seed uint64)
+	Injected() map[faults.Kind]int
+}
+
+// withFaults makes b's faults a fake's random ones, from seed.
+func withFaults(fake randomFaults, seed uint64, b *backend) *backend {
+	b.faults = func(on bool) {
+		if on {
+			fake.RandomFaults(faultRate, seed)
+		} else {
+			fake.RandomFaults(0, 0)
+		}
+	}
+	b.injected = func() string { return injected(fake.Injected()) }
+	return b
+}
+
 func injected(counts map[faults.Kind]int) string {
 	return fmt.Sprintf("%d refused (429/5xx), %d carried out with the answer lost, %d dropped",
 		counts[faults.Answered], counts[faults.Lost], counts[faults.Dropped])
@@ -206,7 +228,7 @@ nodeGroups:
   - {name: b, cloud: verda, instanceType: 1A100.22V, locations: [FIN-01], capacityPolicy: prefer-spot, minSize: 1, maxSize: 4}
   - {name: c, cloud: verda, instanceType: 8H100.80S.176V, locations: [FIN-03], maxSize: 2}
 `, engine.Catalog(), true)
-	return &backend{name: verda.Name, cfg: cfg, prices: prices, bootstrap: script{},
+	return withFaults(fake, seed, &backend{name: verda.Name, cfg: cfg, prices: prices, bootstrap: script{},
 		provider: func(log *slog.Logger) cloud.Provider {
 			api, err := verda.NewClient(verda.ClientOptions{BaseURL: fake.URL + "/v1", ClientID: "id", ClientSecret: "verda-secret",
 				RequestsPerSecond: 100000, RetryBase: time.Millisecond, Logger: log})
@@ -220,14 +242,6 @@ nodeGroups:
 		// A spot instance reclaimed is discontinued: listed, stopped,
 		// until deleted.
 		lose: func(name string) bool { return fake.Stop(name, "discontinued") },
-		faults: func(on bool) {
-			if on {
-				fake.RandomFaults(faultRate, seed)
-			} else {
-				fake.RandomFaults(0, 0)
-			}
-		},
-		injected: func() string { return injected(fake.Injected()) },
 		leftovers: func() string {
 			if n := fake.ScriptCount(); n > 0 {
 				return fmt.Sprintf("%d startup scripts in the script store", n)
@@ -235,7 +249,7 @@ nodeGroups:
 			return ""
 		},
 		settleAfter: time.Second,
-	}
+	})
 }
 
 func kamateraBackend(t *testing.T, seed uint64) *backend {
@@ -256,7 +270,7 @@ nodeGroups:
   - {name: b, cloud: kamatera, instanceType: 4B-8192, locations: [EU], image: ubuntu, minSize: 1, maxSize: 4, `+net+`}
   - {name: c, cloud: kamatera, instanceType: 8A-16384, locations: [EU-FR], image: ubuntu, maxSize: 2, `+net+`}
 `, engine.Catalog(), false)
-	return &backend{name: kamatera.Name, cfg: cfg, prices: prices, bootstrap: script{},
+	return withFaults(fake, seed, &backend{name: kamatera.Name, cfg: cfg, prices: prices, bootstrap: script{},
 		provider: func(log *slog.Logger) cloud.Provider {
 			api, err := kamatera.NewClient(kamatera.ClientOptions{BaseURL: fake.URL, ClientID: "id", Secret: "kamatera-secret",
 				RequestsPerSecond: 100000, RetryBase: time.Millisecond, PollInterval: 5 * time.Millisecond, Logger: log})
@@ -268,16 +282,8 @@ nodeGroups:
 		},
 		instances: func() []cloud.Instance { return fake.Instances() },
 		lose:      func(name string) bool { return engine.Reclaim(name) == nil },
-		faults: func(on bool) {
-			if on {
-				fake.RandomFaults(faultRate, seed)
-			} else {
-				fake.RandomFaults(0, 0)
-			}
-		},
-		injected:  func() string { return injected(fake.Injected()) },
 		leftovers: func() string { return "" },
-	}
+	})
 }
 
 func scalewayBackend(t *testing.T, seed uint64) *backend {
@@ -302,7 +308,7 @@ nodeGroups:
   - {name: b, cloud: scaleway, instanceType: L40S-1-48G, locations: [fr-par-2], minSize: 1, maxSize: 4}
   - {name: c, cloud: scaleway, instanceType: H100-2-80G, locations: [fr-par-2], maxSize: 2}
 `, engine.Catalog(), true)
-	return &backend{name: scaleway.Name, cfg: cfg, prices: prices, bootstrap: script{},
+	return withFaults(fake, seed, &backend{name: scaleway.Name, cfg: cfg, prices: prices, bootstrap: script{},
 		provider: func(log *slog.Logger) cloud.Provider {
 			c, err := scaleway.NewClient(scaleway.ClientOptions{AccessKey: accessKey, SecretKey: secretKey, ProjectID: projectID,
 				APIURL: fake.URL, RequestsPerSecond: 100000})
@@ -314,21 +320,71 @@ nodeGroups:
 		},
 		instances: func() []cloud.Instance { return fake.Instances() },
 		lose:      func(name string) bool { return fake.Lose(name) },
-		faults: func(on bool) {
-			if on {
-				fake.RandomFaults(faultRate, seed)
-			} else {
-				fake.RandomFaults(0, 0)
-			}
-		},
-		injected: func() string { return injected(fake.Injected()) },
 		leftovers: func() string {
 			if v, s := fake.VolumeCount(), fake.ServerCount(); v != s {
 				return fmt.Sprintf("%d volumes for %d servers", v, s)
 			}
 			return ""
 		},
+	})
+}
+
+// gcpBackend runs GCP's backend over its fake Compute API: each group is
+// a managed instance group per zone, whose instances the backend creates
+// by name. An instance is taken away as someone deleting it out of its
+// MIG from the console would (GCP has no spot MIGs here to reclaim, and a
+// MIG recreates a VM lost to a host failure itself, under its name).
+func gcpBackend(t *testing.T, seed uint64) *backend {
+	engine, err := gcptest.NewEngine(sim.Config{BootDelay: sim.Duration(40 * time.Millisecond), DeleteDelay: sim.Duration(30 * time.Millisecond),
+		DefaultCapacity: ptr(6)}, sim.Options{})
+	if err != nil {
+		t.Fatal(err)
 	}
+	const project = "chaos-project"
+	fake := gcptest.New(engine, gcptest.Options{Project: project, OperationDelay: 5 * time.Millisecond})
+	t.Cleanup(fake.Close)
+	doc := campaignSync + `
+clouds:
+  gcp: {project: ` + project + `}
+nodeGroups:
+  - {name: a, cloud: gcp, instanceType: g2-standard-8, locations: [us-central1-a, us-central1-b], maxSize: 6}
+  - {name: b, cloud: gcp, instanceType: a2-highgpu-1g, locations: [us-central1-a], minSize: 1, maxSize: 4}
+  - {name: c, cloud: gcp, instanceType: g2-standard-8, locations: [europe-west4-a], maxSize: 2}
+`
+	cfg, err := config.Parse([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range cfg.NodeGroups {
+		for _, z := range g.Locations {
+			fake.AddGroup(z, g.Name, g.InstanceType)
+		}
+	}
+	build := func(log *slog.Logger) *gcp.Cloud {
+		clients, err := gcp.NewClients(context.Background(), gcp.ClientOptions{Endpoint: fake.URL, NoAuth: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		groups := map[string]gcp.Group{}
+		for _, g := range cfg.NodeGroups {
+			groups[g.Name] = gcp.NewGroup(g.Name, g.InstanceType, g.Locations, g.CloudOptions)
+		}
+		return gcp.New(clients, gcp.Options{Project: project, ClusterName: cfg.ClusterName, Groups: groups, PollInterval: 5 * time.Millisecond,
+			CreateWatch: time.Second, Logger: log})
+	}
+	// The prices are the backend's own (GCP's API gives none; the backend
+	// carries a list).
+	catalog, err := build(slog.New(slog.DiscardHandler)).InstanceTypes(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, prices := parse(t, doc, catalog, true)
+	return withFaults(fake, seed, &backend{name: gcp.Name, cfg: cfg, prices: prices,
+		provider:  func(log *slog.Logger) cloud.Provider { return build(log) },
+		instances: func() []cloud.Instance { return fake.Project() },
+		lose:      fake.Lose,
+		leftovers: func() string { return "" },
+	})
 }
 
 func ptr[T any](v T) *T { return &v }

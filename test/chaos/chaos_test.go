@@ -34,7 +34,7 @@ import (
 var (
 	runs   = flag.Int("chaos.runs", 2, "how many randomized campaigns to run on each cloud")
 	seed   = flag.Uint64("chaos.seed", 0, "replay the campaign of this seed (0: a new seed per campaign)")
-	clouds = flag.String("chaos.clouds", "sim,verda,kamatera,scaleway", "the clouds to run campaigns on, comma-separated")
+	clouds = flag.String("chaos.clouds", "sim,verda,kamatera,scaleway,gcp", "the clouds to run campaigns on, comma-separated")
 )
 
 // TestCampaigns runs -chaos.runs campaigns on each cloud of -chaos.clouds,

@@ -113,6 +113,7 @@ type member struct {
 	action    string
 	lastError string
 	created   bool // the engine made its instance
+	making    bool // a settle is asking the engine for it
 	since     time.Time
 }
 
@@ -219,6 +220,16 @@ func (s *Server) RandomFaults(rate float64, seed uint64) {
 
 // Injected returns how many random faults of each kind were injected.
 func (s *Server) Injected() map[faults.Kind]int { return s.faults.Injected() }
+
+// Project returns the project's instances as the engine holds them,
+// named as the MIGs name them (the engine's "<name>.<zone>" cut).
+func (s *Server) Project() []cloud.Instance {
+	insts := s.engine.Instances(account)
+	for i := range insts {
+		insts[i].Name, _, _ = strings.Cut(insts[i].Name, ".")
+	}
+	return insts
+}
 
 // Calls returns the number of requests per "METHOD /last/path/segments".
 func (s *Server) Calls() map[string]int {
@@ -524,7 +535,8 @@ func (s *Server) settle() {
 		for name, m := range g.members {
 			in, ok := live[engineName(g, name)]
 			switch {
-			case m.action == "CREATING" && !m.created:
+			case m.action == "CREATING" && !m.created && !m.making:
+				m.making = true
 				retry, retryGroup = append(retry, m), append(retryGroup, g)
 			case m.action == "CREATING" && ok && in.State == cloud.StateRunning:
 				m.action, m.lastError = "NONE", ""
@@ -540,9 +552,15 @@ func (s *Server) settle() {
 }
 
 // make asks the engine for a member's instance; a stock-out or quota is
-// left in lastAttempt.
+// left in lastAttempt. A member deleted meanwhile has its new instance
+// deleted, as a MIG does.
 func (s *Server) make(g *igm, m *member) {
 	s.mu.Lock()
+	defer func() {
+		s.mu.Lock()
+		m.making = false
+		s.mu.Unlock()
+	}()
 	if q := s.opts.GPUQuota; q > 0 {
 		used := 0
 		for _, in := range s.engine.Instances(account) {
@@ -571,14 +589,20 @@ func (s *Server) make(g *igm, m *member) {
 	}
 	s.mu.Unlock()
 	var err error
+	var in cloud.Instance
 	zone := ""
 	for _, zone = range zones {
-		_, err = s.acct.Create(context.Background(), cloud.CreateSpec{Name: m.name + "." + zone, Group: g.name, InstanceType: g.machineType, Location: zone, CapacityType: cloud.OnDemand})
+		in, err = s.acct.Create(context.Background(), cloud.CreateSpec{Name: m.name + "." + zone, Group: g.name, InstanceType: g.machineType, Location: zone, CapacityType: cloud.OnDemand})
 		if cloud.Class(err) != cloud.ErrCapacity {
 			break
 		}
 	}
 	s.mu.Lock()
+	if err == nil && (g.members[m.name] != m || m.action != "CREATING") {
+		s.mu.Unlock()
+		_ = s.acct.Delete(context.Background(), in)
+		s.mu.Lock()
+	}
 	defer s.mu.Unlock()
 	switch {
 	case err == nil:
@@ -778,39 +802,63 @@ func (s *Server) deleteInstances(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.startOperation(w, g, "deleteInstances", func() (string, string) {
-		var gone []cloud.Instance
-		live := map[string]cloud.Instance{}
-		for _, in := range s.engine.Instances(account) {
-			live[in.Name] = in
+		names := make([]string, len(b.Instances))
+		for i, ref := range b.Instances {
+			names[i] = ref[strings.LastIndex(ref, "/")+1:]
 		}
-		s.mu.Lock()
-		var missing []string
-		for _, ref := range b.Instances {
-			name := ref[strings.LastIndex(ref, "/")+1:]
-			m, ok := g.members[name]
-			if !ok {
-				missing = append(missing, name)
-				continue
-			}
-			if m.action != "DELETING" {
-				m.action = "DELETING"
-				g.targetSize--
-			}
-			if in, ok := live[engineName(g, name)]; ok {
-				gone = append(gone, in)
-			} else {
-				delete(g.members, name)
-			}
-		}
-		s.mu.Unlock()
-		for _, in := range gone {
-			_ = s.acct.Delete(context.Background(), in)
-		}
-		if len(missing) > 0 {
+		if missing := s.removeMembers(g, names); len(missing) > 0 {
 			return "RESOURCE_NOT_FOUND", "The instances " + strings.Join(missing, ", ") + " are not members of the group"
 		}
 		return "", ""
 	})
+}
+
+// removeMembers takes members out of a group as deleteInstances does: the
+// target size drops by one each and their instances are deleted. It
+// returns the names that are not members.
+func (s *Server) removeMembers(g *igm, names []string) (missing []string) {
+	var gone []cloud.Instance
+	live := map[string]cloud.Instance{}
+	for _, in := range s.engine.Instances(account) {
+		live[in.Name] = in
+	}
+	s.mu.Lock()
+	for _, name := range names {
+		m, ok := g.members[name]
+		if !ok {
+			missing = append(missing, name)
+			continue
+		}
+		if m.action != "DELETING" {
+			m.action = "DELETING"
+			g.targetSize--
+		}
+		if in, ok := live[engineName(g, name)]; ok {
+			gone = append(gone, in)
+		} else {
+			delete(g.members, name)
+		}
+	}
+	s.mu.Unlock()
+	for _, in := range gone {
+		_ = s.acct.Delete(context.Background(), in)
+	}
+	return missing
+}
+
+// Lose deletes a running member out of its group behind the client's back,
+// as someone's deleteInstances from the console would; false when no group
+// has a running member of that name.
+func (s *Server) Lose(name string) bool {
+	s.mu.Lock()
+	var from *igm
+	for _, g := range s.igms {
+		if m, ok := g.members[name]; ok && m.action == "NONE" {
+			from = g
+		}
+	}
+	s.mu.Unlock()
+	return from != nil && len(s.removeMembers(from, []string{name})) == 0
 }
 
 func (s *Server) resize(w http.ResponseWriter, r *http.Request) {
