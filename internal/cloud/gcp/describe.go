@@ -22,14 +22,14 @@ import (
 func (c *Cloud) DescribeGroup(ctx context.Context, zone, name string) (cloud.ExistingGroup, error) {
 	var m *compute.InstanceGroupManager
 	err := c.read(ctx, "describe", func() (err error) {
-		m, err = c.api.InstanceGroupManagers.Get(c.opts.Project, zone, name).Context(ctx).Do()
+		m, err = answer(c.api.InstanceGroupManagers.Get(c.opts.Project, zone, name).Context(ctx).Do())
 		return err
 	})
 	if err != nil {
 		return cloud.ExistingGroup{}, err
 	}
 	link := m.InstanceTemplate
-	if link == "" && len(m.Versions) > 0 {
+	if link == "" && len(m.Versions) > 0 && m.Versions[0] != nil {
 		link = m.Versions[0].InstanceTemplate
 	}
 	tmpl, err := c.template(ctx, link)
@@ -57,7 +57,7 @@ func (c *Cloud) DescribeGroup(ctx context.Context, zone, name string) (cloud.Exi
 	meta := map[string]string{}
 	if props.Metadata != nil {
 		for _, it := range props.Metadata.Items {
-			if it.Value != nil {
+			if it != nil && it.Value != nil {
 				meta[it.Key] = *it.Value
 			}
 		}
@@ -93,7 +93,7 @@ func (c *Cloud) template(ctx context.Context, link string) (*compute.InstanceTem
 		return nil, cloud.Errorf(cloud.ErrInvalid, "describe", "instance template %q is not a template link", link)
 	}
 	err = c.read(ctx, "describe", func() (err error) {
-		t, err = get()
+		t, err = answer(get())
 		return err
 	})
 	return t, err
@@ -117,7 +117,7 @@ func instanceType(machineType string, accels []*compute.AcceleratorConfig) (clou
 	if t.GPUCount > 0 || len(accels) == 0 {
 		return t, nil
 	}
-	if len(accels) > 1 {
+	if len(accels) > 1 || accels[0] == nil {
 		return cloud.InstanceType{}, fmt.Errorf("machine type %q has %d kinds of accelerators; one is supported", machineType, len(accels))
 	}
 	name, count := lastSegment(accels[0].AcceleratorType), int(accels[0].AcceleratorCount)

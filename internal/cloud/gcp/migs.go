@@ -72,10 +72,13 @@ func (c *Cloud) retire(ctx context.Context, groups map[string]Group) {
 	err := c.read(ctx, "sweep", func() error {
 		unused = unused[:0] // every page again
 		return c.api.InstanceGroupManagers.AggregatedList(c.opts.Project).Pages(ctx, func(page *compute.InstanceGroupManagerAggregatedList) error {
+			if page == nil {
+				return errNull
+			}
 			for scope, scoped := range page.Items {
 				zone, zonal := strings.CutPrefix(scope, "zones/")
 				for _, g := range scoped.InstanceGroupManagers {
-					if zonal && strings.HasPrefix(g.Description, c.marker()) && !used[MIG{Location: zone, Name: g.Name}] {
+					if g != nil && zonal && strings.HasPrefix(g.Description, c.marker()) && !used[MIG{Location: zone, Name: g.Name}] {
 						unused = append(unused, mig{zone, g})
 					}
 				}

@@ -365,10 +365,13 @@ func (c *Cloud) addresses(ctx context.Context, insts []cloud.Instance, vms map[s
 	for zone := range want {
 		err := c.read(ctx, "addresses", func() error {
 			return c.api.Instances.List(c.opts.Project, zone).Pages(ctx, func(page *compute.InstanceList) error {
+				if page == nil {
+					return errNull
+				}
 				c.mu.Lock()
 				defer c.mu.Unlock()
 				for _, vm := range page.Items {
-					if len(vm.NetworkInterfaces) > 0 && vm.NetworkInterfaces[0].NetworkIP != "" {
+					if vm != nil && len(vm.NetworkInterfaces) > 0 && vm.NetworkInterfaces[0] != nil && vm.NetworkInterfaces[0].NetworkIP != "" {
 						c.ips[zone+"/"+vm.Name] = vm.NetworkInterfaces[0].NetworkIP
 					}
 				}
@@ -395,12 +398,18 @@ func (c *Cloud) members(ctx context.Context, m MIG) ([]*compute.ManagedInstance,
 		if m.Regional() {
 			return c.api.RegionInstanceGroupManagers.ListManagedInstances(c.opts.Project, m.Location, m.Name).Pages(ctx,
 				func(page *compute.RegionInstanceGroupManagersListInstancesResponse) error {
+					if page == nil {
+						return errNull
+					}
 					out = append(out, page.ManagedInstances...)
 					return nil
 				})
 		}
 		return c.api.InstanceGroupManagers.ListManagedInstances(c.opts.Project, m.Location, m.Name).Pages(ctx,
 			func(page *compute.InstanceGroupManagersListManagedInstancesResponse) error {
+				if page == nil {
+					return errNull
+				}
 				out = append(out, page.ManagedInstances...)
 				return nil
 			})
@@ -408,12 +417,19 @@ func (c *Cloud) members(ctx context.Context, m MIG) ([]*compute.ManagedInstance,
 	if err != nil {
 		return nil, err
 	}
+	for _, mi := range out {
+		if mi == nil || mi.Name == "" {
+			// Every member has a name: a list that holds one without is
+			// garbled, and a member left out of it would look gone.
+			return nil, cloud.Errorf(cloud.ErrTransient, "list", "%s/%s: a managed instance without a name in the answer", m.Location, m.Name)
+		}
+	}
 	return out, nil
 }
 
 // lastAttempt is the first error of a managed instance's last attempt.
 func lastAttempt(mi *compute.ManagedInstance) (code, message string) {
-	if a := mi.LastAttempt; a != nil && a.Errors != nil && len(a.Errors.Errors) > 0 {
+	if a := mi.LastAttempt; a != nil && a.Errors != nil && len(a.Errors.Errors) > 0 && a.Errors.Errors[0] != nil {
 		return a.Errors.Errors[0].Code, a.Errors.Errors[0].Message
 	}
 	return "", ""
@@ -686,7 +702,7 @@ func (c *Cloud) mutate(ctx context.Context, m MIG, op string, call func(requestI
 // run sends one mutation and waits for its operation, polling it where
 // it runs (its zone, or its region).
 func (c *Cloud) run(ctx context.Context, op string, call func() (*compute.Operation, error)) error {
-	o, err := call()
+	o, err := answer(call())
 	if err != nil {
 		return classify(op, err)
 	}
@@ -704,7 +720,7 @@ func (c *Cloud) run(ctx context.Context, op string, call func() (*compute.Operat
 		case <-time.After(wait):
 		}
 		wait = min(2*wait, c.opts.PollInterval)
-		next, err := c.poll(ctx, o)
+		next, err := answer(c.poll(ctx, o))
 		if err != nil {
 			if cloud.Class(classify(op, err)) == cloud.ErrTransient {
 				continue // the operation runs on; ask again
@@ -741,7 +757,7 @@ func doneError(op string, p *compute.Operation) error {
 		return nil
 	}
 	code, msg := "", p.HttpErrorMessage
-	if len(errs) > 0 {
+	if len(errs) > 0 && errs[0] != nil {
 		code, msg = errs[0].Code, errs[0].Message
 	}
 	class := attemptClass(code)
@@ -789,6 +805,19 @@ func (c *Cloud) read(ctx context.Context, op string, fn func() error) error {
 			return err
 		}
 	}
+}
+
+// errNull is a null answer, which the client library decodes as no value
+// and no error.
+var errNull = errors.New("the API answered null")
+
+// answer is a call's result, with errNull for a null answer: no caller
+// has to dereference one.
+func answer[T any](v *T, err error) (*T, error) {
+	if err == nil && v == nil {
+		return nil, errNull
+	}
+	return v, err
 }
 
 // classify turns a client error into a classed cloud error: googleapi

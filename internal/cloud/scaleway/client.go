@@ -5,11 +5,15 @@
 package scaleway
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
+	"regexp"
 	"time"
 
 	scwerrors "github.com/scaleway/scaleway-sdk-go/errors"
@@ -55,7 +59,7 @@ func NewClient(opts ClientOptions) (*scw.Client, error) {
 		opts.Timeout = time.Minute
 	}
 	limiter := cloud.NewRequestLimiter(opts.RequestsPerSecond)
-	hc := &http.Client{Timeout: opts.Timeout, Transport: &limitedTransport{next: http.DefaultTransport, limiter: limiter}}
+	hc := &http.Client{Timeout: opts.Timeout, Transport: &limitedTransport{next: listGuard{next: http.DefaultTransport}, limiter: limiter}}
 	return scw.NewClient(
 		scw.WithAuth(opts.AccessKey, opts.SecretKey),
 		scw.WithDefaultProjectID(opts.ProjectID),
@@ -76,6 +80,41 @@ func (t *limitedTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		return nil, err
 	}
 	return t.next.RoundTrip(req)
+}
+
+// serverList is the path of a zone's server list.
+var serverList = regexp.MustCompile(`^/instance/v1/zones/[^/]+/servers$`)
+
+// maxListAnswer bounds one page of the server list (100 servers of a few
+// KiB each).
+const maxListAnswer = 32 << 20
+
+// listGuard refuses a successful answer to the server list that holds no
+// list of servers. The SDK would read "{}" or {"servers": null} as an
+// empty page, and a project that looks empty has every instance taken for
+// gone: its Node deleted and a replacement ordered while it runs on.
+type listGuard struct {
+	next http.RoundTripper
+}
+
+func (g listGuard) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := g.next.RoundTrip(req)
+	if err != nil || req.Method != http.MethodGet || resp.StatusCode/100 != 2 || !serverList.MatchString(req.URL.Path) {
+		return resp, err
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxListAnswer+1))
+	resp.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	var page struct {
+		Servers json.RawMessage `json:"servers"`
+	}
+	if len(body) > maxListAnswer || json.Unmarshal(body, &page) != nil || !bytes.HasPrefix(bytes.TrimSpace(page.Servers), []byte("[")) {
+		return nil, fmt.Errorf("%w: a %d answer to the server list without a list of servers", errUnreadable, resp.StatusCode)
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	return resp, nil
 }
 
 // classify turns an SDK error into a classed cloud error. The SDK maps the
@@ -142,11 +181,28 @@ func sent(err error) bool {
 	return !errors.As(err, &sdk)
 }
 
+// errUnreadable is an answer the SDK could not make sense of: it panicked
+// on it. The request reached the API (see sent).
+var errUnreadable = errors.New("the SDK could not read the API's answer")
+
+// sdk runs one SDK call, turning a panic on an answer the SDK could not
+// read (it dereferences what it decoded, such as a null server in a list)
+// into errUnreadable: a garbled answer is a failed call, not a crashed
+// process.
+func sdk(call func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%w: %v", errUnreadable, r)
+		}
+	}()
+	return call()
+}
+
 // retry runs an idempotent call until it succeeds, fails for good, or has
 // failed transiently attempts times, backing off from base.
 func retry(ctx context.Context, log *slog.Logger, op string, redact *cloud.Redactor, attempts int, base time.Duration, call func() error) error {
 	for attempt := 0; ; attempt++ {
-		err := classify(op, call(), redact)
+		err := classify(op, sdk(call), redact)
 		if err == nil || !cloud.Retryable(err) || attempt+1 >= attempts {
 			return err
 		}

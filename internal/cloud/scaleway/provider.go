@@ -366,6 +366,9 @@ func (c *Cloud) List(ctx context.Context) ([]cloud.Instance, error) {
 			return nil, fmt.Errorf("zone %s: %w", zone, err)
 		}
 		for _, sv := range resp.Servers {
+			if sv == nil {
+				continue
+			}
 			group, owner := c.ownership(sv.Tags)
 			if group == "" && owner == "" {
 				continue
@@ -412,8 +415,9 @@ func (c *Cloud) wipeUserData(ctx context.Context, listed map[string]*instance.Se
 	}
 	c.mu.Unlock()
 	for _, sv := range due {
-		err := classify("user-data", c.inst.DeleteServerUserData(&instance.DeleteServerUserDataRequest{Zone: sv.Zone, ServerID: sv.ID, Key: userDataKey},
-			scw.WithContext(ctx)), c.redact)
+		err := classify("user-data", sdk(func() error {
+			return c.inst.DeleteServerUserData(&instance.DeleteServerUserDataRequest{Zone: sv.Zone, ServerID: sv.ID, Key: userDataKey}, scw.WithContext(ctx))
+		}), c.redact)
 		if err != nil && !errors.Is(err, cloud.ErrNotFound) {
 			c.log.Debug("scaleway: user data not deleted yet", "server", sv.Name, "error", err)
 			continue
@@ -511,7 +515,14 @@ func (c *Cloud) Create(ctx context.Context, spec cloud.CreateSpec) (cloud.Instan
 	if v := spec.Options[OptionPlacementGroupID]; v != "" {
 		req.PlacementGroup = scw.StringPtr(v)
 	}
-	resp, err := c.inst.CreateServer(req, scw.WithContext(ctx))
+	var resp *instance.CreateServerResponse
+	err = sdk(func() (err error) {
+		resp, err = c.inst.CreateServer(req, scw.WithContext(ctx))
+		return err
+	})
+	if err == nil && (resp.Server == nil || resp.Server.ID == "") {
+		err = fmt.Errorf("%w: no server in the create's answer", errUnreadable)
+	}
 	var sv *instance.Server
 	switch {
 	case err == nil:
@@ -584,8 +595,12 @@ func (c *Cloud) start(ctx context.Context, spec cloud.CreateSpec, sv *instance.S
 
 // started reports whether a server is starting or running.
 func (c *Cloud) started(ctx context.Context, sv *instance.Server) bool {
-	resp, err := c.inst.GetServer(&instance.GetServerRequest{Zone: sv.Zone, ServerID: sv.ID}, scw.WithContext(ctx))
-	return err == nil && (resp.Server.State == instance.ServerStateStarting || resp.Server.State == instance.ServerStateRunning)
+	var resp *instance.GetServerResponse
+	err := sdk(func() (err error) {
+		resp, err = c.inst.GetServer(&instance.GetServerRequest{Zone: sv.Zone, ServerID: sv.ID}, scw.WithContext(ctx))
+		return err
+	})
+	return err == nil && resp.Server != nil && (resp.Server.State == instance.ServerStateStarting || resp.Server.State == instance.ServerStateRunning)
 }
 
 // discard deletes a server that could not be started, and its volume, on
@@ -609,7 +624,7 @@ func (c *Cloud) findByName(ctx context.Context, zone scw.Zone, name string) (*in
 		return nil, err
 	}
 	for _, sv := range resp.Servers {
-		if sv.Name == name {
+		if sv != nil && sv.Name == name {
 			return sv, nil
 		}
 	}
@@ -697,6 +712,9 @@ func (c *Cloud) Delete(ctx context.Context, inst cloud.Instance) error {
 	var sv *instance.Server
 	err := c.retry(ctx, "get", func() error {
 		resp, err := c.inst.GetServer(&instance.GetServerRequest{Zone: zone, ServerID: id}, scw.WithContext(ctx))
+		if err == nil && resp.Server == nil {
+			return fmt.Errorf("%w: no server in the answer", errUnreadable)
+		}
 		if err == nil {
 			sv = resp.Server
 		}
@@ -753,7 +771,9 @@ func (c *Cloud) deleteOrphans(ctx context.Context, ids []string) {
 	}
 	c.mu.Unlock()
 	for id, zone := range pending {
-		err := classify("volume", c.blk.DeleteVolume(&block.DeleteVolumeRequest{Zone: zone, VolumeID: id}, scw.WithContext(ctx)), c.redact)
+		err := classify("volume", sdk(func() error {
+			return c.blk.DeleteVolume(&block.DeleteVolumeRequest{Zone: zone, VolumeID: id}, scw.WithContext(ctx))
+		}), c.redact)
 		if err == nil || errors.Is(err, cloud.ErrNotFound) {
 			c.mu.Lock()
 			delete(c.orphans, id)
@@ -784,14 +804,21 @@ func (c *Cloud) sweepVolumes(ctx context.Context, live, leaving map[string]bool)
 	again := false
 	prefix := c.volumeName("")
 	for _, zone := range c.opts.Zones {
-		resp, err := c.blk.ListVolumes(&block.ListVolumesRequest{Zone: scw.Zone(zone), Name: scw.StringPtr(prefix), ProjectID: scw.StringPtr(c.opts.ProjectID)},
-			scw.WithContext(ctx), scw.WithAllPages())
+		var resp *block.ListVolumesResponse
+		err := sdk(func() (err error) {
+			resp, err = c.blk.ListVolumes(&block.ListVolumesRequest{Zone: scw.Zone(zone), Name: scw.StringPtr(prefix), ProjectID: scw.StringPtr(c.opts.ProjectID)},
+				scw.WithContext(ctx), scw.WithAllPages())
+			return err
+		})
 		if err != nil {
 			c.log.Debug("scaleway: volume sweep skipped", "zone", zone, "error", classify("volumes", err, c.redact))
 			again = true
 			continue
 		}
 		for _, v := range resp.Volumes {
+			if v == nil {
+				continue
+			}
 			server, ok := strings.CutPrefix(v.Name, prefix)
 			switch {
 			case !ok:

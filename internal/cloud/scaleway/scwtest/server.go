@@ -148,6 +148,18 @@ func (s *Server) FailNext(method, pathSuffix string, status int, typ, message st
 	s.faults.Fail(method, pathSuffix, func(w http.ResponseWriter) { apiError(w, status, typ, message, nil) })
 }
 
+// AnswerNext makes the next request with method whose path ends with
+// pathSuffix get status and body as they are, without being carried out:
+// an answer the real API would not give, from a broken proxy or a changed
+// API (fuzz tests).
+func (s *Server) AnswerNext(method, pathSuffix string, status int, body []byte) {
+	s.faults.Fail(method, pathSuffix, func(w http.ResponseWriter) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		_, _ = w.Write(body)
+	})
+}
+
 // LoseNextAnswer makes the API carry out the next request with method
 // whose path ends with pathSuffix, then drop the connection unanswered.
 func (s *Server) LoseNextAnswer(method, pathSuffix string) { s.faults.Lose(method, pathSuffix) }
