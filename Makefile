@@ -13,17 +13,31 @@ KGO = cd $(KARPENTER_DIR) && GOTOOLCHAIN=$(KARPENTER_GOTOOLCHAIN) $(GO)
 
 include Makefile.testbins.mk
 
-.PHONY: test test-unit fuzz chaos lint fmt vet staticcheck bench build run tools image
+.PHONY: test e2e-bins test-unit fuzz chaos lint fmt vet staticcheck bench build run tools image
 
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 PLATFORMS ?= linux/amd64 linux/arm64
 LDFLAGS = -s -w -X main.version=$(VERSION)
 
 ## test: every test (unit, contract, e2e against a real kube-apiserver), with -race.
-## Builds etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok on first use.
-test: tools testbins
-	GPUSCALER_TESTBINS="$$($(GO) run ./hack/testbins)" $(GO) test -race -count=1 -timeout 30m ./...
-	GPUSCALER_TESTBINS="$$($(GO) run ./hack/testbins)"; export GPUSCALER_TESTBINS; $(KGO) test -race -count=1 -timeout 20m ./...
+## Builds etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok on first use,
+## and the binaries the end-to-end tests run before any test starts.
+## The end-to-end tests wait on their clusters far more than they compute: up to
+## TEST_PARALLEL of them run at once.
+TEST_PARALLEL ?= 4
+test: tools testbins e2e-bins
+	GPUSCALER_TESTBINS="$$($(GO) run ./hack/testbins)" GPUSCALER_BIN=$(E2E_BIN)/gpuscaler \
+	  $(GO) test -race -count=1 -parallel $(TEST_PARALLEL) -timeout 30m ./...
+	GPUSCALER_TESTBINS="$$($(GO) run ./hack/testbins)"; export GPUSCALER_TESTBINS; \
+	  export GPUSCALER_KARPENTER_BIN=$(E2E_BIN)/gpuscaler-karpenter; $(KGO) test -race -count=1 -parallel $(TEST_PARALLEL) -timeout 20m ./...
+
+## e2e-bins: the gpuscaler binary as the image ships it (static, stripped) and the Karpenter operator,
+## built from this checkout into a folder outside the work tree (one per checkout).
+E2E_BIN ?= $(HOME)/.cache/gpuscaler/e2e/$(shell printf '%s' "$(CURDIR)" | sha256sum | cut -c1-12)
+e2e-bins:
+	@mkdir -p $(E2E_BIN)
+	CGO_ENABLED=0 $(GO) build -ldflags "-s -w" -o $(E2E_BIN)/gpuscaler ./cmd/gpuscaler
+	$(KGO) build -o $(E2E_BIN)/gpuscaler-karpenter .
 
 ## tools: system tools Go cannot build (shellcheck), from Debian's packages.
 tools:

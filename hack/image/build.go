@@ -120,7 +120,7 @@ func platformImage(opts Options, osName, arch string, bins []string, ca []byte) 
 	}
 	layerBytes := buf.Bytes()
 	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(layerBytes)), nil },
-		tarball.WithMediaType(types.OCILayer))
+		tarball.WithMediaType(types.OCILayer), tarball.WithCompressedCaching) // compressed once, not once per digest and write
 	if err != nil {
 		return nil, err
 	}

@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -70,19 +71,32 @@ func Start(t testing.TB, opts Options) *Env {
 	if testing.Short() {
 		t.Skip("needs a real cluster: run without -short (make test)")
 	}
-	dir, err := os.MkdirTemp("", "gpuscaler-testenv-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := &Env{Dir: dir, t: t, bins: binDir(t)}
-	t.Cleanup(e.stop)
+	bins := binDir(t)
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
-	if err := e.start(ctx, opts); err != nil {
-		t.Fatalf("test cluster: %v", err)
+	for attempt := 1; ; attempt++ {
+		dir, err := os.MkdirTemp("", "gpuscaler-testenv-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := &Env{Dir: dir, t: t, bins: bins}
+		err = e.start(ctx, opts)
+		if err == nil {
+			t.Cleanup(e.stop)
+			return e
+		}
+		// A port another process took between freePort and the
+		// component's bind: a new cluster on new ports.
+		e.stop()
+		if attempt == startAttempts || ctx.Err() != nil {
+			t.Fatalf("test cluster (attempt %d): %v", attempt, err)
+		}
+		t.Logf("test cluster did not start (attempt %d), starting another: %v", attempt, err)
 	}
-	return e
 }
+
+// startAttempts is how many clusters Start tries before it gives up.
+const startAttempts = 3
 
 func (e *Env) start(ctx context.Context, opts Options) error {
 	etcdURL, err := e.startEtcd(ctx)
@@ -169,14 +183,50 @@ func (e *Env) stop() {
 	}
 }
 
-// freePort returns a loopback port nothing listens on now.
+// ports are the loopback ports this test process handed out. A port is
+// free once its listener closes, and the kernel may pick it again for the
+// next caller; tests that run clusters in parallel (t.Parallel) would then
+// start two components on one port, or one cluster's kube-apiserver on
+// another's etcd. Ports are a resource of the whole process, so the record
+// is too.
+var ports = struct {
+	sync.Mutex
+	given map[int]bool
+}{given: map[int]bool{}}
+
+// freePort returns a loopback port nothing listens on now and that this
+// process has not handed out before.
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+	for range 100 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		ports.Lock()
+		fresh := !ports.given[port]
+		ports.given[port] = true
+		ports.Unlock()
+		// Closed only after the port is recorded, so that no other caller
+		// in this process can be handed it meanwhile.
+		l.Close()
+		if fresh {
+			return port, nil
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return 0, fmt.Errorf("no loopback port that was not handed out already in 100 tries")
+}
+
+// LoopbackAddress returns a free loopback address (127.0.0.1:port) for a
+// component the test runs itself, one no other test of the process is
+// given.
+func LoopbackAddress(t testing.TB) string {
+	t.Helper()
+	port, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 }
 
 // waitFor polls check until it succeeds, the process dies, or ctx ends.

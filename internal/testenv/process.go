@@ -93,11 +93,19 @@ func tail(path string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
-// BuildGPUScaler builds the gpuscaler binary into dir, for test packages'
-// TestMain: binaries are built once, before any test starts its clock. It
-// is built as the image ships it (static, stripped), so that what the
-// tests and benchmarks measure is what runs.
-func BuildGPUScaler(dir string) (string, error) {
+// GPUScaler returns the gpuscaler binary for test packages' TestMain:
+// $GPUSCALER_BIN, which `make test` builds before any test binary runs, or
+// else (a package tested on its own with go test) one built into dir now.
+// Either way it is built once, before any test starts its clock, and as the
+// image ships it (static, stripped), so that what the tests and benchmarks
+// measure is what runs.
+func GPUScaler(dir string) (string, error) {
+	if bin := os.Getenv("GPUSCALER_BIN"); bin != "" {
+		if _, err := os.Stat(bin); err != nil {
+			return "", fmt.Errorf("GPUSCALER_BIN: %w", err)
+		}
+		return bin, nil
+	}
 	bin := filepath.Join(dir, "gpuscaler")
 	cmd := exec.Command("go", "build", "-ldflags", "-s -w", "-o", bin, "github.com/gpuscaler/gpuscaler/cmd/gpuscaler")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")

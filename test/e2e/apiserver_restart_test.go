@@ -22,6 +22,7 @@ import (
 // again). Once the API server is back, the controller sees pods that
 // arrive and the pool grows to one node per pod, no instance twice.
 func TestAPIServerRestartUnderTheController(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	c := startController(t, ctx, "  - {name: h100, cloud: sim, instanceType: 1H100.80S.30V, locations: [FIN-01], maxSize: 10}\n")

@@ -49,6 +49,7 @@ spec:
 // (minUnutilizedGPUNodes); once the pod goes, the pool shrinks back to the
 // spare. The MIGs' target sizes follow, and nothing is left half-made.
 func TestBasetenNodeProvisionerOnGCP(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	env := testenv.Start(t, testenv.Options{ControllerManager: true, Scheduler: true, Kwok: true, CRDDirs: []string{"../../deploy/crds"}})
@@ -88,7 +89,7 @@ clouds:
   gcp: {project: %s, endpoint: %q, zone: %s}
 `, env.Kubeconfig, project, fake.URL, zoneA))
 	addr := loopback(t)
-	startGPUScalerLogged(t, env, "baseten", addr, "controller", "--config", cfgPath, "--metrics-address", addr, "--leader-elect=false")
+	startGPUScalerLogged(t, env, "baseten", addr, nil, "controller", "--config", cfgPath, "--metrics-address", addr, "--leader-elect=false")
 
 	kube := controllerClient(t, env)
 	if err := kube.Create(ctx, &np); err != nil {

@@ -134,6 +134,7 @@ func controllerClient(t testing.TB, env *testenv.Env) client.Client {
 // GPU make a NodeProvisioner over a 1-GPU group order five nodes, which
 // register, and the pods run.
 func TestNodeProvisionerScalesFromZero(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	c := startController(t, ctx, "  - {name: h100, cloud: sim, instanceType: 1H100.80S.30V, locations: [FIN-01], maxSize: 10}\n")
@@ -200,6 +201,7 @@ func TestNodeProvisionerScalesFromZero(t *testing.T) {
 // TestControllerCommand runs `gpuscaler controller` as a process against
 // the cluster: a NodeProvisioner and a pending GPU pod get a node.
 func TestControllerCommand(t *testing.T) {
+	t.Parallel()
 	env := testenv.Start(t, testenv.Options{ControllerManager: true, Scheduler: true, Kwok: true, CRDDirs: []string{"../../deploy/crds"}})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -306,6 +308,7 @@ func createNP(t *testing.T, ctx context.Context, c *controllerEnv, np *v1alpha1.
 // three nodes plus one idle; when the work ends the busy nodes go after the
 // delay and the buffer stays.
 func TestWarmBufferAndScaleDown(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	c := startController(t, ctx, "  - {name: h100, cloud: sim, instanceType: 1H100.80S.30V, locations: [FIN-01], maxSize: 10}\n")
@@ -347,6 +350,7 @@ func TestWarmBufferAndScaleDown(t *testing.T) {
 // its node; a safe-to-evict "false" pod keeps its node; and a node marked
 // unneeded is unmarked when a new pod lands on it during the delay.
 func TestScaleDownSafety(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	c := startController(t, ctx, "  - {name: a, cloud: sim, instanceType: 1H100.80S.30V, locations: [FIN-01], maxSize: 5}\n"+
@@ -461,6 +465,7 @@ func hasTaintKey(ctx context.Context, c *controllerEnv, node, key string) bool {
 // full; a stocked-out group hands its demand to the next and says so; MIG
 // pods scale a MIG group by devices per node.
 func TestPoolDecisions(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	c := startController(t, ctx, ""+

@@ -39,6 +39,7 @@ func usable(nodes []corev1.Node, group string) []corev1.Node {
 // a time, each successor Ready before its predecessor is cordoned, so the
 // pool never has fewer Ready, schedulable nodes than its two.
 func TestRotation(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	c := startController(t, ctx, "  - {name: h100, cloud: sim, instanceType: 1H100.80S.30V, locations: [FIN-01], maxSize: 5}\n")
@@ -85,6 +86,7 @@ func TestRotation(t *testing.T) {
 // controller: it is never evicted. While a PodDisruptionBudget allows no
 // disruption, nothing moves; once it goes, the pool consolidates.
 func TestDefragmentation(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	c := startController(t, ctx, "  - {name: h100x2, cloud: sim, instanceType: 2H100.80S.80V, locations: [FIN-01], maxSize: 6}\n")

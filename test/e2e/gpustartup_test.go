@@ -22,6 +22,7 @@ import (
 // more at any moment; every pod runs once the GPUs appear, and no node is
 // left idle to scale down.
 func TestNoExtraNodeWhileGPUsStart(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	c := startController(t, ctx, ""+
@@ -107,6 +108,7 @@ func TestNoExtraNodeWhileGPUsStart(t *testing.T) {
 // replacement: three one-GPU pods run on three nodes after exactly four
 // orders.
 func TestGPUsThatNeverAppearAreReplaced(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	c := startController(t, ctx,

@@ -9,7 +9,7 @@ import (
 	"github.com/gpuscaler/gpuscaler/internal/testenv"
 )
 
-// gpuscalerBin is the gpuscaler binary the tests run, built once by
+// gpuscalerBin is the gpuscaler binary the tests run, found or built by
 // TestMain before any test starts its clock.
 var gpuscalerBin string
 
@@ -26,7 +26,7 @@ func run(m *testing.M) int {
 			return 1
 		}
 		defer os.RemoveAll(dir)
-		if gpuscalerBin, err = testenv.BuildGPUScaler(dir); err != nil {
+		if gpuscalerBin, err = testenv.GPUScaler(dir); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}

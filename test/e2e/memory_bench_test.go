@@ -64,7 +64,7 @@ func benchmarkProviderMemory(b *testing.B, n int) {
 		// depends on what ran before.
 		evictFromPageCache(b, gpuscalerBin)
 		grpcAddr, metricsAddr := loopback(b), loopback(b)
-		pid, stop := startProcess(b, filepath.Join(dir, "provider.log"), metricsAddr, "provider", "--config", cfgPath,
+		pid, stop := startProcess(b, filepath.Join(dir, "provider.log"), metricsAddr, nil, "provider", "--config", cfgPath,
 			"--metrics-address", metricsAddr, "--port", grpcAddr[strings.LastIndex(grpcAddr, ":")+1:], "--log-format", "json")
 		conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {

@@ -5,7 +5,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -31,6 +30,7 @@ import (
 // nodes, three pending GPU pods run on them, and back to 0 with nothing left
 // at the cloud.
 func TestProviderScalesGPUNodes(t *testing.T) {
+	t.Parallel()
 	env := testenv.Start(t, testenv.Options{ControllerManager: true, Scheduler: true, Kwok: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -279,24 +279,26 @@ func startProvider(t *testing.T, env *testenv.Env, cfgPath, metricsAddr string) 
 // until its /readyz answers.
 func startGPUScaler(t *testing.T, env *testenv.Env, metricsAddr string, args ...string) {
 	t.Helper()
-	startGPUScalerLogged(t, env, "gpuscaler", metricsAddr, args...)
+	startGPUScalerLogged(t, env, "gpuscaler", metricsAddr, nil, args...)
 }
 
 // startGPUScalerLogged is startGPUScaler with the process's log named
-// name (for several processes in one test). It returns a function that
-// kills the process at once, as a crash would.
-func startGPUScalerLogged(t *testing.T, env *testenv.Env, name, metricsAddr string, args ...string) (kill func()) {
+// name (for several processes in one test) and environ added to its
+// environment (tests run in parallel, so none sets its own). It returns a
+// function that kills the process at once, as a crash would.
+func startGPUScalerLogged(t *testing.T, env *testenv.Env, name, metricsAddr string, environ []string, args ...string) (kill func()) {
 	t.Helper()
 	logPath := filepath.Join(env.Dir, name+".log")
 	env.AddLog(name, logPath)
-	_, kill = startProcess(t, logPath, metricsAddr, append(args, "--log-format", "text", "--log-level", "debug")...)
+	_, kill = startProcess(t, logPath, metricsAddr, environ, append(args, "--log-format", "text", "--log-level", "debug")...)
 	return kill
 }
 
-// startProcess runs the gpuscaler binary TestMain built, logging to
-// logPath, and waits until its /readyz on metricsAddr answers. The process
-// is interrupted at the end of the test; kill ends it at once.
-func startProcess(t testing.TB, logPath, metricsAddr string, args ...string) (pid int, kill func()) {
+// startProcess runs the gpuscaler binary TestMain found, logging to
+// logPath, with environ added to its environment, and waits until its
+// /readyz on metricsAddr answers. The process is interrupted at the end of
+// the test; kill ends it at once.
+func startProcess(t testing.TB, logPath, metricsAddr string, environ []string, args ...string) (pid int, kill func()) {
 	t.Helper()
 	if gpuscalerBin == "" {
 		t.Fatal("the gpuscaler binary was not built (TestMain)")
@@ -306,6 +308,7 @@ func startProcess(t testing.TB, logPath, metricsAddr string, args ...string) (pi
 		t.Fatal(err)
 	}
 	cmd := exec.Command(gpuscalerBin, args...)
+	cmd.Env = append(os.Environ(), environ...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -369,12 +372,7 @@ func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
 
 func loopback(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
+	return testenv.LoopbackAddress(t)
 }
 
 func writeFile(t *testing.T, path, data string) {

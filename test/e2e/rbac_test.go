@@ -23,6 +23,7 @@ import (
 // kubelets register Nodes as the cluster's admin, as real kubelets do with
 // their own credentials.
 func TestControllerAsChartServiceAccount(t *testing.T) {
+	t.Parallel()
 	env := testenv.Start(t, testenv.Options{ControllerManager: true, Scheduler: true, Kwok: true, CRDDirs: []string{"../../deploy/charts/gpuscaler/crds"}})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -43,8 +44,7 @@ clouds:
 nodeGroups:
   - {name: l40s, cloud: sim, instanceType: 1L40S.20V, locations: [FIN-02], maxSize: 3, managedBy: node-provisioner}
 `, asSA, metricsAddr, env.Kubeconfig))
-	t.Setenv("POD_NAMESPACE", ns)
-	startGPUScaler(t, env, metricsAddr, "controller", "--config", cfgPath)
+	startGPUScalerLogged(t, env, "gpuscaler", metricsAddr, []string{"POD_NAMESPACE=" + ns}, "controller", "--config", cfgPath)
 	var np map[string]any
 	if err := yaml.Unmarshal([]byte("apiVersion: gpuscaler.dev/v1alpha1\nkind: NodeProvisioner\nmetadata: {name: l40s}\nspec: {nodeGroups: [l40s], scaleDownDelay: 5s}\n"), &np); err != nil {
 		t.Fatal(err)

@@ -26,6 +26,7 @@ import (
 // lease, adopts the 5 and orders nothing; a host lost then (its first
 // delete failing) is deleted and replaced once.
 func TestTwoControllerReplicas(t *testing.T) {
+	t.Parallel()
 	env := testenv.Start(t, testenv.Options{CRDDirs: []string{"../../deploy/crds"}})
 	engine, err := verdatest.NewEngine(sim.Config{BootDelay: sim.Duration(time.Second)}, sim.Options{})
 	if err != nil {
@@ -33,8 +34,6 @@ func TestTwoControllerReplicas(t *testing.T) {
 	}
 	fake := verdatest.New(engine, verdatest.Options{ClientID: "id", ClientSecret: "secret", CreateAnswersJSON: true, IgnoreScriptPaging: true})
 	t.Cleanup(fake.Close)
-	t.Setenv("VERDA_CLIENT_ID", "id")
-	t.Setenv("VERDA_CLIENT_SECRET", "secret")
 	cfgPath := filepath.Join(t.TempDir(), "config.yaml")
 	writeFile(t, cfgPath, fmt.Sprintf(`
 clusterName: two
@@ -63,7 +62,7 @@ nodeGroups:
 	replica := func(name string) func() {
 		addr := loopback(t)
 		metrics[name] = addr
-		return startGPUScalerLogged(t, env, name, addr, append([]string{"controller", "--config", cfgPath, "--metrics-address", addr}, lease...)...)
+		return startGPUScalerLogged(t, env, name, addr, []string{"VERDA_CLIENT_ID=id", "VERDA_CLIENT_SECRET=secret"}, append([]string{"controller", "--config", cfgPath, "--metrics-address", addr}, lease...)...)
 	}
 	// Both start at once, before any instance exists: each would order the
 	// minimum if both ran a core.

@@ -30,6 +30,7 @@ import (
 // cloud-init (provider ID scaleway://<zone>/<id>, labels, taints), and
 // the pods run. Deleting the pool deletes every server and volume.
 func TestNodeProvisionerScalesFromZeroOnScaleway(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	env := testenv.Start(t, testenv.Options{ControllerManager: true, Scheduler: true, Kwok: true, CRDDirs: []string{"../../deploy/crds"}})

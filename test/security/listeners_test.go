@@ -21,7 +21,7 @@ import (
 	"github.com/gpuscaler/gpuscaler/internal/testenv"
 )
 
-// bin is the gpuscaler binary, built once by TestMain.
+// bin is the gpuscaler binary, found or built once by TestMain.
 var bin string
 
 func TestMain(m *testing.M) {
@@ -36,7 +36,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	if bin, err = testenv.BuildGPUScaler(dir); err != nil {
+	if bin, err = testenv.GPUScaler(dir); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}

@@ -20,6 +20,7 @@ import (
 // examples/karpenter are accepted by the API server under Karpenter's and
 // gpuscaler's CRDs (their schemas and CEL rules).
 func TestManifestsApply(t *testing.T) {
+	t.Parallel()
 	data, err := os.ReadFile("../../../internal/config/seedconfig/testdata/scw-karpenter-provisioner.yaml")
 	if err != nil {
 		t.Fatal(err)

@@ -25,6 +25,7 @@ import (
 // holds a NodeClaim whose GPUs have not registered as in flight, and the
 // repair policies tolerate the flap); every pod runs once its GPUs appear.
 func TestKarpenterWaitsForGPUs(t *testing.T) {
+	t.Parallel()
 	env, kube := startCluster(t)
 	cfgPath := filepath.Join(env.Dir, "gpuscaler.yaml")
 	write(t, cfgPath, fmt.Sprintf(`

@@ -35,6 +35,7 @@ import (
 // MIG pod gets a node of a MIG class; with no pods left, consolidation
 // removes every node and machine.
 func TestKarpenterScalesGPUNodes(t *testing.T) {
+	t.Parallel()
 	env, kube := startCluster(t)
 	// The operator runs with only what the chart grants its ServiceAccount:
 	// a missing permission shows as "forbidden" in its log.
@@ -302,14 +303,14 @@ func write(t *testing.T, path, data string) {
 	}
 }
 
+// freePort is a loopback port no other test of this process is given.
 func freePort(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	_, port, err := net.SplitHostPort(testenv.LoopbackAddress(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return fmt.Sprint(l.Addr().(*net.TCPAddr).Port)
+	return port
 }
 
 // startNamedOperator runs one operator process, logging to <name>.log, and

@@ -12,7 +12,9 @@ import (
 	"testing"
 )
 
-// operatorBin is the binary TestMain builds, before any test's clock.
+// operatorBin is the operator binary: $GPUSCALER_KARPENTER_BIN, which
+// `make test` builds before any test binary runs, or else (the package
+// tested on its own) one TestMain builds, before any test's clock.
 var operatorBin string
 
 func TestMain(m *testing.M) {
@@ -21,7 +23,13 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
-	if !testing.Short() {
+	if bin := os.Getenv("GPUSCALER_KARPENTER_BIN"); bin != "" && !testing.Short() {
+		if _, err := os.Stat(bin); err != nil {
+			fmt.Fprintf(os.Stderr, "GPUSCALER_KARPENTER_BIN: %v\n", err)
+			return 1
+		}
+		operatorBin = bin
+	} else if !testing.Short() {
 		dir, err := os.MkdirTemp("", "gpuscaler-karpenter-bin-")
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)

@@ -28,6 +28,7 @@ import (
 // when the leader dies the standby takes over, adopts the machines, and
 // still orders one per NodeClaim; with no pods left, every machine goes.
 func TestTwoOperatorReplicas(t *testing.T) {
+	t.Parallel()
 	env, kube := startCluster(t)
 	engine, err := verdatest.NewEngine(sim.Config{BootDelay: sim.Duration(time.Second), DeleteDelay: sim.Duration(time.Second)}, sim.Options{})
 	if err != nil {
