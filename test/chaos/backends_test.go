@@ -343,6 +343,7 @@ func gcpBackend(t *testing.T, seed uint64) *backend {
 	const project = "chaos-project"
 	fake := gcptest.New(engine, gcptest.Options{Project: project, OperationDelay: 5 * time.Millisecond})
 	t.Cleanup(fake.Close)
+	fake.SetLatency(fakeLatency)
 	doc := campaignSync + `
 clouds:
   gcp: {project: ` + project + `}

@@ -105,6 +105,16 @@ func (s *Set) Fail(method, path string, answer func(http.ResponseWriter)) {
 	s.rules = append(s.rules, rule{method, path, answer})
 }
 
+// Answer is an answer of status and body as they are (JSON, by its
+// Content-Type), for Fail: what a changed API or a broken proxy might say.
+func Answer(status int, body []byte) func(http.ResponseWriter) {
+	return func(w http.ResponseWriter) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		_, _ = w.Write(body)
+	}
+}
+
 // Lose makes the fake carry out the next request with method whose path
 // ends with path, then drop the connection unanswered.
 func (s *Set) Lose(method, path string) {

@@ -78,6 +78,7 @@ type Server struct {
 	ops       map[string]*operation
 	nextID    int
 	calls     map[string]int
+	latency   time.Duration
 	faults    faults.Set
 }
 
@@ -202,11 +203,7 @@ func (s *Server) FailNext(method, pathSuffix string, status int, reason, message
 // an answer the real API would not give, from a broken proxy or a changed
 // API (fuzz tests).
 func (s *Server) AnswerNext(method, pathSuffix string, status int, body []byte) {
-	s.faults.Fail(method, pathSuffix, func(w http.ResponseWriter) {
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(status)
-		_, _ = w.Write(body)
-	})
+	s.faults.Fail(method, pathSuffix, faults.Answer(status, body))
 }
 
 // LoseNextAnswer makes the API carry out the next request with method
@@ -241,6 +238,13 @@ func (s *Server) Project() []cloud.Instance {
 		insts[i].Name, _, _ = strings.Cut(insts[i].Name, ".")
 	}
 	return insts
+}
+
+// SetLatency adds a delay to every request.
+func (s *Server) SetLatency(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.latency = d
 }
 
 // Calls returns the number of requests per "METHOD /last/path/segments".
@@ -305,7 +309,11 @@ func (s *Server) middleware(next http.Handler) http.Handler {
 		}
 		s.mu.Lock()
 		s.calls[key]++
+		latency := s.latency
 		s.mu.Unlock()
+		if latency > 0 {
+			time.Sleep(latency)
+		}
 		// /compute/v1/projects/{project}/...: the fake serves one project.
 		if len(parts) > 4 && parts[3] == "projects" && parts[4] != s.opts.Project {
 			apiError(w, http.StatusForbidden, "forbidden", "Required 'compute.instanceGroupManagers.get' permission for 'projects/"+parts[4]+"'")

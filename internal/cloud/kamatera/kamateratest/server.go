@@ -166,11 +166,7 @@ func (s *Server) FailNext(method, path string, status int, msg string) {
 // be answered with status and body as they are, as a changed API or a
 // broken proxy would answer.
 func (s *Server) AnswerNext(method, path string, status int, body []byte) {
-	s.faults.Fail(method, path, func(w http.ResponseWriter) {
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(status)
-		_, _ = w.Write(body)
-	})
+	s.faults.Fail(method, path, faults.Answer(status, body))
 }
 
 // LoseNextAnswer makes the API carry out the next request with method

@@ -153,11 +153,7 @@ func (s *Server) FailNext(method, pathSuffix string, status int, typ, message st
 // an answer the real API would not give, from a broken proxy or a changed
 // API (fuzz tests).
 func (s *Server) AnswerNext(method, pathSuffix string, status int, body []byte) {
-	s.faults.Fail(method, pathSuffix, func(w http.ResponseWriter) {
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(status)
-		_, _ = w.Write(body)
-	})
+	s.faults.Fail(method, pathSuffix, faults.Answer(status, body))
 }
 
 // LoseNextAnswer makes the API carry out the next request with method
