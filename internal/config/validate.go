@@ -262,6 +262,18 @@ func validateCloudName(p *field.Path, v string) field.ErrorList {
 	return nil
 }
 
+// validateText checks a free-form value that reaches a cloud's API (an
+// image, a cloud option): printable UTF-8 on one line. A control character
+// is a broken file, and would reach API calls, logs and the config written
+// back out (YAML refuses it).
+func validateText(p *field.Path, v string) field.ErrorList {
+	bad := func(r rune) bool { return !unicode.IsPrint(r) && r != ' ' }
+	if !utf8.ValidString(v) || strings.IndexFunc(v, bad) >= 0 {
+		return field.ErrorList{field.Invalid(p, v, "must be printable text on one line")}
+	}
+	return nil
+}
+
 // uniqueStrings checks that a list has no empty and no repeated entries.
 func uniqueStrings(p *field.Path, vals []string) field.ErrorList {
 	var errs field.ErrorList

@@ -92,6 +92,16 @@ func validateClouds(p *field.Path, c Clouds) field.ErrorList {
 			errs = append(errs, field.Invalid(p.Child(CloudScaleway, "apiURL"), c.Scaleway.APIURL, err.Error()))
 		}
 	}
+	// The default images of the clouds that have one.
+	if c.Scaleway != nil && c.Scaleway.Image != "" {
+		errs = append(errs, validateText(p.Child(CloudScaleway, "image"), c.Scaleway.Image)...)
+	}
+	if c.Kamatera != nil && c.Kamatera.Image != "" {
+		errs = append(errs, validateText(p.Child(CloudKamatera, "image"), c.Kamatera.Image)...)
+	}
+	if c.Verda != nil && c.Verda.Image != "" {
+		errs = append(errs, validateText(p.Child(CloudVerda, "image"), c.Verda.Image)...)
+	}
 	return errs
 }
 

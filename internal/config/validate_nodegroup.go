@@ -85,10 +85,16 @@ func validateGroup(p *field.Path, g *NodeGroup, c *Config) field.ErrorList {
 	if o := g.AutoscalingOptions; o != nil {
 		errs = append(errs, validateOptions(p.Child("autoscalingOptions"), o)...)
 	}
-	for k := range g.CloudOptions {
+	if g.Image != "" {
+		errs = append(errs, validateText(p.Child("image"), g.Image)...)
+	}
+	for k, v := range g.CloudOptions {
+		op := p.Child("cloudOptions").Key(k)
 		if k == "" {
-			errs = append(errs, field.Required(p.Child("cloudOptions").Key(k), "option names may not be empty"))
+			errs = append(errs, field.Required(op, "option names may not be empty"))
 		}
+		errs = append(errs, validateText(op, k)...)
+		errs = append(errs, validateText(op, v)...)
 	}
 	if b := g.Bootstrap; b != nil {
 		errs = append(errs, validateBootstrap(p.Child("bootstrap"), b, c)...)
