@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -386,6 +387,40 @@ func TestLostDeleteAnswerIsSentAgain(t *testing.T) {
 	}
 }
 
+// A failed order whose instance the cloud goes on trying and then runs (a
+// MIG member that stocked out, made once capacity came back) is a running
+// member again, not a failed order billing unseen (found by the chaos
+// campaigns over GCP with stock-outs).
+func TestFailedOrderThatComesUpIsAMemberAgain(t *testing.T) {
+	w := &wrapped{}
+	h := newWrappedHarness(t, oneGroupLeaky, sim.Options{}, Options{}, func(c *sim.Cloud) cloud.Provider { w.Provider = c; return w })
+	var failing atomic.Bool
+	failing.Store(true)
+	w.mu.Lock()
+	w.onList = func(insts []cloud.Instance) []cloud.Instance {
+		for i := range insts {
+			if failing.Load() {
+				insts[i].State, insts[i].Error = cloud.StateFailed, "ZONE_RESOURCE_POOL_EXHAUSTED"
+			}
+		}
+		return insts
+	}
+	w.mu.Unlock()
+	if err := h.mgr.IncreaseSize(context.Background(), "g", 1); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("the order failed", func() bool { _, _, _, failed := h.states("g"); return failed == 1 })
+	failing.Store(false)
+	h.settle(2 * time.Minute)
+	h.eventually("the instance a running member", func() bool {
+		insts, _ := h.mgr.Instances("g")
+		return len(insts) == 1 && insts[0].State == StateRunning && insts[0].ErrorCode == ""
+	})
+	if n, _ := h.mgr.TargetSize("g"); n != 1 {
+		t.Fatalf("target %d, want 1", n)
+	}
+}
+
 // Two processes that split the groups (the provider and the controller)
 // together stay under the cluster's cost cap: each counts the other's
 // instances.
@@ -756,5 +791,19 @@ func TestCloudFailedInstanceIsReported(t *testing.T) {
 	}
 	if got := h.metric("gpuscaler_scale_up_failures_total", map[string]string{"group": "g", "reason": "InstanceFailed"}); got != 1 {
 		t.Fatalf("InstanceFailed failures = %v, want 1", got)
+	}
+	// A new process finds the failed instance at its first list, and
+	// reports it too: the one before may have stopped before it saw it
+	// fail (found by the chaos campaigns over GCP, whose MIG members fail
+	// on a stock-out).
+	again := &eventLog{}
+	h.opts.Events = again
+	h.restart()
+	h.eventually("the order failed, after the restart", func() bool { _, _, _, failed := h.states("g"); return failed == 1 })
+	if !again.has("ScaleUpFailed", insts[0].Name) {
+		t.Fatalf("no ScaleUpFailed Event for %s after the restart: %+v", insts[0].Name, again.events)
+	}
+	if got := h.metric("gpuscaler_scale_up_failures_total", map[string]string{"group": "g", "reason": "InstanceFailed"}); got != 1 {
+		t.Fatalf("InstanceFailed failures after the restart = %v, want 1", got)
 	}
 }

@@ -373,11 +373,16 @@ func (y *syncer) fold(ctx context.Context, cloudName string, g *group, l *listin
 			s.index(mem)
 			switch {
 			case in.State == cloud.StateFailed && mem.phase == phaseCreated:
-				y.metrics.scaleUpFailures.WithLabelValues(g.cfg.Name, "InstanceFailed").Inc()
-				mem.phase = phaseFailed
+				y.failed(g, mem, in)
+			case in.State == cloud.StateRunning && mem.phase == phaseFailed:
+				// The cloud went on trying and made it (a MIG retries a
+				// stocked-out member until it runs): it is no failed
+				// order, but a node that runs and bills, until a front
+				// end removes the slot.
+				y.log.Info("the instance of a failed order runs after all; it is a member again", "group", g.cfg.Name, "instance", name)
+				mem.phase = phaseCreated
 				x := mem.extras()
-				x.errCode, x.errClass, x.errMsg = CodeCreateFailed, ErrorClassOther, "cloud reports the instance failed: "+in.Error
-				y.orderer().events.warn(g.cfg.Name, name, mem.providerID, "ScaleUpFailed", x.errCode+": "+x.errMsg)
+				x.errCode, x.errClass, x.errMsg = "", ErrorClassNone, ""
 			case in.State == cloud.StateDeleting && mem.phase != phaseDeleting:
 				y.log.Warn("instance is being deleted outside gpuscaler; it will be replaced", "group", g.cfg.Name, "instance", name)
 				mem.phase = phaseDeleting
@@ -423,9 +428,9 @@ func (y *syncer) fold(ctx context.Context, cloudName string, g *group, l *listin
 			mem.phase = phaseDeleting // deleted by the next sync, as above
 			y.metrics.vanished.WithLabelValues(g.cfg.Name).Inc()
 		case cloud.StateFailed:
-			mem.phase = phaseFailed
-			x := mem.extras()
-			x.errCode, x.errClass, x.errMsg = CodeCreateFailed, ErrorClassOther, "cloud reports the instance failed: "+in.Error
+			// Reported again: the process before this one may have
+			// stopped before it saw the instance fail.
+			y.failed(g, mem, in)
 		}
 		if !initial {
 			y.log.Info("adopting instance the core did not know", "group", g.cfg.Name, "owner", in.Owner, "instance", in.Name)
@@ -434,6 +439,18 @@ func (y *syncer) fold(ctx context.Context, cloudName string, g *group, l *listin
 		adopted = append(adopted, mem)
 	}
 	return adopted
+}
+
+// failed marks a member whose instance the cloud reports failed (a MIG
+// member that stocked out, a server the cloud could not make) as a failed
+// order, and reports it: a Warning Event and
+// gpuscaler_scale_up_failures_total. Callers hold the store's lock.
+func (y *syncer) failed(g *group, mem *member, in cloud.Instance) {
+	y.metrics.scaleUpFailures.WithLabelValues(g.cfg.Name, "InstanceFailed").Inc()
+	mem.phase = phaseFailed
+	x := mem.extras()
+	x.errCode, x.errClass, x.errMsg = CodeCreateFailed, ErrorClassOther, "cloud reports the instance failed: "+in.Error
+	y.orderer().events.warn(g.cfg.Name, mem.name, mem.providerID, "ScaleUpFailed", x.errCode+": "+x.errMsg)
 }
 
 // missing handles a member the list did not show.

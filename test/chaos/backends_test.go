@@ -53,6 +53,9 @@ type backend struct {
 	settleAfter time.Duration
 	// prices are the hourly prices by instance type and capacity type.
 	prices map[string]float64
+	// engine holds the cloud's instances and capacity (behind its fake
+	// API, if any): the campaign sells offerings out through it.
+	engine *sim.Engine
 }
 
 // backends are the campaigns' clouds, by name.
@@ -76,12 +79,16 @@ leakedInstances: {gracePeriod: 1s}
 // spot first, one of 8-GPU machines.
 const simGroups = `
 clouds:
-  sim: {bootDelay: 40ms, deleteDelay: 30ms, defaultCapacity: 6}
+  sim: {bootDelay: 40ms, deleteDelay: 30ms, defaultCapacity: 6} # offeringCapacity
 nodeGroups:
   - {name: a, cloud: sim, instanceType: 1H100.80S.30V, locations: [FIN-01, FIN-02], maxSize: 6}
   - {name: b, cloud: sim, instanceType: 1A100.22V, locations: [FIN-01], capacityPolicy: prefer-spot, minSize: 1, maxSize: 4}
   - {name: c, cloud: sim, instanceType: 8H100.80S.176V, locations: [FIN-03], maxSize: 2}
 `
+
+// offeringCapacity is how many instances each offering holds at every
+// campaign's cloud (defaultCapacity), unless the campaign sold it out.
+const offeringCapacity = 6
 
 // campaignConfig is the simulated cloud's campaign config, also the
 // outage drill's.
@@ -158,7 +165,7 @@ func simBackend(t *testing.T, _ uint64) *backend {
 		t.Fatal(err)
 	}
 	cfg, prices := parse(t, campaignConfig, engine.Catalog(), true)
-	b := &backend{name: sim.Name, cfg: cfg, prices: prices,
+	b := &backend{name: sim.Name, cfg: cfg, prices: prices, engine: engine,
 		provider:  func(*slog.Logger) cloud.Provider { return engine.Account(cfg.ClusterName) },
 		instances: func() []cloud.Instance { return engine.Instances(cfg.ClusterName) },
 		lose:      func(name string) bool { return engine.Reclaim(name) == nil },
@@ -213,7 +220,7 @@ func injected(counts map[faults.Kind]int) string {
 
 func verdaBackend(t *testing.T, seed uint64) *backend {
 	engine, err := verdatest.NewEngine(sim.Config{BootDelay: sim.Duration(40 * time.Millisecond), DeleteDelay: sim.Duration(30 * time.Millisecond),
-		DefaultCapacity: ptr(6)}, sim.Options{})
+		DefaultCapacity: ptr(offeringCapacity)}, sim.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +235,7 @@ nodeGroups:
   - {name: b, cloud: verda, instanceType: 1A100.22V, locations: [FIN-01], capacityPolicy: prefer-spot, minSize: 1, maxSize: 4}
   - {name: c, cloud: verda, instanceType: 8H100.80S.176V, locations: [FIN-03], maxSize: 2}
 `, engine.Catalog(), true)
-	return withFaults(fake, seed, &backend{name: verda.Name, cfg: cfg, prices: prices, bootstrap: script{},
+	return withFaults(fake, seed, &backend{name: verda.Name, cfg: cfg, prices: prices, bootstrap: script{}, engine: engine,
 		provider: func(log *slog.Logger) cloud.Provider {
 			api, err := verda.NewClient(verda.ClientOptions{BaseURL: fake.URL + "/v1", ClientID: "id", ClientSecret: "verda-secret",
 				RequestsPerSecond: 100000, RetryBase: time.Millisecond, Logger: log})
@@ -254,7 +261,7 @@ nodeGroups:
 
 func kamateraBackend(t *testing.T, seed uint64) *backend {
 	engine, err := kamateratest.NewEngine(sim.Config{BootDelay: sim.Duration(40 * time.Millisecond), DeleteDelay: sim.Duration(30 * time.Millisecond),
-		DefaultCapacity: ptr(6)}, sim.Options{})
+		DefaultCapacity: ptr(offeringCapacity)}, sim.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -270,7 +277,7 @@ nodeGroups:
   - {name: b, cloud: kamatera, instanceType: 4B-8192, locations: [EU], image: ubuntu, minSize: 1, maxSize: 4, `+net+`}
   - {name: c, cloud: kamatera, instanceType: 8A-16384, locations: [EU-FR], image: ubuntu, maxSize: 2, `+net+`}
 `, engine.Catalog(), false)
-	return withFaults(fake, seed, &backend{name: kamatera.Name, cfg: cfg, prices: prices, bootstrap: script{},
+	return withFaults(fake, seed, &backend{name: kamatera.Name, cfg: cfg, prices: prices, bootstrap: script{}, engine: engine,
 		provider: func(log *slog.Logger) cloud.Provider {
 			api, err := kamatera.NewClient(kamatera.ClientOptions{BaseURL: fake.URL, ClientID: "id", Secret: "kamatera-secret",
 				RequestsPerSecond: 100000, RetryBase: time.Millisecond, PollInterval: 5 * time.Millisecond, Logger: log})
@@ -288,7 +295,7 @@ nodeGroups:
 
 func scalewayBackend(t *testing.T, seed uint64) *backend {
 	engine, err := scwtest.NewEngine(sim.Config{BootDelay: sim.Duration(40 * time.Millisecond), DeleteDelay: sim.Duration(30 * time.Millisecond),
-		DefaultCapacity: ptr(6)}, sim.Options{})
+		DefaultCapacity: ptr(offeringCapacity)}, sim.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -308,7 +315,7 @@ nodeGroups:
   - {name: b, cloud: scaleway, instanceType: L40S-1-48G, locations: [fr-par-2], minSize: 1, maxSize: 4}
   - {name: c, cloud: scaleway, instanceType: H100-2-80G, locations: [fr-par-2], maxSize: 2}
 `, engine.Catalog(), true)
-	return withFaults(fake, seed, &backend{name: scaleway.Name, cfg: cfg, prices: prices, bootstrap: script{},
+	return withFaults(fake, seed, &backend{name: scaleway.Name, cfg: cfg, prices: prices, bootstrap: script{}, engine: engine,
 		provider: func(log *slog.Logger) cloud.Provider {
 			c, err := scaleway.NewClient(scaleway.ClientOptions{AccessKey: accessKey, SecretKey: secretKey, ProjectID: projectID,
 				APIURL: fake.URL, RequestsPerSecond: 100000})
@@ -336,7 +343,7 @@ nodeGroups:
 // MIG recreates a VM lost to a host failure itself, under its name).
 func gcpBackend(t *testing.T, seed uint64) *backend {
 	engine, err := gcptest.NewEngine(sim.Config{BootDelay: sim.Duration(40 * time.Millisecond), DeleteDelay: sim.Duration(30 * time.Millisecond),
-		DefaultCapacity: ptr(6)}, sim.Options{})
+		DefaultCapacity: ptr(offeringCapacity)}, sim.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -380,7 +387,7 @@ nodeGroups:
 		t.Fatal(err)
 	}
 	cfg, prices := parse(t, doc, catalog, true)
-	return withFaults(fake, seed, &backend{name: gcp.Name, cfg: cfg, prices: prices,
+	return withFaults(fake, seed, &backend{name: gcp.Name, cfg: cfg, prices: prices, engine: engine,
 		provider:  func(log *slog.Logger) cloud.Provider { return build(log) },
 		instances: func() []cloud.Instance { return fake.Project() },
 		lose:      fake.Lose,

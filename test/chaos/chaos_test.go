@@ -84,7 +84,13 @@ type campaign struct {
 	events *eventLog
 	stop   func()
 	// counts of what was done, for the report.
-	actions, restarts, reclaims int
+	actions, restarts, reclaims, stockouts int
+	// stockoutsMet counts the orders the cores saw refused for want of
+	// capacity (gpuscaler_stockouts_total, summed over every core).
+	stockoutsMet float64
+	// soldOut are the offerings the campaign sold out, until it restores
+	// them.
+	soldOut map[cloud.OfferingKey]bool
 	// reclaimed are the instances the campaign took away: the only ones
 	// the core may find vanished.
 	reclaimed map[string]bool
@@ -97,7 +103,7 @@ type campaign struct {
 
 func newCampaign(t *testing.T, b *backend, s uint64) *campaign {
 	c := &campaign{t: t, rng: rand.New(rand.NewPCG(s, s^0x9e3779b97f4a7c15)), b: b, cfg: b.cfg, logs: &coretest.LogBuffer{},
-		reclaimed: map[string]bool{}, existed: map[string]bool{}}
+		reclaimed: map[string]bool{}, existed: map[string]bool{}, soldOut: map[cloud.OfferingKey]bool{}}
 	b.faults(true)
 	c.start()
 	t.Cleanup(func() { c.stop() })
@@ -166,7 +172,10 @@ func (c *campaign) act() {
 			var ids []string
 			insts, _ := c.mgr.Instances(g.Name)
 			for _, in := range insts {
-				if in.State == nodegroup.StateRunning && c.rng.IntN(3) == 0 {
+				// Running nodes at random, and failed orders, as
+				// cluster-autoscaler removes those.
+				failed := in.ErrorCode != "" && in.State == nodegroup.StateCreating
+				if in.ProviderID != "" && (failed || in.State == nodegroup.StateRunning && c.rng.IntN(3) == 0) {
 					ids = append(ids, in.ProviderID)
 				}
 			}
@@ -185,9 +194,12 @@ func (c *campaign) act() {
 			// A crash: the old core stops wherever it was (creates in
 			// flight included) and a new one rebuilds from the cloud.
 			c.checkReported()
+			c.stockoutsMet += counter(c.t, c.reg, "gpuscaler_stockouts_total", "")
 			c.stop()
 			c.start()
 			c.restarts++
+		case p < 95:
+			c.stockOut(g)
 		default:
 			time.Sleep(time.Duration(c.rng.IntN(100)) * time.Millisecond)
 		}
@@ -197,6 +209,25 @@ func (c *campaign) act() {
 		c.sample()
 		time.Sleep(time.Duration(c.rng.IntN(20)) * time.Millisecond)
 	}
+}
+
+// stockOut sells out one of a group's offerings at the cloud, or brings
+// it back if the campaign sold it out before: its orders meet the cloud's
+// own stock-out answer (Verda's 503, Scaleway's out_of_stock, a Kamatera
+// command's failure, a MIG member's ZONE_RESOURCE_POOL_EXHAUSTED).
+func (c *campaign) stockOut(g config.NodeGroup) {
+	k := cloud.OfferingKey{InstanceType: g.InstanceType, Location: g.Locations[c.rng.IntN(len(g.Locations))], CapacityType: cloud.OnDemand}
+	if g.CapacityPolicy != config.PolicyOnDemandOnly && c.rng.IntN(2) == 0 {
+		k.CapacityType = cloud.Spot
+	}
+	if c.soldOut[k] {
+		c.b.engine.SetCapacity(k, offeringCapacity)
+		delete(c.soldOut, k)
+		return
+	}
+	c.b.engine.SetCapacity(k, 0)
+	c.soldOut[k] = true
+	c.stockouts++
 }
 
 // checkBounds: every group's target at most its max, and once settled at
@@ -257,7 +288,7 @@ func (c *campaign) checkReported() {
 	}
 }
 
-// counter sums a counter's series for a group.
+// counter sums a counter's series for a group ("": every series).
 func counter(t *testing.T, reg *prometheus.Registry, name, group string) float64 {
 	t.Helper()
 	families, err := reg.Gather()
@@ -270,6 +301,10 @@ func counter(t *testing.T, reg *prometheus.Registry, name, group string) float64
 			continue
 		}
 		for _, m := range f.GetMetric() {
+			if group == "" {
+				sum += m.GetCounter().GetValue()
+				continue
+			}
 			for _, l := range m.GetLabel() {
 				if l.GetName() == "group" && l.GetValue() == group {
 					sum += m.GetCounter().GetValue()
@@ -286,6 +321,9 @@ func (c *campaign) settle() {
 	c.t.Helper()
 	c.checkReported()
 	c.b.faults(false)
+	for k := range c.soldOut {
+		c.b.engine.SetCapacity(k, offeringCapacity)
+	}
 	grace := c.cfg.LeakedInstances.GracePeriod.Duration
 	settledAfter := time.Now().Add(grace + time.Second + c.b.settleAfter)
 	deadline := time.Now().Add(30 * time.Second)
@@ -309,8 +347,9 @@ func (c *campaign) settle() {
 	c.checkBounds(true)
 	c.checkSpend()
 	c.checkVanished()
-	c.t.Logf("%s: %d actions, %d restarts, %d reclaims, %d failed orders reported; faults: %s; %d instances at the end",
-		c.b.describe(), c.actions, c.restarts, c.reclaims, c.failedCreates, c.b.injected(), len(c.b.instances()))
+	c.stockoutsMet += counter(c.t, c.reg, "gpuscaler_stockouts_total", "")
+	c.t.Logf("%s: %d actions, %d restarts, %d reclaims, %d offerings sold out (%v stock-outs met), %d failed orders reported; faults: %s; %d instances at the end",
+		c.b.describe(), c.actions, c.restarts, c.reclaims, c.stockouts, c.stockoutsMet, c.failedCreates, c.b.injected(), len(c.b.instances()))
 }
 
 // vanishedRE finds the instances the core took for vanished in its log.
