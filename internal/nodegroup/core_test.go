@@ -771,11 +771,12 @@ func TestCloudFailedInstanceIsReported(t *testing.T) {
 	events := &eventLog{}
 	h := newWrappedHarness(t, oneGroupLeaky, sim.Options{}, Options{Events: events}, func(c *sim.Cloud) cloud.Provider { w.Provider = c; return w })
 	w.mu.Lock()
+	// Every list shows the order failed, whatever the simulated cloud's
+	// clock did meanwhile: with only pending ones marked, a loaded machine
+	// let the boot finish before any list saw the order pending.
 	w.onList = func(insts []cloud.Instance) []cloud.Instance {
 		for i := range insts {
-			if insts[i].State == cloud.StatePending {
-				insts[i].State, insts[i].Error = cloud.StateFailed, "no_capacity"
-			}
+			insts[i].State, insts[i].Error = cloud.StateFailed, "no_capacity"
 		}
 		return insts
 	}
