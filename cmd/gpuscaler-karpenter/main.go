@@ -35,6 +35,7 @@ import (
 	"github.com/gpuscaler/gpuscaler/cmd/gpuscaler-karpenter/controllers"
 	"github.com/gpuscaler/gpuscaler/internal/config"
 	"github.com/gpuscaler/gpuscaler/internal/runtime"
+	"github.com/gpuscaler/gpuscaler/internal/serve"
 )
 
 func main() {
@@ -75,9 +76,9 @@ func run(ctx context.Context, op *operator.Operator) error {
 		}
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(rt, promhttp.HandlerOpts{}))
-		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		srv := serve.HTTP(mux, serve.Limits{})
 		go func() {
-			if err := runtime.ServeHTTP(ctx, srv, lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := serve.Run(ctx, srv, lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				errc <- fmt.Errorf("metrics server: %w", err)
 			}
 		}()

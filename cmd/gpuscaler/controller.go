@@ -24,6 +24,7 @@ import (
 	"github.com/gpuscaler/gpuscaler/internal/config"
 	"github.com/gpuscaler/gpuscaler/internal/provisioner"
 	"github.com/gpuscaler/gpuscaler/internal/runtime"
+	"github.com/gpuscaler/gpuscaler/internal/serve"
 )
 
 // controllerFlags are the controller command's own flags.
@@ -167,9 +168,9 @@ func runController(ctx context.Context, cfg *config.Config, cfgPath string, f co
 		if err != nil {
 			return fmt.Errorf("metrics.address: %w", err)
 		}
-		srv := &http.Server{Handler: opsHandler(rt, &ready), ReadHeaderTimeout: 10 * time.Second}
+		srv := serve.HTTP(opsHandler(rt, &ready), serve.Limits{})
 		go func() {
-			if err := runtime.ServeHTTP(ctx, srv, lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := serve.Run(ctx, srv, lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				errc <- fmt.Errorf("metrics server: %w", err)
 			}
 		}()

@@ -18,6 +18,7 @@ import (
 	"github.com/gpuscaler/gpuscaler/internal/config"
 	"github.com/gpuscaler/gpuscaler/internal/externalgrpc"
 	"github.com/gpuscaler/gpuscaler/internal/runtime"
+	"github.com/gpuscaler/gpuscaler/internal/serve"
 )
 
 func newProviderCommand(g *globalFlags) *cobra.Command {
@@ -76,8 +77,8 @@ func runProvider(ctx context.Context, cfg *config.Config, reloadPath string, rel
 			_ = eg.Wait()
 			return fmt.Errorf("metrics.address: %w", err)
 		}
-		srv := &http.Server{Handler: opsHandler(rt, &ready), ReadHeaderTimeout: 10 * time.Second}
-		eg.Go(func() error { return runtime.ServeHTTP(ctx, srv, lis) })
+		srv := serve.HTTP(opsHandler(rt, &ready), serve.Limits{})
+		eg.Go(func() error { return serve.Run(ctx, srv, lis) })
 		log.Info("serving metrics and health", "address", lis.Addr().String())
 	}
 	leading := make(chan error, 1)
@@ -96,10 +97,11 @@ func runProvider(ctx context.Context, cfg *config.Config, reloadPath string, rel
 		eg.Go(func() error { return rt.Watch(ctx, reloadPath, reloadPeriod, func(error) {}) })
 	}
 	srv, err := externalgrpc.NewServer(rt.Facade(), externalgrpc.Options{
-		Logger:             log,
-		Registerer:         rt.Registerer(),
-		GPULabel:           cfg.Provider.GPULabel,
-		TLS:                externalgrpc.TLSFiles{CertFile: cfg.Provider.TLS.CertFile, KeyFile: cfg.Provider.TLS.KeyFile, CACertFile: cfg.Provider.TLS.CACertFile},
+		Logger:     log,
+		Registerer: rt.Registerer(),
+		GPULabel:   cfg.Provider.GPULabel,
+		TLS: externalgrpc.TLSFiles{CertFile: cfg.Provider.TLS.CertFile, KeyFile: cfg.Provider.TLS.KeyFile,
+			CACertFile: cfg.Provider.TLS.CACertFile, ClientNames: cfg.Provider.TLS.ClientNames},
 		AutoscalingOptions: rt.Facade().AutoscalingOptions,
 	})
 	if err != nil {
@@ -113,9 +115,13 @@ func runProvider(ctx context.Context, cfg *config.Config, reloadPath string, rel
 		_ = eg.Wait()
 		return fmt.Errorf("provider.listenAddress: %w", err)
 	}
+	lis = serve.Listener(lis, externalgrpc.MaxConns)
 	if !config.IsLoopback(cfg.Provider.ListenAddress) && !cfg.Provider.TLS.Enabled() {
 		log.Warn("INSECURE: the gRPC provider listens off loopback without mTLS; anyone who reaches "+
 			cfg.Provider.ListenAddress+" can scale groups and delete nodes (provider.insecure is set)", "address", cfg.Provider.ListenAddress)
+	}
+	if cfg.Provider.TLS.Enabled() && len(cfg.Provider.TLS.ClientNames) == 0 {
+		log.Warn("provider.tls.clientNames is empty: any client certificate the CA signed may scale groups and delete nodes; name cluster-autoscaler's")
 	}
 	log.Info("serving cluster-autoscaler gRPC", "address", lis.Addr().String(), "tls", cfg.Provider.TLS.Enabled(), "groups", len(cfg.NodeGroups))
 	ready.Store(true)

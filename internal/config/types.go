@@ -59,6 +59,12 @@ type TLSConfig struct {
 	CertFile   string `json:"certFile,omitempty"`
 	KeyFile    string `json:"keyFile,omitempty"`
 	CACertFile string `json:"caCertFile,omitempty"`
+	// ClientNames are the identities a client certificate must carry (its
+	// subject's common name or one of its DNS names) on top of the CA's
+	// signature; the provider only. Empty accepts any certificate the CA
+	// signed, which is as wide as who can get one signed (a shared
+	// cert-manager ClusterIssuer: anyone who can create a Certificate).
+	ClientNames []string `json:"clientNames,omitempty"`
 }
 
 // Enabled reports whether any TLS file is set.

@@ -67,6 +67,14 @@ func validateProvider(p *field.Path, pc ProviderConfig) field.ErrorList {
 			"%s is reachable off this machine: anyone who reaches it could scale groups and delete nodes; set provider.tls for mTLS, or provider.insecure: true to accept that", pc.ListenAddress)))
 	}
 	errs = append(errs, validateTLS(p.Child("tls"), pc.TLS)...)
+	for i, n := range pc.TLS.ClientNames {
+		if strings.TrimSpace(n) == "" || len(n) > 253 {
+			errs = append(errs, field.Invalid(p.Child("tls", "clientNames").Index(i), n, "must be a certificate's common name or DNS name"))
+		}
+	}
+	if len(pc.TLS.ClientNames) > 0 && !pc.TLS.Enabled() {
+		errs = append(errs, field.Forbidden(p.Child("tls", "clientNames"), "needs mTLS: set certFile, keyFile and caCertFile"))
+	}
 	if pc.GPULabel != "" {
 		for _, msg := range validation.IsQualifiedName(pc.GPULabel) {
 			errs = append(errs, field.Invalid(p.Child("gpuLabel"), pc.GPULabel, msg))
@@ -147,6 +155,9 @@ func validateScriptServer(p *field.Path, ss ScriptServerConfig) field.ErrorList 
 	}
 	if (ss.TLS.CertFile == "") != (ss.TLS.KeyFile == "") {
 		errs = append(errs, field.Required(p.Child("tls"), "certFile and keyFile go together"))
+	}
+	if len(ss.TLS.ClientNames) > 0 {
+		errs = append(errs, field.Forbidden(p.Child("tls", "clientNames"), "nodes fetch scripts without a client certificate; clientNames is the provider's"))
 	}
 	return errs
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/gpuscaler/gpuscaler/internal/config"
 	"log/slog"
 	"net"
 	"path"
@@ -15,8 +14,10 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
+	"github.com/gpuscaler/gpuscaler/internal/config"
 	"github.com/gpuscaler/gpuscaler/internal/gpu"
 	pb "github.com/gpuscaler/gpuscaler/proto"
 )
@@ -35,6 +36,15 @@ type Options struct {
 	// overrides (the config's nodeGroups[*].autoscalingOptions); nil: none.
 	AutoscalingOptions func(group string) (*config.AutoscalingOptions, bool)
 }
+
+// Per-connection bounds of the gRPC server; MaxConns is the listener's
+// (serve.Listener) in the provider command.
+const (
+	maxStreams   = 32
+	maxRecvBytes = 4 << 20
+	// MaxConns is how many connections the provider's listener holds.
+	MaxConns = 64
+)
 
 // Server is the gRPC server of the CloudProvider service.
 type Server struct {
@@ -56,7 +66,19 @@ func NewServer(core Core, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	serverOpts := []grpc.ServerOption{grpc.ChainUnaryInterceptor(observe(opts.Logger, m))}
+	serverOpts := []grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(observe(opts.Logger, m)),
+		// Bounds no peer may stretch: a handshake (TLS included) within
+		// 10 s, a few streams per connection (cluster-autoscaler calls one
+		// at a time), pings no more often than every 10 s, and a
+		// connection idle for 5 minutes closed (cluster-autoscaler calls
+		// every scan interval and dials again when it needs to).
+		grpc.ConnectionTimeout(10 * time.Second),
+		grpc.MaxConcurrentStreams(maxStreams),
+		grpc.MaxRecvMsgSize(maxRecvBytes),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: 5 * time.Minute, Time: 2 * time.Minute, Timeout: 20 * time.Second}),
+	}
 	if opts.TLS.Enabled() {
 		tc, err := opts.TLS.serverConfig()
 		if err != nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 )
@@ -18,6 +19,9 @@ type TLSFiles struct {
 	CertFile   string
 	KeyFile    string
 	CACertFile string
+	// ClientNames, when set, are the identities a client certificate must
+	// carry (common name or DNS name) besides the CA's signature.
+	ClientNames []string
 }
 
 // Enabled reports whether any file is set.
@@ -51,9 +55,34 @@ func (f TLSFiles) serverConfig() (*tls.Config, error) {
 				Certificates: []tls.Certificate{st.cert},
 				ClientCAs:    st.pool,
 				ClientAuth:   tls.RequireAndVerifyClientCert,
+				VerifyConnection: func(cs tls.ConnectionState) error {
+					return checkClientName(cs, f.ClientNames)
+				},
 			}, nil
 		},
 	}, nil
+}
+
+// ErrClientName is why a client certificate the CA signed is refused: it
+// names no identity of TLSFiles.ClientNames.
+var ErrClientName = errors.New("client certificate names no allowed client")
+
+// checkClientName accepts the verified client certificate when names is
+// empty or it carries one of them as its common name or a DNS name.
+func checkClientName(cs tls.ConnectionState, names []string) error {
+	if len(names) == 0 {
+		return nil
+	}
+	if len(cs.VerifiedChains) == 0 || len(cs.VerifiedChains[0]) == 0 {
+		return ErrClientName
+	}
+	leaf := cs.VerifiedChains[0][0]
+	for _, n := range names {
+		if leaf.Subject.CommonName == n || slices.Contains(leaf.DNSNames, n) {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: %q", ErrClientName, leaf.Subject.CommonName)
 }
 
 // reloader caches the parsed files and re-reads them when any file's

@@ -50,7 +50,7 @@ func newCA(t *testing.T, name string) *ca {
 }
 
 // issue returns a PEM certificate and key signed by the CA.
-func (c *ca) issue(t *testing.T, cn string, serial int64, server bool) (certPEM, keyPEM []byte) {
+func (c *ca) issue(t *testing.T, cn string, serial int64, server bool, dnsNames ...string) (certPEM, keyPEM []byte) {
 	t.Helper()
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	tmpl := &x509.Certificate{
@@ -64,6 +64,7 @@ func (c *ca) issue(t *testing.T, cn string, serial int64, server bool) (certPEM,
 		tmpl.DNSNames = []string{"ca-external-grpc-cloud-provider-service"}
 	} else {
 		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
+		tmpl.DNSNames = dnsNames
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, c.cert, &key.PublicKey, c.key)
 	if err != nil {
@@ -94,15 +95,11 @@ func (staticCore) AutoscalingOptions(string) (*config.AutoscalingOptions, bool) 
 	return nil, false
 }
 
-func TestMTLS(t *testing.T) {
-	dir := t.TempDir()
-	root, other := newCA(t, "gpuscaler-ca"), newCA(t, "stranger-ca")
-	files := TLSFiles{CertFile: filepath.Join(dir, "tls.crt"), KeyFile: filepath.Join(dir, "tls.key"), CACertFile: filepath.Join(dir, "ca.crt")}
-	sc, sk := root.issue(t, "server", 2, true)
-	write(t, files.CertFile, sc)
-	write(t, files.KeyFile, sk)
-	write(t, files.CACertFile, root.pem)
-
+// serveMTLS serves the provider with files until the test ends, and
+// returns a call of NodeGroups by a client that trusts serverCA and shows
+// the given certificate (none when nil).
+func serveMTLS(t *testing.T, files TLSFiles) func(serverCA *ca, clientCert, clientKey []byte) error {
+	t.Helper()
 	srv, err := NewServer(staticCore{}, Options{Logger: slog.New(slog.DiscardHandler), TLS: files})
 	if err != nil {
 		t.Fatal(err)
@@ -115,8 +112,7 @@ func TestMTLS(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx, lis) }()
 	t.Cleanup(func() { cancel(); <-done })
-
-	dial := func(serverCA *ca, clientCert, clientKey []byte) error {
+	return func(serverCA *ca, clientCert, clientKey []byte) error {
 		pool := x509.NewCertPool()
 		pool.AddCert(serverCA.cert)
 		tc := &tls.Config{RootCAs: pool, ServerName: "ca-external-grpc-cloud-provider-service", MinVersion: tls.VersionTLS12}
@@ -137,6 +133,45 @@ func TestMTLS(t *testing.T) {
 		_, err = pb.NewCloudProviderClient(conn).NodeGroups(cctx, &pb.NodeGroupsRequest{})
 		return err
 	}
+}
+
+// With clientNames, a certificate the same CA signed for another name is
+// refused: a shared issuer does not make every holder cluster-autoscaler.
+func TestMTLSPinsTheClientName(t *testing.T) {
+	dir := t.TempDir()
+	root := newCA(t, "shared-issuer")
+	files := TLSFiles{CertFile: filepath.Join(dir, "tls.crt"), KeyFile: filepath.Join(dir, "tls.key"), CACertFile: filepath.Join(dir, "ca.crt"),
+		ClientNames: []string{"cluster-autoscaler"}}
+	sc, sk := root.issue(t, "server", 2, true)
+	write(t, files.CertFile, sc)
+	write(t, files.KeyFile, sk)
+	write(t, files.CACertFile, root.pem)
+	dial := serveMTLS(t, files)
+
+	cc, ck := root.issue(t, "cluster-autoscaler", 3, false)
+	if err := dial(root, cc, ck); err != nil {
+		t.Fatalf("cluster-autoscaler's certificate: %v", err)
+	}
+	ic, ik := root.issue(t, "someone-with-a-certificate", 4, false)
+	if err := dial(root, ic, ik); err == nil {
+		t.Fatal("a certificate of the same CA for another name was served")
+	}
+	sanc, sank := root.issue(t, "cluster-autoscaler-client", 5, false, "cluster-autoscaler")
+	if err := dial(root, sanc, sank); err != nil {
+		t.Fatalf("a certificate naming cluster-autoscaler as its DNS name: %v", err)
+	}
+}
+
+func TestMTLS(t *testing.T) {
+	dir := t.TempDir()
+	root, other := newCA(t, "gpuscaler-ca"), newCA(t, "stranger-ca")
+	files := TLSFiles{CertFile: filepath.Join(dir, "tls.crt"), KeyFile: filepath.Join(dir, "tls.key"), CACertFile: filepath.Join(dir, "ca.crt")}
+	sc, sk := root.issue(t, "server", 2, true)
+	write(t, files.CertFile, sc)
+	write(t, files.KeyFile, sk)
+	write(t, files.CACertFile, root.pem)
+
+	dial := serveMTLS(t, files)
 
 	cc, ck := root.issue(t, "cluster-autoscaler", 3, false)
 	if err := dial(root, cc, ck); err != nil {

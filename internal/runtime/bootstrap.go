@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpuscaler/gpuscaler/internal/bootstrap"
 	"github.com/gpuscaler/gpuscaler/internal/config"
+	"github.com/gpuscaler/gpuscaler/internal/serve"
 )
 
 // tokenReapPeriod is how often used and expired join tokens are deleted.
@@ -100,7 +101,7 @@ func serveScripts(ctx context.Context, srv *bootstrap.Server, ss config.ScriptSe
 	if err != nil {
 		return fmt.Errorf("scriptServer.listenAddress: %w", err)
 	}
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
+	hs := serve.HTTP(srv, serve.Limits{})
 	if ss.TLS.CertFile != "" {
 		cert, err := tls.LoadX509KeyPair(ss.TLS.CertFile, ss.TLS.KeyFile)
 		if err != nil {
@@ -114,24 +115,9 @@ func serveScripts(ctx context.Context, srv *bootstrap.Server, ss config.ScriptSe
 		log.Warn("scriptServer.insecure: nodes fetch their scripts, join tokens included, over plain http; anyone on the path can read them", "url", ss.URL)
 	}
 	log.Info("serving startup scripts", "address", lis.Addr().String(), "tls", ss.TLS.CertFile != "")
-	err = ServeHTTP(ctx, hs, lis)
+	err = serve.Run(ctx, hs, lis)
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}
 	return err
-}
-
-// ServeHTTP serves until ctx is done, then shuts down gracefully.
-func ServeHTTP(ctx context.Context, srv *http.Server, lis net.Listener) error {
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(lis) }()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(shutdown)
-		return nil
-	}
 }

@@ -26,6 +26,10 @@ var bin string
 
 func TestMain(m *testing.M) {
 	flag.Parse()
+	if addr := os.Getenv(floodAddrEnv); addr != "" {
+		// This process is one of BenchmarkIdleConnectionFlood's clients.
+		os.Exit(holdFlood(addr))
+	}
 	os.Exit(run(m))
 }
 
@@ -70,7 +74,7 @@ nodeGroups:
   - {name: g, cloud: sim, instanceType: 1V100.6V, locations: [FIN-01], maxSize: 3}
 `
 
-func writeConfig(t *testing.T, doc string) string {
+func writeConfig(t testing.TB, doc string) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "config.yaml")
 	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
