@@ -52,6 +52,9 @@ type Renderer struct {
 	groups map[string]config.NodeGroup
 	tpl    *templates
 	custom map[string]*template.Template
+	// mints is whether any group mints bootstrap tokens: only then has
+	// gpuscaler any token to delete, or the right to list them.
+	mints bool
 }
 
 // New prepares the templates of every group with a bootstrap section.
@@ -74,6 +77,7 @@ func New(cfg *config.Config, opts Options) (*Renderer, error) {
 			continue
 		}
 		r.groups[g.Name] = g
+		r.mints = r.mints || b.MintToken
 		if b.Method == config.BootstrapCustom {
 			t, err := parseCustom(b.TemplateFile)
 			if err != nil {
@@ -194,7 +198,7 @@ func (r *Renderer) Release(ctx context.Context, node string) {
 	if r.opts.Server != nil {
 		r.opts.Server.Forget(node)
 	}
-	if r.opts.Kube == nil {
+	if r.opts.Kube == nil || !r.mints {
 		return
 	}
 	if err := deleteTokens(ctx, r.opts.Kube, node); err != nil {

@@ -119,3 +119,20 @@ func TestTokenCharactersAreUniform(t *testing.T) {
 		}
 	}
 }
+
+// A renderer whose groups only read a tokenSecretRef makes no call on
+// kube-system's Secrets when an order is released: it has no token to
+// delete, and the chart grants such a config no list there.
+func TestReleaseWithoutMintingListsNoSecrets(t *testing.T) {
+	kube := secrets() // testConfig's groups all name a tokenSecretRef
+	r, err := New(testConfig(t), Options{Kube: kube})
+	if err != nil {
+		t.Fatal(err)
+	}
+	render(t, r, "k3s-plain")
+	kube.ClearActions()
+	r.Release(context.Background(), spec("k3s-plain").Name)
+	for _, a := range kube.Actions() {
+		t.Errorf("released with a call on the cluster: %s %s", a.GetVerb(), a.GetResource().Resource)
+	}
+}

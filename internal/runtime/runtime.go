@@ -161,15 +161,18 @@ func (r *Runtime) Run(ctx context.Context) error {
 	if r.scripts != nil {
 		eg.Go(func() error { return serveScripts(ctx, r.scripts, r.scfg.ScriptServer, r.log) })
 	}
-	if r.clouds.kube != nil && needsTokens(r.scfg) {
+	if r.clouds.kube != nil && mintsTokens(r.scfg) {
 		eg.Go(func() error { return reapTokens(ctx, r.clouds, r.log) })
 	}
 	return eg.Wait()
 }
 
-func needsTokens(cfg *config.Config) bool {
+// mintsTokens reports whether any group mints bootstrap tokens, which
+// the reaper deletes; a tokenSecretRef's Secret is the operator's, and
+// listing kube-system's Secrets is granted only to minting configs.
+func mintsTokens(cfg *config.Config) bool {
 	for _, g := range cfg.NodeGroups {
-		if b := g.Bootstrap; b != nil && (b.MintToken || b.TokenSecretRef != nil) {
+		if b := g.Bootstrap; b != nil && b.MintToken {
 			return true
 		}
 	}

@@ -100,47 +100,66 @@ func (e *Env) Apply(ctx context.Context, objs ...*unstructured.Unstructured) err
 	return nil
 }
 
-// AsChartServiceAccount installs the ServiceAccount and RBAC objects a
+// AsChartServiceAccount installs the ServiceAccounts and RBAC objects a
 // chart renders for values as release in namespace (created if missing),
-// and returns the path of a kubeconfig that is that ServiceAccount: the
-// admin's credentials impersonating it, so that every request is
-// authorized with the chart's grants alone.
+// and returns the path of a kubeconfig that is gpuscaler's own
+// ServiceAccount (the Deployment's; not provider mode's
+// cluster-autoscaler): the admin's credentials impersonating it, so that
+// every request is authorized with the chart's grants alone.
 func (e *Env) AsChartServiceAccount(ctx context.Context, chartDir, release, namespace string, values map[string]any) (string, error) {
-	if _, err := e.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return "", err
-	}
-	objs, err := RenderChart(chartDir, release, namespace, values)
+	accounts, err := e.InstallChartRBAC(ctx, chartDir, release, namespace, values)
 	if err != nil {
 		return "", err
 	}
+	for _, sa := range accounts {
+		if !strings.HasSuffix(sa, "-cluster-autoscaler") {
+			return e.AsServiceAccount(namespace, sa)
+		}
+	}
+	return "", fmt.Errorf("the chart renders no ServiceAccount of gpuscaler's own: %v", accounts)
+}
+
+// InstallChartRBAC applies the ServiceAccounts, Roles, ClusterRoles and
+// their bindings a chart renders for values as release in namespace
+// (created if missing), and returns the ServiceAccounts' names.
+func (e *Env) InstallChartRBAC(ctx context.Context, chartDir, release, namespace string, values map[string]any) ([]string, error) {
+	if _, err := e.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, err
+	}
+	objs, err := RenderChart(chartDir, release, namespace, values)
+	if err != nil {
+		return nil, err
+	}
 	var rbac []*unstructured.Unstructured
-	sa := ""
+	var accounts []string
 	for _, o := range objs {
 		switch o.GetKind() {
 		case "ServiceAccount":
-			if sa == "" {
-				sa = o.GetName()
-			}
+			accounts = append(accounts, o.GetName())
 			rbac = append(rbac, o)
 		case "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding":
 			rbac = append(rbac, o)
 		}
 	}
-	if sa == "" {
-		return "", fmt.Errorf("the chart renders no ServiceAccount")
+	if len(accounts) == 0 {
+		return nil, fmt.Errorf("the chart renders no ServiceAccount")
 	}
-	if err := e.Apply(ctx, rbac...); err != nil {
-		return "", err
-	}
+	return accounts, e.Apply(ctx, rbac...)
+}
+
+// AsServiceAccount returns the path of a kubeconfig that is the
+// ServiceAccount namespace/name: the admin's credentials impersonating it
+// and its groups.
+func (e *Env) AsServiceAccount(namespace, name string) (string, error) {
 	kc, err := clientcmd.LoadFromFile(e.Kubeconfig)
 	if err != nil {
 		return "", err
 	}
 	for _, ai := range kc.AuthInfos {
-		ai.Impersonate = "system:serviceaccount:" + namespace + ":" + sa
+		ai.Impersonate = "system:serviceaccount:" + namespace + ":" + name
 		ai.ImpersonateGroups = []string{"system:serviceaccounts", "system:serviceaccounts:" + namespace, "system:authenticated"}
 	}
-	path := filepath.Join(e.Dir, release+"-"+namespace+"-sa.kubeconfig")
+	path := filepath.Join(e.Dir, namespace+"-"+name+"-sa.kubeconfig")
 	if err := clientcmd.WriteToFile(*kc, path); err != nil {
 		return "", err
 	}

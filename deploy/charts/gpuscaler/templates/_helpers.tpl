@@ -30,7 +30,51 @@ app.kubernetes.io/component: {{ .Values.mode }}
 {{- $_ := set $cfg "kubeconfig" "in-cluster" -}}
 {{- $_ := set $cfg "metrics" (merge (dict "address" (printf "0.0.0.0:%v" .Values.metrics.port)) (default dict $cfg.metrics)) -}}
 {{- if eq .Values.mode "provider" -}}
-{{- $_ := set $cfg "provider" (dict "listenAddress" (printf "0.0.0.0:%v" .Values.provider.grpcPort) "tls" (dict "certFile" "/etc/gpuscaler/tls/tls.crt" "keyFile" "/etc/gpuscaler/tls/tls.key" "caCertFile" "/etc/gpuscaler/tls/ca.crt")) -}}
+{{- $_ := set $cfg "provider" (dict "listenAddress" (printf "0.0.0.0:%v" .Values.provider.grpcPort) "tls" (dict "certFile" "/etc/gpuscaler/tls/tls.crt" "keyFile" "/etc/gpuscaler/tls/tls.key" "caCertFile" "/etc/gpuscaler/tls/ca.crt" "clientNames" .Values.provider.tls.clientNames)) -}}
 {{- end -}}
 {{- toYaml $cfg -}}
+{{- end -}}
+
+{{/* The leader Lease's name: the controller's --leader-election-id default,
+or Karpenter core's. */}}
+{{- define "gpuscaler.leaseName" -}}
+{{- if eq .Values.mode "karpenter" -}}karpenter-leader-election{{- else -}}gpuscaler-controller{{- end -}}
+{{- end -}}
+
+{{/* What the config's bootstrap needs of Secrets, by namespace, as YAML:
+mint (bootstrap tokens, always in kube-system) and the names of the
+Secrets tokenSecretRef reads. Empty when no group bootstraps with a
+token. */}}
+{{- define "gpuscaler.tokenAccess" -}}
+{{- $out := dict -}}
+{{- range .Values.config.nodeGroups -}}
+{{- with .bootstrap -}}
+{{- if .mintToken -}}
+{{- $a := get $out "kube-system" | default dict -}}
+{{- $_ := set $a "mint" true -}}
+{{- $_ := set $out "kube-system" $a -}}
+{{- end -}}
+{{- with .tokenSecretRef -}}
+{{- $ns := required "config.nodeGroups[].bootstrap.tokenSecretRef.namespace is required" .namespace -}}
+{{- $a := get $out $ns | default dict -}}
+{{- $_ := set $a "names" (append (get $a "names" | default list) (required "config.nodeGroups[].bootstrap.tokenSecretRef.name is required" .name) | uniq | sortAlpha) -}}
+{{- $_ := set $out $ns $a -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- toYaml $out -}}
+{{- end -}}
+
+{{/* The identity of cluster-autoscaler's client certificate (its CN and
+DNS SAN), the one the provider accepts. */}}
+{{- define "gpuscaler.clientName" -}}
+{{- first .Values.provider.tls.clientNames | default "cluster-autoscaler" -}}
+{{- end -}}
+
+{{/* The script server's port, from config.scriptServer.listenAddress
+(host:port); empty when the config runs no script server. */}}
+{{- define "gpuscaler.scriptPort" -}}
+{{- with (.Values.config.scriptServer | default dict).listenAddress -}}
+{{- splitList ":" (toString .) | last -}}
+{{- end -}}
 {{- end -}}
