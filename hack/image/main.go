@@ -7,8 +7,8 @@
 //	  --binary linux/amd64=dist/linux-amd64/gpuscaler,dist/linux-amd64/gpuscaler-karpenter \
 //	  --binary linux/arm64=dist/linux-arm64/gpuscaler,dist/linux-arm64/gpuscaler-karpenter
 //
-// `make image` runs it after building the binaries. The Dockerfile at the
-// repository's root builds the same image with Docker.
+// `make image` runs it after building the binaries. It is the image's one
+// build definition: no Dockerfile, no base image, no build context.
 package main
 
 import (

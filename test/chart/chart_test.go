@@ -169,3 +169,101 @@ spec:
 	}
 	return dir
 }
+
+// find returns the rendered object of kind and name, or fails.
+func find(t *testing.T, objs []*unstructured.Unstructured, kind, name string) *unstructured.Unstructured {
+	t.Helper()
+	for _, o := range objs {
+		if o.GetKind() == kind && o.GetName() == name {
+			return o
+		}
+	}
+	t.Fatalf("no %s %s rendered", kind, name)
+	return nil
+}
+
+// With cert-manager and no issuerRef, the provider's and
+// cluster-autoscaler's certificates come from a CA of the release's own,
+// held by namespaced Issuers, and the provider accepts only
+// cluster-autoscaler's name: a shared ClusterIssuer's certificates are
+// never trusted.
+func TestCertManagerMakesACAOfItsOwn(t *testing.T) {
+	objs, err := render(t, map[string]any{"mode": "provider", "provider": map[string]any{"tls": map[string]any{"certManager": map[string]any{"enabled": true}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	find(t, objs, "Issuer", "gs-gpuscaler-selfsigned")
+	ca := find(t, objs, "Certificate", "gs-gpuscaler-ca")
+	if isCA, _, _ := unstructured.NestedBool(ca.Object, "spec", "isCA"); !isCA {
+		t.Error("the CA Certificate is not a CA")
+	}
+	find(t, objs, "Issuer", "gs-gpuscaler-ca")
+	for _, name := range []string{"gs-gpuscaler-server-tls", "gs-gpuscaler-client-tls"} {
+		ref, _, _ := unstructured.NestedStringMap(find(t, objs, "Certificate", name).Object, "spec", "issuerRef")
+		if ref["kind"] != "Issuer" || ref["name"] != "gs-gpuscaler-ca" {
+			t.Errorf("%s is issued by %v, want the release's own CA Issuer", name, ref)
+		}
+	}
+	client := find(t, objs, "Certificate", "gs-gpuscaler-client-tls")
+	if cn, _, _ := unstructured.NestedString(client.Object, "spec", "commonName"); cn != "cluster-autoscaler" {
+		t.Errorf("client certificate for %q", cn)
+	}
+	data, _, _ := unstructured.NestedString(find(t, objs, "ConfigMap", "gs-gpuscaler").Object, "data", "config.yaml")
+	cfg, err := config.Parse([]byte(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.Provider.TLS.ClientNames; len(got) != 1 || got[0] != "cluster-autoscaler" {
+		t.Errorf("provider.tls.clientNames = %v", got)
+	}
+
+	// An issuer of the operator's is used as given, and nothing else made.
+	objs, err = render(t, map[string]any{"mode": "provider", "provider": map[string]any{"tls": map[string]any{"certManager": map[string]any{
+		"enabled": true, "issuerRef": map[string]any{"kind": "ClusterIssuer", "name": "corp"}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k := kinds(objs); k["Issuer"] != 0 || k["Certificate"] != 2 {
+		t.Errorf("with an issuerRef: %v", k)
+	}
+}
+
+// A config that runs the script server gets its port in the Deployment,
+// the Service and the NetworkPolicy; one that does not, none.
+func TestScriptServerPortIsOpened(t *testing.T) {
+	values := map[string]any{"mode": "controller", "config": map[string]any{
+		"clusterName": "s", "clouds": map[string]any{"sim": map[string]any{}},
+		"scriptServer": map[string]any{"listenAddress": "0.0.0.0:8443", "url": "https://scripts.example.com:8443"},
+		"nodeGroups":   []any{map[string]any{"name": "g", "cloud": "sim", "instanceType": "1V100.6V", "locations": []any{"FIN-01"}, "maxSize": 1}},
+	}}
+	for _, with := range []bool{true, false} {
+		if !with {
+			values = map[string]any{"mode": "controller"}
+		}
+		objs, err := render(t, values)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ports, _, _ := unstructured.NestedSlice(find(t, objs, "Service", "gs-gpuscaler").Object, "spec", "ports")
+		svc := false
+		for _, p := range ports {
+			if p.(map[string]any)["name"] == "scripts" && fmt.Sprint(p.(map[string]any)["port"]) == "8443" {
+				svc = true
+			}
+		}
+		ingress, _, _ := unstructured.NestedSlice(find(t, objs, "NetworkPolicy", "gs-gpuscaler").Object, "spec", "ingress")
+		np := false
+		for _, rule := range ingress {
+			for _, p := range rule.(map[string]any)["ports"].([]any) {
+				if p.(map[string]any)["port"] == "scripts" {
+					np = true
+				}
+			}
+		}
+		containers, _, _ := unstructured.NestedSlice(find(t, objs, "Deployment", "gs-gpuscaler").Object, "spec", "template", "spec", "containers")
+		pod := strings.Contains(fmt.Sprint(containers[0].(map[string]any)["ports"]), "scripts")
+		if svc != with || np != with || pod != with {
+			t.Errorf("script server %v: Service port %v, NetworkPolicy %v, container port %v", with, svc, np, pod)
+		}
+	}
+}
