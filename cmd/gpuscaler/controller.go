@@ -180,7 +180,8 @@ func runController(ctx context.Context, cfg *config.Config, cfgPath string, f co
 	existing := &provisioner.ExistingGroups{GPULabel: cfg.Provider.GPULabel, MaxGroupSize: cfg.Sync.MaxGroupSize,
 		FileGroups: rt.FileGroups, Apply: rt.SetExtraGroups, Logger: log.With("controller", "nodeprovisioner")}
 	if d, ok := rt.Describer(config.CloudGCP); ok {
-		existing.Describer, existing.Zone = d, cfg.Clouds.GCP.Zone
+		existing.Describer, existing.Zone, existing.ClusterName = d, cfg.Clouds.GCP.Zone, cfg.ClusterName
+		existing.Adopt = rt.AdoptInstanceGroups
 	}
 	r := &provisioner.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Core: core, Deleter: core, Recorder: mgr.GetEventRecorder("gpuscaler"),
 		Logger: log.With("controller", "nodeprovisioner"), Existing: existing}

@@ -303,6 +303,9 @@ type ExistingGroup struct {
 	Taints []corev1.Taint
 	// Size is the group's current target size.
 	Size int
+	// Description is the group's description at the cloud, where an
+	// operator marks the group as handed over to a cluster.
+	Description string
 }
 
 // GroupDescriber is implemented by clouds whose existing instance groups

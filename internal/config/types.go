@@ -140,6 +140,14 @@ type GCPConfig struct {
 	// Zone is the zone of the bare managed instance group names a
 	// NodeProvisioner's existingInstanceGroupNames lists.
 	Zone string `json:"zone,omitempty"`
+	// AdoptInstanceGroups are existing managed instance groups the
+	// operator hands over to NodeProvisioners (existingInstanceGroupNames),
+	// in the same forms. A NodeProvisioner may adopt a MIG only when it is
+	// listed here or its description carries
+	// "gpuscaler.dev/cluster=<clusterName>": whoever can write a
+	// NodeProvisioner can never make gpuscaler resize or delete the
+	// members of any other MIG of the project.
+	AdoptInstanceGroups []string `json:"adoptInstanceGroups,omitempty"`
 }
 
 // ScalewayConfig configures a Scaleway project. The API keys are never in

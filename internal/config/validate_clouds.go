@@ -1,14 +1,16 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"regexp"
 	"slices"
 	"strings"
 
-	"github.com/gpuscaler/gpuscaler/internal/cloud"
-
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/gpuscaler/gpuscaler/internal/cloud"
 )
 
 // Cloud names, as node groups' cloud field takes them.
@@ -86,6 +88,13 @@ func validateClouds(p *field.Path, c Clouds) field.ErrorList {
 	}
 	if c.GCP != nil && c.GCP.Zone != "" && !gcpZone.MatchString(c.GCP.Zone) {
 		errs = append(errs, field.Invalid(p.Child(CloudGCP, "zone"), c.GCP.Zone, "a GCP zone, such as us-central1-a"))
+	}
+	if c.GCP != nil {
+		for i, ref := range c.GCP.AdoptInstanceGroups {
+			if _, _, err := ParseInstanceGroup(ref, c.GCP.Zone); err != nil {
+				errs = append(errs, field.Invalid(p.Child(CloudGCP, "adoptInstanceGroups").Index(i), ref, err.Error()))
+			}
+		}
 	}
 	if c.Scaleway != nil && c.Scaleway.APIURL != "" {
 		if err := cloud.CheckEndpoint(c.Scaleway.APIURL); err != nil {
@@ -270,4 +279,27 @@ func validateSim(p *field.Path, s *SimConfig) field.ErrorList {
 		errs = append(errs, field.Invalid(p.Child("gpuFailures"), s.GPUFailures, "must be >= 0"))
 	}
 	return errs
+}
+
+// instanceGroupRef is the long form of an instance group's name, with an
+// optional API prefix (https://www.googleapis.com/compute/v1/projects/<p>/).
+var instanceGroupRef = regexp.MustCompile(`^(?:(?:https://www\.googleapis\.com/compute/v1/)?projects/[^/]+/)?zones/([a-z]+-[a-z]+[0-9]+-[a-z])/(?:instanceGroupManagers|instanceGroups)/([^/]+)$`)
+
+// ParseInstanceGroup reads an existingInstanceGroupNames or
+// clouds.gcp.adoptInstanceGroups entry:
+// "zones/<zone>/instanceGroupManagers/<name>" (or its URL), or a bare
+// name in zone.
+func ParseInstanceGroup(ref, zone string) (string, string, error) {
+	name := ref
+	if m := instanceGroupRef.FindStringSubmatch(ref); m != nil {
+		zone, name = m[1], m[2]
+	} else if strings.Contains(ref, "/") {
+		return "", "", errors.New("not zones/<zone>/instanceGroupManagers/<name> nor a bare name")
+	} else if zone == "" {
+		return "", "", errors.New("a bare name needs clouds.gcp.zone in gpuscaler's config")
+	}
+	if msgs := validation.IsDNS1123Label(name); len(msgs) > 0 {
+		return "", "", fmt.Errorf("instance group name %q: %s", name, strings.Join(msgs, "; "))
+	}
+	return zone, name, nil
 }

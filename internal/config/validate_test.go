@@ -90,6 +90,14 @@ func TestValidateInvalidFields(t *testing.T) {
 		{"tls without ca", func(c *Config) { c.Provider.TLS = TLSConfig{CertFile: "c", KeyFile: "k"} },
 			[]string{"provider.tls.caCertFile"}, field.ErrorTypeRequired},
 		{"gpu label", func(c *Config) { c.Provider.GPULabel = "bad label!" }, []string{"provider.gpuLabel"}, field.ErrorTypeInvalid},
+		{"client names without mTLS", func(c *Config) { c.Provider.TLS.ClientNames = []string{"cluster-autoscaler"} },
+			[]string{"provider.tls.clientNames"}, field.ErrorTypeForbidden},
+		{"an adopted MIG that is no MIG reference", func(c *Config) {
+			c.Clouds.GCP = &GCPConfig{Project: "p", AdoptInstanceGroups: []string{"regions/us-east4/instanceGroupManagers/g"}}
+		}, []string{"clouds.gcp.adoptInstanceGroups[0]"}, field.ErrorTypeInvalid},
+		{"an adopted bare MIG name without a zone", func(c *Config) {
+			c.Clouds.GCP = &GCPConfig{Project: "p", AdoptInstanceGroups: []string{"grp"}}
+		}, []string{"clouds.gcp.adoptInstanceGroups[0]"}, field.ErrorTypeInvalid},
 		{"plaintext on every interface", func(c *Config) { c.Provider.ListenAddress = ":8086" }, []string{"provider.listenAddress"}, field.ErrorTypeForbidden},
 		{"plaintext on 0.0.0.0", func(c *Config) { c.Provider.ListenAddress = "0.0.0.0:8086" }, []string{"provider.listenAddress"}, field.ErrorTypeForbidden},
 		{"plaintext on a LAN address", func(c *Config) { c.Provider.ListenAddress = "10.1.2.3:8086" }, []string{"provider.listenAddress"}, field.ErrorTypeForbidden},

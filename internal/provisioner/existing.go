@@ -9,7 +9,7 @@ import (
 	"log/slog"
 	"maps"
 	"reflect"
-	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -39,6 +39,12 @@ type ExistingGroups struct {
 	Describer cloud.GroupDescriber
 	// Zone is the zone of bare instance group names (clouds.gcp.zone).
 	Zone string
+	// ClusterName is the config's clusterName: a MIG whose description
+	// carries "gpuscaler.dev/cluster=<ClusterName>" is handed over.
+	ClusterName string
+	// Adopt returns the MIGs the config in force hands over besides
+	// (clouds.gcp.adoptInstanceGroups); nil: none.
+	Adopt func() []string
 	// GPULabel is the config's provider.gpuLabel: gpuscaler sets it.
 	GPULabel string
 	// MaxGroupSize is each group's maxSize (the config's
@@ -112,7 +118,7 @@ func (e *ExistingGroups) Sync(ctx context.Context, nps []v1alpha1.NodeProvisione
 		var pool []want
 		mine := map[string]int{}
 		for i, ref := range np.Spec.ExistingInstanceGroupNames {
-			zone, mig, err := ParseInstanceGroup(ref, e.Zone)
+			zone, mig, err := config.ParseInstanceGroup(ref, e.Zone)
 			key := zone + "/" + mig
 			switch j, twice := mine[key]; {
 			case err != nil:
@@ -146,6 +152,9 @@ func (e *ExistingGroups) Sync(ctx context.Context, nps []v1alpha1.NodeProvisione
 			continue
 		}
 		d, err := e.describe(ctx, w.zone, w.mig)
+		if err == nil && !e.handedOver(w.zone, w.mig, d.Description) {
+			err = fmt.Errorf("%w: list it in clouds.gcp.adoptInstanceGroups, or put %q in its description", ErrNotHandedOver, MarkerPrefix+e.ClusterName)
+		}
 		if err != nil {
 			errs[w.pool] = fmt.Errorf("managed instance group zones/%s/instanceGroupManagers/%s: %w", w.zone, w.mig, err)
 			continue
@@ -186,6 +195,32 @@ func (e *ExistingGroups) Sync(ctx context.Context, nps []v1alpha1.NodeProvisione
 		e.Logger.Info("node groups of existing instance groups in force", "groups", len(kept))
 	}
 	return names, errs
+}
+
+// MarkerPrefix starts the mark an operator puts in a MIG's description
+// to hand it over to the cluster named after it.
+const MarkerPrefix = "gpuscaler.dev/cluster="
+
+// ErrNotHandedOver is why a pool may not adopt a MIG: nothing in the
+// config or the MIG itself hands it over to this cluster.
+var ErrNotHandedOver = errors.New("not handed over to this cluster")
+
+// handedOver reports whether the config lists the MIG or its description
+// carries this cluster's mark (a word of its own).
+func (e *ExistingGroups) handedOver(zone, mig, description string) bool {
+	if e.Adopt != nil {
+		for _, ref := range e.Adopt() {
+			if z, m, err := config.ParseInstanceGroup(ref, e.Zone); err == nil && z == zone && m == mig {
+				return true
+			}
+		}
+	}
+	if e.ClusterName == "" {
+		return false
+	}
+	return slices.Contains(strings.FieldsFunc(description, func(r rune) bool {
+		return r == ' ' || r == '\n' || r == '\t' || r == ',' || r == ';'
+	}), MarkerPrefix+e.ClusterName)
 }
 
 // describe reads a MIG, or returns what was read within Refresh (a
@@ -234,28 +269,6 @@ func (e *ExistingGroups) Names(pool string) []string {
 		}
 	}
 	return out
-}
-
-// instanceGroupRef is the long form of an instance group's name, with an
-// optional API prefix (https://www.googleapis.com/compute/v1/projects/<p>/).
-var instanceGroupRef = regexp.MustCompile(`^(?:(?:https://www\.googleapis\.com/compute/v1/)?projects/[^/]+/)?zones/([a-z]+-[a-z]+[0-9]+-[a-z])/(?:instanceGroupManagers|instanceGroups)/([^/]+)$`)
-
-// ParseInstanceGroup reads an existingInstanceGroupNames entry:
-// "zones/<zone>/instanceGroupManagers/<name>" (or its URL), or a bare
-// name in zone.
-func ParseInstanceGroup(ref, zone string) (string, string, error) {
-	name := ref
-	if m := instanceGroupRef.FindStringSubmatch(ref); m != nil {
-		zone, name = m[1], m[2]
-	} else if strings.Contains(ref, "/") {
-		return "", "", errors.New("not zones/<zone>/instanceGroupManagers/<name> nor a bare name")
-	} else if zone == "" {
-		return "", "", errors.New("a bare name needs clouds.gcp.zone in gpuscaler's config")
-	}
-	if msgs := validation.IsDNS1123Label(name); len(msgs) > 0 {
-		return "", "", fmt.Errorf("instance group name %q: %s", name, strings.Join(msgs, "; "))
-	}
-	return zone, name, nil
 }
 
 // groupName is the node group of a MIG: its own name when that is short

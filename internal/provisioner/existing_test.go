@@ -2,6 +2,7 @@ package provisioner
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/http"
 	"reflect"
@@ -54,8 +55,9 @@ func TestExistingGroups(t *testing.T) {
 	}
 	var applied [][]config.NodeGroup
 	fileGroups := []config.NodeGroup{{Name: "filed", Cloud: "gcp", Locations: []string{"us-central1-b"}, CloudOptions: map[string]string{"instanceGroup": "theirs-grp"}}}
+	handedOver := []string{"l4-grp", "zones/us-central1-b/instanceGroupManagers/l4-grp", "gke-prod-a-very-long-node-pool-name-1234abcd-grp"}
 	e := &ExistingGroups{Describer: gcp.New(clients, gcp.Options{Project: "p"}), Zone: "us-central1-a", MaxGroupSize: 100,
-		FileGroups: func() []config.NodeGroup { return fileGroups },
+		FileGroups: func() []config.NodeGroup { return fileGroups }, Adopt: func() []string { return handedOver },
 		Apply: func(_ context.Context, g []config.NodeGroup) error {
 			applied = append(applied, g)
 			return nil
@@ -124,6 +126,59 @@ func TestExistingGroups(t *testing.T) {
 	}
 }
 
+// A NodeProvisioner alone never widens what gpuscaler may touch: a MIG
+// is adopted only when the config lists it (clouds.gcp.adoptInstanceGroups)
+// or its description carries this cluster's mark; another cluster's mark,
+// a mark that only starts with this cluster's name, or none at all leave
+// the pool in error with no group in force and the MIG untouched.
+func TestExistingGroupsNeedHandingOver(t *testing.T) {
+	engine, err := gcptest.NewEngine(sim.Config{}, sim.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake := gcptest.New(engine, gcptest.Options{Project: "p"})
+	t.Cleanup(fake.Close)
+	const zone = "us-central1-a"
+	tmpl := fake.AddTemplate(gcptest.Template{Name: "l4", MachineType: "g2-standard-8"})
+	for _, g := range []string{"serving", "listed", "marked", "theirs", "prefix"} {
+		fake.AddGroupFrom(zone, g, tmpl)
+	}
+	fake.SetDescription(zone, "marked", "l4 pool\ngpuscaler.dev/cluster=prod")
+	fake.SetDescription(zone, "theirs", "gpuscaler.dev/cluster=staging")
+	fake.SetDescription(zone, "prefix", "gpuscaler.dev/cluster=prod-2")
+	clients, err := gcp.NewClients(context.Background(), gcp.ClientOptions{Endpoint: fake.URL, NoAuth: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var applied []config.NodeGroup
+	e := &ExistingGroups{Describer: gcp.New(clients, gcp.Options{Project: "p"}), Zone: zone, ClusterName: "prod", MaxGroupSize: 10,
+		Adopt: func() []string { return []string{"zones/us-central1-a/instanceGroupManagers/listed"} },
+		Apply: func(_ context.Context, g []config.NodeGroup) error { applied = g; return nil }, Logger: slog.New(slog.DiscardHandler)}
+	names, errs := e.Sync(context.Background(), []v1alpha1.NodeProvisioner{
+		pool("takeover", 0, "serving"), pool("listed", 0, "listed"), pool("marked", 0, "marked"),
+		pool("staging", 0, "theirs"), pool("prefix", 0, "prefix"),
+	})
+	for _, p := range []string{"takeover", "staging", "prefix"} {
+		if !errors.Is(errs[p], ErrNotHandedOver) || names[p] != nil {
+			t.Errorf("pool %s: error %v, groups %v; want it refused", p, errs[p], names[p])
+		}
+	}
+	if err := errs["takeover"]; err != nil && !strings.Contains(err.Error(), "gpuscaler.dev/cluster=prod") {
+		t.Errorf("the refusal does not say how to hand the MIG over: %v", err)
+	}
+	for _, p := range []string{"listed", "marked"} {
+		if errs[p] != nil || len(names[p]) != 1 {
+			t.Errorf("pool %s: error %v, groups %v; want its MIG adopted", p, errs[p], names[p])
+		}
+	}
+	if len(applied) != 2 {
+		t.Errorf("groups in force: %v; want the two handed over", applied)
+	}
+	if fake.TargetSize(zone, "serving") != 0 || fake.Calls()["POST resize"] != 0 {
+		t.Errorf("an unowned MIG was touched: %v", fake.Calls())
+	}
+}
+
 // TestParseInstanceGroup: the forms existingInstanceGroupNames takes.
 func TestParseInstanceGroup(t *testing.T) {
 	for _, c := range []struct{ ref, zone, wantZone, wantName, err string }{
@@ -134,7 +189,7 @@ func TestParseInstanceGroup(t *testing.T) {
 		{ref: "regions/us-east4/instanceGroupManagers/grp", err: "not zones/"},
 		{ref: "Grp_1", zone: "us-east4-c", err: "instance group name"},
 	} {
-		zone, name, err := ParseInstanceGroup(c.ref, c.zone)
+		zone, name, err := config.ParseInstanceGroup(c.ref, c.zone)
 		if c.err != "" {
 			if err == nil || !strings.Contains(err.Error(), c.err) {
 				t.Errorf("%q: %v; want an error saying %q", c.ref, err, c.err)

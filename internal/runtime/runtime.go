@@ -268,6 +268,17 @@ func (r *Runtime) FileGroups() []config.NodeGroup {
 	return r.file.NodeGroups
 }
 
+// AdoptInstanceGroups returns the MIGs the configuration in force hands
+// over to NodeProvisioners (clouds.gcp.adoptInstanceGroups).
+func (r *Runtime) AdoptInstanceGroups() []string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if r.file.Clouds.GCP == nil {
+		return nil
+	}
+	return r.file.Clouds.GCP.AdoptInstanceGroups
+}
+
 // union returns the file's configuration with the extra groups added,
 // defaulted and validated.
 func union(file *config.Config, extra []config.NodeGroup) (*config.Config, error) {

@@ -67,6 +67,9 @@ func TestBasetenNodeProvisionerOnGCP(t *testing.T) {
 	}})
 	fake.AddGroupFrom(zoneA, "gke-prod-l4-pool-a-grp", tmpl)
 	fake.AddGroupFrom(zoneB, "gke-prod-l4-pool-b-grp", tmpl)
+	// Handed over both ways the docs name: one MIG marked in its
+	// description, the other listed in the config.
+	fake.SetDescription(zoneA, "gke-prod-l4-pool-a-grp", "GKE node pool l4-pool; gpuscaler.dev/cluster=prod")
 	go func() { _ = fake.Kubelets(env.Client, sim.RegistrarOptions{Kwok: true}).Run(ctx) }()
 
 	dir := t.TempDir()
@@ -86,7 +89,7 @@ clusterName: prod
 kubeconfig: %q
 sync: {period: 1s}
 clouds:
-  gcp: {project: %s, endpoint: %q, zone: %s}
+  gcp: {project: %s, endpoint: %q, zone: %s, adoptInstanceGroups: [zones/us-central1-b/instanceGroupManagers/gke-prod-l4-pool-b-grp]}
 `, env.Kubeconfig, project, fake.URL, zoneA))
 	addr := loopback(t)
 	startGPUScalerLogged(t, env, "baseten", addr, nil, "controller", "--config", cfgPath, "--metrics-address", addr, "--leader-elect=false")

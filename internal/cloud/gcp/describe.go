@@ -66,7 +66,8 @@ func (c *Cloud) DescribeGroup(ctx context.Context, zone, name string) (cloud.Exi
 	if err != nil {
 		return cloud.ExistingGroup{}, cloud.Errorf(cloud.ErrInvalid, "describe", "managed instance group %s/%s, template %s: %v", zone, name, tmpl.Name, err)
 	}
-	return cloud.ExistingGroup{Location: zone, Name: name, InstanceType: t.Name, Labels: labels, Taints: taints, Size: int(m.TargetSize)}, nil
+	return cloud.ExistingGroup{Location: zone, Name: name, InstanceType: t.Name, Labels: labels, Taints: taints, Size: int(m.TargetSize),
+		Description: m.Description}, nil
 }
 
 // template reads an instance template by its link: global

@@ -83,6 +83,11 @@ func ConvertNodeProvisioners(data []byte) (out []byte, notes []string, err error
 		if m.Metadata.Namespace != "" {
 			notes = append(notes, fmt.Sprintf("%s: namespace %q dropped: gpuscaler's NodeProvisioner is cluster-scoped", where, m.Metadata.Namespace))
 		}
+		if len(spec.ExistingInstanceGroupNames) > 0 {
+			notes = append(notes, fmt.Sprintf("%s: gpuscaler scales an existing managed instance group only when it is handed over to the cluster: "+
+				"list %s in clouds.gcp.adoptInstanceGroups of gpuscaler's config, or put gpuscaler.dev/cluster=<clusterName> in each MIG's description",
+				where, strings.Join(spec.ExistingInstanceGroupNames, ", ")))
+		}
 		np := v1alpha1.NodeProvisioner{
 			TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "NodeProvisioner"},
 			ObjectMeta: metav1.ObjectMeta{Name: m.Metadata.Name, Labels: m.Metadata.Labels, Annotations: dropKubectl(m.Metadata.Annotations)},

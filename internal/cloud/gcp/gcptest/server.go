@@ -192,6 +192,14 @@ func (s *Server) AddGroupFrom(zone, name, templateLink string) {
 		machineType: s.templates[templateLink].MachineType, base: name, members: map[string]*member{}}
 }
 
+// SetDescription sets a group's description, as
+// `gcloud compute instance-groups managed update --description` does.
+func (s *Server) SetDescription(zone, name, description string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.igms[zone+"/"+name].description = description
+}
+
 // FailNext makes the next request with method whose path ends with
 // pathSuffix fail with a googleapi error.
 func (s *Server) FailNext(method, pathSuffix string, status int, reason, message string) {
@@ -368,7 +376,7 @@ func (s *Server) getIGM(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{
 		"kind": "compute#instanceGroupManager", "id": "4" + strconv.Itoa(len(g.name)*1000003), "name": g.name,
 		where:              "https://www.googleapis.com/compute/v1/projects/" + s.opts.Project + "/" + scope(g.zone),
-		"instanceTemplate": "https://www.googleapis.com/compute/v1/" + g.template, "baseInstanceName": g.base,
+		"instanceTemplate": "https://www.googleapis.com/compute/v1/" + g.template, "baseInstanceName": g.base, "description": g.description,
 		"targetSize": g.targetSize, "currentActions": actions, "status": map[string]any{"isStable": actions["creating"] == 0 && actions["deleting"] == 0},
 	})
 }
