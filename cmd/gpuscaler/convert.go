@@ -2,11 +2,13 @@ package main
 
 import (
 	"fmt"
+	"io"
 
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
+	"github.com/gpuscaler/gpuscaler/internal/cloud/kamatera"
 	"github.com/gpuscaler/gpuscaler/internal/config"
 	"github.com/gpuscaler/gpuscaler/internal/config/seedconfig"
 )
@@ -52,6 +54,7 @@ func newConfigCommand() *cobra.Command {
 				if k.Imported != nil && len(k.Imported.Passwords) > 0 {
 					fmt.Fprintln(cmd.ErrOrStderr(), "note: the root passwords of the cloud config are not printed; put one in a file named by clouds.kamatera.passwordFile, or log in with cloudOptions.sshKey")
 				}
+				withholdScripts(cmd.ErrOrStderr(), cfg)
 			}
 			out, err := yaml.Marshal(cfg)
 			if err != nil {
@@ -64,6 +67,29 @@ func newConfigCommand() *cobra.Command {
 	src.addFlags(convert)
 	cmd.AddCommand(convert)
 	return cmd
+}
+
+// scriptDir is where a converted config expects the Kamatera startup
+// scripts it does not print: a Secret mounted into the pod.
+const scriptDir = "/etc/gpuscaler/scripts"
+
+// withholdScripts takes the static startup scripts (script-base64) out of
+// an imported Kamatera config: one usually carries a join token, and the
+// converted config usually lands in a ConfigMap. Each group names a file
+// instead, and a note says how to put the script there.
+func withholdScripts(w io.Writer, cfg *config.Config) {
+	for i := range cfg.NodeGroups {
+		g := &cfg.NodeGroups[i]
+		if g.Cloud != kamatera.Name || g.CloudOptions[kamatera.OptionScriptBase64] == "" {
+			continue
+		}
+		delete(g.CloudOptions, kamatera.OptionScriptBase64)
+		path := scriptDir + "/" + g.Name + ".sh"
+		g.CloudOptions[kamatera.OptionScriptFile] = path
+		fmt.Fprintf(w, "note: the startup script of nodeGroups[%d] (%s, script-base64) may hold a join token and is not printed; "+
+			"keep it in a Secret mounted at %s (cloudOptions.scriptFile): "+
+			"kubectl create secret generic kamatera-scripts --from-file=%s.sh=<the script, decoded>\n", i, g.Name, path, g.Name)
+	}
 }
 
 // convertNodeProvisioners prints gpuscaler's NodeProvisioners for

@@ -129,3 +129,30 @@ func TestCatalogKamatera(t *testing.T) {
 		}
 	}
 }
+
+// config convert of a Kamatera INI prints no startup script (one usually
+// holds a join token, and the converted file usually lands in a
+// ConfigMap): each group names a file for it (which the backend reads:
+// TestScriptFileIsTheServersScript), and a note says how to fill it.
+func TestConvertWithholdsKamateraScripts(t *testing.T) {
+	const ini = "../../internal/config/seedconfig/testdata/kamatera-readme-disks.ini"
+	var out, errOut bytes.Buffer
+	root := newRootCommand(&out, &errOut)
+	root.SetArgs([]string{"config", "convert", "--cloud-config", ini})
+	if err := root.Execute(); err != nil {
+		t.Fatalf("config convert: %v\n%s", err, errOut.String())
+	}
+	const encoded = "IyEvYmluL2Jhc2gKZWNobyBqb2luCg=="
+	if strings.Contains(out.String(), encoded) || strings.Contains(out.String(), "echo join") {
+		t.Errorf("the startup script is in the converted config:\n%s", out.String())
+	}
+	if !strings.Contains(out.String(), "scriptFile: /etc/gpuscaler/scripts/ng1.sh") {
+		t.Errorf("the converted group names no script file:\n%s", out.String())
+	}
+	if !strings.Contains(errOut.String(), "startup script of nodeGroups[0] (ng1, script-base64)") {
+		t.Errorf("no note on the withheld script: %s", errOut.String())
+	}
+	if strings.Contains(errOut.String(), encoded) {
+		t.Errorf("the note prints the script: %s", errOut.String())
+	}
+}

@@ -183,9 +183,17 @@ func buildKamatera(cfg *config.Config, k *config.KamateraConfig, opts Options) (
 		}
 	}
 	var datacenters []string
-	for _, g := range cfg.NodeGroups {
+	scripts := map[string]string{}
+	for i, g := range cfg.NodeGroups {
 		if g.Cloud != kamatera.Name {
 			continue
+		}
+		if path := g.CloudOptions[kamatera.OptionScriptFile]; path != "" && opts.preflight.readsFiles() {
+			b, err := config.ReadFile(path)
+			if err != nil {
+				return nil, fmt.Errorf("nodeGroups[%d].cloudOptions.%s: %w", i, kamatera.OptionScriptFile, err)
+			}
+			scripts[g.Name] = string(b)
 		}
 		for _, dc := range g.Locations {
 			if !slices.Contains(datacenters, dc) {
@@ -212,7 +220,7 @@ func buildKamatera(cfg *config.Config, k *config.KamateraConfig, opts Options) (
 		return nil, fmt.Errorf("%s: %w", baseFrom, err)
 	}
 	return kamatera.New(api, kamatera.Options{
-		ClusterName: cfg.ClusterName, Image: k.Image, Datacenters: datacenters, FilterNamePrefix: k.FilterNamePrefix,
+		ClusterName: cfg.ClusterName, Image: k.Image, Datacenters: datacenters, FilterNamePrefix: k.FilterNamePrefix, Scripts: scripts,
 		ProviderIDPrefix: k.ProviderIDPrefix, Passwords: passwords, Logger: log,
 	}), nil
 }

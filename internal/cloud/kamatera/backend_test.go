@@ -28,10 +28,13 @@ const (
 )
 
 // userData stands in for bootstrap: every server gets a script holding a
-// join token.
+// join token, but those of the group "static", which has no bootstrap.
 type userData struct{}
 
 func (userData) UserData(_ context.Context, spec cloud.CreateSpec) (string, error) {
+	if spec.Group == "static" {
+		return "", nil
+	}
 	return "#!/bin/bash\nPROVIDER_ID=" + spec.ProviderID + "\nJOIN_TOKEN=join-token-for-" + spec.Name + "\n", nil
 }
 
@@ -150,6 +153,26 @@ func TestScaleUpAndDown(t *testing.T) {
 	}
 	if n, _ := b.mgr.TargetSize("ng1"); n != 1 {
 		t.Errorf("target %d after deleting one of two", n)
+	}
+}
+
+// A group's static script from a file (cloudOptions.scriptFile, read at
+// start into Options.Scripts) is the server's script.
+func TestScriptFileIsTheServersScript(t *testing.T) {
+	const script = "#!/bin/bash\necho joined with a token from a Secret\n"
+	b := newBackend(t, 5, `
+  - {name: static, cloud: kamatera, instanceType: 2A-4096, locations: [EU], image: ubuntu_server_24.04_64-bit, maxSize: 2,
+     cloudOptions: {scriptFile: /etc/gpuscaler/scripts/static.sh}}
+`)
+	b.stop()
+	b.tweak = func(o *kamatera.Options) { o.Scripts = map[string]string{"static": script} }
+	b.start(t)
+	if err := b.mgr.IncreaseSize(context.Background(), "static", 1); err != nil {
+		t.Fatal(err)
+	}
+	b.wait(t, "1 running", func() bool { return len(b.running(t, "static")) == 1 })
+	if got := b.fake.Script(b.running(t, "static")[0].Name); got != script {
+		t.Errorf("script %q, want the file's", got)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -41,6 +42,11 @@ const (
 	// server's script when gpuscaler renders none (the seed's
 	// script-base64).
 	OptionScriptBase64 = "scriptBase64"
+	// OptionScriptFile names a file holding the static startup script
+	// (a Secret mounted into the pod): a script that carries a join token
+	// stays out of the config, which usually lands in a ConfigMap. Read
+	// at start-up and at every config reload.
+	OptionScriptFile = "scriptFile"
 )
 
 // Tag prefixes that mark ownership, as the Kamatera cluster-autoscaler
@@ -97,6 +103,9 @@ type Options struct {
 	// a passwordFile); groups without one get a generated password that
 	// nobody keeps, so log in with an SSH key.
 	Passwords map[string]string
+	// Scripts are the static startup scripts of the groups whose
+	// cloudOptions.scriptFile names one, by group, as read at start.
+	Scripts map[string]string
 	// LostCreateWindow is how long a create whose answer was lost is
 	// reported as pending while it may still land (Kamatera shows a
 	// server only once its create command has run); default 15m.
@@ -201,7 +210,7 @@ func (c *Cloud) aliases(name string) []string {
 // CheckOptions implements cloud.OptionChecker.
 func (c *Cloud) CheckOptions(opts map[string]string) []*cloud.OptionError {
 	errs := cloud.CheckKnownOptions(opts, OptionDisks, OptionNetworks, OptionBillingCycle, OptionMonthlyPackage,
-		OptionDailyBackup, OptionManaged, OptionNamePrefix, OptionSSHKey, OptionScriptBase64)
+		OptionDailyBackup, OptionManaged, OptionNamePrefix, OptionSSHKey, OptionScriptBase64, OptionScriptFile)
 	bad := func(k, detail string) { errs = append(errs, &cloud.OptionError{Key: k, Detail: detail}) }
 	if v, ok := opts[OptionBillingCycle]; ok && v != "hourly" && v != "monthly" {
 		bad(OptionBillingCycle, "must be hourly or monthly")
@@ -224,6 +233,14 @@ func (c *Cloud) CheckOptions(opts map[string]string) []*cloud.OptionError {
 	if v, ok := opts[OptionScriptBase64]; ok {
 		if _, err := base64.StdEncoding.DecodeString(v); err != nil {
 			bad(OptionScriptBase64, "is not base64: "+err.Error())
+		}
+	}
+	if v, ok := opts[OptionScriptFile]; ok {
+		switch {
+		case !filepath.IsAbs(v):
+			bad(OptionScriptFile, "must be an absolute path")
+		case opts[OptionScriptBase64] != "":
+			bad(OptionScriptFile, "give the script once: scriptFile or scriptBase64")
 		}
 	}
 	return errs
@@ -655,6 +672,11 @@ func (c *Cloud) request(spec cloud.CreateSpec) (CreateRequest, error) {
 		billing = "hourly"
 	}
 	script := spec.UserData
+	if script == "" && o[OptionScriptFile] != "" {
+		if script = c.opts.Scripts[spec.Group]; script == "" {
+			return CreateRequest{}, fmt.Errorf("%s %s was not read at start-up", OptionScriptFile, o[OptionScriptFile])
+		}
+	}
 	if script == "" && o[OptionScriptBase64] != "" {
 		b, err := base64.StdEncoding.DecodeString(o[OptionScriptBase64])
 		if err != nil {
