@@ -39,6 +39,9 @@ type Core interface {
 	TargetSize(group string) (int, error)
 	IncreaseSize(ctx context.Context, group string, delta int) error
 	Instances(group string) ([]nodegroup.Instance, error)
+	// GroupForProviderID is the group whose instance has the provider ID:
+	// what a node belongs to, whatever labels its kubelet gave it.
+	GroupForProviderID(providerID string) (string, bool)
 	Template(group string) (*corev1.Node, error)
 	GroupPrice(group string) (float64, bool)
 	GroupSpend(group string) float64
@@ -413,32 +416,25 @@ func (r *Reconciler) groupsOf(np *v1alpha1.NodeProvisioner) []string {
 }
 
 // membership returns the pool's group of a node, "" for a node outside the
-// pool: the group gpuscaler labelled it with, else the group whose
-// instance has its provider ID (nodes of existing instance groups carry
-// no gpuscaler label), else, for a node carrying Baseten's provisioner-name
-// label of this pool, the pool's first group of an existing instance group
-// in its zone (its instance not listed yet: it counts as the pool's
-// capacity). owned is the same without that last rule: only a node a
-// group's instance has is drained or deleted, through that group.
+// pool: the group whose instance has its provider ID, else, for a node
+// carrying Baseten's provisioner-name label of this pool whose provider ID
+// no group of the core has (its instance not listed yet), the pool's
+// first group of an existing instance group in its zone: it counts as the
+// pool's capacity. owned is the same without that last rule: only a node
+// a group's instance has is drained or deleted, through that group.
+// Labels a kubelet sets itself (gpuscaler's node-group label among them;
+// NodeRestriction does not guard it) never move a node into a pool.
 func (r *Reconciler) membership(np *v1alpha1.NodeProvisioner, pool plan.Pool) (groupOf, owned func(*corev1.Node) string) {
 	inPool := map[string]bool{}
-	byID := map[string]string{}
 	for _, g := range pool.Groups {
 		inPool[g.Name] = true
-		insts, _ := r.Core.Instances(g.Name)
-		for _, in := range insts {
-			byID[in.ProviderID] = g.Name
-			for _, a := range in.Aliases {
-				byID[a] = g.Name
-			}
-		}
 	}
 	existing := r.Existing.Names(np.Name)
 	owned = func(n *corev1.Node) string {
-		if g := n.Labels[nodegroup.LabelNodeGroup]; inPool[g] {
+		if g, ok := r.Core.GroupForProviderID(n.Spec.ProviderID); ok && inPool[g] {
 			return g
 		}
-		return byID[n.Spec.ProviderID]
+		return ""
 	}
 	return func(n *corev1.Node) string {
 		if g := owned(n); g != "" {
@@ -446,6 +442,9 @@ func (r *Reconciler) membership(np *v1alpha1.NodeProvisioner, pool plan.Pool) (g
 		}
 		if n.Labels[LabelProvisionerName] != np.Name || len(existing) == 0 {
 			return ""
+		}
+		if _, known := r.Core.GroupForProviderID(n.Spec.ProviderID); known {
+			return "" // another group's instance, relabelled
 		}
 		for _, g := range existing {
 			if tmpl, err := r.Core.Template(g); err == nil && tmpl.Labels[corev1.LabelTopologyZone] == n.Labels[corev1.LabelTopologyZone] {

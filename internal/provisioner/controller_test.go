@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpuscaler/gpuscaler/api/v1alpha1"
 	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
+	"github.com/gpuscaler/gpuscaler/internal/provisioner/plan"
 )
 
 // priced is a stand-in core with fixed groups and prices; the controller's
@@ -23,6 +24,7 @@ func (c priced) Group(name string) (nodegroup.Info, bool) {
 func (c priced) TargetSize(string) (int, error)                  { return 0, nil }
 func (c priced) IncreaseSize(context.Context, string, int) error { return nil }
 func (c priced) Instances(string) ([]nodegroup.Instance, error)  { return nil, nil }
+func (c priced) GroupForProviderID(string) (string, bool)        { return "", false }
 func (c priced) GroupPrice(name string) (float64, bool)          { return c[name], true }
 func (c priced) GroupSpend(string) float64                       { return 0 }
 func (c priced) Backoff(string) (nodegroup.Backoff, bool)        { return nodegroup.Backoff{}, false }
@@ -68,6 +70,46 @@ func TestPodsAreClaimedByOnePool(t *testing.T) {
 		earlier := r.earlierPools(&v1alpha1.NodeProvisioner{ObjectMeta: metav1.ObjectMeta{Name: name}}, all)
 		if got := claimed(pod, earlier); got != want {
 			t.Errorf("pool %s: pod claimed elsewhere = %v, want %v", name, got, want)
+		}
+	}
+}
+
+// owners is a core whose instances are known by provider ID.
+type owners struct {
+	priced
+	byID map[string]string
+}
+
+func (o owners) GroupForProviderID(pid string) (string, bool) {
+	g, ok := o.byID[pid]
+	return g, ok
+}
+
+// A node belongs to the group whose instance it is, whatever labels its
+// kubelet gave it: a node of pool a that relabels itself into pool b's
+// group (NodeRestriction does not guard gpuscaler.dev/node-group) is not
+// pool b's capacity, nor drained or deleted through b.
+func TestMembershipIsByProviderID(t *testing.T) {
+	r := &Reconciler{Core: owners{priced: priced{"a": 1, "b": 1}, byID: map[string]string{"sim://a-1": "a", "sim://b-1": "b"}}}
+	np := &v1alpha1.NodeProvisioner{ObjectMeta: metav1.ObjectMeta{Name: "pool-b"}, Spec: v1alpha1.NodeProvisionerSpec{NodeGroups: []string{"b"}}}
+	groupOf, owned := r.membership(np, plan.Pool{Groups: []plan.Group{{Name: "b"}}})
+	node := func(pid, label string) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{nodegroup.LabelNodeGroup: label}}, Spec: corev1.NodeSpec{ProviderID: pid}}
+	}
+	for _, c := range []struct {
+		what string
+		n    *corev1.Node
+		want string
+	}{
+		{"pool b's own node", node("sim://b-1", "b"), "b"},
+		{"pool a's node relabelled into b", node("sim://a-1", "b"), ""},
+		{"a node no group has, labelled b", node("sim://stranger", "b"), ""},
+	} {
+		if got := groupOf(c.n); got != c.want {
+			t.Errorf("%s: counted in %q, want %q", c.what, got, c.want)
+		}
+		if got := owned(c.n); got != c.want {
+			t.Errorf("%s: owned by %q, want %q", c.what, got, c.want)
 		}
 	}
 }

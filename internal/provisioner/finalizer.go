@@ -142,7 +142,7 @@ func (r *Reconciler) releaseNodes(ctx context.Context, np *v1alpha1.NodeProvisio
 	}
 	for i := range nodes.Items {
 		n := &nodes.Items[i]
-		mine := groups[n.Labels[nodegroup.LabelNodeGroup]] || ids[n.Spec.ProviderID] || n.Labels[LabelProvisionerName] == np.Name
+		mine := ids[n.Spec.ProviderID] || n.Labels[LabelProvisionerName] == np.Name
 		_, marked := unneededSince(n)
 		if !mine || !(marked || hasTaint(n, TaintDeleting) || hasTaint(n, TaintSpare) || n.Annotations[AnnotationDrain] != "" || n.Annotations[AnnotationRotation] != "") {
 			continue
