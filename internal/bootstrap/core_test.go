@@ -43,7 +43,7 @@ nodeGroups:
     mig: {profile: all-1g.10gb}
     labels: {team: research}
     taints: [{key: nvidia.com/gpu, value: present, effect: NoSchedule}]
-    bootstrap: {method: k3s, server: "https://10.0.0.1:6443", tokenSecretRef: {namespace: kube-system, name: k3s, key: token}}
+    bootstrap: {method: k3s, server: "https://10.0.0.1:6443", version: v1.33.4+k3s1, tokenSecretRef: {namespace: kube-system, name: k3s, key: token}}
 `))
 	if err != nil {
 		t.Fatal(err)

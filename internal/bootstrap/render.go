@@ -46,6 +46,9 @@ type Vars struct {
 	JoinEndpoint string
 	JoinToken    string
 	CACertHash   string
+	// K3sDownload is where a k3s node without k3s fetches the pinned
+	// release and its checksums (method k3s).
+	K3sDownload string
 	// MIG is set for MIG groups.
 	MIG *MIGVars
 }

@@ -11,6 +11,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/version"
+	fakediscovery "k8s.io/client-go/discovery/fake"
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
@@ -66,11 +68,17 @@ nodeGroups:
 	return cfg
 }
 
+// serverK3s is the version the test cluster's API server reports, as a
+// k3s server does.
+const serverK3s = "v1.33.4+k3s1"
+
 func secrets() *fake.Clientset {
-	return fake.NewClientset(
+	c := fake.NewClientset(
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "k3s"}, Data: map[string][]byte{"token": []byte(k3sToken)}},
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "kubeadm"}, Data: map[string][]byte{"token": []byte(joinToken)}},
 	)
+	c.Discovery().(*fakediscovery.FakeDiscovery).FakedServerVersion = &version.Info{GitVersion: serverK3s}
+	return c
 }
 
 // specs are the orders the core would send: the labels and taints of the
@@ -224,5 +232,32 @@ func TestCloudsOwnProviderID(t *testing.T) {
 	}
 	if !strings.Contains(out, "provider-id=rke2://k3s-plain-0123456789") || strings.Contains(out, "sim://") {
 		t.Fatalf("script does not carry the order's provider ID:\n%s", out)
+	}
+}
+
+// A k3s group's nodes install the config's release when it names one,
+// else the server's; a server that reports no k3s release and no release
+// in the config fail the order, saying what to set.
+func TestK3sReleaseIsTheServersOrTheConfigs(t *testing.T) {
+	notK3s := secrets()
+	notK3s.Discovery().(*fakediscovery.FakeDiscovery).FakedServerVersion = &version.Info{GitVersion: "v1.34.4"}
+	r, err := New(testConfig(t), Options{Kube: notK3s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.UserData(context.Background(), spec("k3s-plain")); err == nil || !strings.Contains(err.Error(), "bootstrap.version") {
+		t.Errorf("a k3s node for a server that is not k3s: %v", err)
+	}
+	cfg := testConfig(t)
+	for i := range cfg.NodeGroups {
+		if cfg.NodeGroups[i].Bootstrap.Method == config.BootstrapK3s {
+			cfg.NodeGroups[i].Bootstrap.Version = "v1.32.9+k3s2"
+		}
+	}
+	if r, err = New(cfg, Options{Kube: notK3s}); err != nil {
+		t.Fatal(err)
+	}
+	if got := render(t, r, "k3s-plain"); !strings.Contains(got, K3sReleases+"/v1.32.9%2Bk3s2/") {
+		t.Errorf("the config's release is not the one installed:\n%s", got)
 	}
 }

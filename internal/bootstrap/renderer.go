@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"text/template"
 	"time"
 
@@ -55,6 +56,9 @@ type Renderer struct {
 	// mints is whether any group mints bootstrap tokens: only then has
 	// gpuscaler any token to delete, or the right to list them.
 	mints bool
+
+	mu        sync.Mutex
+	serverK3s string // the k3s release the API server reports, once read
 }
 
 // New prepares the templates of every group with a bootstrap section.
@@ -170,6 +174,13 @@ func (r *Renderer) script(ctx context.Context, g config.NodeGroup, spec cloud.Cr
 		return "", err
 	}
 	v.MIG = mig
+	if b.Method == config.BootstrapK3s {
+		release, err := r.k3sVersion(b)
+		if err != nil {
+			return "", err
+		}
+		v.K3sDownload = K3sReleases + "/" + strings.ReplaceAll(release, "+", "%2B")
+	}
 	switch {
 	case b.TokenSecretRef != nil:
 		if v.JoinToken, err = secretToken(ctx, r.opts.Kube, b.TokenSecretRef); err != nil {
@@ -190,6 +201,35 @@ func (r *Renderer) script(ctx context.Context, g config.NodeGroup, spec cloud.Cr
 		t = r.custom[g.Name]
 	}
 	return execute(t, v)
+}
+
+// K3sReleases is where k3s releases are published, each with its
+// binaries and their SHA-256 sums (sha256sum-<arch>.txt).
+const K3sReleases = "https://github.com/k3s-io/k3s/releases/download"
+
+// k3sVersion is the k3s release a group's nodes install: the config's, or
+// the API server's own (a k3s server reports "v1.33.4+k3s1"), read once.
+func (r *Renderer) k3sVersion(b *config.Bootstrap) (string, error) {
+	if b.Version != "" {
+		return b.Version, nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.serverK3s != "" {
+		return r.serverK3s, nil
+	}
+	if r.opts.Kube == nil {
+		return "", errors.New("bootstrap.version: set the k3s release nodes install; without cluster access the server's cannot be read")
+	}
+	info, err := r.opts.Kube.Discovery().ServerVersion()
+	if err != nil {
+		return "", fmt.Errorf("bootstrap.version: reading the server's k3s version: %w", err)
+	}
+	if !config.K3sVersion.MatchString(info.GitVersion) {
+		return "", fmt.Errorf("bootstrap.version: the API server reports %q, not a k3s release; set the k3s release nodes install", info.GitVersion)
+	}
+	r.serverK3s = info.GitVersion
+	return r.serverK3s, nil
 }
 
 // Release withdraws what was prepared for an instance whose order failed:

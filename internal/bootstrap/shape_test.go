@@ -62,7 +62,8 @@ func fuzzVars(label, taint, arg, server, token, name string) Vars {
 		ProviderID: "verda://" + name, NodeName: name, Cloud: "verda", Group: "g",
 		Labels: labels, LabelsArg: labelsArg(labels), Taints: taints, TaintsArg: taintsArg(taints),
 		KubeletExtraArgs: []string{arg}, JoinEndpoint: server, JoinToken: token,
-		CACertHash: "sha256:" + strings.Repeat("a", 64),
+		CACertHash:  "sha256:" + strings.Repeat("a", 64),
+		K3sDownload: K3sReleases + "/v1.33.4%2Bk3s1",
 	}
 }
 

@@ -406,6 +406,10 @@ type Bootstrap struct {
 	KubeletExtraArgs []string `json:"kubeletExtraArgs,omitempty"`
 	// Delivery is inline (default) or server.
 	Delivery string `json:"delivery,omitempty"`
+	// Version is the k3s release nodes install when their image has no
+	// k3s ("v1.33.4+k3s1"); default the server's own version, as its API
+	// reports it. Method k3s only.
+	Version string `json:"version,omitempty"`
 	// MIGManager leaves MIG partitioning to NVIDIA's mig-manager (the node
 	// gets the nvidia.com/mig.config label); by default the script enables
 	// MIG and creates the instances itself with nvidia-smi.

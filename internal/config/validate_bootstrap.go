@@ -25,6 +25,10 @@ func truncated(s string) string {
 	return s
 }
 
+// K3sVersion is the form of a k3s release ("v1.33.4+k3s1"), as k3s
+// servers report their version and name their releases.
+var K3sVersion = regexp.MustCompile(`^v[0-9]+\.[0-9]+\.[0-9]+(-rc[0-9]+)?\+k3s[0-9]+$`)
+
 // validateBootstrap checks a group's bootstrap section: the method and what
 // it needs (server, token, CA pin or template) and the delivery mode.
 func validateBootstrap(p *field.Path, b *Bootstrap, c *Config) field.ErrorList {
@@ -72,6 +76,12 @@ func validateBootstrap(p *field.Path, b *Bootstrap, c *Config) field.ErrorList {
 				errs = append(errs, field.Required(rp.Child(f.name), ""))
 			}
 		}
+	}
+	switch {
+	case b.Version != "" && b.Method != BootstrapK3s:
+		errs = append(errs, field.Forbidden(p.Child("version"), "only k3s nodes install a pinned release; kubeadm nodes come with their image"))
+	case b.Version != "" && !K3sVersion.MatchString(b.Version):
+		errs = append(errs, field.Invalid(p.Child("version"), truncated(b.Version), "a k3s release, such as v1.33.4+k3s1"))
 	}
 	if b.Method == BootstrapKubeadm && !regexp.MustCompile(caCertHashPattern).MatchString(b.CACertHash) {
 		errs = append(errs, field.Invalid(p.Child("caCertHash"), b.CACertHash, "kubeadm needs the CA pin, sha256:<64 hex>"))

@@ -243,6 +243,10 @@ func TestValidateInvalidFields(t *testing.T) {
 		{"bootstrap method", bootstrapped(func(b *Bootstrap) { b.Method = "ansible" }),
 			[]string{"nodeGroups[0].bootstrap.method"}, field.ErrorTypeNotSupported},
 		{"bootstrap server", bootstrapped(func(b *Bootstrap) { b.Server = "" }), []string{"nodeGroups[0].bootstrap.server"}, field.ErrorTypeRequired},
+		{"k3s version not a release", bootstrapped(func(b *Bootstrap) { b.Version = "latest" }), []string{"nodeGroups[0].bootstrap.version"}, field.ErrorTypeInvalid},
+		{"k3s version for kubeadm", bootstrapped(func(b *Bootstrap) {
+			b.Method, b.Server, b.CACertHash, b.Version = BootstrapKubeadm, "10.0.0.1:6443", "sha256:"+strings.Repeat("a", 64), "v1.33.4+k3s1"
+		}), []string{"nodeGroups[0].bootstrap.version"}, field.ErrorTypeForbidden},
 		{"a newline in the server breaks out of the script", bootstrapped(func(b *Bootstrap) { b.Server = "https://10.0.0.1:6443\nUNIT\ntouch /pwned" }),
 			[]string{"nodeGroups[0].bootstrap.server"}, field.ErrorTypeInvalid},
 		{"k3s server not https", bootstrapped(func(b *Bootstrap) { b.Server = "http://10.0.0.1:6443" }), []string{"nodeGroups[0].bootstrap.server"}, field.ErrorTypeInvalid},
