@@ -22,10 +22,9 @@ func (g grant) String() string {
 
 // row is one line of docs/security.md's permissions table.
 type row struct {
-	line                           int
-	who, when, where, group        string
-	modes, resources, verbs, names []string
-	groups                         []string
+	line                                   int
+	who, when, where                       string
+	modes, groups, resources, verbs, names []string
 }
 
 const (
