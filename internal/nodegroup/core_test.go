@@ -808,3 +808,90 @@ func TestCloudFailedInstanceIsReported(t *testing.T) {
 		t.Fatalf("InstanceFailed failures after the restart = %v, want 1", got)
 	}
 }
+
+// An order withdrawn while its create is in flight stays withdrawn when
+// the create's answer is then lost: it must not come back as a live slot
+// (a second decrease would then take the target below the running
+// nodes); a later list forgets it, and nothing is ordered again.
+func TestWithdrawnOrderStaysWithdrawnWhenItsAnswerIsLost(t *testing.T) {
+	w := &wrapped{}
+	inFlight, answer := make(chan struct{}), make(chan struct{})
+	w.onCreate = func(context.Context, cloud.CreateSpec) (cloud.Instance, error, bool) {
+		close(inFlight)
+		<-answer
+		return cloud.Instance{}, cloud.Errorf(cloud.ErrOutcomeUnknown, "create", "timeout before the cloud got it"), true
+	}
+	h := newWrappedHarness(t, oneGroupLeaky, sim.Options{}, Options{}, func(c *sim.Cloud) cloud.Provider { w.Provider = c; return w })
+	ctx := context.Background()
+	if err := h.mgr.IncreaseSize(ctx, "g", 1); err != nil {
+		t.Fatal(err)
+	}
+	<-inFlight
+	if err := h.mgr.DecreaseTargetSize(ctx, "g", -1); err != nil {
+		t.Fatal(err)
+	}
+	close(answer)
+	// The lost answer is recorded within microseconds; for a second, the
+	// slot must never count as live.
+	for end := time.Now().Add(time.Second); time.Now().Before(end); time.Sleep(time.Millisecond) {
+		if r, c, _, f := h.states("g"); r+c+f != 0 {
+			insts, _ := h.mgr.Instances("g")
+			t.Fatalf("the withdrawn order is live again: %+v", insts)
+		}
+	}
+	if n, _ := h.mgr.TargetSize("g"); n != 0 {
+		t.Errorf("target %d, want 0", n)
+	}
+	h.settle(3 * time.Minute)
+	h.eventually("the withdrawn order forgotten", func() bool { insts, _ := h.mgr.Instances("g"); return len(insts) == 0 })
+	if creates, _ := w.counts(); creates != 1 {
+		t.Errorf("%d creates, want 1", creates)
+	}
+}
+
+// slowRelease is a bootstrapper whose Release reaches a slow network (a
+// Secret list and delete) and blocks until let go.
+type slowRelease struct {
+	entered chan string
+	letGo   chan struct{}
+}
+
+func (slowRelease) UserData(context.Context, cloud.CreateSpec) (string, error) { return "#!/bin/sh\n", nil }
+func (b slowRelease) Release(_ context.Context, name string) {
+	select {
+	case b.entered <- name:
+	default:
+	}
+	<-b.letGo
+}
+
+// Nothing that can reach the network runs under the store's lock: while a
+// resolved lost answer releases its join token (a slow Secret call),
+// cluster-autoscaler's reads answer at once.
+func TestReadsAnswerWhileATokenIsReleased(t *testing.T) {
+	w := &wrapped{}
+	w.onCreate = func(context.Context, cloud.CreateSpec) (cloud.Instance, error, bool) {
+		return cloud.Instance{}, cloud.Errorf(cloud.ErrOutcomeUnknown, "create", "timeout before the cloud got it"), true
+	}
+	boot := slowRelease{entered: make(chan string, 8), letGo: make(chan struct{})}
+	h := newWrappedHarness(t, oneGroupLeaky, sim.Options{}, Options{Bootstrap: boot}, func(c *sim.Cloud) cloud.Provider { w.Provider = c; return w })
+	defer close(boot.letGo)
+	if err := h.mgr.IncreaseSize(context.Background(), "g", 1); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-boot.entered:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the lost answer was never resolved")
+	}
+	read := make(chan error, 1)
+	go func() { _, err := h.mgr.TargetSize("g"); read <- err }()
+	select {
+	case err := <-read:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Second):
+		t.Fatal("TargetSize blocked behind a join token's release")
+	}
+}

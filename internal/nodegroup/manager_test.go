@@ -371,3 +371,58 @@ nodeGroups:
 		t.Fatalf("a group managed elsewhere is served here: %v", err)
 	}
 }
+
+// slowGPU is a group whose instances boot for longer than
+// cluster-autoscaler's --max-node-provision-time.
+const slowGPU = `
+clusterName: test
+sync: {period: 30s, requestsPerSecond: 10000, maxConcurrentCreates: 8}
+clouds:
+  sim: {bootDelay: 2h, deleteDelay: 10s}
+nodeGroups:
+  - {name: g, cloud: sim, instanceType: 1V100.6V, locations: [FIN-01], minSize: 1, maxSize: 3}
+`
+
+// cluster-autoscaler's fixNodeGroupSize decreases the target of a group
+// whose nodes did not register within --max-node-provision-time, without
+// looking at minSize. The decrease must not withdraw an instance the cloud
+// is booting: at minSize it was bought again at once, every cycle. It is
+// refused, nothing is withdrawn or bought twice, and DeleteNodes keeps
+// booting instances at minSize too.
+func TestDecreaseNeverRebuysABootingGPU(t *testing.T) {
+	w := &wrapped{}
+	h := newWrappedHarness(t, slowGPU, sim.Options{}, Options{}, func(c *sim.Cloud) cloud.Provider { w.Provider = c; return w })
+	ctx := context.Background()
+	h.eventually("minSize's instance booting at the cloud", func() bool {
+		insts, _ := h.mgr.Instances("g")
+		return len(insts) == 1 && len(h.cloudInstances()["g"]) == 1
+	})
+	// fixNodeGroupSize: target 1, no node registered.
+	if err := h.mgr.DecreaseTargetSize(ctx, "g", -1); !errors.Is(err, ErrSizeLimit) {
+		t.Errorf("a decrease below minSize: %v", err)
+	}
+	if err := h.mgr.IncreaseSize(ctx, "g", 2); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("3 instances booting at the cloud", func() bool { return len(h.cloudInstances()["g"]) == 3 })
+	if err := h.mgr.DecreaseTargetSize(ctx, "g", -2); !errors.Is(err, ErrSizeLimit) {
+		t.Errorf("a decrease that would withdraw booting instances: %v", err)
+	}
+	insts, _ := h.mgr.Instances("g")
+	if err := h.mgr.DeleteNodes(ctx, "g", []string{insts[0].ProviderID, insts[1].ProviderID, insts[2].ProviderID}); !errors.Is(err, ErrSizeLimit) {
+		t.Errorf("deleting every booting instance of a group at minSize 1: %v", err)
+	}
+	if err := h.mgr.DeleteNodes(ctx, "g", []string{insts[0].ProviderID, insts[1].ProviderID}); err != nil {
+		t.Errorf("deleting down to minSize: %v", err)
+	}
+	h.settle(10 * time.Minute)
+	if n, _ := h.mgr.TargetSize("g"); n != 1 {
+		t.Errorf("target %d, want minSize 1", n)
+	}
+	if creates, _ := w.counts(); creates != 3 {
+		t.Errorf("%d creates for 3 slots: an instance was bought again", creates)
+	}
+	if got := len(h.cloudInstances()["g"]); got != 1 {
+		t.Errorf("%d instances at the cloud, want 1", got)
+	}
+}

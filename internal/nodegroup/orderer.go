@@ -315,7 +315,11 @@ func (o *orderer) unknown(g *group, mem *member, err error) {
 	s := o.store
 	s.mu.Lock()
 	s.change(g, mem, func() {
-		mem.phase = phaseUnknown
+		// A withdrawn order stays withdrawn: a later list deletes what
+		// landed and forgets what did not, and it never counts as live.
+		if !mem.cancelled {
+			mem.phase = phaseUnknown
+		}
 		mem.extras().unknownSince = o.clock.Now()
 	})
 	s.mu.Unlock()

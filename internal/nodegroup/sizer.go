@@ -85,10 +85,15 @@ func (z *sizer) increase(name string, delta int) error {
 	return nil
 }
 
-// decrease lowers a group's target by -delta without touching any running
-// instance: it withdraws orders not yet fulfilled (creates queued, in
-// flight, unresolved or failed, and instances still pending at the cloud),
-// newest first.
+// decrease lowers a group's target by -delta, withdrawing orders the
+// cloud has not made (creates queued, in flight or unresolved, and failed
+// slots), newest first. It never goes below minSize, and never withdraws
+// an instance the cloud has, booting or running: cluster-autoscaler's
+// fixNodeGroupSize decreases a group whose nodes have not registered
+// within --max-node-provision-time, and withdrawing a slow GPU instance
+// there would have it deleted and, at minSize, bought again every cycle.
+// Such an instance goes through DeleteNodes, which knows minSize. A
+// decrease that cannot be done in full changes nothing.
 func (z *sizer) decrease(name string, delta int) error {
 	if delta >= 0 {
 		return fmt.Errorf("%w: decrease by %d", ErrInvalidDelta, delta)
@@ -100,14 +105,18 @@ func (z *sizer) decrease(name string, delta int) error {
 	if err != nil {
 		return err
 	}
+	if g.target+delta < g.cfg.MinSize {
+		return fmt.Errorf("%w: decreasing group %q's target %d by %d would take it below minSize %d",
+			ErrSizeLimit, name, g.target, -delta, g.cfg.MinSize)
+	}
 	var unfulfilled []*member
 	for _, mem := range g.members {
-		if mem.phase != phaseDeleting && !mem.running() {
+		if mem.phase == phaseCreating || mem.phase == phaseUnknown || mem.phase == phaseFailed {
 			unfulfilled = append(unfulfilled, mem)
 		}
 	}
 	if -delta > len(unfulfilled) {
-		return fmt.Errorf("%w: group %q has %d unfulfilled orders, cannot decrease target by %d without deleting running nodes",
+		return fmt.Errorf("%w: group %q has %d orders the cloud has not made, cannot decrease its target by %d without deleting instances it has (booting or running); delete those nodes instead",
 			ErrSizeLimit, name, len(unfulfilled), -delta)
 	}
 	newestFirst(unfulfilled)
@@ -121,8 +130,9 @@ func (z *sizer) decrease(name string, delta int) error {
 
 // deleteNodes deletes the members with the given provider IDs and lowers
 // the target by as many. Every ID must belong to the group, or nothing is
-// deleted. Running instances may not take the group's live members below
-// minSize; failed and unfulfilled slots always may go.
+// deleted. Instances the cloud has (booting or running) may not take the
+// group's live members below minSize, where they would be bought again at
+// once; failed and unfulfilled slots always may go.
 func (z *sizer) deleteNodes(name string, providerIDs []string) error {
 	s := z.store
 	s.mu.Lock()
@@ -133,7 +143,7 @@ func (z *sizer) deleteNodes(name string, providerIDs []string) error {
 	}
 	var doomed []*member
 	seen := map[*member]bool{}
-	running := 0
+	atCloud := 0
 	for _, pid := range providerIDs {
 		mem, ok := s.pids.get(pid)
 		if !ok || mem.group() != name {
@@ -144,11 +154,11 @@ func (z *sizer) deleteNodes(name string, providerIDs []string) error {
 		}
 		seen[mem] = true
 		doomed = append(doomed, mem)
-		if mem.running() {
-			running++
+		if mem.phase == phaseCreated {
+			atCloud++
 		}
 	}
-	if running > 0 && g.live-len(doomed) < g.cfg.MinSize {
+	if atCloud > 0 && g.live-len(doomed) < g.cfg.MinSize {
 		return fmt.Errorf("%w: deleting %d nodes would take group %q from %d to %d live nodes, below minSize %d",
 			ErrSizeLimit, len(doomed), name, g.live, g.live-len(doomed), g.cfg.MinSize)
 	}

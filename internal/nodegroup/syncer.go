@@ -236,20 +236,20 @@ func (y *syncer) sync(ctx context.Context, cloudName string, initial bool) error
 	l := newListing(start, insts)
 
 	s := y.store
-	var gone []*member
+	var out afterLock
 	var goneIDs [][]string
 	var reissue []reissue
 	s.mu.Lock()
 	y.reaper.beginLocked(cloudName)
 	for _, g := range s.groupsOn(cloudName) {
-		adopted := y.fold(ctx, cloudName, g, l, g.cfg.Name, initial, &gone)
+		adopted := y.fold(ctx, cloudName, g, l, g.cfg.Name, initial, &out)
 		delete(l.groups, g.cfg.Name)
 		y.sizer.adoptedLocked(g, adopted, initial)
 		y.sizer.reconcileLocked(g)
 		g.recount()
 		y.startups.observeLocked(g)
 	}
-	y.fold(ctx, cloudName, s.launches, l, launchKey, initial, &gone)
+	y.fold(ctx, cloudName, s.launches, l, launchKey, initial, &out)
 	y.startups.observeLocked(s.launches)
 	delete(l.groups, launchKey)
 	y.others(cloudName, l)
@@ -266,7 +266,7 @@ func (y *syncer) sync(ctx context.Context, cloudName string, initial bool) error
 	for _, g := range s.groupsOn(cloudName) {
 		y.sizer.publishLocked(g)
 	}
-	for _, mem := range gone {
+	for _, mem := range out.gone {
 		goneIDs = append(goneIDs, mem.providerIDs())
 	}
 	s.mu.Unlock()
@@ -282,12 +282,28 @@ func (y *syncer) sync(ctx context.Context, cloudName string, initial bool) error
 			}
 		}
 	}
-	for _, mem := range gone {
+	for _, mem := range out.gone {
 		// What bootstrap holds for the instance (its script on the script
 		// server, its join token) goes with it.
 		y.orderer().release(ctx, mem.name)
 	}
+	for _, name := range out.release {
+		y.orderer().release(ctx, name)
+	}
 	return nil
+}
+
+// afterLock is what a sync found under the store's lock and does once it
+// is released: nothing that can reach the network (a Node's deletion, a
+// join token's) runs under the lock, where it would hold up every read of
+// cluster-autoscaler's.
+type afterLock struct {
+	// gone are members whose instances vanished: their Nodes are deleted
+	// and what bootstrap holds for them released.
+	gone []*member
+	// release are instances whose orders did not land: what bootstrap
+	// holds for them is released.
+	release []string
 }
 
 // reissue is the script of an instance ordered before a restart.
@@ -341,7 +357,7 @@ func (y *syncer) unjoinedLocked(cloudName string) (out []reissue, ready bool) {
 // group's listed instances the core did not know adopted and returned.
 // Extra instances under a member's name are handed to the reaper as
 // duplicates.
-func (y *syncer) fold(ctx context.Context, cloudName string, g *group, l *listing, key string, initial bool, gone *[]*member) []*member {
+func (y *syncer) fold(ctx context.Context, cloudName string, g *group, l *listing, key string, initial bool, out *afterLock) []*member {
 	s := y.store
 	start := l.start
 	listed := l.groups[key]
@@ -351,7 +367,7 @@ func (y *syncer) fold(ctx context.Context, cloudName string, g *group, l *listin
 		}
 		first, ok := listed[name]
 		if !ok {
-			y.missing(g, mem, start, gone)
+			y.missing(g, mem, start, out)
 			continue
 		}
 		delete(listed, name)
@@ -454,7 +470,7 @@ func (y *syncer) failed(g *group, mem *member, in cloud.Instance) {
 }
 
 // missing handles a member the list did not show.
-func (y *syncer) missing(g *group, mem *member, start time.Time, gone *[]*member) {
+func (y *syncer) missing(g *group, mem *member, start time.Time, out *afterLock) {
 	s := y.store
 	// How long a list may leave out a recorded instance before its silence
 	// means the instance is gone; none for one gpuscaler deleted.
@@ -474,12 +490,12 @@ func (y *syncer) missing(g *group, mem *member, start time.Time, gone *[]*member
 		s.drop(g, mem)
 		if mem.cancelled || g == s.launches {
 			y.log.Info("lost create answer resolved: the order did not land", "group", g.cfg.Name, "instance", mem.name)
-			y.orderer().release(context.Background(), mem.name) // its script and join token
+			out.release = append(out.release, mem.name) // its script and join token
 			mem.settle()
 			return
 		}
 		y.log.Warn("lost create answer resolved: the order did not land; ordering again", "group", g.cfg.Name, "instance", mem.name)
-		y.orderer().release(context.Background(), mem.name)
+		out.release = append(out.release, mem.name)
 	case !mem.known() || mem.recordedAt >= stampOf(start.Add(-lag)):
 		// Not at the cloud yet, or recorded too shortly before the list
 		// started: a cloud's list may leave out its newest instances for a
@@ -493,7 +509,7 @@ func (y *syncer) missing(g *group, mem *member, start time.Time, gone *[]*member
 			y.log.Warn("instance vanished (spot reclaim or external delete); it will be replaced", "group", g.cfg.Name, "instance", mem.name)
 		}
 		s.drop(g, mem)
-		*gone = append(*gone, mem)
+		out.gone = append(out.gone, mem)
 	}
 }
 
