@@ -72,6 +72,10 @@ type Reconciler struct {
 	// Existing makes node groups of the managed instance groups pools
 	// name in existingInstanceGroupNames; nil leaves such pools in error.
 	Existing *ExistingGroups
+	// DeleteDelayAfterTaint is how long a drain waits after tainting a
+	// node before it reads the node's pods; default
+	// DefaultDeleteDelayAfterTaint.
+	DeleteDelayAfterTaint time.Duration
 }
 
 // SetupWithManager registers the controller: NodeProvisioners, and every
@@ -231,7 +235,7 @@ func (r *Reconciler) pool(ctx context.Context, np *v1alpha1.NodeProvisioner) (pl
 		target, _ := r.Core.TargetSize(name)
 		price, ok := r.Core.GroupPrice(name)
 		groups = append(groups, plan.Group{
-			Name: name, Template: tmpl, Nodes: target, MaxSize: info.MaxSize,
+			Name: name, Template: tmpl, Nodes: target, MinSize: info.MinSize, MaxSize: info.MaxSize,
 			Unavailable: r.unavailable(ctx, name) || !ok, Price: price, Spend: r.Core.GroupSpend(name),
 		})
 	}

@@ -20,12 +20,19 @@ import (
 // away without stranding pods that need it.
 const TaintUnneeded = "gpuscaler.dev/unneeded"
 
-// TaintDeleting marks a node the controller is draining to delete. Its
-// NoSchedule effect keeps the scheduler from binding new pods there while
-// the controller re-reads the node's pods from the API server on a later
-// pass, so a pod bound just before the taint is seen, not deleted with the
+// TaintDeleting marks a node the controller is draining to delete; its
+// value is the Unix time in milliseconds it was put on. Its NoSchedule
+// effect keeps the scheduler from binding new pods there while the
+// controller waits DefaultDeleteDelayAfterTaint and then re-reads the
+// node's pods from the API server, so a pod bound just before the taint,
+// whose binding is written after a read, is seen, not deleted with the
 // node.
 const TaintDeleting = "gpuscaler.dev/deleting"
+
+// DefaultDeleteDelayAfterTaint is how long after TaintDeleting a node's
+// pods are read for its drain: cluster-autoscaler's
+// --node-delete-delay-after-taint default.
+const DefaultDeleteDelayAfterTaint = 5 * time.Second
 
 // Deleter is what scale-down needs from the core; *nodegroup.Manager
 // implements it.
@@ -128,12 +135,15 @@ func (r *Reconciler) drainAndDelete(ctx context.Context, np *v1alpha1.NodeProvis
 	if !hasTaint(n, TaintDeleting) {
 		patch := client.MergeFrom(n.DeepCopy())
 		n.Spec.Unschedulable = true
-		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: TaintDeleting, Effect: corev1.TaintEffectNoSchedule})
+		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: TaintDeleting, Value: strconv.FormatInt(time.Now().UnixMilli(), 10), Effect: corev1.TaintEffectNoSchedule})
 		if err := r.Client.Patch(ctx, n, patch); err != nil {
 			return false
 		}
 		r.Recorder.Eventf(np, n, corev1.EventTypeNormal, "Draining", "ScaleDown", "node %s is tainted %s and drained on the next pass", n.Name, TaintDeleting)
 		return true
+	}
+	if at, ok := deletingSince(n); ok && time.Since(at) < r.deleteDelay() {
+		return false // a binding written just before the taint may not be readable yet
 	}
 	var pods corev1.PodList
 	if err := r.reader().List(ctx, &pods, client.MatchingFields{"spec.nodeName": n.Name}); err != nil {
@@ -168,8 +178,11 @@ func (r *Reconciler) drainAndDelete(ctx context.Context, np *v1alpha1.NodeProvis
 		return true // evictions under way; delete on a later pass
 	}
 	if err := r.Deleter.DeleteNodes(ctx, group, []string{n.Spec.ProviderID}); err != nil {
-		r.Recorder.Eventf(np, n, corev1.EventTypeWarning, "ScaleDownFailed", "ScaleDown", "delete %s: %v", n.Name, err)
-		return false
+		// The node stays: it takes work again (its taint and cordon go)
+		// rather than sit paid for and unschedulable.
+		r.Recorder.Eventf(np, n, corev1.EventTypeWarning, "ScaleDownFailed", "ScaleDown", "delete %s: %v; the node takes work again", n.Name, err)
+		_ = r.setUnneeded(ctx, n, nil)
+		return true
 	}
 	if err := r.Client.Delete(ctx, n); err != nil && !apierrors.IsNotFound(err) {
 		r.Logger.Warn("node object not deleted; its instance is gone", "node", n.Name, "error", err)
@@ -177,6 +190,29 @@ func (r *Reconciler) drainAndDelete(ctx context.Context, np *v1alpha1.NodeProvis
 	r.Recorder.Eventf(np, n, corev1.EventTypeNormal, "ScaledDown", "ScaleDown", "node %s of group %s removed", n.Name, group)
 	r.Logger.Info("scale down", "pool", np.Name, "group", group, "node", n.Name)
 	return true
+}
+
+// deletingSince reads when TaintDeleting was put on a node; ok is false
+// for a taint with no time (put on by an older version: long enough ago).
+func deletingSince(n *corev1.Node) (time.Time, bool) {
+	for _, t := range n.Spec.Taints {
+		if t.Key == TaintDeleting {
+			ms, err := strconv.ParseInt(t.Value, 10, 64)
+			if err != nil {
+				return time.Time{}, false
+			}
+			return time.UnixMilli(ms), true
+		}
+	}
+	return time.Time{}, false
+}
+
+// deleteDelay is Reconciler.DeleteDelayAfterTaint or its default.
+func (r *Reconciler) deleteDelay() time.Duration {
+	if r.DeleteDelayAfterTaint > 0 {
+		return r.DeleteDelayAfterTaint
+	}
+	return DefaultDeleteDelayAfterTaint
 }
 
 // reader reads from the API server itself where it is set, else through

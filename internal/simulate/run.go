@@ -556,7 +556,7 @@ func (r *run) pool(spec v1alpha1.NodeProvisionerSpec) (plan.Pool, error) {
 		target, _ := r.core.TargetSize(name)
 		price, ok := r.core.GroupPrice(name)
 		_, backingOff := r.core.Backoff(name)
-		groups = append(groups, plan.Group{Name: name, Template: tmpl, Nodes: target, MaxSize: info.MaxSize,
+		groups = append(groups, plan.Group{Name: name, Template: tmpl, Nodes: target, MinSize: info.MinSize, MaxSize: info.MaxSize,
 			Unavailable: backingOff || !ok, Price: price, Spend: r.core.GroupSpend(name)})
 	}
 	return provisioner.Pool(spec, groups)

@@ -11,8 +11,11 @@ type Group struct {
 	Name string
 	// Template is the node a new instance registers as.
 	Template *corev1.Node
-	// Nodes is the group's current size; MaxSize its limit.
+	// Nodes is the group's current size; MinSize and MaxSize its limits:
+	// the core refuses to delete a node below MinSize, so the plan never
+	// removes one there (it would be cordoned and drained for nothing).
 	Nodes   int
+	MinSize int
 	MaxSize int
 	// Unavailable marks a group whose offerings are all stocked out now;
 	// new demand goes to the next group.
@@ -283,6 +286,13 @@ func Compute(pool Pool, nodes []Node, pending []*corev1.Pod) Plan {
 	}
 	sort.SliceStable(candidates, func(i, j int) bool { return index[candidates[i].Group] > index[candidates[j].Group] })
 	keep := pool.Buffer
+	size := map[string]int{} // what the core counts against minSize: its target, or the nodes seen
+	for _, n := range nodes {
+		size[n.Group]++
+	}
+	for _, g := range pool.Groups {
+		size[g.Name] = max(size[g.Name], g.Nodes)
+	}
 	for _, n := range candidates {
 		if keep > 0 {
 			keep--
@@ -290,6 +300,9 @@ func Compute(pool Pool, nodes []Node, pending []*corev1.Pod) Plan {
 		}
 		if total-1 < pool.MinNodes {
 			break
+		}
+		if gi, ok := index[n.Group]; ok && size[n.Group]-1 < pool.Groups[gi].MinSize {
+			continue // the group is at its minSize: the core keeps the node
 		}
 		if pool.MinUtilization > 0 && alloc > 0 && requested/alloc >= pool.MinUtilization {
 			break
@@ -300,6 +313,7 @@ func Compute(pool Pool, nodes []Node, pending []*corev1.Pod) Plan {
 		p.Remove = append(p.Remove, n.Name)
 		alloc -= n.GPUs
 		total--
+		size[n.Group]--
 	}
 	return p
 }

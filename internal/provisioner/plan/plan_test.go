@@ -226,3 +226,26 @@ func TestRequestsShortcut(t *testing.T) {
 		t.Errorf("Requests returned the pod's own map")
 	}
 }
+
+// The plan never removes a node the core would refuse to delete: a group
+// at its minSize keeps its idle nodes, and the pool's other groups still
+// shrink.
+func TestScaleDownKeepsGroupsAtMinSize(t *testing.T) {
+	kept := Group{Name: "kept", Template: template(gpus("1"), nil), Nodes: 3, MinSize: 2, MaxSize: 10}
+	free := Group{Name: "free", Template: template(gpus("1"), nil), Nodes: 2, MaxSize: 10}
+	var nodes []Node
+	for i := range 3 {
+		nodes = append(nodes, Node{Name: fmt.Sprintf("kept-%d", i), Group: "kept", GPUs: 1, Removable: true})
+	}
+	for i := range 2 {
+		nodes = append(nodes, Node{Name: fmt.Sprintf("free-%d", i), Group: "free", GPUs: 1, Removable: true})
+	}
+	p := Compute(Pool{Groups: []Group{kept, free}}, nodes, nil)
+	removed := map[string]int{}
+	for _, n := range p.Remove {
+		removed[n[:4]]++
+	}
+	if removed["kept"] != 1 || removed["free"] != 2 {
+		t.Errorf("removed %v (%v); want 1 of kept (minSize 2 of 3) and both of free", removed, p.Remove)
+	}
+}
