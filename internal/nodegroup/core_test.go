@@ -895,3 +895,56 @@ func TestReadsAnswerWhileATokenIsReleased(t *testing.T) {
 		t.Fatal("TargetSize blocked behind a join token's release")
 	}
 }
+
+// A deleted instance that a lagging list shows again, after a list left it
+// out, is deleted again, never adopted as a new live instance: the target
+// would rise, and the instance, gone for real, be replaced by a new order.
+func TestLaggingListDoesNotReviveADeletedInstance(t *testing.T) {
+	w := &wrapped{}
+	var (
+		stale  cloud.Instance
+		absent int
+	)
+	w.onList = func(in []cloud.Instance) []cloud.Instance {
+		for _, i := range in {
+			if i.Group != "g" {
+				continue
+			}
+			if i.State == cloud.StateRunning {
+				stale = i
+			}
+			return in // still listed, running or being deleted
+		}
+		if stale.Name == "" {
+			return in
+		}
+		absent++
+		if absent == 2 || absent == 3 { // the list lags: the instance is back
+			return append(in, stale)
+		}
+		return in
+	}
+	h := newWrappedHarness(t, oneGroupLeaky, sim.Options{}, Options{}, func(c *sim.Cloud) cloud.Provider { w.Provider = c; return w })
+	ctx := context.Background()
+	if err := h.mgr.IncreaseSize(ctx, "g", 1); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("1 running", func() bool { r, _, _, _ := h.states("g"); return r == 1 })
+	insts, _ := h.mgr.Instances("g")
+	if err := h.mgr.DeleteNodes(ctx, "g", []string{insts[0].ProviderID}); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("the lagging lists seen", func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return absent > 4
+	})
+	h.settle(3 * time.Minute)
+	if n, _ := h.mgr.TargetSize("g"); n != 0 {
+		t.Errorf("target %d after deleting the only instance, want 0", n)
+	}
+	if creates, _ := w.counts(); creates != 1 {
+		t.Errorf("%d creates, want 1: the deleted instance was replaced", creates)
+	}
+	h.eventually("the deleted instance forgotten", func() bool { insts, _ := h.mgr.Instances("g"); return len(insts) == 0 })
+}

@@ -208,6 +208,8 @@ type extras struct {
 	unknownSince time.Time
 	// firstMiss is the first of the syncs in a row that found no Node.
 	firstMiss time.Time
+	// absentSince is when a list first left out a deleted instance.
+	absentSince time.Time
 	errCode   string
 	errMsg    string
 	errClass  ErrorClass

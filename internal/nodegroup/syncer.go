@@ -371,6 +371,9 @@ func (y *syncer) fold(ctx context.Context, cloudName string, g *group, l *listin
 			continue
 		}
 		delete(listed, name)
+		if mem.x != nil && !mem.x.absentSince.IsZero() {
+			mem.x.absentSince = time.Time{} // listed again: still being deleted
+		}
 		in, dups := pick(l.named(key, name, first), mem.id)
 		y.reaper.duplicatesLocked(cloudName, dups)
 		switch mem.phase {
@@ -482,6 +485,19 @@ func (y *syncer) missing(g *group, mem *member, start time.Time, out *afterLock)
 	// before a list told whether it landed, is resolved as a lost answer
 	// is; it would otherwise wait, deleting, for a list to show it forever.
 	withdrawnLost := mem.phase == phaseDeleting && mem.cancelled && !mem.known() && !mem.peek().unknownSince.IsZero()
+	if mem.phase == phaseDeleting && mem.known() {
+		// A deleted instance stays, deleting, for ResolveAfter after the
+		// first list that left it out: a lagging list may show it again,
+		// and it must then be deleted again, not adopted as a new live
+		// instance (raising the target, then replaced when it vanishes).
+		x := mem.extras()
+		if x.absentSince.IsZero() {
+			x.absentSince = start
+		}
+		if !start.After(x.absentSince.Add(y.resolveAfter)) {
+			return
+		}
+	}
 	switch {
 	case mem.phase == phaseUnknown || withdrawnLost:
 		if !start.After(mem.peek().unknownSince.Add(y.resolveAfter)) {
