@@ -441,6 +441,7 @@ func (mem *member) summary() Instance {
 	switch mem.phase {
 	case phaseCreating, phaseUnknown:
 		in.State = StateCreating
+		in.Unresolved = true
 	case phaseFailed:
 		in.State = StateCreating
 		in.ErrorCode, in.ErrorMessage, in.ErrorClass = x.errCode, x.errMsg, x.errClass

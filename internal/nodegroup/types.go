@@ -168,4 +168,8 @@ type Instance struct {
 	Owner string
 	// Price is the hourly price of the instance's offering, when known.
 	Price float64
+	// Unresolved: the create is in flight or its answer was lost, and no
+	// list has shown the instance yet; ProviderID may then not be the one
+	// its Node will carry (clouds that assign IDs at create).
+	Unresolved bool
 }

@@ -461,3 +461,38 @@ func TestBootstrapCarriesTheNodeClaim(t *testing.T) {
 		t.Errorf("image %q", got.Status.ImageID)
 	}
 }
+
+// Karpenter retries a Create that timed out. While the first order is in
+// flight (or its answer lost) the retry is told to come back, not handed
+// the core's made-up provider ID: on a cloud that assigns IDs at create
+// the NodeClaim would never match its Node. Once the order resolves, the
+// retry gets the machine, ordered once.
+func TestRetriedCreateWaitsForTheOrder(t *testing.T) {
+	f := newFake(t)
+	kube := kubeWith(readyClass("h100", v1alpha1.GPUNodeClassSpec{Cloud: "verda", Locations: []string{"FIN-01"}}))
+	h := start(t, f.URL, kube)
+	nc := nodeClaim("gpu-retry", "h100", in(corev1.LabelInstanceTypeStable, "1H100.80S.30V"), in(karpv1.CapacityTypeLabelKey, "on-demand"))
+	f.HangNext(http.MethodPost, "/instances", 3*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	_, err := h.provider.Create(ctx, nc)
+	cancel()
+	if err == nil {
+		t.Fatal("create answered although its answer was held back")
+	}
+	var createErr *karpcp.CreateError
+	if _, err := h.provider.Create(context.Background(), nc); !errors.As(err, &createErr) {
+		t.Fatalf("a retry while the order is in flight: %v; want a CreateError to retry later", err)
+	}
+	var got *karpv1.NodeClaim
+	eventually(t, "the retry to get the machine", func() bool {
+		got, err = h.provider.Create(context.Background(), nc)
+		return err == nil
+	})
+	insts := live(f)
+	if len(insts) != 1 || got.Status.ProviderID != "verda://"+insts[0].Name {
+		t.Fatalf("machines %+v; NodeClaim has %q", insts, got.Status.ProviderID)
+	}
+	if n := f.Calls()["POST /instances"]; n != 1 {
+		t.Fatalf("%d create calls", n)
+	}
+}

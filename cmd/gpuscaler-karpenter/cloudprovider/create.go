@@ -64,6 +64,15 @@ func (p *CloudProvider) Create(ctx context.Context, nc *karpv1.NodeClaim) (*karp
 		return nil, err
 	}
 	if in, ok := p.launched(nc.Name); ok {
+		if in.Unresolved {
+			// Karpenter retries a Create that timed out while the first is
+			// still in flight or its answer was lost: the machine's
+			// provider ID is not known yet (a cloud that assigns IDs at
+			// create), and a NodeClaim with a made-up one would never match
+			// its Node. Retry once a list has resolved it.
+			return nil, karpcp.NewCreateError(fmt.Errorf("machine %s of NodeClaim %s: its order is not resolved yet", in.Name, nc.Name),
+				"LaunchUnresolved", "the machine's order is in flight or its answer was lost; retrying once the cloud lists it")
+		}
 		// A Create repeated after a restart, or after a status update that
 		// failed: the machine exists.
 		if it, ok := ct.byName[in.InstanceType]; ok {
