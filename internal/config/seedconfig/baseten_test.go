@@ -43,7 +43,9 @@ spec:
 		t.Fatal(err)
 	}
 	docs := strings.Split(string(out), "---\n")
-	if len(docs) != 2 || len(notes) != 1 || !strings.Contains(notes[0], `namespace "np"`) {
+	if len(docs) != 2 || len(notes) != 3 || !strings.Contains(notes[0], `namespace "np"`) ||
+		!strings.Contains(notes[1], "list gke-prod-h100-grp in clouds.gcp.adoptInstanceGroups") ||
+		!strings.Contains(notes[2], "zones/us-east4-c/instanceGroupManagers/gke-prod-l4-grp") {
 		t.Fatalf("%d documents, notes %v:\n%s", len(docs), notes, out)
 	}
 	var np v1alpha1.NodeProvisioner
