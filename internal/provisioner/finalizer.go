@@ -30,9 +30,17 @@ func (r *Reconciler) ensureFinalizer(ctx context.Context, np *v1alpha1.NodeProvi
 	return true, r.Client.Patch(ctx, np, patch)
 }
 
+// ReleaseDrainTimeout bounds how long a deleted NodeProvisioner's nodes are
+// drained: past it, what could not be drained (a PodDisruptionBudget that
+// never allows an eviction) is kept, said in a Warning Event, and the
+// finalizer goes.
+const ReleaseDrainTimeout = 15 * time.Minute
+
 // finalize releases a deleted NodeProvisioner's groups that no other
-// NodeProvisioner uses: every instance beyond the group's minSize is
-// deleted (orders not yet fulfilled first), then the finalizer goes.
+// NodeProvisioner uses: every instance beyond the group's minSize goes
+// (orders not yet fulfilled first); one whose Node runs pods is drained
+// first, through the Eviction API (PodDisruptionBudgets honoured), as a
+// scale-down is. Then the finalizer goes.
 func (r *Reconciler) finalize(ctx context.Context, np *v1alpha1.NodeProvisioner) (reconcile.Result, error) {
 	if !controllerutil.ContainsFinalizer(np, Finalizer) {
 		return reconcile.Result{}, nil
@@ -49,12 +57,23 @@ func (r *Reconciler) finalize(ctx context.Context, np *v1alpha1.NodeProvisioner)
 			}
 		}
 	}
+	var nodes corev1.NodeList
+	if err := r.Client.List(ctx, &nodes); err != nil {
+		return reconcile.Result{}, err
+	}
+	byPID := map[string]*corev1.Node{}
+	for i := range nodes.Items {
+		if pid := nodes.Items[i].Spec.ProviderID; pid != "" {
+			byPID[pid] = &nodes.Items[i]
+		}
+	}
+	overdue := np.DeletionTimestamp != nil && time.Since(np.DeletionTimestamp.Time) > ReleaseDrainTimeout
 	pending := 0
 	for _, g := range np.Spec.NodeGroups {
 		if shared[g] {
 			continue
 		}
-		n, err := r.release(ctx, g)
+		n, err := r.release(ctx, np, g, byPID, overdue)
 		if err != nil {
 			r.Recorder.Eventf(np, nil, corev1.EventTypeWarning, "ReleaseFailed", "Finalize", "group %s: %v", g, err)
 			return reconcile.Result{RequeueAfter: 5 * time.Second}, nil
@@ -77,9 +96,10 @@ func (r *Reconciler) finalize(ctx context.Context, np *v1alpha1.NodeProvisioner)
 	return reconcile.Result{}, nil
 }
 
-// release deletes a group's instances beyond its minSize and returns how
-// many are still on their way out.
-func (r *Reconciler) release(ctx context.Context, group string) (int, error) {
+// release deletes a group's instances beyond its minSize, draining those
+// whose Node may run pods, and returns how many are still on their way
+// out. overdue keeps, rather than drains, what is left.
+func (r *Reconciler) release(ctx context.Context, np *v1alpha1.NodeProvisioner, group string, byPID map[string]*corev1.Node, overdue bool) (int, error) {
 	info, ok := r.Core.Group(group)
 	if !ok {
 		return 0, nil // not this process's group (any more)
@@ -110,13 +130,32 @@ func (r *Reconciler) release(ctx context.Context, group string) (int, error) {
 		return going, nil
 	}
 	ids := make([]string, 0, excess)
+	draining := 0
 	for _, in := range live[:excess] {
-		ids = append(ids, in.ProviderID)
+		n := byPID[in.ProviderID]
+		for _, a := range in.Aliases {
+			if n == nil {
+				n = byPID[a]
+			}
+		}
+		if n == nil {
+			ids = append(ids, in.ProviderID) // no Node: nothing runs there
+			continue
+		}
+		if overdue {
+			r.Recorder.Eventf(np, n, corev1.EventTypeWarning, "ReleaseKept", "Finalize",
+				"node %s could not be drained within %s (its pods' PodDisruptionBudgets); it is kept, in group %s: delete it by hand", n.Name, ReleaseDrainTimeout, group)
+			continue
+		}
+		r.drainAndDelete(ctx, np, n, group)
+		draining++
 	}
-	if err := r.Deleter.DeleteNodes(ctx, group, ids); err != nil {
-		return 0, fmt.Errorf("delete %d instances: %w", len(ids), err)
+	if len(ids) > 0 {
+		if err := r.Deleter.DeleteNodes(ctx, group, ids); err != nil {
+			return 0, fmt.Errorf("delete %d instances: %w", len(ids), err)
+		}
 	}
-	return going + len(ids), nil
+	return going + len(ids) + draining, nil
 }
 
 // releaseNodes takes the controller's marks off the nodes of a deleted

@@ -553,3 +553,52 @@ func TestPoolDecisions(t *testing.T) {
 		return false
 	})
 }
+
+// Deleting a NodeProvisioner drains its nodes before their instances go:
+// a pod whose PodDisruptionBudget allows no eviction keeps running, its
+// node with it, and once the budget allows it the pod is evicted, the
+// node deleted and the NodeProvisioner released.
+func TestDeletingAPoolDrainsItsNodes(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c := startController(t, ctx, "  - {name: h100, cloud: sim, instanceType: 1H100.80S.30V, locations: [FIN-01], maxSize: 4, managedBy: node-provisioner}\n")
+	env, engine, kube := c.env, c.engine, c.kube
+	np := &v1alpha1.NodeProvisioner{ObjectMeta: metav1.ObjectMeta{Name: "serving"}, Spec: v1alpha1.NodeProvisionerSpec{NodeGroups: []string{"h100"}}}
+	if err := kube.Create(ctx, np); err != nil {
+		t.Fatal(err)
+	}
+	p := gpuPod("infer")
+	p.Labels = map[string]string{"app": "infer"}
+	if _, err := env.Client.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	zero := intstr.FromInt32(0)
+	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "infer", Namespace: "default"},
+		Spec: policyv1.PodDisruptionBudgetSpec{MaxUnavailable: &zero, Selector: &metav1.LabelSelector{MatchLabels: p.Labels}}}
+	if _, err := env.Client.PolicyV1().PodDisruptionBudgets("default").Create(ctx, pdb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	running := func() bool {
+		got, err := env.Client.CoreV1().Pods("default").Get(ctx, "infer", metav1.GetOptions{})
+		return err == nil && got.Status.Phase == corev1.PodRunning && got.DeletionTimestamp == nil
+	}
+	waitFor(t, ctx, "the pod Running on a new node", running)
+	if err := kube.Delete(ctx, np); err != nil {
+		t.Fatal(err)
+	}
+	// Long enough for several finalizer passes past the taint's delay.
+	for end := time.Now().Add(15 * time.Second); time.Now().Before(end); time.Sleep(500 * time.Millisecond) {
+		if !running() || engine.Count("e2e") != 1 {
+			t.Fatalf("the pool's deletion killed a pod its PodDisruptionBudget protects (pod running %v, %d instances)", running(), engine.Count("e2e"))
+		}
+	}
+	if err := env.Client.PolicyV1().PodDisruptionBudgets("default").Delete(ctx, "infer", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "the pod evicted, the instance deleted and the NodeProvisioner gone", func() bool {
+		var got v1alpha1.NodeProvisioner
+		err := kube.Get(ctx, client.ObjectKey{Name: "serving"}, &got)
+		return !running() && engine.Count("e2e") == 0 && apierrors.IsNotFound(err)
+	})
+}

@@ -58,6 +58,7 @@ nodeGroups:
     bootstrap:
       method: k3s
       server: https://10.0.0.1:6443
+      version: v1.33.4+k3s1   # the test's API server is no k3s server
       tokenSecretRef: {namespace: kube-system, name: k3s-join, key: token}
 `))
 	if err != nil {
