@@ -95,6 +95,20 @@ func (staticCore) AutoscalingOptions(string) (*config.AutoscalingOptions, bool) 
 	return nil, false
 }
 
+// serverFiles writes the server's certificate and key, signed by root,
+// and root as the client CA, into a fresh folder.
+func serverFiles(t *testing.T, root *ca, clientNames ...string) TLSFiles {
+	t.Helper()
+	dir := t.TempDir()
+	files := TLSFiles{CertFile: filepath.Join(dir, "tls.crt"), KeyFile: filepath.Join(dir, "tls.key"), CACertFile: filepath.Join(dir, "ca.crt"),
+		ClientNames: clientNames}
+	sc, sk := root.issue(t, "server", 2, true)
+	write(t, files.CertFile, sc)
+	write(t, files.KeyFile, sk)
+	write(t, files.CACertFile, root.pem)
+	return files
+}
+
 // serveMTLS serves the provider with files until the test ends, and
 // returns a call of NodeGroups by a client that trusts serverCA and shows
 // the given certificate (none when nil).
@@ -138,15 +152,8 @@ func serveMTLS(t *testing.T, files TLSFiles) func(serverCA *ca, clientCert, clie
 // With clientNames, a certificate the same CA signed for another name is
 // refused: a shared issuer does not make every holder cluster-autoscaler.
 func TestMTLSPinsTheClientName(t *testing.T) {
-	dir := t.TempDir()
 	root := newCA(t, "shared-issuer")
-	files := TLSFiles{CertFile: filepath.Join(dir, "tls.crt"), KeyFile: filepath.Join(dir, "tls.key"), CACertFile: filepath.Join(dir, "ca.crt"),
-		ClientNames: []string{"cluster-autoscaler"}}
-	sc, sk := root.issue(t, "server", 2, true)
-	write(t, files.CertFile, sc)
-	write(t, files.KeyFile, sk)
-	write(t, files.CACertFile, root.pem)
-	dial := serveMTLS(t, files)
+	dial := serveMTLS(t, serverFiles(t, root, "cluster-autoscaler"))
 
 	cc, ck := root.issue(t, "cluster-autoscaler", 3, false)
 	if err := dial(root, cc, ck); err != nil {
@@ -163,14 +170,8 @@ func TestMTLSPinsTheClientName(t *testing.T) {
 }
 
 func TestMTLS(t *testing.T) {
-	dir := t.TempDir()
 	root, other := newCA(t, "gpuscaler-ca"), newCA(t, "stranger-ca")
-	files := TLSFiles{CertFile: filepath.Join(dir, "tls.crt"), KeyFile: filepath.Join(dir, "tls.key"), CACertFile: filepath.Join(dir, "ca.crt")}
-	sc, sk := root.issue(t, "server", 2, true)
-	write(t, files.CertFile, sc)
-	write(t, files.KeyFile, sk)
-	write(t, files.CACertFile, root.pem)
-
+	files := serverFiles(t, root)
 	dial := serveMTLS(t, files)
 
 	cc, ck := root.issue(t, "cluster-autoscaler", 3, false)
