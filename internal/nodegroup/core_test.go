@@ -856,7 +856,9 @@ type slowRelease struct {
 	letGo   chan struct{}
 }
 
-func (slowRelease) UserData(context.Context, cloud.CreateSpec) (string, error) { return "#!/bin/sh\n", nil }
+func (slowRelease) UserData(context.Context, cloud.CreateSpec) (string, error) {
+	return "#!/bin/sh\n", nil
+}
 func (b slowRelease) Release(_ context.Context, name string) {
 	select {
 	case b.entered <- name:

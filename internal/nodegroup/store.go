@@ -210,9 +210,9 @@ type extras struct {
 	firstMiss time.Time
 	// absentSince is when a list first left out a deleted instance.
 	absentSince time.Time
-	errCode   string
-	errMsg    string
-	errClass  ErrorClass
+	errCode     string
+	errMsg      string
+	errClass    ErrorClass
 	// deleteErr is why the last delete of the instance failed; shown on
 	// its status until a delete goes through.
 	deleteErr string
