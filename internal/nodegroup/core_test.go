@@ -905,7 +905,7 @@ func TestLaggingListDoesNotReviveADeletedInstance(t *testing.T) {
 	w := &wrapped{}
 	var (
 		stale  cloud.Instance
-		absent int
+		absent atomic.Int32
 	)
 	w.onList = func(in []cloud.Instance) []cloud.Instance {
 		for _, i := range in {
@@ -920,8 +920,7 @@ func TestLaggingListDoesNotReviveADeletedInstance(t *testing.T) {
 		if stale.Name == "" {
 			return in
 		}
-		absent++
-		if absent == 2 || absent == 3 { // the list lags: the instance is back
+		if n := absent.Add(1); n == 2 || n == 3 { // the list lags: the instance is back
 			return append(in, stale)
 		}
 		return in
@@ -936,11 +935,7 @@ func TestLaggingListDoesNotReviveADeletedInstance(t *testing.T) {
 	if err := h.mgr.DeleteNodes(ctx, "g", []string{insts[0].ProviderID}); err != nil {
 		t.Fatal(err)
 	}
-	h.eventually("the lagging lists seen", func() bool {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		return absent > 4
-	})
+	h.eventually("the lagging lists seen", func() bool { return absent.Load() > 4 })
 	h.settle(3 * time.Minute)
 	if n, _ := h.mgr.TargetSize("g"); n != 0 {
 		t.Errorf("target %d after deleting the only instance, want 0", n)

@@ -45,7 +45,11 @@ type store struct {
 	// lastSync is when each cloud's last successful list started; synced
 	// is closed (and replaced) when a list is folded in.
 	lastSync map[string]time.Time
-	synced   chan struct{}
+	// tombstones are the names of instances this process deleted, with
+	// when a list first left them out: for ResolveAfter, a lagging list
+	// that shows one again gets it deleted again, not adopted.
+	tombstones map[string]time.Time
+	synced     chan struct{}
 	// keys interns the members' offerings.
 	keys keys
 	// entropy feeds new instance names (Options.Entropy); crypto/rand
@@ -84,6 +88,8 @@ func newStore(cfg *config.Config, manage func(string) bool) *store {
 		others:   map[string]float64{},
 		lastSync: map[string]time.Time{},
 		synced:   make(chan struct{}),
+
+		tombstones: map[string]time.Time{},
 	}
 	for i, g := range cfg.NodeGroups {
 		if manage != nil && !manage(g.Name) {
@@ -208,11 +214,9 @@ type extras struct {
 	unknownSince time.Time
 	// firstMiss is the first of the syncs in a row that found no Node.
 	firstMiss time.Time
-	// absentSince is when a list first left out a deleted instance.
-	absentSince time.Time
-	errCode     string
-	errMsg      string
-	errClass    ErrorClass
+	errCode   string
+	errMsg    string
+	errClass  ErrorClass
 	// deleteErr is why the last delete of the instance failed; shown on
 	// its status until a delete goes through.
 	deleteErr string

@@ -240,6 +240,11 @@ func (y *syncer) sync(ctx context.Context, cloudName string, initial bool) error
 	var goneIDs [][]string
 	var reissue []reissue
 	s.mu.Lock()
+	for name, at := range s.tombstones {
+		if !start.Before(at.Add(y.resolveAfter)) {
+			delete(s.tombstones, name)
+		}
+	}
 	y.reaper.beginLocked(cloudName)
 	for _, g := range s.groupsOn(cloudName) {
 		adopted := y.fold(ctx, cloudName, g, l, g.cfg.Name, initial, &out)
@@ -371,9 +376,6 @@ func (y *syncer) fold(ctx context.Context, cloudName string, g *group, l *listin
 			continue
 		}
 		delete(listed, name)
-		if mem.x != nil && !mem.x.absentSince.IsZero() {
-			mem.x.absentSince = time.Time{} // listed again: still being deleted
-		}
 		in, dups := pick(l.named(key, name, first), mem.id)
 		y.reaper.duplicatesLocked(cloudName, dups)
 		switch mem.phase {
@@ -422,6 +424,16 @@ func (y *syncer) fold(ctx context.Context, cloudName string, g *group, l *listin
 	for name, first := range listed {
 		in, dups := pick(l.named(key, name, first), "")
 		y.reaper.duplicatesLocked(cloudName, dups)
+		if at, ok := s.tombstones[name]; ok && start.Before(at.Add(y.resolveAfter)) {
+			// An instance this process deleted, shown again by a list that
+			// lags: deleted again (deletes are idempotent), never adopted
+			// as a new live instance, which would raise the target and,
+			// once it vanished for good, be replaced by a new order.
+			if in.State != cloud.StateDeleting {
+				y.deleter.delete(ctx, cloudName, in, "listed again after its delete")
+			}
+			continue
+		}
 		mem := &member{
 			name: in.Name, g: g,
 			phase: phaseCreated, recordedAt: stampOf(start),
@@ -485,19 +497,6 @@ func (y *syncer) missing(g *group, mem *member, start time.Time, out *afterLock)
 	// before a list told whether it landed, is resolved as a lost answer
 	// is; it would otherwise wait, deleting, for a list to show it forever.
 	withdrawnLost := mem.phase == phaseDeleting && mem.cancelled && !mem.known() && !mem.peek().unknownSince.IsZero()
-	if mem.phase == phaseDeleting && mem.known() {
-		// A deleted instance stays, deleting, for ResolveAfter after the
-		// first list that left it out: a lagging list may show it again,
-		// and it must then be deleted again, not adopted as a new live
-		// instance (raising the target, then replaced when it vanishes).
-		x := mem.extras()
-		if x.absentSince.IsZero() {
-			x.absentSince = start
-		}
-		if !start.After(x.absentSince.Add(y.resolveAfter)) {
-			return
-		}
-	}
 	switch {
 	case mem.phase == phaseUnknown || withdrawnLost:
 		if !start.After(mem.peek().unknownSince.Add(y.resolveAfter)) {
@@ -523,6 +522,10 @@ func (y *syncer) missing(g *group, mem *member, start time.Time, out *afterLock)
 		if mem.phase != phaseDeleting {
 			y.metrics.vanished.WithLabelValues(g.cfg.Name).Inc()
 			y.log.Warn("instance vanished (spot reclaim or external delete); it will be replaced", "group", g.cfg.Name, "instance", mem.name)
+		}
+		if mem.phase == phaseDeleting {
+			// Deleted: a lagging list may show it again for a while.
+			s.tombstones[mem.name] = start
 		}
 		s.drop(g, mem)
 		out.gone = append(out.gone, mem)
