@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -36,8 +37,40 @@ type ServerInfo struct {
 		Network string   `json:"network"`
 		IPs     []string `json:"ips"`
 	} `json:"networks"`
-	Billing       string  `json:"billing"`
-	PriceHourlyOn float64 `json:"priceHourlyOn"`
+	Billing       string `json:"billing"`
+	PriceHourlyOn Price  `json:"priceHourlyOn"`
+}
+
+// Price is a price the API writes as a string ("0.0274"), or as "" when
+// it could not price the server (cloudcli-server's server info turns its
+// numbers into strings); a number is read too. "" and null read as 0.
+type Price float64
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (p *Price) UnmarshalJSON(b []byte) error {
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	switch x := v.(type) {
+	case nil:
+		*p = 0
+	case float64:
+		*p = Price(x)
+	case string:
+		if strings.TrimSpace(x) == "" {
+			*p = 0
+			return nil
+		}
+		f, err := strconv.ParseFloat(strings.TrimSpace(x), 64)
+		if err != nil {
+			return fmt.Errorf("price %q: %w", x, err)
+		}
+		*p = Price(f)
+	default:
+		return fmt.Errorf("price: unexpected %T", v)
+	}
+	return nil
 }
 
 // CreateRequest is the body of POST /service/server, as the seed
@@ -57,7 +90,9 @@ type CreateRequest struct {
 	Managed          string `json:"managed"`
 	Network          string `json:"network"`
 	Quantity         int    `json:"quantity"`
-	BillingCycle     string `json:"billingCycle"`
+	// BillingCycle is "hourly" or "monthly"; the server reads the field
+	// by this exact, lower-case name and bills hourly without it.
+	BillingCycle     string `json:"billingcycle"`
 	MonthlyPackage   string `json:"monthlypackage"`
 	PowerOnAfter     string `json:"poweronaftercreate"`
 	ScriptFile       string `json:"script-file"`
@@ -65,13 +100,15 @@ type CreateRequest struct {
 	Tag              string `json:"tag"`
 }
 
-// Command is a queued command's state (GET /service/queue).
+// Command is a queued command's state (GET /service/queue): the fields
+// of a queue entry as cloudcli-server's queue detail lists them.
 type Command struct {
 	ID json.RawMessage `json:"id"`
 	// Status is "complete", "error", or anything else while it runs.
 	Status      string `json:"status"`
 	Log         string `json:"log"`
-	CommandInfo string `json:"commandInfo"`
+	Server      string `json:"server"`
+	Description string `json:"description"`
 }
 
 // ListServers returns every server of the account.
@@ -234,14 +271,25 @@ func (c *Client) power(ctx context.Context, action, name string) (string, error)
 	return ids[0], nil
 }
 
-// Terminate deletes a server, powered on or not; one already gone is
-// success.
+// Terminate deletes a server, powered on or not, and waits for the queued
+// command that does it (the API answers its id, as for a create): a
+// command that ends in error is an error with its log, the server still
+// there and billing. One already gone is success.
 func (c *Client) Terminate(ctx context.Context, name string) error {
 	body := map[string]any{"name": name, "force": true}
-	err := c.do(ctx, call{op: "terminate", method: http.MethodPost, path: "/service/server/terminate", body: body, idempotent: true}, nil)
+	var raw json.RawMessage
+	err := c.do(ctx, call{op: "terminate", method: http.MethodPost, path: "/service/server/terminate", body: body, idempotent: true}, &raw)
 	if errors.Is(err, cloud.ErrNotFound) {
 		return nil
 	}
+	if err != nil {
+		return err
+	}
+	ids, err := commandIDs(raw)
+	if err != nil || len(ids) == 0 {
+		return cloud.Errorf(cloud.ErrTransient, "terminate", "unreadable answer: %v", err)
+	}
+	_, err = c.WaitCommand(ctx, ids[0])
 	return err
 }
 
@@ -306,7 +354,7 @@ func (c *Client) WaitCommand(ctx context.Context, id string, secrets ...string) 
 					log = strings.ReplaceAll(log, s, "[redacted]")
 				}
 			}
-			return log, cloud.NewError(class, "queue", fmt.Errorf("command %s (%s): %w: %s", id, cmd.CommandInfo, ErrCommandFailed, c.redact.Text(log)))
+			return log, cloud.NewError(class, "queue", fmt.Errorf("command %s (%s): %w: %s", id, strings.TrimSpace(cmd.Description+" "+cmd.Server), ErrCommandFailed, c.redact.Text(log)))
 		}
 		interval = min(interval+interval/2, 10*time.Second)
 	}

@@ -183,3 +183,71 @@ func TestCommandIDForms(t *testing.T) {
 		}
 	}
 }
+
+// The server info answer writes prices as strings ("0.0274", or "" when
+// the server cannot be priced), as cloudcli-server does: every server must
+// still be read, with its type and address.
+func TestServerInfoPricesAreStrings(t *testing.T) {
+	for _, c := range []struct {
+		raw  string
+		want Price
+	}{{`"0.0274"`, 0.0274}, {`""`, 0}, {`null`, 0}, {`0.5`, 0.5}} {
+		var info ServerInfo
+		if err := json.Unmarshal([]byte(`{"name":"s","cpu":"2A","ram":4096,"priceHourlyOn":`+c.raw+`}`), &info); err != nil || info.PriceHourlyOn != c.want || info.CPU != "2A" {
+			t.Errorf("priceHourlyOn %s: %+v, %v", c.raw, info, err)
+		}
+	}
+	var info ServerInfo
+	if err := json.Unmarshal([]byte(`{"priceHourlyOn":"about a dollar"}`), &info); err == nil {
+		t.Error("a price that is no number was read")
+	}
+}
+
+// A monthly order is billed monthly: the create body names the field the
+// server reads, billingcycle (with billingCycle the server bills hourly).
+func TestMonthlyOrderIsBilledMonthly(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	req := order("ng1-0a1b2c3d4e6", "EU")
+	req.BillingCycle, req.MonthlyPackage = "monthly", "t5000"
+	cmd, _, err := f.client.CreateServer(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.client.WaitCommand(ctx, cmd); err != nil {
+		t.Fatal(err)
+	}
+	info, err := f.client.ServerInfo(ctx, "ng1-0a1b2c3d4e6")
+	if err != nil || info.Billing != "monthly" {
+		t.Fatalf("billing %q, %v; want monthly", info.Billing, err)
+	}
+}
+
+// A termination whose queued command ends in error is an error carrying
+// the command's log, and the server is still there: a failed delete is
+// never taken for done while the server bills.
+func TestFailedTerminateIsReported(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	cmd, _, err := f.client.CreateServer(ctx, order("ng1-0a1b2c3d4e7", "EU"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.client.WaitCommand(ctx, cmd); err != nil {
+		t.Fatal(err)
+	}
+	f.fake.FailNextTerminate("Server is locked by another operation")
+	err = f.client.Terminate(ctx, "ng1-0a1b2c3d4e7")
+	if err == nil || !errors.Is(err, ErrCommandFailed) || !strings.Contains(err.Error(), "locked by another operation") {
+		t.Fatalf("a failed termination: %v", err)
+	}
+	if servers, _ := f.client.ListServers(ctx); len(servers) != 1 {
+		t.Fatalf("after a failed termination: %+v", servers)
+	}
+	if err := f.client.Terminate(ctx, "ng1-0a1b2c3d4e7"); err != nil {
+		t.Fatalf("terminating again: %v", err)
+	}
+	if servers, _ := f.client.ListServers(ctx); len(servers) != 0 {
+		t.Fatalf("after terminate: %+v", servers)
+	}
+}

@@ -114,6 +114,9 @@ type Server struct {
 	nextCmd  int
 	calls    map[string]int
 	faults   faults.Set
+	// failTerminate, when set, is the log the next termination's command
+	// ends in error with.
+	failTerminate string
 	// brokenCreates fail the next create commands, in order.
 	brokenCreates []brokenCreate
 	// brokenTags are servers whose tag lookups always fail.
@@ -127,11 +130,13 @@ type server struct {
 	tags                      []string
 	power                     string
 	script                    string
+	billing                   string
 	createdAt                 time.Time
 }
 
 type command struct {
 	id, info, server string
+	added            time.Time
 	// finish runs once when the command leaves pending; it returns the
 	// final status and log.
 	finish func() (status, log string)
@@ -457,13 +462,19 @@ func nameOf(r *http.Request) string {
 // named returns the server a request's {"name"} names, if the engine has
 // it (not being created nor terminated).
 func (s *Server) named(r *http.Request) (*server, cloud.Instance, bool) {
+	sv, in, _, ok := s.namedAs(r)
+	return sv, in, ok
+}
+
+// namedAs is named with the name asked for.
+func (s *Server) namedAs(r *http.Request) (*server, cloud.Instance, string, bool) {
 	name := nameOf(r)
 	live := s.live()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sv, ok := s.servers[name]
 	in, running := live[name]
-	return sv, in, ok && running
+	return sv, in, name, ok && running
 }
 
 func (s *Server) tags(w http.ResponseWriter, r *http.Request) {
@@ -501,12 +512,27 @@ func (s *Server) info(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, []map[string]any{{
 		"id": sv.id, "name": sv.name, "datacenter": sv.datacenter, "power": sv.power, "cpu": sv.cpu, "ram": sv.ram,
 		"diskSizes": []int{100}, "networks": []map[string]any{{"network": "wan-" + sv.datacenter, "ips": []string{in.IP}}},
-		"billing": "hourly", "traffic": "t5000", "backup": "0", "managed": "0", "priceHourlyOn": price,
+		// cloudcli-server (app/Cloudcli/ProxyServerHttpPostMethods.php)
+		// writes the prices as strings, "" when it cannot price the server.
+		"billing": sv.billingOrHourly(), "traffic": "t5000", "backup": "0", "managed": "0",
+		"priceHourlyOn": strconv.FormatFloat(price, 'f', -1, 64), "priceMonthlyOn": strconv.FormatFloat(price*730, 'f', 2, 64),
 	}})
 }
 
-// createBody accepts the autoscaler's and the Terraform provider's
-// spellings.
+// billingOrHourly is the server's billing cycle as ordered; hourly when
+// the order named none (the server's default).
+func (sv *server) billingOrHourly() string {
+	if sv.billing == "" {
+		return "hourly"
+	}
+	return sv.billing
+}
+
+// createBody is the create's body. The billing cycle is read by its one
+// name, billingcycle, as cloudcli-server reads each field of
+// cli_schema/commands/server/create.json by its exact name
+// (app/Cloudcli/ProxyServerPost.php); a "billingCycle" is ignored there,
+// and the server is billed hourly, its default.
 type createBody struct {
 	Name         string          `json:"name"`
 	Datacenter   string          `json:"datacenter"`
@@ -515,7 +541,6 @@ type createBody struct {
 	RAM          json.RawMessage `json:"ram"`
 	Disk         string          `json:"disk"`
 	Network      string          `json:"network"`
-	BillingCycle string          `json:"billingCycle"`
 	Billingcycle string          `json:"billingcycle"`
 	Script       string          `json:"script-file"`
 	Tag          string          `json:"tag"`
@@ -553,7 +578,12 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		message(w, http.StatusBadRequest, "Server name already in use: "+b.Name)
 		return
 	}
-	sv := &server{name: b.Name, datacenter: b.Datacenter, cpu: b.CPU, ram: ram, tags: strings.Fields(b.Tag), power: "on", script: b.Script}
+	if c := strings.ToLower(strings.TrimSpace(b.Billingcycle)); c != "" && c != "hourly" && c != "monthly" {
+		message(w, http.StatusInternalServerError, "Invalid billingcycle value: "+b.Billingcycle)
+		return
+	}
+	sv := &server{name: b.Name, datacenter: b.Datacenter, cpu: b.CPU, ram: ram, tags: strings.Fields(b.Tag), power: "on", script: b.Script,
+		billing: strings.ToLower(strings.TrimSpace(b.Billingcycle))}
 	s.servers[b.Name] = sv
 	broken := s.brokenCreates
 	if len(broken) > 0 {
@@ -606,20 +636,44 @@ func (s *Server) power(w http.ResponseWriter, r *http.Request, state string) {
 	writeJSON(w, http.StatusOK, []string{id})
 }
 
+// terminate queues the server's termination and answers the command's id
+// in a list, as cloudcli-server's multi-server commands answer
+// (returnProxyHttpMultiServerPostResponse); the Terraform provider waits
+// on it. A termination FailNextTerminate set up ends in error, the server
+// kept.
 func (s *Server) terminate(w http.ResponseWriter, r *http.Request) {
-	sv, in, ok := s.named(r)
+	sv, in, name, ok := s.namedAs(r)
 	if !ok {
-		message(w, http.StatusInternalServerError, "No servers found")
-		return
-	}
-	if err := s.acct.Delete(r.Context(), in); err != nil {
-		message(w, http.StatusInternalServerError, err.Error())
+		// cloudcli-server's words for a name that matches no server
+		// (ProxyServerHttpPostMethods.php).
+		message(w, http.StatusInternalServerError, "No servers found (name='"+name+"')")
 		return
 	}
 	s.mu.Lock()
-	delete(s.servers, sv.name)
+	failLog := s.failTerminate
+	s.failTerminate = ""
+	id := s.newCommandLocked("Terminate server", sv.name, func() (string, string) {
+		if failLog != "" {
+			return "error", failLog
+		}
+		if err := s.acct.Delete(context.Background(), in); err != nil {
+			return "error", err.Error()
+		}
+		s.mu.Lock()
+		delete(s.servers, sv.name)
+		s.mu.Unlock()
+		return "complete", "Server terminated"
+	})
 	s.mu.Unlock()
-	writeJSON(w, http.StatusOK, map[string]any{})
+	writeJSON(w, http.StatusOK, []string{id})
+}
+
+// FailNextTerminate makes the next termination's queued command end in
+// error with log; the server stays.
+func (s *Server) FailNextTerminate(log string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.failTerminate = log
 }
 
 // newCommandLocked queues a command that ends after CommandDelay; s.mu is
@@ -627,7 +681,7 @@ func (s *Server) terminate(w http.ResponseWriter, r *http.Request) {
 func (s *Server) newCommandLocked(info, server string, finish func() (string, string)) string {
 	s.nextCmd++
 	id := fmt.Sprintf("%d", 9000000+s.nextCmd)
-	c := &command{id: id, info: info, server: server, finish: finish, status: "pending"}
+	c := &command{id: id, info: info, server: server, finish: finish, status: "pending", added: time.Now()}
 	s.commands[id] = c
 	// The queue runs the command whether or not anyone polls it, as the
 	// real one does (a create whose answer was lost still makes a server).
@@ -659,7 +713,10 @@ func (s *Server) queue(w http.ResponseWriter, r *http.Request) {
 		message(w, http.StatusInternalServerError, "Command not found")
 		return
 	}
-	out := []map[string]any{{"id": c.id, "status": c.status, "log": c.log, "commandInfo": c.info, "serviceName": c.server}}
+	// The fields of cli_schema/commands/queue/detail.json in
+	// cloudwm/cloudcli-server.
+	out := []map[string]any{{"id": c.id, "status": c.status, "log": c.log, "server": c.server, "description": c.info,
+		"added": c.added.Format("2006-01-02 15:04:05"), "executed": "", "completed": ""}}
 	s.mu.Unlock()
 	writeJSON(w, http.StatusOK, out)
 }
