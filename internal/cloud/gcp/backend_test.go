@@ -529,3 +529,104 @@ func TestAdvise(t *testing.T) {
 		t.Errorf("a MIG its template will make: %v", got)
 	}
 }
+
+// answers is one MIG's member in the states listManagedInstances reports,
+// read through the backend's List.
+func answers(t *testing.T, fakeOpts gcptest.Options, states ...gcptest.MemberState) []cloud.Instance {
+	t.Helper()
+	engine, err := gcptest.NewEngine(sim.Config{BootDelay: sim.Duration(time.Millisecond)}, sim.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fakeOpts.Project = project
+	fake := gcptest.New(engine, fakeOpts)
+	t.Cleanup(fake.Close)
+	fake.AddGroup("us-central1-a", "gpu-l4", "g2-standard-8")
+	clients, err := gcp.NewClients(context.Background(), gcp.ClientOptions{Endpoint: fake.URL, NoAuth: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prov := gcp.New(clients, gcp.Options{Project: project, PollInterval: 5 * time.Millisecond, CreateWatch: time.Second,
+		Groups: map[string]gcp.Group{"l4": gcp.NewGroup("l4", "g2-standard-8", []string{"us-central1-a"}, map[string]string{"instanceGroup": "gpu-l4"})}})
+	ctx := context.Background()
+	var names []string
+	for i := range states {
+		name := fmt.Sprintf("l4-%d", i)
+		if _, err := prov.Create(ctx, cloud.CreateSpec{Name: name, Group: "l4", InstanceType: "g2-standard-8", Location: "us-central1-a", CapacityType: cloud.OnDemand}); err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, name)
+	}
+	for i, st := range states {
+		fake.SetMemberState("us-central1-a", "gpu-l4", names[i], st)
+	}
+	list, err := prov.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]cloud.Instance{}
+	for _, in := range list {
+		byName[in.Name] = in
+	}
+	out := make([]cloud.Instance, len(names))
+	for i, n := range names {
+		out[i] = byName[n]
+	}
+	return out
+}
+
+// A VM that runs is running whatever the MIG is doing on it: the actions
+// compute/v1 documents besides creating and deleting (VERIFYING,
+// REFRESHING, RESTARTING on a RUNNING VM) leave it serving, as
+// cluster-autoscaler's getInstanceState maps them. Taken for pending, a
+// serving node counted as an unfulfilled order and could be deleted by a
+// target decrease.
+func TestRunningVMUnderAnActionIsRunning(t *testing.T) {
+	got := answers(t, gcptest.Options{},
+		gcptest.MemberState{Action: "VERIFYING", Status: "RUNNING"},
+		gcptest.MemberState{Action: "REFRESHING", Status: "RUNNING"},
+		gcptest.MemberState{Action: "RESTARTING", Status: "RUNNING"},
+		gcptest.MemberState{Action: "STARTING", Status: "STOPPED"},
+		gcptest.MemberState{Action: "NONE", Status: "STOPPED"},
+	)
+	want := []cloud.InstanceState{cloud.StateRunning, cloud.StateRunning, cloud.StateRunning, cloud.StatePending, cloud.StateStopped}
+	for i := range want {
+		if got[i].State != want[i] {
+			t.Errorf("member %d: %s, want %s", i, got[i].State, want[i])
+		}
+	}
+}
+
+// Every lastAttempt error is read, and classed as cluster-autoscaler's
+// GetErrorInfo classes it: INSUFFICIENT_CAPACITY is a stock-out, a quota
+// error behind another one still counts, and another error of a VM that
+// never started (IP_SPACE_EXHAUSTED, PERMISSIONS_ERROR, an unknown code)
+// is a failed order with its code, not a member pending for ever.
+func TestEveryAttemptErrorIsRead(t *testing.T) {
+	got := answers(t, gcptest.Options{},
+		gcptest.MemberState{Action: "CREATING", Errors: [][2]string{{"INSUFFICIENT_CAPACITY", "no capacity"}}},
+		gcptest.MemberState{Action: "CREATING", Errors: [][2]string{{"SOME_ERROR", "Ojojojoj!"}, {"QUOTA_EXCEEDED", "We run out of quota!"}}},
+		gcptest.MemberState{Action: "CREATING", Errors: [][2]string{{"IP_SPACE_EXHAUSTED", "no address left"}}},
+		gcptest.MemberState{Action: "CREATING", Status: "PROVISIONING", Errors: [][2]string{{"PERMISSIONS_ERROR", "denied"}}},
+		gcptest.MemberState{Action: "CREATING", Errors: [][2]string{{"A_CODE_FROM_TOMORROW", "?"}}},
+	)
+	for i, wantCode := range []string{"INSUFFICIENT_CAPACITY", "QUOTA_EXCEEDED", "IP_SPACE_EXHAUSTED", "PERMISSIONS_ERROR", "A_CODE_FROM_TOMORROW"} {
+		if got[i].State != cloud.StateFailed || !strings.HasPrefix(got[i].Error, wantCode+":") {
+			t.Errorf("member %d: %s %q, want failed with %s", i, got[i].State, got[i].Error, wantCode)
+		}
+	}
+	if !strings.Contains(got[1].Error, "Ojojojoj!; We run out of quota!") {
+		t.Errorf("the messages of every error: %q", got[1].Error)
+	}
+}
+
+// A list whose members carry only their instance URL, no name (older
+// answers, and cluster-autoscaler's recorded ones), is read: each member's
+// name is its URL's last segment. It failed the whole List, and every
+// group of the project stopped scaling.
+func TestMembersWithoutNames(t *testing.T) {
+	got := answers(t, gcptest.Options{NoMemberNames: true}, gcptest.MemberState{Action: "NONE", Status: "RUNNING"})
+	if got[0].Name != "l4-0" || got[0].State != cloud.StateRunning || got[0].ProviderID != "gce://"+project+"/us-central1-a/l4-0" {
+		t.Errorf("member %+v", got[0])
+	}
+}

@@ -418,35 +418,86 @@ func (c *Cloud) members(ctx context.Context, m MIG) ([]*compute.ManagedInstance,
 		return nil, err
 	}
 	for _, mi := range out {
+		if mi != nil && mi.Name == "" && mi.Instance != "" {
+			// Older answers (and cluster-autoscaler's recorded ones) carry
+			// only the instance's URL, which ends in its name.
+			mi.Name = lastSegment(mi.Instance)
+		}
 		if mi == nil || mi.Name == "" {
-			// Every member has a name: a list that holds one without is
-			// garbled, and a member left out of it would look gone.
-			return nil, cloud.Errorf(cloud.ErrTransient, "list", "%s/%s: a managed instance without a name in the answer", m.Location, m.Name)
+			// A member with neither is garbled, and a member left out of
+			// the list would look gone.
+			return nil, cloud.Errorf(cloud.ErrTransient, "list", "%s/%s: a managed instance without a name or URL in the answer", m.Location, m.Name)
 		}
 	}
 	return out, nil
 }
 
-// lastAttempt is the first error of a managed instance's last attempt.
-func lastAttempt(mi *compute.ManagedInstance) (code, message string) {
-	if a := mi.LastAttempt; a != nil && a.Errors != nil && len(a.Errors.Errors) > 0 && a.Errors.Errors[0] != nil {
-		return a.Errors.Errors[0].Code, a.Errors.Errors[0].Message
+// lastAttempt reads every error of a managed instance's last attempt, as
+// cluster-autoscaler's GCE provider does, and returns the most telling:
+// out of capacity before quota before any other code; the message joins
+// every error's. A code no class knows is reported as it is (class
+// errOther): a VM that never started with such an error is a failed order.
+func lastAttempt(mi *compute.ManagedInstance) (code, message string, class error) {
+	a := mi.LastAttempt
+	if a == nil || a.Errors == nil {
+		return "", "", nil
 	}
-	return "", ""
+	rank := func(c error) int {
+		switch c {
+		case cloud.ErrCapacity:
+			return 3
+		case cloud.ErrQuota:
+			return 2
+		case errOther:
+			return 1
+		}
+		return 0
+	}
+	var msgs []string
+	for _, e := range a.Errors.Errors {
+		if e == nil || e.Code == "" {
+			continue
+		}
+		if e.Message != "" {
+			msgs = append(msgs, e.Message)
+		}
+		if c := attemptClass(e.Code); rank(c) > rank(class) {
+			code, class = e.Code, c
+		}
+	}
+	return code, strings.Join(msgs, "; "), class
 }
 
+// errOther classes a lastAttempt code that is neither a stock-out nor
+// quota (IP_SPACE_EXHAUSTED, PERMISSIONS_ERROR, a reservation's
+// CONDITION_NOT_MET, a code unknown today): cluster-autoscaler's
+// OtherErrorClass.
+var errOther = cloud.ErrInvalid
+
 // attemptClass classes a lastAttempt code as the GCE cluster-autoscaler
-// provider does: the pool exhausted is a stock-out, any quota is quota.
+// provider does: the resource pools exhausted and INSUFFICIENT_CAPACITY
+// are a stock-out, any quota is quota, anything else another error.
 func attemptClass(code string) error {
 	switch {
 	case code == "":
 		return nil
-	case strings.Contains(code, "RESOURCE_POOL_EXHAUSTED"):
+	case strings.Contains(code, "RESOURCE_POOL_EXHAUSTED"), code == "INSUFFICIENT_CAPACITY":
 		return cloud.ErrCapacity
 	case strings.Contains(code, "QUOTA"):
 		return cloud.ErrQuota
 	}
-	return cloud.ErrTransient
+	return errOther
+}
+
+// notStartedYet reports whether a managed instance's VM has not run yet
+// (cluster-autoscaler's isInstanceStatusNotRunningYet): only then is an
+// unclassed lastAttempt error a failed order.
+func notStartedYet(mi *compute.ManagedInstance) bool {
+	switch mi.InstanceStatus {
+	case "", "PROVISIONING", "STAGING":
+		return true
+	}
+	return false
 }
 
 func (c *Cloud) instance(group string, g Group, m MIG, mi *compute.ManagedInstance) cloud.Instance {
@@ -460,22 +511,29 @@ func (c *Cloud) instance(group string, g Group, m MIG, mi *compute.ManagedInstan
 	if mi.Id != 0 {
 		in.ID = strconv.FormatUint(mi.Id, 10) // none until the VM exists
 	}
+	// As cluster-autoscaler's getInstanceState: only the create actions
+	// make a member pending and the delete actions deleting; any other
+	// action (VERIFYING, REFRESHING, RESTARTING, ...) runs on a VM whose
+	// own status says whether it serves.
 	switch mi.CurrentAction {
-	case "CREATING", "CREATING_WITHOUT_RETRIES", "RECREATING", "VERIFYING", "STARTING", "RESUMING", "REFRESHING", "RESTARTING":
+	case "CREATING", "CREATING_WITHOUT_RETRIES", "RECREATING":
 		in.State = cloud.StatePending
-		if code, msg := lastAttempt(mi); attemptClass(code) == cloud.ErrCapacity || attemptClass(code) == cloud.ErrQuota {
-			// The MIG keeps retrying a stock-out for ever; the core deletes
-			// the member and orders elsewhere.
+		if code, msg, class := lastAttempt(mi); class == cloud.ErrCapacity || class == cloud.ErrQuota || class == errOther && notStartedYet(mi) {
+			// The MIG keeps retrying for ever; the core reports the order
+			// failed, deletes the member and orders elsewhere.
 			in.State, in.Error = cloud.StateFailed, code+": "+msg
 		}
 	case "DELETING", "ABANDONING":
 		in.State = cloud.StateDeleting
 	default:
 		switch mi.InstanceStatus {
-		case "STOPPED", "TERMINATED", "SUSPENDED":
-			in.State, in.Error = cloud.StateStopped, "instance "+mi.InstanceStatus
 		case "RUNNING":
 			in.State = cloud.StateRunning
+		case "STOPPED", "TERMINATED", "SUSPENDED":
+			in.State, in.Error = cloud.StateStopped, "instance "+mi.InstanceStatus
+			if mi.CurrentAction == "STARTING" || mi.CurrentAction == "RESUMING" {
+				in.State, in.Error = cloud.StatePending, "" // the MIG is starting it again
+			}
 		default:
 			in.State = cloud.StatePending
 		}
@@ -560,8 +618,8 @@ func (c *Cloud) watch(ctx context.Context, m MIG, name string) (*compute.Managed
 		case mi == nil:
 			return nil, cloud.Errorf(cloud.ErrOutcomeUnknown, "create", "instance %s is not in %s/%s after its create", name, m.Location, m.Name)
 		}
-		code, msg := lastAttempt(mi)
-		if class := attemptClass(code); creating(mi) && (class == cloud.ErrCapacity || class == cloud.ErrQuota) {
+		code, msg, class := lastAttempt(mi)
+		if creating(mi) && (class == cloud.ErrCapacity || class == cloud.ErrQuota || class == errOther && notStartedYet(mi)) {
 			if derr := c.remove(ctx, m, mi); derr != nil {
 				return nil, cloud.NewError(cloud.ErrOutcomeUnknown, "create", fmt.Errorf("%s: %s; and the instance could not be taken out: %w", code, msg, derr))
 			}

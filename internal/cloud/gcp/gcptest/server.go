@@ -63,6 +63,19 @@ type Options struct {
 	OperationDelay time.Duration
 	// GPUQuota caps the GPUs the project may run; 0 = no limit.
 	GPUQuota int
+	// NoMemberNames answers managed instances with their instance URL and
+	// no name, as cluster-autoscaler's recorded listManagedInstances
+	// answers do (cloudprovider/gce/gce_manager_test.go's templates).
+	NoMemberNames bool
+}
+
+// MemberState is what listManagedInstances says of a member, set by a test
+// (SetMemberState) over what the fake would say: a currentAction and an
+// instanceStatus of those compute/v1's discovery document enumerates, and
+// lastAttempt errors as code and message.
+type MemberState struct {
+	Action, Status string
+	Errors         [][2]string
 }
 
 // Server is the fake API; its URL is Server.URL.
@@ -113,9 +126,11 @@ type member struct {
 	// action is the MIG's current action: CREATING, DELETING or NONE.
 	action    string
 	lastError string
-	created   bool // the engine made its instance
-	making    bool // a settle is asking the engine for it
-	since     time.Time
+	// state, when set, is what the list says of the member instead.
+	state   *MemberState
+	created bool // the engine made its instance
+	making  bool // a settle is asking the engine for it
+	since   time.Time
 }
 
 type operation struct {
@@ -656,17 +671,40 @@ func (s *Server) managedJSON(g *igm, m *member) map[string]any {
 	out := map[string]any{
 		"id": m.id, "name": m.name, "currentAction": m.action, "targetStatus": "RUNNING",
 	}
+	if s.opts.NoMemberNames {
+		delete(out, "name")
+	}
 	if zone := map[bool]string{true: m.zone, false: g.zone}[regional(g.zone)]; zone != "" {
 		out["instance"] = s.zoneURL(zone) + "/instances/" + m.name
+	}
+	var errs []map[string]string
+	if m.lastError != "" {
+		code, msg, _ := strings.Cut(m.lastError, ": ")
+		errs = append(errs, map[string]string{"code": code, "message": msg})
+	}
+	if st := m.state; st != nil {
+		out["currentAction"], status, errs = st.Action, st.Status, nil
+		for _, e := range st.Errors {
+			errs = append(errs, map[string]string{"code": e[0], "message": e[1]})
+		}
 	}
 	if status != "" {
 		out["instanceStatus"] = status
 	}
-	if m.lastError != "" {
-		code, msg, _ := strings.Cut(m.lastError, ": ")
-		out["lastAttempt"] = map[string]any{"errors": map[string]any{"errors": []map[string]string{{"code": code, "message": msg}}}}
+	if len(errs) > 0 {
+		out["lastAttempt"] = map[string]any{"errors": map[string]any{"errors": errs}}
 	}
 	return out
+}
+
+// SetMemberState makes listManagedInstances say st of a group's member
+// from now on.
+func (s *Server) SetMemberState(zone, group, name string, st MemberState) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if m := s.igms[zone+"/"+group].members[name]; m != nil {
+		m.state = &st
+	}
 }
 
 func (s *Server) listManaged(w http.ResponseWriter, r *http.Request) {
