@@ -92,12 +92,12 @@ type CreateRequest struct {
 	Quantity         int    `json:"quantity"`
 	// BillingCycle is "hourly" or "monthly"; the server reads the field
 	// by this exact, lower-case name and bills hourly without it.
-	BillingCycle     string `json:"billingcycle"`
-	MonthlyPackage   string `json:"monthlypackage"`
-	PowerOnAfter     string `json:"poweronaftercreate"`
-	ScriptFile       string `json:"script-file"`
-	UserDataFile     string `json:"userdata-file"`
-	Tag              string `json:"tag"`
+	BillingCycle   string `json:"billingcycle"`
+	MonthlyPackage string `json:"monthlypackage"`
+	PowerOnAfter   string `json:"poweronaftercreate"`
+	ScriptFile     string `json:"script-file"`
+	UserDataFile   string `json:"userdata-file"`
+	Tag            string `json:"tag"`
 }
 
 // Command is a queued command's state (GET /service/queue): the fields
