@@ -196,10 +196,10 @@ func (l *launcher) terminate(_ context.Context, providerID string) error {
 	case phaseDeleting:
 		return nil
 	case phaseCreating, phaseUnknown:
-		s.change(s.launches, mem, func() { mem.cancelled, mem.phase = true, phaseDeleting })
+		s.change(s.launches, mem, func() { mem.cancelled = s.to(mem, phaseDeleting) })
 		return nil
 	}
-	s.change(s.launches, mem, func() { mem.phase = phaseDeleting })
+	s.change(s.launches, mem, func() { s.to(mem, phaseDeleting) })
 	// The delete outlives the call that asked for it.
 	l.deleter.delete(l.orderer.ctx(), mem.cloud(), mem.instance(), "terminated by "+mem.peek().owner)
 	return nil

@@ -146,6 +146,10 @@ func New(cfg *config.Config, providers map[string]cloud.Provider, opts Options) 
 	}
 	s := newStore(cfg, opts.Manage)
 	s.entropy = opts.Entropy
+	s.refused = func(mem *member, from, to phase) {
+		met.refusedMoves.WithLabelValues(mem.group(), from.String(), to.String()).Inc()
+		m.log.Error("member phase change refused: the lifecycle has no such move", "group", mem.group(), "instance", mem.name, "from", from.String(), "to", to.String())
+	}
 	m.store = s
 	m.offerings = newOfferings(opts.Clock, cfg, met)
 	met.preset(cfg, opts.Manage)

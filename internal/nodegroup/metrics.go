@@ -17,6 +17,7 @@ type metrics struct {
 	leaked          *prometheus.CounterVec
 	deleteFailures  *prometheus.CounterVec
 	vanished        *prometheus.CounterVec
+	refusedMoves    *prometheus.CounterVec
 	unknownGroup    *prometheus.GaugeVec
 	stockOuts       *prometheus.CounterVec
 	costLimit       *prometheus.GaugeVec
@@ -105,10 +106,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "gpuscaler_gpu_startup_timeouts_total",
 			Help: "GPU nodes that registered but showed no GPUs within their group's gpuStartupTimeout, by node group; their instances are deleted and replaced.",
 		}, []string{"group"}),
+		refusedMoves: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpuscaler_member_transitions_refused_total",
+			Help: "Member phase changes the lifecycle does not have (out of deleting, back to creating), refused, by node group, from and to phase; any is a bug to report.",
+		}, []string{"group", "from", "to"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.apiCalls, m.apiLatency, m.instances, m.targetSize, m.scaleUpFailures, m.hourlySpend, m.leaked,
-			m.deleteFailures, m.vanished, m.unknownGroup, m.stockOuts, m.costLimit, m.startup, m.gpuGap, m.gpuTimeouts)
+			m.deleteFailures, m.vanished, m.unknownGroup, m.stockOuts, m.costLimit, m.startup, m.gpuGap, m.gpuTimeouts, m.refusedMoves)
 	}
 	return m
 }

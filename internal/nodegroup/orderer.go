@@ -295,9 +295,10 @@ func (o *orderer) recordLocked(g *group, mem *member, inst cloud.Instance) {
 			mem.state = statePending
 		}
 		mem.recordedAt = stampOf(o.clock.Now())
-		mem.phase = phaseCreated
 		if mem.cancelled {
-			mem.phase = phaseDeleting
+			s.to(mem, phaseDeleting)
+		} else {
+			s.to(mem, phaseCreated)
 		}
 		s.reindex(mem, pid)
 		s.index(mem)
@@ -318,7 +319,7 @@ func (o *orderer) unknown(g *group, mem *member, err error) {
 		// A withdrawn order stays withdrawn: a later list deletes what
 		// landed and forgets what did not, and it never counts as live.
 		if !mem.cancelled {
-			mem.phase = phaseUnknown
+			s.to(mem, phaseUnknown)
 		}
 		mem.extras().unknownSince = o.clock.Now()
 	})
@@ -359,7 +360,7 @@ func (o *orderer) failLocked(g *group, mem *member, code string, class ErrorClas
 	o.log.Warn("instance could not be created", "group", g.cfg.Name, "instance", mem.name, "code", code, "error", msg)
 	o.events.warn(g.cfg.Name, mem.name, mem.providerID, "ScaleUpFailed", code+": "+msg)
 	s.change(g, mem, func() {
-		mem.phase = phaseFailed
+		s.to(mem, phaseFailed)
 		x := mem.extras()
 		x.errCode, x.errClass, x.errMsg = code, class, msg
 	})

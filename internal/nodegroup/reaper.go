@@ -236,7 +236,7 @@ func (r *reaper) gpuStartupLocked(ctx context.Context, g *group, mem *member, no
 	}
 	r.log.Warn("deleting a GPU node that never showed its GPUs; it will be replaced", "group", name, "instance", mem.name)
 	r.events.warn(name, mem.name, mem.providerID, "GPUsNeverAppeared", msg+"; deleting its instance")
-	r.store.change(g, mem, func() { mem.phase = phaseDeleting })
+	r.store.change(g, mem, func() { r.store.to(mem, phaseDeleting) })
 	g.target = max(g.target-1, 0)
 	r.deleter.delete(ctx, g.cfg.Cloud, mem.instance(), "GPUs never appeared")
 }
@@ -262,7 +262,7 @@ func (r *reaper) neverRegisteredLocked(ctx context.Context, g *group, mem *membe
 	}
 	r.log.Warn("deleting instance that never registered as a node", "group", g.cfg.Name, "instance", mem.name, "age", age)
 	r.events.warn(g.cfg.Name, mem.name, mem.providerID, "NeverRegistered", msg+"; deleting it")
-	r.store.change(g, mem, func() { mem.phase = phaseDeleting })
+	r.store.change(g, mem, func() { r.store.to(mem, phaseDeleting) })
 	g.target = max(g.target-1, 0)
 	r.deleter.delete(ctx, g.cfg.Cloud, mem.instance(), "never registered as a node")
 }

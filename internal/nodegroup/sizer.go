@@ -180,12 +180,9 @@ func (z *sizer) removeLocked(g *group, mem *member, why string) {
 	case mem.phase == phaseFailed && !mem.known():
 		s.drop(g, mem)
 	case mem.phase == phaseCreating || mem.phase == phaseUnknown:
-		s.change(g, mem, func() {
-			mem.cancelled = true
-			mem.phase = phaseDeleting
-		})
+		s.change(g, mem, func() { mem.cancelled = s.to(mem, phaseDeleting) })
 	default:
-		s.change(g, mem, func() { mem.phase = phaseDeleting })
+		s.change(g, mem, func() { s.to(mem, phaseDeleting) })
 		z.deleter.delete(z.ctx(), mem.cloud(), mem.instance(), why)
 	}
 }

@@ -49,7 +49,9 @@ type store struct {
 	// when a list first left them out: for ResolveAfter, a lagging list
 	// that shows one again gets it deleted again, not adopted.
 	tombstones map[string]time.Time
-	synced     chan struct{}
+	// refused hears of each move the member lifecycle does not have.
+	refused func(mem *member, from, to phase)
+	synced  chan struct{}
 	// keys interns the members' offerings.
 	keys keys
 	// entropy feeds new instance names (Options.Entropy); crypto/rand
@@ -152,6 +154,24 @@ const (
 	// toward the target.
 	phaseDeleting
 )
+
+// names are the phases' names, in metrics and logs.
+var phaseNames = [...]string{phaseCreating: "creating", phaseUnknown: "unknown", phaseCreated: "created", phaseFailed: "failed", phaseDeleting: "deleting"}
+
+func (p phase) String() string { return phaseNames[p] }
+
+// moves is the member lifecycle: the phases each phase may go to. A member
+// starts creating (ordered) or created (found at the cloud); its create
+// ends created, failed, or unknown (the answer lost) until a list tells;
+// a failed order whose instance the cloud made after all is created again;
+// any phase may go deleting, and deleting is left only by being dropped.
+var moves = [...][]phase{
+	phaseCreating: {phaseUnknown, phaseCreated, phaseFailed, phaseDeleting},
+	phaseUnknown:  {phaseCreated, phaseFailed, phaseDeleting},
+	phaseCreated:  {phaseFailed, phaseDeleting},
+	phaseFailed:   {phaseCreated, phaseDeleting},
+	phaseDeleting: {},
+}
 
 // member is one slot of a group, or one launched instance: an instance, or
 // the order for one. Only what the core needs of the cloud's instance is
@@ -481,6 +501,25 @@ func (g *group) recount() {
 	for _, mem := range g.members {
 		g.account(mem, 1)
 	}
+}
+
+// to moves a member to phase p: the one way a member's phase changes once
+// it is in the store. A move the lifecycle (moves) does not have is
+// refused and reported through refused, and the member keeps its phase;
+// to reports whether the member is in p. Call it inside change, which
+// keeps the counts; callers hold the lock.
+func (s *store) to(mem *member, p phase) bool {
+	if mem.phase == p {
+		return true
+	}
+	if !slices.Contains(moves[mem.phase], p) {
+		if s.refused != nil {
+			s.refused(mem, mem.phase, p)
+		}
+		return false
+	}
+	mem.phase = p
+	return true
 }
 
 // change applies fn to a member of the group and keeps the counts in step.

@@ -401,18 +401,18 @@ func (y *syncer) fold(ctx context.Context, cloudName string, g *group, l *listin
 				// order, but a node that runs and bills, until a front
 				// end removes the slot.
 				y.log.Info("the instance of a failed order runs after all; it is a member again", "group", g.cfg.Name, "instance", name)
-				mem.phase = phaseCreated
+				s.to(mem, phaseCreated)
 				x := mem.extras()
 				x.errCode, x.errClass, x.errMsg = "", ErrorClassNone, ""
 			case in.State == cloud.StateDeleting && mem.phase != phaseDeleting:
 				y.log.Warn("instance is being deleted outside gpuscaler; it will be replaced", "group", g.cfg.Name, "instance", name)
-				mem.phase = phaseDeleting
+				s.to(mem, phaseDeleting)
 			case in.State == cloud.StateStopped && mem.phase != phaseDeleting:
 				// Gone for the cluster, not for the bill: delete it (below)
 				// and let the group order a replacement.
 				y.metrics.vanished.WithLabelValues(g.cfg.Name).Inc()
 				y.log.Warn("instance stopped for good (spot reclaim or host lost); deleting it, and it will be replaced", "group", g.cfg.Name, "instance", name)
-				mem.phase = phaseDeleting
+				s.to(mem, phaseDeleting)
 			}
 		})
 		if mem.phase == phaseDeleting && in.State != cloud.StateDeleting {
@@ -454,9 +454,9 @@ func (y *syncer) fold(ctx context.Context, cloudName string, g *group, l *listin
 		mem.price = y.offerings.price(cloudName, mem.offering(), y.catalog.listPrice(cloudName, mem.offering()))
 		switch in.State {
 		case cloud.StateDeleting:
-			mem.phase = phaseDeleting
+			s.to(mem, phaseDeleting)
 		case cloud.StateStopped:
-			mem.phase = phaseDeleting // deleted by the next sync, as above
+			s.to(mem, phaseDeleting) // deleted by the next sync, as above
 			y.metrics.vanished.WithLabelValues(g.cfg.Name).Inc()
 		case cloud.StateFailed:
 			// Reported again: the process before this one may have
@@ -478,7 +478,7 @@ func (y *syncer) fold(ctx context.Context, cloudName string, g *group, l *listin
 // gpuscaler_scale_up_failures_total. Callers hold the store's lock.
 func (y *syncer) failed(g *group, mem *member, in cloud.Instance) {
 	y.metrics.scaleUpFailures.WithLabelValues(g.cfg.Name, "InstanceFailed").Inc()
-	mem.phase = phaseFailed
+	y.store.to(mem, phaseFailed)
 	x := mem.extras()
 	x.errCode, x.errClass, x.errMsg = CodeCreateFailed, ErrorClassOther, "cloud reports the instance failed: "+in.Error
 	y.orderer().events.warn(g.cfg.Name, mem.name, mem.providerID, "ScaleUpFailed", x.errCode+": "+x.errMsg)
