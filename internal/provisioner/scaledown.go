@@ -84,16 +84,23 @@ func (r *Reconciler) scaleDown(ctx context.Context, np *v1alpha1.NodeProvisioner
 
 // unneededSince reads the time a node was marked unneeded.
 func unneededSince(n *corev1.Node) (time.Time, bool) {
+	v, ok := taintValue(n, TaintUnneeded)
+	sec, err := strconv.ParseInt(v, 10, 64)
+	if !ok || err != nil {
+		return time.Time{}, ok
+	}
+	return time.Unix(sec, 0), true
+}
+
+// taintValue is the value of a node's taint of key; ok is false when the
+// node has none.
+func taintValue(n *corev1.Node, key string) (string, bool) {
 	for _, t := range n.Spec.Taints {
-		if t.Key == TaintUnneeded {
-			sec, err := strconv.ParseInt(t.Value, 10, 64)
-			if err != nil {
-				return time.Time{}, true
-			}
-			return time.Unix(sec, 0), true
+		if t.Key == key {
+			return t.Value, true
 		}
 	}
-	return time.Time{}, false
+	return "", false
 }
 
 // setUnneeded adds (at) or removes (nil) the unneeded taint; removing it
@@ -195,16 +202,12 @@ func (r *Reconciler) drainAndDelete(ctx context.Context, np *v1alpha1.NodeProvis
 // deletingSince reads when TaintDeleting was put on a node; ok is false
 // for a taint with no time (put on by an older version: long enough ago).
 func deletingSince(n *corev1.Node) (time.Time, bool) {
-	for _, t := range n.Spec.Taints {
-		if t.Key == TaintDeleting {
-			ms, err := strconv.ParseInt(t.Value, 10, 64)
-			if err != nil {
-				return time.Time{}, false
-			}
-			return time.UnixMilli(ms), true
-		}
+	v, ok := taintValue(n, TaintDeleting)
+	ms, err := strconv.ParseInt(v, 10, 64)
+	if !ok || err != nil {
+		return time.Time{}, false
 	}
-	return time.Time{}, false
+	return time.UnixMilli(ms), true
 }
 
 // deleteDelay is Reconciler.DeleteDelayAfterTaint or its default.
@@ -225,12 +228,8 @@ func (r *Reconciler) reader() client.Reader {
 }
 
 func hasTaint(n *corev1.Node, key string) bool {
-	for _, t := range n.Spec.Taints {
-		if t.Key == key {
-			return true
-		}
-	}
-	return false
+	_, ok := taintValue(n, key)
+	return ok
 }
 
 func isDaemonSetPod(p *corev1.Pod) bool {
