@@ -24,6 +24,7 @@ import (
 // server is found by its tags, a scale-up orders a server with the INI's
 // settings and script, and no secret reaches the (debug) logs.
 func TestKamateraUserSwitches(t *testing.T) {
+	t.Parallel() // its first orders wait out the start-up hold (firstOrderWait)
 	const secret = "kamatera-ini-secret-0123"
 	engine, err := kamateratest.NewEngine(sim.Config{BootDelay: sim.Duration(20 * time.Millisecond)}, sim.Options{})
 	if err != nil {
@@ -84,7 +85,7 @@ func TestKamateraUserSwitches(t *testing.T) {
 	}
 	// ng2 keeps its INI min-size of 1, and the scale-up adds one more.
 	var name string
-	eventually(t, "the ng2 servers made", func() bool {
+	eventuallyWithin(t, "the ng2 servers made", firstOrderWait, func() bool {
 		resp, err := ca.NodeGroupNodes(ctx, &pb.NodeGroupNodesRequest{Id: "ng2"})
 		if err != nil || len(resp.GetInstances()) != 2 {
 			return false

@@ -107,7 +107,7 @@ func TestCAVerdaUserSwitches(t *testing.T) {
 	if _, err := ca.NodeGroupIncreaseSize(ctx, &pb.NodeGroupIncreaseSizeRequest{Id: "gpu-workers", Delta: 1}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the instance ordered", func() bool {
+	eventuallyWithin(t, "the instance ordered", firstOrderWait, func() bool {
 		resp, err := ca.NodeGroupNodes(ctx, &pb.NodeGroupNodesRequest{Id: "gpu-workers"})
 		return err == nil && len(resp.GetInstances()) == 1 && strings.HasPrefix(resp.GetInstances()[0].GetId(), "verda://gpu-workers-") &&
 			engine.Count("verda-account") == 1
@@ -120,7 +120,18 @@ func TestCAVerdaUserSwitches(t *testing.T) {
 
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	eventuallyWithin(t, what, 20*time.Second, cond)
+}
+
+// firstOrderWait bounds the wait for a provider's first order: a started
+// gpuscaler holds its first orders for sync.listLag (1 min by default;
+// the seeds' configurations cannot set it) and one sync period, so that
+// the orders of the process before it are counted first.
+const firstOrderWait = 3 * time.Minute
+
+func eventuallyWithin(t *testing.T, what string, within time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)

@@ -231,6 +231,15 @@ type IDAssigner interface {
 	AssignsIDs() bool
 }
 
+// ListLagger is implemented by clouds that know how long after accepting
+// a create their list may still leave the instance out. A core that
+// starts holds its first orders that long, so that the orders of the
+// process before it (a restart, a new leader) are counted first; clouds
+// without it are given the core's ResolveAfter.
+type ListLagger interface {
+	ListLag() time.Duration
+}
+
 // ProviderIDOf returns the provider ID of the instance named name on p.
 func ProviderIDOf(p Provider, name string) string {
 	if n, ok := p.(Namer); ok {

@@ -30,6 +30,8 @@ const (
 	DefaultMaxGroupSize = 5000
 	// MaxGroupSizeCeiling bounds sync.maxGroupSize itself.
 	MaxGroupSizeCeiling = 1000000
+	// DefaultListLag is sync.listLag.
+	DefaultListLag = time.Minute
 	// DefaultMaxIncrease is sync.maxIncrease.
 	DefaultMaxIncrease = 1000
 	// DefaultCreateRetries is sync.createRetries.
@@ -82,6 +84,7 @@ func SetDefaults(c *Config) {
 	setString(&c.Metrics.Address, DefaultMetricsAddress)
 	setDuration(&c.Sync.Period, DefaultSyncPeriod)
 	setDuration(&c.Sync.OfferingBackoff, DefaultOfferingBackoff)
+	setDuration(&c.Sync.ListLag, DefaultListLag)
 	if c.Sync.MaxConcurrentCreates == 0 {
 		c.Sync.MaxConcurrentCreates = DefaultMaxConcurrentCreates
 	}

@@ -41,6 +41,7 @@ func TestSetDefaultsFillsEveryDefault(t *testing.T) {
 		{"sync.maxConcurrentCreates", cfg.Sync.MaxConcurrentCreates, 10},
 		{"sync.requestsPerSecond", cfg.Sync.RequestsPerSecond, 25.0},
 		{"sync.offeringBackoff", cfg.Sync.OfferingBackoff.Duration, 5 * time.Minute},
+		{"sync.listLag", cfg.Sync.ListLag.Duration, time.Minute},
 		{"sync.createRetries", *cfg.Sync.CreateRetries, 5},
 		{"leakedInstances.gracePeriod", cfg.LeakedInstances.GracePeriod.Duration, 30 * time.Minute},
 		{"leakedInstances.action", cfg.LeakedInstances.Action, "delete"},

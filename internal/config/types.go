@@ -97,6 +97,12 @@ type SyncConfig struct {
 	MaxGroupSize int `json:"maxGroupSize,omitempty"`
 	// MaxIncrease is the largest scale-up one call may ask for; default 1000.
 	MaxIncrease int `json:"maxIncrease,omitempty"`
+	// ListLag is how long a cloud's list may leave out an instance whose
+	// order it accepted: a lost create answer is resolved, and a missing
+	// instance taken for gone, only by a list that started that long
+	// after; a (re)started gpuscaler holds its first orders that long, so
+	// that the previous process's orders are counted. Default 1m.
+	ListLag *metav1.Duration `json:"listLag,omitempty"`
 }
 
 // LeakedInstancesConfig configures what happens to owned instances that

@@ -111,6 +111,8 @@ func validateSync(p *field.Path, s SyncConfig) field.ErrorList {
 		errs = append(errs, field.Invalid(p.Child("requestsPerSecond"), s.RequestsPerSecond, "must be a number > 0"))
 	}
 	errs = append(errs, positive(p.Child("offeringBackoff"), s.OfferingBackoff)...)
+	errs = append(errs, within(p.Child("listLag"), s.ListLag, 0, time.Hour,
+		"a (re)started gpuscaler holds its first orders that long")...)
 	if s.CreateRetries != nil && *s.CreateRetries < 0 {
 		errs = append(errs, field.Invalid(p.Child("createRetries"), *s.CreateRetries, "must be >= 0"))
 	}

@@ -120,6 +120,7 @@ func TestValidateInvalidFields(t *testing.T) {
 		{"requests per second", func(c *Config) { c.Sync.RequestsPerSecond = -1 }, []string{"sync.requestsPerSecond"}, field.ErrorTypeInvalid},
 		{"requests per second NaN", func(c *Config) { c.Sync.RequestsPerSecond = math.NaN() }, []string{"sync.requestsPerSecond"}, field.ErrorTypeInvalid},
 		{"offering backoff", func(c *Config) { c.Sync.OfferingBackoff = dur(0) }, []string{"sync.offeringBackoff"}, field.ErrorTypeInvalid},
+		{"list lag", func(c *Config) { c.Sync.ListLag = dur(2 * time.Hour) }, []string{"sync.listLag"}, field.ErrorTypeInvalid},
 		{"create retries", func(c *Config) { c.Sync.CreateRetries = ptr.To(-1) }, []string{"sync.createRetries"}, field.ErrorTypeInvalid},
 		{"cost cap negative", func(c *Config) { c.MaxHourlyCost = -3 }, []string{"maxHourlyCost"}, field.ErrorTypeInvalid},
 		{"cost cap infinite", func(c *Config) { c.MaxHourlyCost = math.Inf(1) }, []string{"maxHourlyCost"}, field.ErrorTypeInvalid},

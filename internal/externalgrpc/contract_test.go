@@ -246,7 +246,7 @@ func newFixture(t testing.TB, doc, backend string) *fixture {
 		prov, f.account = verda.New(api, verda.Options{ClusterName: cfg.ClusterName, Logger: log}), "verda-account"
 	}
 	mgr, err := nodegroup.New(cfg, map[string]cloud.Provider{backend: prov},
-		nodegroup.Options{Logger: log, Registerer: prometheus.NewRegistry()})
+		nodegroup.Options{Logger: log, Registerer: prometheus.NewRegistry(), ResolveAfter: 300 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -273,6 +273,8 @@ func toStatus(err error) error {
 		code = codes.FailedPrecondition
 	case errors.Is(err, nodegroup.ErrCostLimit):
 		code = codes.ResourceExhausted
+	case errors.Is(err, nodegroup.ErrUnavailable):
+		code = codes.Unavailable
 	case errors.Is(err, context.DeadlineExceeded):
 		code = codes.DeadlineExceeded
 	case errors.Is(err, context.Canceled):

@@ -271,6 +271,7 @@ func TestErrorCodes(t *testing.T) {
 		{fmt.Errorf("x: %w", nodegroup.ErrSizeLimit), codes.InvalidArgument},
 		{fmt.Errorf("x: %w", nodegroup.ErrInvalidDelta), codes.InvalidArgument},
 		{fmt.Errorf("x: %w", nodegroup.ErrNotInGroup), codes.FailedPrecondition},
+		{fmt.Errorf("x: %w", nodegroup.ErrUnavailable), codes.Unavailable},
 		{fmt.Errorf("x: %w", nodegroup.ErrCostLimit), codes.ResourceExhausted},
 		{fmt.Errorf("x: %w", context.DeadlineExceeded), codes.DeadlineExceeded},
 		{errors.New("cloud API: 502"), codes.Internal},

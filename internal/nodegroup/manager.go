@@ -57,7 +57,8 @@ type Options struct {
 	// GPULabel is an extra node label key that carries the accelerator
 	// name (cluster-autoscaler's --gpu-label); empty for none.
 	GPULabel string
-	// ResolveAfter overrides DefaultResolveAfter.
+	// ResolveAfter overrides the configuration's sync.listLag (default
+	// DefaultResolveAfter).
 	ResolveAfter time.Duration
 	// StartTimeout overrides DefaultStartTimeout.
 	StartTimeout time.Duration
@@ -106,6 +107,13 @@ type Manager struct {
 	ctxMu  sync.RWMutex
 	ctx    context.Context
 	cancel context.CancelFunc
+	// accepting: Start succeeded; writes are refused before, and once its
+	// context is done (ErrUnavailable), so that none is acknowledged by
+	// a core that will not carry it out.
+	accepting atomic.Bool
+	// inherited: Inherit handed this core a running predecessor's
+	// knowledge, and its start-up hold (orderer.holdUntil).
+	inherited bool
 }
 
 // New builds a Manager for a validated configuration and one Provider per
@@ -119,6 +127,9 @@ func New(cfg *config.Config, providers map[string]cloud.Provider, opts Options) 
 	}
 	if opts.ResolveAfter <= 0 {
 		opts.ResolveAfter = DefaultResolveAfter
+		if cfg.Sync.ListLag != nil {
+			opts.ResolveAfter = cfg.Sync.ListLag.Duration
+		}
 	}
 	if opts.StartTimeout <= 0 {
 		opts.StartTimeout = DefaultStartTimeout
@@ -268,10 +279,19 @@ func (m *Manager) Start(ctx context.Context) error {
 	m.syncer.startups.since = m.clock.Now()
 	m.reaper.since = m.syncer.startups.since
 	m.store.mu.Unlock()
-	if !m.manual && m.syncer.resolveAfter > 0 {
+	if !m.manual && !m.inherited {
 		// A driven core (simulate, drills) has no predecessor, and its
 		// clock moves only between the driver's steps.
-		m.orderer.holdUntil = m.syncer.startups.since.Add(m.syncer.resolveAfter)
+		m.orderer.holdUntil = map[string]time.Time{}
+		for name, c := range m.clients {
+			lag := m.syncer.resolveAfter
+			if l, ok := c.p.(cloud.ListLagger); ok {
+				lag = l.ListLag()
+			}
+			if lag > 0 {
+				m.orderer.holdUntil[name] = m.syncer.startups.since.Add(lag)
+			}
+		}
 	}
 	m.orderer.start(ctx)
 	for cloudName := range m.clients {
@@ -286,11 +306,24 @@ func (m *Manager) Start(ctx context.Context) error {
 			return fmt.Errorf("initial list of cloud %q: %w", cloudName, err)
 		}
 	}
+	m.accepting.Store(true)
 	if m.manual {
 		return nil
 	}
 	for cloudName := range m.clients {
 		m.run(func() { m.syncer.loop(ctx, cloudName) })
+	}
+	return nil
+}
+
+// writable returns ErrUnavailable unless the core runs: started, and
+// Start's context not done.
+func (m *Manager) writable(what string) error {
+	if !m.accepting.Load() {
+		return fmt.Errorf("%s: %w: not started", what, ErrUnavailable)
+	}
+	if m.context().Err() != nil {
+		return fmt.Errorf("%s: %w: stopped", what, ErrUnavailable)
 	}
 	return nil
 }
@@ -528,18 +561,27 @@ func (m *Manager) Template(name string) (*corev1.Node, error) { return m.templat
 // instances are created in the background. It refuses a delta past the
 // group's maximum size or a cost cap, and while the group backs off.
 func (m *Manager) IncreaseSize(_ context.Context, name string, delta int) error {
+	if err := m.writable("IncreaseSize"); err != nil {
+		return err
+	}
 	return m.sizer.increase(name, delta)
 }
 
 // DecreaseTargetSize lowers a group's target by -delta without touching
 // any running instance: it withdraws orders not yet fulfilled.
 func (m *Manager) DecreaseTargetSize(_ context.Context, name string, delta int) error {
+	if err := m.writable("DecreaseTargetSize"); err != nil {
+		return err
+	}
 	return m.sizer.decrease(name, delta)
 }
 
 // DeleteNodes deletes the instances with the given provider IDs from a
 // group and lowers its target accordingly; see sizer.deleteNodes.
 func (m *Manager) DeleteNodes(_ context.Context, name string, providerIDs []string) error {
+	if err := m.writable("DeleteNodes"); err != nil {
+		return err
+	}
 	return m.sizer.deleteNodes(name, providerIDs)
 }
 
@@ -572,11 +614,17 @@ func (m *Manager) Backoff(name string) (Backoff, bool) {
 
 // Launch orders one instance outside any group: see LaunchRequest.
 func (m *Manager) Launch(ctx context.Context, req LaunchRequest) (Instance, error) {
+	if err := m.writable("Launch"); err != nil {
+		return Instance{}, err
+	}
 	return m.launcher.launch(ctx, req)
 }
 
 // Terminate deletes a launched instance by provider ID (or alias).
 func (m *Manager) Terminate(ctx context.Context, providerID string) error {
+	if err := m.writable("Terminate"); err != nil {
+		return err
+	}
 	return m.launcher.terminate(ctx, providerID)
 }
 

@@ -53,33 +53,52 @@ type orderer struct {
 	ctx       func() context.Context
 	// publish refreshes a group's gauges after a change.
 	publish func(*group)
-	// holdUntil is when, after this process started, a list can show
-	// every order of the process before it: orders under a cost cap wait
-	// for a list that started then (see awaitPredecessor). Zero: no hold.
-	holdUntil time.Time
+	// holdUntil is, per cloud, when after this core started a list can
+	// show every order of the process before it: orders wait for a list
+	// that started then (see awaitPredecessor). No entry: no hold.
+	holdUntil map[string]time.Time
 }
 
-// awaitPredecessor holds an order of a group under a cost cap, after a
-// start, until a list that started at holdUntil is folded in: the process
-// before this one (a crash, a rolling update, the previous leader) may
-// have placed orders that lists do not show yet, and the cap must count
-// them. It reports false when ctx ends first.
-func (o *orderer) awaitPredecessor(ctx context.Context, g *group, mem *member) bool {
-	if o.holdUntil.IsZero() || !o.cost.capped(g) {
-		return true
+// holding reports whether g's orders are held after a start: the core
+// has not folded in a list that can show the process before it's orders.
+// An inherited group (a reload in the same process) knows them all, and
+// the launch API's instances are found by name, so neither is held
+// unless a cost cap must count what the lists hide. Callers hold the
+// store's lock.
+func (o *orderer) holding(g *group, cloudName string) bool {
+	until, ok := o.holdUntil[cloudName]
+	if !ok || !o.store.lastSync[cloudName].Before(until) {
+		return false
 	}
+	switch {
+	case g.inherited:
+		return false
+	case g == o.store.launches:
+		return o.cost.capped(g)
+	}
+	return true
+}
+
+// awaitPredecessor holds an order, after a start, until a list that
+// started at holdUntil is folded in: the process before this one (a
+// crash, a rolling update, the previous leader) may have placed orders
+// that lists do not show yet. When that list shows them, the held orders
+// they stand for are withdrawn unsent (sizer.adoptedLocked) rather than
+// bought twice, and a cost cap counts them. It reports false when ctx
+// ends first.
+func (o *orderer) awaitPredecessor(ctx context.Context, g *group, mem *member) bool {
 	s := o.store
+	cloudName := mem.cloud()
 	for {
 		s.mu.RLock()
-		cloudName := mem.cloud()
-		done := !s.lastSync[cloudName].Before(o.holdUntil)
+		held := o.holding(g, cloudName)
 		synced := s.synced
 		s.mu.RUnlock()
-		if done {
+		if !held {
 			return true
 		}
 		var timer <-chan time.Time
-		if wait := o.holdUntil.Sub(o.clock.Now()); wait > 0 {
+		if wait := o.holdUntil[cloudName].Sub(o.clock.Now()); wait > 0 {
 			timer = o.clock.After(wait)
 		} else {
 			o.kick(cloudName) // the next list can tell: ask for it now

@@ -222,6 +222,10 @@ func (z *sizer) adoptedLocked(g *group, adopted []*member, initial bool) {
 	if len(adopted) == 0 || g.live <= g.target {
 		return
 	}
+	z.withdrawHeldLocked(g, g.live-g.target)
+	if g.live <= g.target {
+		return
+	}
 	g.target = min(g.live, g.cfg.MaxSize)
 	surplus := g.live - g.cfg.MaxSize
 	if surplus <= 0 {
@@ -239,6 +243,27 @@ func (z *sizer) adoptedLocked(g *group, adopted []*member, initial bool) {
 		z.events.warn(g.cfg.Name, mem.name, mem.providerID, "SurplusDeleted",
 			fmt.Sprintf("instance %s was found past maxSize %d and is deleted", mem.name, g.cfg.MaxSize))
 		z.removeLocked(g, mem, "past maxSize")
+	}
+}
+
+// withdrawHeldLocked withdraws up to n orders held after a start (see
+// orderer.awaitPredecessor), newest first: a list has just shown the
+// orders of the process before this one that they would have bought
+// again. The target keeps what the front end asked for.
+func (z *sizer) withdrawHeldLocked(g *group, n int) {
+	if n <= 0 || !z.orderer.holding(g, g.cfg.Cloud) {
+		return
+	}
+	var held []*member
+	for _, mem := range g.members {
+		if mem.phase == phaseCreating && !mem.cancelled {
+			held = append(held, mem)
+		}
+	}
+	newestFirst(held)
+	for _, mem := range held[:min(n, len(held))] {
+		z.log.Info("a list shows the previous process's order; withdrawing the held order it stands for", "group", g.cfg.Name, "instance", mem.name)
+		z.removeLocked(g, mem, "the previous process ordered it")
 	}
 }
 

@@ -122,6 +122,9 @@ type group struct {
 	described atomic.Pointer[described]
 	// forms is the store's aliasForms, for rendering members' aliases.
 	forms *aliasForms
+	// inherited: the group and its members were handed over by the core
+	// before a reload (Manager.Inherit), not rebuilt from a list.
+	inherited bool
 
 	// live counts members not being deleted; counts are members by state
 	// label; spend is the price of committed members whose price is known,

@@ -249,7 +249,7 @@ func (y *syncer) sync(ctx context.Context, cloudName string, initial bool) error
 	for _, g := range s.groupsOn(cloudName) {
 		adopted := y.fold(ctx, cloudName, g, l, g.cfg.Name, initial, &out)
 		delete(l.groups, g.cfg.Name)
-		y.sizer.adoptedLocked(g, adopted, initial)
+		y.sizer.adoptedLocked(g, adopted, initial && !g.inherited)
 		y.sizer.reconcileLocked(g)
 		g.recount()
 		y.startups.observeLocked(g)

@@ -33,6 +33,10 @@ var (
 	ErrBackingOff = errors.New("node group backing off")
 	// ErrNotLaunched is a provider ID the launch API does not know.
 	ErrNotLaunched = errors.New("instance not launched by gpuscaler")
+	// ErrUnavailable is a write to a core that does not take writes: not
+	// started yet, stopped, or handing over to the next configuration's
+	// core. The write did nothing; the caller may send it again.
+	ErrUnavailable = errors.New("node-group core unavailable")
 )
 
 // Bootstrapper renders the user data an instance boots with.

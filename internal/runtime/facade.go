@@ -20,6 +20,16 @@ func (r *Runtime) Facade() Facade { return Facade{r: r} }
 
 func (f Facade) core() *nodegroup.Manager { return f.r.Core() }
 
+// write runs a write on the core in force, through the gate: never on a
+// core that is handing over to the next (see gate).
+func (f Facade) write(ctx context.Context, fn func(*nodegroup.Manager) error) error {
+	if err := f.r.gate.enter(ctx); err != nil {
+		return err
+	}
+	defer f.r.gate.leave()
+	return fn(f.r.Core())
+}
+
 // Groups lists the managed groups.
 func (f Facade) Groups() []nodegroup.Info { return f.core().Groups() }
 
@@ -36,17 +46,17 @@ func (f Facade) TargetSize(g string) (int, error) { return f.core().TargetSize(g
 
 // IncreaseSize raises a group's target.
 func (f Facade) IncreaseSize(ctx context.Context, g string, d int) error {
-	return f.core().IncreaseSize(ctx, g, d)
+	return f.write(ctx, func(c *nodegroup.Manager) error { return c.IncreaseSize(ctx, g, d) })
 }
 
 // DecreaseTargetSize withdraws unfulfilled orders.
 func (f Facade) DecreaseTargetSize(ctx context.Context, g string, d int) error {
-	return f.core().DecreaseTargetSize(ctx, g, d)
+	return f.write(ctx, func(c *nodegroup.Manager) error { return c.DecreaseTargetSize(ctx, g, d) })
 }
 
 // DeleteNodes deletes instances of a group.
 func (f Facade) DeleteNodes(ctx context.Context, g string, ids []string) error {
-	return f.core().DeleteNodes(ctx, g, ids)
+	return f.write(ctx, func(c *nodegroup.Manager) error { return c.DeleteNodes(ctx, g, ids) })
 }
 
 // Instances lists a group's members.
@@ -88,11 +98,19 @@ func (f Facade) Backoff(g string) (nodegroup.Backoff, bool) { return f.core().Ba
 
 // Launch orders one instance outside any group.
 func (f Facade) Launch(ctx context.Context, req nodegroup.LaunchRequest) (nodegroup.Instance, error) {
-	return f.core().Launch(ctx, req)
+	var inst nodegroup.Instance
+	err := f.write(ctx, func(c *nodegroup.Manager) error {
+		var err error
+		inst, err = c.Launch(ctx, req)
+		return err
+	})
+	return inst, err
 }
 
 // Terminate deletes a launched instance.
-func (f Facade) Terminate(ctx context.Context, pid string) error { return f.core().Terminate(ctx, pid) }
+func (f Facade) Terminate(ctx context.Context, pid string) error {
+	return f.write(ctx, func(c *nodegroup.Manager) error { return c.Terminate(ctx, pid) })
+}
 
 // LaunchedInstance finds a launched instance by provider ID.
 func (f Facade) LaunchedInstance(pid string) (nodegroup.Instance, bool) {

@@ -67,11 +67,14 @@ type Runtime struct {
 	file  *config.Config
 	extra []config.NodeGroup
 
-	// mu guards gen; switching serializes Lead and Reload.
+	// mu guards gen; switching serializes Lead and Reload; writes pass
+	// through gate, which holds them while one core hands over to the
+	// next.
 	mu        sync.RWMutex
 	gen       *generation
 	switching sync.Mutex
 	leadCtx   context.Context // set while leading
+	gate      *gate
 }
 
 // generation is one configuration's core.
@@ -98,7 +101,10 @@ func Build(ctx context.Context, cfg *config.Config, opts Options) (*Runtime, err
 	if err != nil {
 		return nil, err
 	}
-	r := &Runtime{opts: opts, log: opts.Logger, clouds: cs, scfg: cfg, file: cfg, process: prometheus.NewRegistry()}
+	r := &Runtime{opts: opts, log: opts.Logger, clouds: cs, scfg: cfg, file: cfg, process: prometheus.NewRegistry(), gate: newGate()}
+	// Until Lead starts the core, writes wait for it (bounded), then are
+	// refused by the core that does not run.
+	r.gate.close()
 	r.process.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if cs.kube != nil {
 		r.pending = pending.New(cs.kube, nil)
@@ -192,7 +198,9 @@ func (r *Runtime) Lead(ctx context.Context, started func(error)) error {
 	r.mu.RLock()
 	gen := r.gen
 	r.mu.RUnlock()
-	if err := r.start(ctx, gen); err != nil {
+	err := r.start(ctx, gen)
+	r.gate.open()
+	if err != nil {
 		r.switching.Unlock()
 		started(err)
 		return err
@@ -208,7 +216,11 @@ func (r *Runtime) Lead(ctx context.Context, started func(error)) error {
 	r.mu.RLock()
 	gen = r.gen
 	r.mu.RUnlock()
+	// The writes in flight return before the core stops; later ones are
+	// refused by the stopped core.
+	r.gate.close()
 	gen.stop()
+	r.gate.open()
 	return nil
 }
 
@@ -325,12 +337,19 @@ func (r *Runtime) apply(ctx context.Context, file *config.Config, extra []config
 		r.mu.RUnlock()
 	}()
 	if r.leadCtx != nil {
+		// The handover: writes in flight return, later ones wait; the old
+		// core stops, and the new one takes over what it knew before its
+		// first list, so that nothing acknowledged or ordered is lost.
+		r.gate.close()
+		defer r.gate.open()
 		old.stop()
+		next.core.Inherit(old.core)
 		r.clouds.setGroups(cfg)
 		if err := r.start(r.leadCtx, next); err != nil {
 			r.clouds.setGroups(old.cfg)
 			restarted, rerr := r.newGeneration(old.cfg)
 			if rerr == nil {
+				restarted.core.Inherit(old.core)
 				rerr = r.start(r.leadCtx, restarted)
 			}
 			if rerr != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/gpuscaler/gpuscaler/internal/cloud/gcp/gcptest"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
 	"github.com/gpuscaler/gpuscaler/internal/config"
+	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
 )
 
 func freeAddr(t *testing.T) string {
@@ -232,7 +233,7 @@ func TestExtraGroupsOnGCP(t *testing.T) {
 	fake.AddGroup("us-central1-b", "gke-pool-grp", "g2-standard-8")
 	cfg := parse(t, fmt.Sprintf(`
 clusterName: rt
-sync: {period: 1s}
+sync: {period: 1s, listLag: 200ms}
 clouds:
   gcp: {project: p, endpoint: %q}
 nodeGroups:
@@ -272,5 +273,61 @@ nodeGroups:
 	}
 	if _, ok := rt.Core().Group("gke-pool-grp"); !ok {
 		t.Fatal("a file reload dropped the groups from the cluster")
+	}
+}
+
+// A write that arrives while a reload hands over waits for the new core
+// and takes effect there; once leading ends, writes are refused, never
+// acknowledged and dropped (defect 4 of issue 33: between the old core's
+// stop and the new core's start, IncreaseSize answered OK and ordered
+// nothing).
+func TestWritesDuringAReloadTakeEffect(t *testing.T) {
+	doc := func(maxSize int) *config.Config {
+		return parse(t, fmt.Sprintf(`
+clusterName: rt
+sync: {period: 1s}
+clouds:
+  sim: {bootDelay: 1s, apiLatency: 300ms}
+nodeGroups:
+  - {name: g, cloud: sim, instanceType: 1V100.6V, locations: [FIN-01], maxSize: %d}
+`, maxSize))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	rt, err := Build(ctx, doc(3), Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	leadCtx, stopLeading := context.WithCancel(ctx)
+	started := make(chan error, 1)
+	led := make(chan error, 1)
+	go func() { led <- rt.Lead(leadCtx, func(err error) { started <- err }) }()
+	if err := <-started; err != nil {
+		t.Fatal(err)
+	}
+	f := rt.Facade()
+	reloaded := make(chan error, 1)
+	go func() { reloaded <- rt.Reload(ctx, doc(4)) }()
+	time.Sleep(400 * time.Millisecond) // the reload's catalog check is done; the handover runs
+	wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
+	defer wcancel()
+	if err := f.IncreaseSize(wctx, "g", 1); err != nil {
+		t.Fatalf("IncreaseSize during the reload: %v", err)
+	}
+	if err := <-reloaded; err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := f.TargetSize("g"); n != 1 {
+		t.Fatalf("target after the reload %d, want the 1 acknowledged", n)
+	}
+	engine := rt.clouds.providers["sim"].(*sim.Cloud).Engine()
+	waitFor(t, "the acknowledged order at the cloud", func() bool { return engine.Count("rt") == 1 })
+
+	stopLeading()
+	if err := <-led; err != nil {
+		t.Fatal(err)
+	}
+	if err := f.IncreaseSize(ctx, "g", 1); !errors.Is(err, nodegroup.ErrUnavailable) {
+		t.Fatalf("IncreaseSize after leading ended: %v, want ErrUnavailable", err)
 	}
 }

@@ -87,7 +87,7 @@ func TestBasetenNodeProvisionerOnGCP(t *testing.T) {
 	writeFile(t, cfgPath, fmt.Sprintf(`
 clusterName: prod
 kubeconfig: %q
-sync: {period: 1s}
+sync: {period: 1s, listLag: 2s} # the fake MIGs list what they were asked for at once
 clouds:
   gcp: {project: %s, endpoint: %q, zone: %s, adoptInstanceGroups: [zones/us-central1-b/instanceGroupManagers/gke-prod-l4-pool-b-grp]}
 `, env.Kubeconfig, project, fake.URL, zoneA))

@@ -38,7 +38,7 @@ func TestTwoControllerReplicas(t *testing.T) {
 	writeFile(t, cfgPath, fmt.Sprintf(`
 clusterName: two
 kubeconfig: %q
-sync: {period: 1s}
+sync: {period: 1s, listLag: 2s} # the fake lists every server it made at once
 leakedInstances: {gracePeriod: 1h}
 clouds:
   verda: {baseURL: %q}

@@ -45,7 +45,7 @@ func TestNodeProvisionerScalesFromZeroOnScaleway(t *testing.T) {
 	cfg, err := config.Parse([]byte(`
 clusterName: e2e
 kubeconfig: ` + env.Kubeconfig + `
-sync: {period: 1s}
+sync: {period: 1s, listLag: 2s} # the fake lists every server it made at once
 clouds:
   scaleway: {}
 nodeGroups:

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"time"
 
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
 )
@@ -38,6 +39,10 @@ func (c *Cloud) Engine() *Engine { return c.engine }
 
 // Cluster returns the cluster the account belongs to.
 func (c *Cloud) Cluster() string { return c.cluster }
+
+// ListLag is how long the engine's list leaves out a new instance
+// (Options.ListLag): none unless a test asks for it.
+func (c *Cloud) ListLag() time.Duration { return c.engine.listLag }
 
 // Name returns "sim".
 func (c *Cloud) Name() string { return Name }

@@ -70,7 +70,7 @@ nodeGroups:
 	}
 	prov := verda.New(api, verda.Options{ClusterName: "prod", Logger: log, ScriptGrace: 2 * time.Second, OfflineGrace: 500 * time.Millisecond})
 	mgr, err := nodegroup.New(cfg, map[string]cloud.Provider{"verda": prov},
-		nodegroup.Options{Logger: log, Registerer: prometheus.NewRegistry(), Bootstrap: userData{}})
+		nodegroup.Options{Logger: log, Registerer: prometheus.NewRegistry(), Bootstrap: userData{}, ResolveAfter: 300 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,100 @@
+package nodegroup
+
+import (
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/gpuscaler/gpuscaler/internal/cloud"
+)
+
+// Inherit takes over what prev, the core of the configuration in force
+// before a reload in this process, knows and a list may not show yet, so
+// that a reload neither forgets a write it acknowledged nor buys an
+// instance twice: each group that keeps its name and cloud keeps its
+// target (within the new bounds) and its members (orders not sent yet
+// are queued again, lost create answers keep waiting for a list,
+// withdrawn orders and deleting instances stay so), the launch API keeps
+// its instances, and the names of deleted instances a lagging list may
+// show again stay known, as do stock-outs and back-offs; new groups are
+// held after the start only while the process's first core held its
+// orders (orderer.awaitPredecessor). Call it before
+// Start, after prev has stopped (its Start context done, Wait returned).
+func (m *Manager) Inherit(prev *Manager) {
+	ps, s := prev.store, m.store
+	ps.mu.RLock()
+	defer ps.mu.RUnlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	// The aliases of the members handed over render with the forms their
+	// cloud's instances were listed with.
+	ps.forms.mu.RLock()
+	s.forms.mu.Lock()
+	if s.forms.schemes == nil {
+		s.forms.schemes = map[string][]string{}
+	}
+	for c, schemes := range ps.forms.schemes {
+		s.forms.schemes[c] = slices.Clone(schemes)
+	}
+	s.forms.mu.Unlock()
+	ps.forms.mu.RUnlock()
+
+	for name, pg := range ps.groups {
+		g, ok := s.groups[name]
+		if !ok || g.cfg.Cloud != pg.cfg.Cloud {
+			continue // a new or moved group is rebuilt from the cloud
+		}
+		g.inherited = true
+		for _, pm := range pg.members {
+			m.inheritMember(g, pm)
+		}
+		g.target = min(max(pg.target, g.cfg.MinSize), g.cfg.MaxSize)
+		if b, ok := prev.offerings.failing[name]; ok {
+			bc := *b
+			m.offerings.failing[name] = &bc
+		}
+	}
+	for _, pm := range ps.launches.members {
+		if _, ok := m.clients[pm.cloud()]; ok {
+			m.inheritMember(s.launches, pm)
+		}
+	}
+	maps.Copy(s.tombstones, ps.tombstones)
+	// The process started once: a group new in this configuration is held
+	// only as long as the process's first core held its orders.
+	m.inherited = true
+	m.orderer.holdUntil = maps.Clone(prev.orderer.holdUntil)
+	for c, out := range prev.offerings.stockedOut {
+		if _, ok := m.clients[c]; !ok {
+			continue
+		}
+		if m.offerings.stockedOut[c] == nil {
+			m.offerings.stockedOut[c] = map[cloud.OfferingKey]time.Time{}
+		}
+		maps.Copy(m.offerings.stockedOut[c], out)
+	}
+}
+
+// inheritMember puts a copy of a member of the core before a reload into
+// g; an order the old core never sent is queued again, one withdrawn
+// before it was sent is forgotten. Callers hold both stores' locks.
+func (m *Manager) inheritMember(g *group, pm *member) {
+	if pm.phase == phaseCreating && pm.cancelled {
+		return
+	}
+	mem := new(member)
+	*mem = *pm
+	mem.g = g
+	if pm.x != nil {
+		x := *pm.x
+		x.aliases = slices.Clone(pm.x.aliases)
+		mem.x = &x
+	}
+	if pm.off != nil {
+		mem.off = m.store.keys.intern(*pm.off)
+	}
+	m.store.add(g, mem)
+	if mem.phase == phaseCreating {
+		m.orderer.order(g, mem)
+	}
+}

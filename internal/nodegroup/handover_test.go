@@ -1,0 +1,179 @@
+package nodegroup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpuscaler/gpuscaler/internal/cloud"
+	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
+	"github.com/gpuscaler/gpuscaler/internal/config"
+)
+
+// reload stops the harness's core and starts the core of doc in its
+// place, handed what the old one knew, as the runtime does on a config
+// reload while leading.
+func (h *harness) reload(doc string) {
+	h.t.Helper()
+	cfg, err := config.Parse([]byte(doc))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	old := h.mgr
+	h.stop()
+	h.cfg = cfg
+	opts := h.opts
+	opts.Clock, opts.Logger, opts.Registerer = h.clk, testLogger(), nil
+	p := h.provider
+	if p == nil {
+		p = h.acct
+	}
+	mgr, err := New(cfg, map[string]cloud.Provider{"sim": p}, opts)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	mgr.Inherit(old)
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := mgr.Start(ctx); err != nil {
+		cancel()
+		h.t.Fatalf("start after reload: %v", err)
+	}
+	h.mgr, h.cancel = mgr, cancel
+}
+
+// A core refuses every write before it starts and once it has stopped:
+// a write it acknowledged would never be carried out (defect 4 of issue
+// 33: a reload's stopped core answered IncreaseSize OK and ordered
+// nothing).
+func TestStoppedCoreRefusesWrites(t *testing.T) {
+	cfg, err := config.Parse([]byte(oneGroupLeaky))
+	if err != nil {
+		t.Fatal(err)
+	}
+	engine, err := sim.NewEngine(simConfig(*cfg.Clouds.Sim), sim.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mgr, err := New(cfg, map[string]cloud.Provider{"sim": engine.Account("test")}, Options{Logger: testLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	writes := map[string]func() error{
+		"IncreaseSize":       func() error { return mgr.IncreaseSize(ctx, "g", 1) },
+		"DecreaseTargetSize": func() error { return mgr.DecreaseTargetSize(ctx, "g", -1) },
+		"DeleteNodes":        func() error { return mgr.DeleteNodes(ctx, "g", []string{"sim://1"}) },
+		"Terminate":          func() error { return mgr.Terminate(ctx, "sim://1") },
+		"Launch": func() error {
+			_, err := mgr.Launch(ctx, LaunchRequest{Owner: "karpenter", Cloud: "sim", Offering: cloud.OfferingKey{InstanceType: "1V100.6V", Location: "FIN-01", CapacityType: cloud.OnDemand}})
+			return err
+		},
+	}
+	for name, write := range writes {
+		if err := write(); !errors.Is(err, ErrUnavailable) {
+			t.Errorf("%s before Start: %v, want ErrUnavailable", name, err)
+		}
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	if err := mgr.Start(runCtx); err != nil {
+		t.Fatal(err)
+	}
+	if err := mgr.IncreaseSize(ctx, "g", 1); err != nil {
+		t.Fatalf("IncreaseSize while running: %v", err)
+	}
+	cancel()
+	mgr.Wait()
+	for name, write := range writes {
+		if err := write(); !errors.Is(err, ErrUnavailable) {
+			t.Errorf("%s after stop: %v, want ErrUnavailable", name, err)
+		}
+	}
+}
+
+// A reload hands the old core's knowledge to the new one: the target a
+// front end set survives, an order whose answer was lost (and that a
+// lagging list does not show yet) is not bought again, and an order the
+// old core never sent is sent once by the new one (defect 4 of issue 33).
+func TestReloadHandsOverOrders(t *testing.T) {
+	w := &wrapped{}
+	block := make(chan struct{})
+	first := true
+	w.onCreate = func(ctx context.Context, spec cloud.CreateSpec) (cloud.Instance, error, bool) {
+		w.mu.Lock()
+		lose := first
+		first = false
+		w.mu.Unlock()
+		if lose {
+			// The cloud takes the order; its answer is lost.
+			if _, err := w.Provider.Create(ctx, spec); err != nil {
+				return cloud.Instance{}, err, true
+			}
+			return cloud.Instance{}, cloud.Errorf(cloud.ErrOutcomeUnknown, "create", "timeout after the cloud took it"), true
+		}
+		select { // the second order waits here until the core stops
+		case <-block:
+		case <-ctx.Done():
+			return cloud.Instance{}, ctx.Err(), true
+		}
+		return cloud.Instance{}, nil, false
+	}
+	doc := strings.Replace(oneGroupLeaky, "maxConcurrentCreates: 8", "maxConcurrentCreates: 2", 1)
+	h := newWrappedHarness(t, doc, sim.Options{ListLag: 3 * time.Minute}, Options{ResolveAfter: 5 * time.Minute},
+		func(c *sim.Cloud) cloud.Provider { w.Provider = c; return w })
+	ctx := context.Background()
+	if err := h.mgr.IncreaseSize(ctx, "g", 1); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("the first answer lost", func() bool { c, _ := w.counts(); return c == 1 && h.engine.Count("test") == 1 })
+	if err := h.mgr.IncreaseSize(ctx, "g", 2); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("the second order at the cloud's door", func() bool { c, _ := w.counts(); return c >= 2 })
+
+	h.reload(strings.Replace(doc, "maxSize: 5", "maxSize: 6", 1))
+	close(block)
+	if n, err := h.mgr.TargetSize("g"); err != nil || n != 3 {
+		t.Fatalf("target after the reload = %d (%v), want the 3 the front end asked for", n, err)
+	}
+	h.settle(10 * time.Minute)
+	h.eventually("three running", func() bool { r, _, _, _ := h.states("g"); return r == 3 },
+		func() string { insts, _ := h.mgr.Instances("g"); return fmt.Sprintf("%+v", insts) })
+	if n := h.engine.Count("test"); n != 3 {
+		t.Fatalf("%d instances at the cloud for a target of 3", n)
+	}
+}
+
+// After a restart, a group without a cost cap does not buy again what the
+// process before it ordered and a lagging list does not show yet: its
+// first orders wait for a list that can, and those the list shows are
+// withdrawn unsent (defect 10 of issue 33).
+func TestRestartDoesNotRebuyWhatALaggingListHides(t *testing.T) {
+	h := newHarness(t, oneGroupLeaky, sim.Options{ListLag: 40 * time.Second}, Options{ResolveAfter: time.Minute})
+	ctx := context.Background()
+	if err := h.mgr.IncreaseSize(ctx, "g", 2); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("two orders at the cloud", func() bool { return h.engine.Count("test") == 2 })
+	h.restart() // its first list leaves both out
+	if n, _ := h.mgr.TargetSize("g"); n != 0 {
+		t.Fatalf("target after restart %d, want 0 (the list shows nothing yet)", n)
+	}
+	// The front end asks again for what it asked the process before.
+	if err := h.mgr.IncreaseSize(ctx, "g", 2); err != nil {
+		t.Fatal(err)
+	}
+	h.settle(4 * time.Minute)
+	h.eventually("two running", func() bool { r, _, _, _ := h.states("g"); return r == 2 })
+	if n := h.engine.Count("test"); n != 2 {
+		t.Fatalf("%d instances at the cloud for 2 asked twice, want 2", n)
+	}
+	if n, _ := h.mgr.TargetSize("g"); n != 2 {
+		t.Fatalf("target %d, want 2", n)
+	}
+	if calls := h.engine.Calls()["create"]; calls != 2 {
+		t.Fatalf("%d creates, want 2", calls)
+	}
+}
