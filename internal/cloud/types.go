@@ -141,6 +141,10 @@ type Instance struct {
 	IP string
 	// Error describes why the cloud failed the instance (State == StateFailed).
 	Error string
+	// ErrorClass classes that failure as Class does: ErrCapacity (the
+	// offering stocked out), ErrQuota, ErrInvalid; nil when the cloud's
+	// words say nothing known.
+	ErrorClass error
 }
 
 // CreateSpec is one order for one instance.

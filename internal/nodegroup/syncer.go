@@ -382,6 +382,14 @@ func (y *syncer) fold(ctx context.Context, cloudName string, g *group, l *listin
 		case phaseCreating:
 			continue // the create in flight records it
 		case phaseUnknown:
+			if in.State == cloud.StateFailed {
+				// The cloud took the order and failed it (a queued create
+				// that ended in error): a failed order, reported, never
+				// taken for one that did not land and sent again.
+				y.log.Warn("lost create answer resolved: the order failed at the cloud", "group", g.cfg.Name, "instance", name, "error", in.Error)
+				s.change(g, mem, func() { y.failed(g, mem, in) })
+				continue
+			}
 			y.log.Info("lost create answer resolved: the order landed", "group", g.cfg.Name, "instance", name)
 			y.orderer().recordLocked(g, mem, in)
 			continue
@@ -479,8 +487,26 @@ func (y *syncer) fold(ctx context.Context, cloudName string, g *group, l *listin
 func (y *syncer) failed(g *group, mem *member, in cloud.Instance) {
 	y.metrics.scaleUpFailures.WithLabelValues(g.cfg.Name, "InstanceFailed").Inc()
 	y.store.to(mem, phaseFailed)
+	code, class := CodeCreateFailed, ErrorClassOther
+	msg := "cloud reports the instance failed: " + in.Error
+	switch cloud.Class(in.ErrorClass) {
+	case cloud.ErrCapacity:
+		// As a create that stocked out: the next orders skip the offering.
+		code, class = CodeOutOfResources, ErrorClassOutOfResources
+		if k := mem.offering(); k.InstanceType != "" {
+			y.offerings.markStockedOut(mem.cloud(), k)
+		}
+	case cloud.ErrQuota:
+		code = CodeQuotaExceeded
+	case cloud.ErrInvalid:
+		code = CodeInvalidConfig
+	}
+	if (code == CodeQuotaExceeded || code == CodeInvalidConfig) && g != y.store.launches {
+		// As a create refused for these: the group backs off.
+		y.offerings.fail(g.cfg.Name, code, msg, 0, 0)
+	}
 	x := mem.extras()
-	x.errCode, x.errClass, x.errMsg = CodeCreateFailed, ErrorClassOther, "cloud reports the instance failed: "+in.Error
+	x.errCode, x.errClass, x.errMsg = code, class, msg
 	y.orderer().events.warn(g.cfg.Name, mem.name, mem.providerID, "ScaleUpFailed", x.errCode+": "+x.errMsg)
 }
 

@@ -521,7 +521,7 @@ func (c *Cloud) instance(group string, g Group, m MIG, mi *compute.ManagedInstan
 		if code, msg, class := lastAttempt(mi); class == cloud.ErrCapacity || class == cloud.ErrQuota || class == errOther && notStartedYet(mi) {
 			// The MIG keeps retrying for ever; the core reports the order
 			// failed, deletes the member and orders elsewhere.
-			in.State, in.Error = cloud.StateFailed, code+": "+msg
+			in.State, in.Error, in.ErrorClass = cloud.StateFailed, code+": "+msg, class
 		}
 	case "DELETING", "ABANDONING":
 		in.State = cloud.StateDeleting

@@ -111,6 +111,25 @@ type Command struct {
 	Description string `json:"description"`
 }
 
+// QueueEntry is one row of the account's command queue (GET /svc/queue,
+// cli_schema/commands/queue/list.json in cloudwm/cloudcli-server): no
+// status or log; Command has those.
+type QueueEntry struct {
+	ID          json.RawMessage `json:"id"`
+	CommandInfo string          `json:"commandInfo"`
+	ServiceName string          `json:"serviceName"`
+	Created     string          `json:"dtCreate"`
+}
+
+// IDString is the entry's command id, a number or a string in the answer.
+func (e QueueEntry) IDString() string { return strings.Trim(string(e.ID), `"`) }
+
+// ListQueue returns the account's queued and recent commands.
+func (c *Client) ListQueue(ctx context.Context) ([]QueueEntry, error) {
+	var out []QueueEntry
+	return out, c.do(ctx, call{op: "queue-list", method: http.MethodGet, path: "/svc/queue", idempotent: true}, &out)
+}
+
 // ListServers returns every server of the account.
 func (c *Client) ListServers(ctx context.Context) ([]Server, error) {
 	var raw json.RawMessage
@@ -344,20 +363,33 @@ func (c *Client) WaitCommand(ctx context.Context, id string, secrets ...string) 
 		case "complete":
 			return cmd.Log, nil
 		case "error":
-			class := classifyText(cmd.Log)
-			if class == nil {
-				class = cloud.ErrTransient
-			}
-			log := cmd.Log
-			for _, s := range secrets {
-				if s != "" {
-					log = strings.ReplaceAll(log, s, "[redacted]")
-				}
-			}
-			return log, cloud.NewError(class, "queue", fmt.Errorf("command %s (%s): %w: %s", id, strings.TrimSpace(cmd.Description+" "+cmd.Server), ErrCommandFailed, c.redact.Text(log)))
+			return c.redactLog(cmd.Log, secrets), c.commandFailure(id, cmd, secrets...)
 		}
 		interval = min(interval+interval/2, 10*time.Second)
 	}
+}
+
+// commandFailure is the error of a command that ended in error, classed
+// by its log (capacity, quota, invalid configuration; otherwise
+// transient), with the log's words, redacted.
+func (c *Client) commandFailure(id string, cmd Command, secrets ...string) error {
+	class := classifyText(cmd.Log)
+	if class == nil {
+		class = cloud.ErrTransient
+	}
+	return cloud.NewError(class, "queue", fmt.Errorf("command %s (%s): %w: %s", id, strings.TrimSpace(cmd.Description+" "+cmd.Server),
+		ErrCommandFailed, c.redactLog(cmd.Log, secrets)))
+}
+
+// redactLog keeps secrets (a generated password) and credentials out of
+// a command's log.
+func (c *Client) redactLog(log string, secrets []string) string {
+	for _, s := range secrets {
+		if s != "" {
+			log = strings.ReplaceAll(log, s, "[redacted]")
+		}
+	}
+	return c.redact.Text(log)
 }
 
 // commandIDs reads a mutation's answer: ["id", ...] (ids as strings or

@@ -258,6 +258,52 @@ func TestFailedQueueCommandIsAFailedScaleUp(t *testing.T) {
 	}
 }
 
+// TestLostCreateWhoseCommandFailsIsAFailedScaleUp: the create's answer
+// is lost and its queued command then fails for capacity. The backend
+// finds the command in the account's queue by the server's name and the
+// core reports a failed order of class OutOfResources, marks the
+// datacenter stocked out, and the next order goes to the other one
+// (defect 9 of issue 33: it was taken for a server that landed and
+// vanished, and ordered again in the same datacenter).
+func TestLostCreateWhoseCommandFailsIsAFailedScaleUp(t *testing.T) {
+	b := newBackend(t, 5, strings.Replace(groupsYAML, "locations: [EU]", "locations: [EU, EU-FR]", 1))
+	b.fake.FailNextCreate("Creating server\nError: insufficient resources in datacenter EU", false)
+	b.fake.LoseNextAnswer(http.MethodPost, "/service/server")
+	if err := b.mgr.IncreaseSize(context.Background(), "ng1", 1); err != nil {
+		t.Fatal(err)
+	}
+	var failed nodegroup.Instance
+	b.wait(t, "a failed order", func() bool {
+		insts, _ := b.mgr.Instances("ng1")
+		if len(insts) == 1 && insts[0].ErrorCode != "" {
+			failed = insts[0]
+			return true
+		}
+		return false
+	})
+	if failed.ErrorClass != nodegroup.ErrorClassOutOfResources || failed.ErrorCode != nodegroup.CodeOutOfResources ||
+		!strings.Contains(failed.ErrorMessage, "insufficient resources") {
+		t.Fatalf("failed order %+v", failed)
+	}
+	if calls := b.fake.Calls(); calls["GET /svc/queue"] == 0 {
+		t.Fatalf("the queue was never listed: %v", calls)
+	}
+	// cluster-autoscaler deletes the failed slot and asks again.
+	if err := b.mgr.DeleteNodes(context.Background(), "ng1", []string{failed.ProviderID}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.mgr.IncreaseSize(context.Background(), "ng1", 1); err != nil {
+		t.Fatal(err)
+	}
+	b.wait(t, "1 running", func() bool { return len(b.running(t, "ng1")) == 1 })
+	if in := b.running(t, "ng1")[0]; in.Location != "EU-FR" {
+		t.Errorf("ordered again in %s, the datacenter that just failed", in.Location)
+	}
+	if calls := b.fake.Calls()["POST /service/server"]; calls != 2 {
+		t.Fatalf("%d creates, want 2", calls)
+	}
+}
+
 // TestHalfMadeServerIsTerminated: a create command fails with words that
 // say nothing known, but the server was made: it is terminated, and the
 // order moves to the next datacenter, so one server is left.

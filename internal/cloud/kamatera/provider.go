@@ -161,6 +161,10 @@ type lostCreate struct {
 	// completedAt is when the queue said the command completed: the
 	// server shows in a list from then on.
 	completedAt time.Time
+	// failure is the command's error once the queue said it failed, at
+	// failedAt: no server was made.
+	failure  error
+	failedAt time.Time
 }
 
 var _ cloud.Provider = (*Cloud)(nil)
@@ -514,10 +518,14 @@ func (c *Cloud) instance(row Server, sv *server) cloud.Instance {
 
 // pendingCreates reports the creates whose answer was lost and that may
 // still land as pending instances, until a list shows the server as the
-// cluster's. It follows the queue for those whose command id came back: a
-// failed command never made its server; a complete one did, and the server
-// stays pending here until it is listed. Creates with no command id are
-// given LostCreateWindow, and any at most CommandTimeout plus that window.
+// cluster's. It follows the queue for each: a create whose own answer was
+// lost (no command id) is looked up in the account's queue by server
+// name, as Kamatera's own cluster tool does; a failed command never made
+// its server and is reported as a failed instance (its log classed) for
+// LostCreateWindow, so the core fails the order, not re-sends it; a
+// complete one did make it, and the server stays pending here until it
+// is listed. Creates whose command is never found are given
+// LostCreateWindow, and any at most CommandTimeout plus that window.
 func (c *Cloud) pendingCreates(ctx context.Context, ours map[string]bool, now time.Time) []cloud.Instance {
 	c.mu.Lock()
 	lost := make(map[string]lostCreate, len(c.limbo))
@@ -525,11 +533,14 @@ func (c *Cloud) pendingCreates(ctx context.Context, ours map[string]bool, now ti
 		lost[name] = *l
 	}
 	c.mu.Unlock()
+	c.findCommands(ctx, lost, ours)
 	var out []cloud.Instance
 	for name, l := range lost {
 		done := ours[name]
 		switch {
 		case done:
+		case l.failure != nil:
+			done = now.Sub(l.failedAt) > c.opts.LostCreateWindow
 		case !l.completedAt.IsZero():
 			done = now.Sub(l.completedAt) > c.opts.LostCreateWindow
 		case l.command == "":
@@ -539,14 +550,11 @@ func (c *Cloud) pendingCreates(ctx context.Context, ours map[string]bool, now ti
 			if cmd, err := c.api.Command(ctx, l.command); err == nil {
 				switch cmd.Status {
 				case "error":
-					done = true
+					l.failure, l.failedAt, done = c.api.commandFailure(l.command, cmd), now, false
 				case "complete":
-					c.mu.Lock()
-					if e := c.limbo[name]; e != nil {
-						e.completedAt = now
-					}
-					c.mu.Unlock()
+					l.completedAt = now
 				}
+				c.update(name, l)
 			}
 		}
 		if done {
@@ -555,13 +563,66 @@ func (c *Cloud) pendingCreates(ctx context.Context, ours map[string]bool, now ti
 			c.mu.Unlock()
 			continue
 		}
-		out = append(out, cloud.Instance{
+		in := cloud.Instance{
 			Name: name, ProviderID: c.ProviderID(name), Aliases: c.aliases(name), Group: l.spec.Group, Owner: l.spec.Owner,
 			InstanceType: l.spec.InstanceType, Location: l.spec.Location, CapacityType: cloud.OnDemand,
 			State: cloud.StatePending, CreatedAt: l.since,
-		})
+		}
+		if l.failure != nil {
+			in.State, in.Error, in.ErrorClass = cloud.StateFailed, l.failure.Error(), createFailureClass(l.failure)
+		}
+		out = append(out, in)
 	}
 	return out
+}
+
+// findCommands looks up, in one read of the account's queue, the create
+// commands of lost creates whose id never came back.
+func (c *Cloud) findCommands(ctx context.Context, lost map[string]lostCreate, ours map[string]bool) {
+	var unknown []string
+	for name, l := range lost {
+		if l.command == "" && !ours[name] {
+			unknown = append(unknown, name)
+		}
+	}
+	if len(unknown) == 0 {
+		return
+	}
+	entries, err := c.api.ListQueue(ctx)
+	if err != nil {
+		c.log.Warn("kamatera: could not read the queue for lost creates; trying again at the next list", "error", err)
+		return
+	}
+	for _, name := range unknown {
+		for _, e := range entries {
+			if strings.EqualFold(e.CommandInfo, "Create Server") && strings.HasPrefix(e.ServiceName, name) {
+				l := lost[name]
+				l.command = e.IDString()
+				lost[name] = l
+				c.update(name, l)
+				break
+			}
+		}
+	}
+}
+
+// update writes back what a list learnt of a lost create.
+func (c *Cloud) update(name string, l lostCreate) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.limbo[name]; e != nil {
+		*e = l
+	}
+}
+
+// createFailureClass classes a failed create command as Create does: a
+// log that says nothing known is taken for a stock-out, so the next
+// datacenter is tried rather than this one again.
+func createFailureClass(err error) error {
+	if class := cloud.Class(err); class != cloud.ErrTransient {
+		return class
+	}
+	return cloud.ErrCapacity
 }
 
 // Create orders one server and waits for its queue command: Kamatera
@@ -594,10 +655,7 @@ func (c *Cloud) Create(ctx context.Context, spec cloud.CreateSpec) (cloud.Instan
 			return cloud.Instance{}, cloud.NewError(cloud.ErrOutcomeUnknown, "create", err)
 		}
 		var ce *cloud.Error
-		if cloud.Class(err) == cloud.ErrTransient && errors.As(err, &ce) {
-			// A failed create whose log says nothing known: taken for a
-			// stock-out, so the next datacenter is tried rather than this
-			// one again.
+		if createFailureClass(err) != cloud.Class(err) && errors.As(err, &ce) {
 			return cloud.Instance{}, cloud.Errorf(cloud.ErrCapacity, "create", "unexplained failure, taken for a stock-out: %w", ce.Err)
 		}
 		return cloud.Instance{}, err

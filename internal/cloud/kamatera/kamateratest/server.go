@@ -357,6 +357,8 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 		s.terminate(w, r)
 	case r.Method == http.MethodGet && r.URL.Path == "/service/queue":
 		s.queue(w, r)
+	case r.Method == http.MethodGet && r.URL.Path == "/svc/queue":
+		s.queueList(w)
 	default:
 		message(w, http.StatusNotFound, "Unknown endpoint "+r.URL.Path)
 	}
@@ -702,6 +704,26 @@ func (s *Server) run(c *command) {
 	s.mu.Lock()
 	c.status, c.log = status, log
 	s.mu.Unlock()
+}
+
+// queueList answers GET /svc/queue: the account's commands, unfiltered,
+// with the fields of cli_schema/commands/queue/list.json in
+// cloudwm/cloudcli-server ("Create Server" is the commandInfo
+// Kamatera/cloudcli-server-kubernetes's find_server_command_in_queue
+// looks for, with serviceName the server's name).
+func (s *Server) queueList(w http.ResponseWriter) {
+	s.mu.Lock()
+	out := make([]map[string]any, 0, len(s.commands))
+	for _, c := range s.commands {
+		done := ""
+		if c.status != "pending" {
+			done = c.added.Add(s.opts.CommandDelay).Format("2006-01-02 15:04:05")
+		}
+		out = append(out, map[string]any{"id": c.id, "commandInfo": c.info, "serviceName": c.server,
+			"dtCreate": c.added.Format("2006-01-02 15:04:05"), "dtExecute": "", "dtComplete": done, "exitCode": "", "progress": ""})
+	}
+	s.mu.Unlock()
+	writeJSON(w, http.StatusOK, out)
 }
 
 func (s *Server) queue(w http.ResponseWriter, r *http.Request) {
