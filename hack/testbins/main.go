@@ -1,7 +1,8 @@
 // Command testbins builds the Kubernetes components the test suite runs
 // (etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok)
-// from the Go module proxy, at pinned versions, into a cache folder outside
-// the work tree, and prints that folder. A second run with a warm cache only
+// from the Go module proxy, at pinned versions, and the real
+// cluster-autoscaler from its source (see ca.go), into a cache folder
+// outside the work tree, and prints that folder. A second run with a warm cache only
 // checks that the binaries are there.
 //
 //	GPUSCALER_TESTBINS="$(go run ./hack/testbins)" go test ./...
@@ -55,6 +56,9 @@ func run() (string, error) {
 	}
 	if err := copyStages(dir); err != nil {
 		return "", fmt.Errorf("kwok stages: %w", err)
+	}
+	if err := buildCA(dir); err != nil {
+		return "", fmt.Errorf("build cluster-autoscaler: %w", err)
 	}
 	return dir, nil
 }
