@@ -77,9 +77,12 @@ func (m *Manager) Inherit(prev *Manager) {
 
 // inheritMember puts a copy of a member of the core before a reload into
 // g; an order the old core never sent is queued again, one withdrawn
-// before it was sent is forgotten. Callers hold both stores' locks.
+// before it was sent is forgotten. (The old core has stopped and its
+// creates have returned: a withdrawn order the cloud does not know, with
+// no lost answer to resolve, was never sent; nothing would ever settle it
+// here.) Callers hold both stores' locks.
 func (m *Manager) inheritMember(g *group, pm *member) {
-	if pm.phase == phaseCreating && pm.cancelled {
+	if pm.cancelled && !pm.known() && pm.peek().unknownSince.IsZero() {
 		return
 	}
 	mem := new(member)

@@ -99,11 +99,31 @@ type campaign struct {
 	// existed are the instances seen at the cloud (sampled after every
 	// action and while settling).
 	existed map[string]bool
+	// prov is the running process's backend: a restart builds a new one,
+	// a reload keeps it (the runtime keeps its clouds across reloads).
+	prov cloud.Provider
+	log  *slog.Logger
+	// maxSizes are the groups' configured maxSize, which reloads raise by
+	// one and put back.
+	maxSizes map[string]int
+	reloads  int
+	// carried are, per group, the failures counted by the cores this
+	// process ran before the last reload (a reload starts a core with
+	// its own metrics; the failed orders it inherits were counted there).
+	carried map[string]float64
+	// reads are the durations of the front ends' reads during the
+	// campaign (see readLoop).
+	readsMu   sync.Mutex
+	readTimes []time.Duration
 }
 
 func newCampaign(t *testing.T, b *backend, s uint64) *campaign {
 	c := &campaign{t: t, rng: rand.New(rand.NewPCG(s, s^0x9e3779b97f4a7c15)), b: b, cfg: b.cfg, logs: &coretest.LogBuffer{},
-		reclaimed: map[string]bool{}, existed: map[string]bool{}, soldOut: map[cloud.OfferingKey]bool{}}
+		reclaimed: map[string]bool{}, existed: map[string]bool{}, soldOut: map[cloud.OfferingKey]bool{}, maxSizes: map[string]int{}}
+	for _, g := range b.cfg.NodeGroups {
+		c.maxSizes[g.Name] = g.MaxSize
+	}
+	c.log = slog.New(slog.NewTextHandler(c.logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	b.faults(true)
 	c.start()
 	t.Cleanup(func() { c.stop() })
@@ -133,13 +153,26 @@ func (l *eventLog) warned(name string) bool {
 // list (as a crash-looping process would).
 func (c *campaign) start() {
 	c.t.Helper()
-	log := slog.New(slog.NewTextHandler(c.logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	c.prov = c.b.provider(c.log)
+	c.carried = map[string]float64{}
+	c.events = &eventLog{}
+	c.startCore(nil)
+}
+
+// startCore starts a core on the process's backend, handed what prev
+// knew (a reload) or not (nil: a process start).
+func (c *campaign) startCore(prev *nodegroup.Manager) {
+	c.t.Helper()
+	log := c.log
 	for attempt := 0; ; attempt++ {
-		reg, events := prometheus.NewRegistry(), &eventLog{}
-		mgr, err := nodegroup.New(c.cfg, map[string]cloud.Provider{c.b.name: c.b.provider(log)},
+		reg, events := prometheus.NewRegistry(), c.events // the process's Event sink outlives its cores
+		mgr, err := nodegroup.New(c.cfg, map[string]cloud.Provider{c.b.name: c.prov},
 			nodegroup.Options{Logger: log, Registerer: reg, Events: events, ResolveAfter: resolveAfter, Bootstrap: c.b.bootstrap})
 		if err != nil {
 			c.t.Fatal(err)
+		}
+		if prev != nil {
+			mgr.Inherit(prev)
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		if err := mgr.Start(ctx); err != nil {
@@ -150,20 +183,35 @@ func (c *campaign) start() {
 			}
 			continue
 		}
+		c.readsMu.Lock()
 		c.mgr, c.reg, c.events = mgr, reg, events
+		c.readsMu.Unlock()
 		c.stop = func() { cancel(); mgr.Wait() }
 		return
 	}
 }
 
 // act runs 40 to 80 random actions a few milliseconds apart, checking the
-// bounds of every group after each.
+// bounds of every group after each, while a reader reads as the front
+// ends do.
 func (c *campaign) act() {
 	ctx := context.Background()
+	readCtx, stopReading := context.WithCancel(ctx)
+	read := make(chan struct{})
+	go func() { defer close(read); c.readLoop(readCtx) }()
+	defer func() {
+		stopReading()
+		<-read
+		c.checkReads()
+	}()
 	steps := 40 + c.rng.IntN(41)
 	for range steps {
 		g := c.cfg.NodeGroups[c.rng.IntN(len(c.cfg.NodeGroups))]
 		switch p := c.rng.IntN(100); {
+		case p < 8:
+			c.autoscalerLoop(ctx, g)
+		case p < 12:
+			c.reload()
 		case p < 35:
 			_ = c.mgr.IncreaseSize(ctx, g.Name, 1+c.rng.IntN(3)) // refused past maxSize: fine
 		case p < 55:
@@ -208,6 +256,112 @@ func (c *campaign) act() {
 		c.checkSpend()
 		c.sample()
 		time.Sleep(time.Duration(c.rng.IntN(20)) * time.Millisecond)
+	}
+}
+
+// autoscalerLoop does to a group what cluster-autoscaler's core does each
+// loop besides scaling (pkg/core/static_autoscaler.go): fixNodeGroupSize
+// lowers a target above the instances it lists (without looking at
+// minSize); removeOldUnregisteredNodes deletes instances that have not
+// become nodes for --max-node-provision-time (here booting ones past
+// provisionTime), capped at minSize unless
+// --force-delete-unregistered-nodes, at random; deleteCreatedNodesWithErrors
+// deletes failed orders.
+func (c *campaign) autoscalerLoop(ctx context.Context, g config.NodeGroup) {
+	insts, err := c.mgr.Instances(g.Name)
+	if err != nil {
+		return
+	}
+	target, _ := c.mgr.TargetSize(g.Name)
+	if d := target - len(insts); d > 0 {
+		_ = c.mgr.DecreaseTargetSize(ctx, g.Name, -d) // refused below minSize or a booting instance: fine
+	}
+	force := c.rng.IntN(2) == 0
+	var unregistered, failed []string
+	for _, in := range insts {
+		switch {
+		case in.ProviderID == "":
+		case in.ErrorCode != "" && in.State == nodegroup.StateCreating:
+			failed = append(failed, in.ProviderID)
+		case in.State == nodegroup.StateCreating && time.Since(in.CreatedAt) > provisionTime:
+			unregistered = append(unregistered, in.ProviderID)
+		}
+	}
+	if !force {
+		unregistered = unregistered[:max(0, min(len(unregistered), len(insts)-g.MinSize))]
+	}
+	if len(unregistered) > 0 {
+		_ = c.mgr.DeleteNodes(ctx, g.Name, unregistered) // refused below minSize: fine
+	}
+	if len(failed) > 0 {
+		_ = c.mgr.DeleteNodes(ctx, g.Name, failed)
+	}
+}
+
+// provisionTime is the campaigns' --max-node-provision-time.
+const provisionTime = 150 * time.Millisecond
+
+// reload puts a new configuration in force as the runtime does while
+// leading: the old core stops, the new one inherits what it knew and
+// starts, on the same backend. It raises a group's maxSize by one, or
+// puts it back when its target allows.
+func (c *campaign) reload() {
+	c.t.Helper()
+	next := *c.cfg
+	next.NodeGroups = slices.Clone(c.cfg.NodeGroups)
+	i := c.rng.IntN(len(next.NodeGroups))
+	g := &next.NodeGroups[i]
+	switch base := c.maxSizes[g.Name]; {
+	case g.MaxSize == base:
+		g.MaxSize++
+	default:
+		if target, _ := c.mgr.TargetSize(g.Name); target <= base {
+			g.MaxSize = base
+		}
+	}
+	c.checkReported()
+	c.stockoutsMet += counter(c.t, c.reg, "gpuscaler_stockouts_total", "")
+	for _, g := range c.cfg.NodeGroups {
+		c.carried[g.Name] += counter(c.t, c.reg, "gpuscaler_scale_up_failures_total", g.Name)
+	}
+	prev := c.mgr
+	c.stop()
+	c.cfg = &next
+	c.startCore(prev)
+	c.reloads++
+}
+
+// readLoop reads every group's target and instances, as
+// cluster-autoscaler does each loop, until ctx ends, timing each read.
+func (c *campaign) readLoop(ctx context.Context) {
+	for ctx.Err() == nil {
+		c.readsMu.Lock()
+		mgr := c.mgr
+		c.readsMu.Unlock()
+		for _, g := range c.b.cfg.NodeGroups {
+			start := time.Now()
+			_, _ = mgr.TargetSize(g.Name)
+			_, _ = mgr.Instances(g.Name)
+			c.readsMu.Lock()
+			c.readTimes = append(c.readTimes, time.Since(start))
+			c.readsMu.Unlock()
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// checkReads: the reads' p99 is under 100 ms (cluster-autoscaler's gRPC
+// calls time out after 5 s, and it makes a few hundred a loop).
+func (c *campaign) checkReads() {
+	c.t.Helper()
+	c.readsMu.Lock()
+	defer c.readsMu.Unlock()
+	if len(c.readTimes) == 0 {
+		return
+	}
+	slices.Sort(c.readTimes)
+	if p99 := c.readTimes[len(c.readTimes)*99/100]; p99 > 100*time.Millisecond {
+		c.t.Errorf("reads' p99 %s over %d reads, want under 100ms", p99, len(c.readTimes))
 	}
 }
 
@@ -281,7 +435,7 @@ func (c *campaign) checkReported() {
 				c.t.Errorf("group %s: failed order %s (%s) has no Warning Event", g.Name, in.Name, in.ErrorCode)
 			}
 		}
-		if counted := counter(c.t, c.reg, "gpuscaler_scale_up_failures_total", g.Name); counted < float64(failed) {
+		if counted := counter(c.t, c.reg, "gpuscaler_scale_up_failures_total", g.Name) + c.carried[g.Name]; counted < float64(failed) {
 			c.t.Errorf("group %s: %d failed orders, %v counted in gpuscaler_scale_up_failures_total", g.Name, failed, counted)
 		}
 		c.failedCreates += failed
@@ -348,8 +502,8 @@ func (c *campaign) settle() {
 	c.checkSpend()
 	c.checkVanished()
 	c.stockoutsMet += counter(c.t, c.reg, "gpuscaler_stockouts_total", "")
-	c.t.Logf("%s: %d actions, %d restarts, %d reclaims, %d offerings sold out (%v stock-outs met), %d failed orders reported; faults: %s; %d instances at the end",
-		c.b.describe(), c.actions, c.restarts, c.reclaims, c.stockouts, c.stockoutsMet, c.failedCreates, c.b.injected(), len(c.b.instances()))
+	c.t.Logf("%s: %d actions, %d restarts, %d reloads, %d reclaims, %d offerings sold out (%v stock-outs met), %d failed orders reported; faults: %s; %d instances at the end",
+		c.b.describe(), c.actions, c.restarts, c.reloads, c.reclaims, c.stockouts, c.stockoutsMet, c.failedCreates, c.b.injected(), len(c.b.instances()))
 }
 
 // vanishedRE finds the instances the core took for vanished in its log.
