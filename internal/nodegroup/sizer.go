@@ -121,7 +121,11 @@ func (z *sizer) decrease(name string, delta int) error {
 	}
 	newestFirst(unfulfilled)
 	for _, mem := range unfulfilled[:-delta] {
-		z.removeLocked(g, mem, "target decreased")
+		why := "target decreased"
+		if mem.phase == phaseFailed {
+			why = "failed order withdrawn" // a failed instance (a MIG member that stocked out) goes with its slot
+		}
+		z.removeLocked(g, mem, why)
 	}
 	g.target += delta
 	z.log.Info("decrease target", "group", name, "delta", delta, "target", g.target)

@@ -326,9 +326,20 @@ func (c *campaign) reload() {
 	}
 	prev := c.mgr
 	c.stop()
+	before := map[string]int{}
+	for _, g := range c.cfg.NodeGroups {
+		before[g.Name], _ = prev.TargetSize(g.Name)
+	}
 	c.cfg = &next
 	c.startCore(prev)
 	c.reloads++
+	// Every write the old core acknowledged survives the handover: a
+	// target set by a front end is not lowered by a reload.
+	for _, g := range c.cfg.NodeGroups {
+		if after, _ := c.mgr.TargetSize(g.Name); after < min(before[g.Name], g.MaxSize) {
+			c.t.Errorf("group %s: a reload took the target from %d to %d: acknowledged writes dropped", g.Name, before[g.Name], after)
+		}
+	}
 }
 
 // readLoop reads every group's target and instances, as
@@ -501,9 +512,24 @@ func (c *campaign) settle() {
 	c.checkBounds(true)
 	c.checkSpend()
 	c.checkVanished()
+	c.checkDecreases()
 	c.stockoutsMet += counter(c.t, c.reg, "gpuscaler_stockouts_total", "")
 	c.t.Logf("%s: %d actions, %d restarts, %d reloads, %d reclaims, %d offerings sold out (%v stock-outs met), %d failed orders reported; faults: %s; %d instances at the end",
 		c.b.describe(), c.actions, c.restarts, c.reloads, c.reclaims, c.stockouts, c.stockoutsMet, c.failedCreates, c.b.injected(), len(c.b.instances()))
+}
+
+// decreasedRE finds the instances the core deleted for a target decrease.
+var decreasedRE = regexp.MustCompile(`msg="deleting instance" cloud=\S+ instance=(\S+) .*reason="target decreased"`)
+
+// checkDecreases: no target decrease deleted an instance the cloud had. A
+// decrease withdraws orders not yet made; taking a booting GPU instance
+// (cluster-autoscaler's fixNodeGroupSize decreases groups whose nodes are
+// slow to register) buys it again at the next order, every cycle.
+func (c *campaign) checkDecreases() {
+	c.t.Helper()
+	for _, m := range decreasedRE.FindAllStringSubmatch(c.logs.String(), -1) {
+		c.t.Errorf("a target decrease deleted instance %s, which the cloud had: it will be bought again", m[1])
+	}
 }
 
 // vanishedRE finds the instances the core took for vanished in its log.
