@@ -40,6 +40,7 @@ var models = []Model{
 	{Name: "T4", Product: "Tesla-T4", Accelerator: "t4", MemoryMiB: 15360, Family: "turing"},
 	{Name: "RTX3070", Product: "NVIDIA-GeForce-RTX-3070", Accelerator: "rtx3070", MemoryMiB: 8192, Family: "ampere"},
 	{Name: "P100", Product: "Tesla-P100-PCIE-16GB", Accelerator: "p100", MemoryMiB: 16280, Family: "pascal"},
+	{Name: "P4", Product: "Tesla-P4", Accelerator: "p4", MemoryMiB: 7611, Family: "pascal"},
 }
 
 // LookupModel returns the model with the given table key.

@@ -361,6 +361,55 @@ func TestDescribeGroup(t *testing.T) {
 	}
 }
 
+// TestEveryGPUFamilyIsAdoptable: a MIG of each GPU machine family GCP
+// sells (A2 standard, mega and ultra, A3 high, mega, edge and ultra, A4,
+// G2, and N1 with an attached P4) is read with its GPUs: those
+// cluster-autoscaler prices and lists were refused before (issue 34).
+func TestEveryGPUFamilyIsAdoptable(t *testing.T) {
+	b := newBackend(t, 5, groupsYAML, gcptest.Options{})
+	clients, err := gcp.NewClients(context.Background(), gcp.ClientOptions{Endpoint: b.fake.URL, NoAuth: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := gcp.New(clients, gcp.Options{Project: project})
+	ctx := context.Background()
+	for _, tc := range []struct {
+		machine, accel string
+		count          int
+		want           string // the instance type's name
+		model          string
+		gpus           int
+	}{
+		{machine: "a2-ultragpu-2g", want: "a2-ultragpu-2g", model: "A100-80GB", gpus: 2},
+		{machine: "a2-ultragpu-4g", want: "a2-ultragpu-4g", model: "A100-80GB", gpus: 4},
+		{machine: "a2-megagpu-16g", want: "a2-megagpu-16g", model: "A100-40GB", gpus: 16},
+		{machine: "g2-standard-32", want: "g2-standard-32", model: "L4", gpus: 1},
+		{machine: "a3-highgpu-1g", want: "a3-highgpu-1g", model: "H100-80GB", gpus: 1},
+		{machine: "a3-megagpu-8g", want: "a3-megagpu-8g", model: "H100-80GB", gpus: 8},
+		{machine: "a3-edgegpu-8g", want: "a3-edgegpu-8g", model: "H100-80GB", gpus: 8},
+		{machine: "a3-ultragpu-8g", want: "a3-ultragpu-8g", model: "H200-141GB", gpus: 8},
+		{machine: "a4-highgpu-8g", want: "a4-highgpu-8g", model: "B200", gpus: 8},
+		{machine: "n1-standard-8", accel: "nvidia-tesla-p4", count: 2, want: "n1-standard-8.2xnvidia-tesla-p4", model: "P4", gpus: 2},
+	} {
+		name := strings.ReplaceAll(tc.want, ".", "-")
+		tpl := b.fake.AddTemplate(gcptest.Template{Name: name, MachineType: tc.machine, AcceleratorType: tc.accel, AcceleratorCount: tc.count})
+		b.fake.AddGroupFrom("us-central1-a", name+"-grp", tpl)
+		d, err := c.DescribeGroup(ctx, "us-central1-a", name+"-grp")
+		if err != nil || d.InstanceType != tc.want {
+			t.Errorf("%s: described %+v, %v; want instance type %s", name, d, err, tc.want)
+			continue
+		}
+		types, err := c.InstanceTypes(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		i := slices.IndexFunc(types, func(ty cloud.InstanceType) bool { return ty.Name == tc.want })
+		if i < 0 || types[i].GPUModel != tc.model || types[i].GPUCount != tc.gpus {
+			t.Errorf("%s: not in the catalog with %d %s GPUs (index %d of %d types)", name, tc.gpus, tc.model, i, len(types))
+		}
+	}
+}
+
 // TestReadsRetry: a 503 or a 429 on a read (a MIG, its template, its
 // members) is asked again, as the compute client does not: a start-up or a
 // sync does not fail on one.
