@@ -841,8 +841,10 @@ func (s *Server) createInstances(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
 		for _, in := range b.Instances {
 			s.nextID++
+			// making: this operation makes it; settle must not make it
+			// a second time meanwhile (one VM per member, as a MIG).
 			m := &member{name: in.Name, id: strconv.Itoa(8100000000000000000 + s.nextID), action: "CREATING", since: time.Now(),
-				metadata: in.PreservedState.Metadata}
+				metadata: in.PreservedState.Metadata, making: true}
 			g.members[in.Name] = m
 			g.targetSize++
 			made = append(made, m)
@@ -943,7 +945,7 @@ func (s *Server) resize(w http.ResponseWriter, r *http.Request) {
 		for g.targetSize < size {
 			s.nextID++
 			name := fmt.Sprintf("%s-%04x", g.base, s.nextID)
-			m := &member{name: name, id: strconv.Itoa(8100000000000000000 + s.nextID), action: "CREATING", since: time.Now()}
+			m := &member{name: name, id: strconv.Itoa(8100000000000000000 + s.nextID), action: "CREATING", since: time.Now(), making: true}
 			g.members[name] = m
 			g.targetSize++
 			made = append(made, m)
