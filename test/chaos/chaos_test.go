@@ -12,6 +12,7 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -107,6 +108,13 @@ type campaign struct {
 	// one and put back.
 	maxSizes map[string]int
 	reloads  int
+	// claims are the NodeClaims the Karpenter model keeps, by name (the
+	// machine's name): each gets at most one instance; noLaunch is set
+	// when the backend has no launch API to play it on.
+	claims    map[string]bool
+	nextClaim int
+	noLaunch  bool
+	launched  int
 	// carried are, per group, the failures counted by the cores this
 	// process ran before the last reload (a reload starts a core with
 	// its own metrics; the failed orders it inherits were counted there).
@@ -119,7 +127,8 @@ type campaign struct {
 
 func newCampaign(t *testing.T, b *backend, s uint64) *campaign {
 	c := &campaign{t: t, rng: rand.New(rand.NewPCG(s, s^0x9e3779b97f4a7c15)), b: b, cfg: b.cfg, logs: &coretest.LogBuffer{},
-		reclaimed: map[string]bool{}, existed: map[string]bool{}, soldOut: map[cloud.OfferingKey]bool{}, maxSizes: map[string]int{}}
+		reclaimed: map[string]bool{}, existed: map[string]bool{}, soldOut: map[cloud.OfferingKey]bool{}, maxSizes: map[string]int{},
+		claims: map[string]bool{}}
 	for _, g := range b.cfg.NodeGroups {
 		c.maxSizes[g.Name] = g.MaxSize
 	}
@@ -212,6 +221,8 @@ func (c *campaign) act() {
 			c.autoscalerLoop(ctx, g)
 		case p < 12:
 			c.reload()
+		case p < 17:
+			c.karpenter(ctx)
 		case p < 35:
 			_ = c.mgr.IncreaseSize(ctx, g.Name, 1+c.rng.IntN(3)) // refused past maxSize: fine
 		case p < 55:
@@ -295,6 +306,75 @@ func (c *campaign) autoscalerLoop(ctx context.Context, g config.NodeGroup) {
 	}
 	if len(failed) > 0 {
 		_ = c.mgr.DeleteNodes(ctx, g.Name, failed)
+	}
+}
+
+// karpenter plays Karpenter's NodeClaim lifecycle on the launch API: a
+// new NodeClaim's Create, with a short deadline and retried as its
+// lifecycle controller retries an error, adopting the machine of its name
+// when one exists (as the gpuscaler-karpenter provider's Create does); or
+// the deletion of a NodeClaim's machine. Each NodeClaim's name must get
+// at most one instance, whatever the timeouts and lost answers.
+func (c *campaign) karpenter(ctx context.Context) {
+	if c.noLaunch {
+		return
+	}
+	if len(c.claims) > 0 && c.rng.IntN(3) == 0 {
+		for name := range c.claims {
+			if in, ok := c.mgr.LaunchedNamed(name); ok {
+				if err := c.mgr.Terminate(ctx, in.ProviderID); err == nil {
+					delete(c.claims, name)
+				}
+			}
+			return
+		}
+	}
+	c.nextClaim++
+	name := fmt.Sprintf("nc-%03d", c.nextClaim)
+	g := c.cfg.NodeGroups[0]
+	req := nodegroup.LaunchRequest{Owner: "karpenter", Cloud: c.b.name, Name: name,
+		Offering: cloud.OfferingKey{InstanceType: g.InstanceType, Location: g.Locations[0], CapacityType: cloud.OnDemand}}
+	for range 3 {
+		if _, ok := c.mgr.LaunchedNamed(name); ok {
+			break
+		}
+		lctx, cancel := context.WithTimeout(ctx, time.Duration(5+c.rng.IntN(200))*time.Millisecond)
+		_, err := c.mgr.Launch(lctx, req)
+		cancel()
+		if err == nil {
+			c.launched++
+			break
+		}
+		if errors.Is(err, cloud.ErrInvalid) && !strings.Contains(err.Error(), "unavailable") {
+			c.noLaunch = true // a backend without launches (GCP's MIGs): the model sits out
+			return
+		}
+	}
+	c.claims[name] = true
+}
+
+// releaseClaims deletes every NodeClaim's machine, as Karpenter does when
+// the NodeClaims go, retrying until the core takes each delete.
+func (c *campaign) releaseClaims() {
+	c.t.Helper()
+	ctx := context.Background()
+	deadline := time.Now().Add(20 * time.Second)
+	for len(c.claims) > 0 && time.Now().Before(deadline) {
+		for name := range c.claims {
+			in, ok := c.mgr.LaunchedNamed(name)
+			if !ok {
+				// Never launched, or launched and not listed yet: a later
+				// pass finds it, or the leak collector takes what landed.
+				if time.Now().Add(15 * time.Second).After(deadline) {
+					delete(c.claims, name)
+				}
+				continue
+			}
+			if err := c.mgr.Terminate(ctx, in.ProviderID); err == nil {
+				delete(c.claims, name)
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
@@ -485,6 +565,7 @@ func counter(t *testing.T, reg *prometheus.Registry, name, group string) float64
 func (c *campaign) settle() {
 	c.t.Helper()
 	c.checkReported()
+	c.releaseClaims()
 	c.b.faults(false)
 	for k := range c.soldOut {
 		c.b.engine.SetCapacity(k, offeringCapacity)
@@ -514,8 +595,8 @@ func (c *campaign) settle() {
 	c.checkVanished()
 	c.checkDecreases()
 	c.stockoutsMet += counter(c.t, c.reg, "gpuscaler_stockouts_total", "")
-	c.t.Logf("%s: %d actions, %d restarts, %d reloads, %d reclaims, %d offerings sold out (%v stock-outs met), %d failed orders reported; faults: %s; %d instances at the end",
-		c.b.describe(), c.actions, c.restarts, c.reloads, c.reclaims, c.stockouts, c.stockoutsMet, c.failedCreates, c.b.injected(), len(c.b.instances()))
+	c.t.Logf("%s: %d actions, %d restarts, %d reloads, %d NodeClaims launched, %d reclaims, %d offerings sold out (%v stock-outs met), %d failed orders reported; faults: %s; %d instances at the end",
+		c.b.describe(), c.actions, c.restarts, c.reloads, c.launched, c.reclaims, c.stockouts, c.stockoutsMet, c.failedCreates, c.b.injected(), len(c.b.instances()))
 }
 
 // decreasedRE finds the instances the core deleted for a target decrease.
