@@ -295,18 +295,25 @@ func TestOtherProjectRefused(t *testing.T) {
 	}
 }
 
+// newDirect returns a backend with its fake, and a second client of the
+// fake's API for calls the core does not make (DescribeGroup, Advise).
+func newDirect(t *testing.T) (*backend, *gcp.Cloud) {
+	t.Helper()
+	b := newBackend(t, 5, groupsYAML, gcptest.Options{})
+	clients, err := gcp.NewClients(context.Background(), gcp.ClientOptions{Endpoint: b.fake.URL, NoAuth: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, gcp.New(clients, gcp.Options{Project: project})
+}
+
 // TestDescribeGroup: a MIG's template gives the group's instance type, node
 // labels and taints, as GKE writes them: an N1 machine type with T4s
 // attached becomes a learned catalog entry with their GPUs and prices; a
 // G2 template keeps the table's entry; regional templates are read too;
 // labels come from kube-labels, else kube-env's NODE_LABELS.
 func TestDescribeGroup(t *testing.T) {
-	b := newBackend(t, 5, groupsYAML, gcptest.Options{})
-	clients, err := gcp.NewClients(context.Background(), gcp.ClientOptions{Endpoint: b.fake.URL, NoAuth: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := gcp.New(clients, gcp.Options{Project: project})
+	b, c := newDirect(t)
 	t4 := b.fake.AddTemplate(gcptest.Template{Name: "gke-t4", MachineType: "n1-standard-8", AcceleratorType: "nvidia-tesla-t4", AcceleratorCount: 2,
 		Metadata: map[string]string{"kube-env": "NODE_LABELS: cloud.google.com/gke-nodepool=t4,team=ml\nNODE_TAINTS: 'nvidia.com/gpu=present:NoSchedule,spot:PreferNoSchedule'\n"}})
 	l4 := b.fake.AddTemplate(gcptest.Template{Name: "gke-l4", Region: "us-central1", MachineType: "g2-standard-8",
@@ -366,12 +373,7 @@ func TestDescribeGroup(t *testing.T) {
 // G2, and N1 with an attached P4) is read with its GPUs: those
 // cluster-autoscaler prices and lists were refused before (issue 34).
 func TestEveryGPUFamilyIsAdoptable(t *testing.T) {
-	b := newBackend(t, 5, groupsYAML, gcptest.Options{})
-	clients, err := gcp.NewClients(context.Background(), gcp.ClientOptions{Endpoint: b.fake.URL, NoAuth: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := gcp.New(clients, gcp.Options{Project: project})
+	b, c := newDirect(t)
 	ctx := context.Background()
 	for _, tc := range []struct {
 		machine, accel string
@@ -560,12 +562,7 @@ func TestRegionalMIG(t *testing.T) {
 // missing (unless a template would make it), and one whose template makes
 // another instance type than the group says.
 func TestAdvise(t *testing.T) {
-	b := newBackend(t, 5, groupsYAML, gcptest.Options{})
-	clients, err := gcp.NewClients(context.Background(), gcp.ClientOptions{Endpoint: b.fake.URL, NoAuth: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := gcp.New(clients, gcp.Options{Project: project})
+	_, c := newDirect(t)
 	ctx := context.Background()
 	if got := c.Advise(ctx, "l4", "g2-standard-8", []string{"us-central1-a", "us-central1-b"}, map[string]string{"instanceGroup": "gpu-l4"}); len(got) != 0 {
 		t.Errorf("a matching group: %v", got)
