@@ -27,10 +27,6 @@ const (
 	caCoreCommit = "6e285e0f4b4f"
 	caBinary     = "cluster-autoscaler"
 	caCoreModule = "sigs.k8s.io/cluster-autoscaler"
-	// caSharedCopy is where, next to the checkout, the project's shared
-	// reference folder keeps an unmodified subset of both trees at those
-	// commits (ca-src.tar.gz: cluster-autoscaler/ and core/).
-	caSharedCopy = "../shared/reference/cluster-autoscaler/ca-src.tar.gz"
 )
 
 // caStamp names the source the binary was built from, kept beside it, so
@@ -83,13 +79,46 @@ func caSource(work string) (string, error) {
 	if src := os.Getenv("GPUSCALER_CA_SRC"); src != "" {
 		return src, unpackOrCopy(src, work)
 	}
+	if shared, ok := sharedCopy(); ok {
+		return shared, untar(shared, work)
+	}
+	if err := cloneCA(work); err != nil {
+		return "", fmt.Errorf("no GPUSCALER_CA_SRC, no shared copy (shared/reference/cluster-autoscaler/ca-src.tar.gz) beside the checkout or its origin, and the clone failed: %w", err)
+	}
+	return caRepo + " and " + caCoreRepo, nil
+}
+
+// sharedCopy finds the shared source copy beside the checkout: next to the
+// module root or any folder above it (a checkout nested deeper, as CI's
+// may be), or beside the repository a clone was made from (its origin,
+// when that is a local path).
+func sharedCopy() (string, bool) {
+	var roots []string
 	if root, err := moduleRoot(); err == nil {
-		shared := filepath.Join(root, caSharedCopy)
-		if _, err := os.Stat(shared); err == nil {
-			return shared, untar(shared, work)
+		roots = append(roots, root)
+		if out, err := exec.Command("git", "-C", root, "remote", "get-url", "origin").Output(); err == nil {
+			if origin := strings.TrimPrefix(strings.TrimSpace(string(out)), "file://"); filepath.IsAbs(origin) {
+				roots = append(roots, origin)
+			}
 		}
 	}
-	return caRepo + " and " + caCoreRepo, cloneCA(work)
+	rel := filepath.Join("shared", "reference", "cluster-autoscaler", "ca-src.tar.gz")
+	for _, root := range roots {
+		for dir := filepath.Dir(root); ; dir = filepath.Dir(dir) {
+			if p := filepath.Join(dir, rel); fileExists(p) {
+				return p, true
+			}
+			if dir == filepath.Dir(dir) {
+				break
+			}
+		}
+	}
+	return "", false
+}
+
+func fileExists(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.Mode().IsRegular()
 }
 
 // unpackOrCopy takes $GPUSCALER_CA_SRC: a .tar.gz is unpacked, a folder
@@ -114,7 +143,7 @@ func unpackOrCopy(src, work string) error {
 // checks out the pinned commits.
 func cloneCA(work string) error {
 	if _, err := exec.LookPath("git"); err != nil {
-		return errors.New("no GPUSCALER_CA_SRC, no shared copy (" + caSharedCopy + "), and no git to clone " + caRepo)
+		return errors.New("no GPUSCALER_CA_SRC, no shared copy (shared/reference/cluster-autoscaler/ca-src.tar.gz beside the checkout), and no git to clone " + caRepo)
 	}
 	repo := filepath.Join(work, "autoscaler")
 	for _, c := range []struct{ url, dir, commit string }{
@@ -202,25 +231,14 @@ func untar(archive, dir string) error {
 // copyTree copies a folder's regular files.
 func copyTree(src, dst string) error {
 	return filepath.WalkDir(src, func(p string, d os.DirEntry, err error) error {
-		if err != nil {
+		if err != nil || !d.Type().IsRegular() {
 			return err
 		}
 		rel, err := filepath.Rel(src, p)
 		if err != nil {
 			return err
 		}
-		if d.IsDir() {
-			return os.MkdirAll(filepath.Join(dst, rel), 0o755)
-		}
-		if !d.Type().IsRegular() {
-			return nil
-		}
-		in, err := os.Open(p)
-		if err != nil {
-			return err
-		}
-		defer in.Close()
-		return writeFrom(in, filepath.Join(dst, rel), 0o644)
+		return copyFile(p, filepath.Join(dst, rel))
 	})
 }
 
