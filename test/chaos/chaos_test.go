@@ -345,7 +345,7 @@ func (c *campaign) karpenter(ctx context.Context) {
 			c.launched++
 			break
 		}
-		if errors.Is(err, cloud.ErrInvalid) && !strings.Contains(err.Error(), "unavailable") {
+		if errors.Is(err, cloud.ErrInvalid) {
 			c.noLaunch = true // a backend without launches (GCP's MIGs): the model sits out
 			return
 		}
@@ -358,19 +358,17 @@ func (c *campaign) karpenter(ctx context.Context) {
 func (c *campaign) releaseClaims() {
 	c.t.Helper()
 	ctx := context.Background()
-	deadline := time.Now().Add(20 * time.Second)
+	// A NodeClaim whose machine never shows (never launched, or not
+	// listed yet) is let go after a while: the leak collector takes what
+	// landed.
+	giveUp, deadline := time.Now().Add(5*time.Second), time.Now().Add(20*time.Second)
 	for len(c.claims) > 0 && time.Now().Before(deadline) {
 		for name := range c.claims {
 			in, ok := c.mgr.LaunchedNamed(name)
-			if !ok {
-				// Never launched, or launched and not listed yet: a later
-				// pass finds it, or the leak collector takes what landed.
-				if time.Now().Add(15 * time.Second).After(deadline) {
-					delete(c.claims, name)
-				}
-				continue
-			}
-			if err := c.mgr.Terminate(ctx, in.ProviderID); err == nil {
+			switch {
+			case !ok && time.Now().After(giveUp):
+				delete(c.claims, name)
+			case ok && c.mgr.Terminate(ctx, in.ProviderID) == nil:
 				delete(c.claims, name)
 			}
 		}
