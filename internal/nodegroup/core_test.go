@@ -951,3 +951,60 @@ func TestLaggingListDoesNotReviveADeletedInstance(t *testing.T) {
 	}
 	h.eventually("the deleted instance forgotten", func() bool { insts, _ := h.mgr.Instances("g"); return len(insts) == 0 })
 }
+
+// After a restart, the new process has no record of what the one before it
+// deleted, and a list that lags still shows such an instance running: it
+// is adopted (nothing tells it apart from a live one), but when the first
+// list that cannot lag behind the restart leaves it out, it is dropped
+// with the target, never replaced by a new order.
+func TestRestartDoesNotReplaceWhatALaggingListStillShows(t *testing.T) {
+	w := &wrapped{}
+	var (
+		mu         sync.Mutex
+		stale      cloud.Instance
+		ghostUntil time.Time
+		clk        *clocktesting.FakeClock
+	)
+	w.onList = func(in []cloud.Instance) []cloud.Instance {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, i := range in {
+			if i.Group == "g" && i.State == cloud.StateRunning {
+				stale = i
+			}
+		}
+		if stale.Name != "" && !slices.ContainsFunc(in, func(i cloud.Instance) bool { return i.Name == stale.Name }) &&
+			clk != nil && clk.Now().Before(ghostUntil) {
+			return append(in, stale) // the list lags behind the delete
+		}
+		return in
+	}
+	h := newWrappedHarness(t, oneGroupLeaky, sim.Options{}, Options{ResolveAfter: time.Minute}, func(c *sim.Cloud) cloud.Provider { w.Provider = c; return w })
+	mu.Lock()
+	clk = h.clk
+	mu.Unlock()
+	ctx := context.Background()
+	if err := h.mgr.IncreaseSize(ctx, "g", 1); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("1 running", func() bool { r, _, _, _ := h.states("g"); return r == 1 })
+	insts, _ := h.mgr.Instances("g")
+	if err := h.mgr.DeleteNodes(ctx, "g", []string{insts[0].ProviderID}); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("the instance gone at the cloud", func() bool { return h.engine.Count("test") == 0 })
+	mu.Lock()
+	ghostUntil = h.clk.Now().Add(40 * time.Second)
+	mu.Unlock()
+	h.restart()
+	if n, _ := h.mgr.TargetSize("g"); n != 1 {
+		t.Fatalf("target %d after a restart whose list shows the deleted instance, want 1 (adopted)", n)
+	}
+	h.settle(4 * time.Minute)
+	if n, _ := h.mgr.TargetSize("g"); n != 0 {
+		t.Errorf("target %d once the lagging list caught up, want 0", n)
+	}
+	if creates, _ := w.counts(); creates != 1 {
+		t.Errorf("%d creates, want 1: the instance deleted before the restart was replaced", creates)
+	}
+}

@@ -224,6 +224,9 @@ type member struct {
 	// ageUnknown: the cloud did not say when the instance was made, and
 	// createdAt is when gpuscaler first listed it.
 	ageUnknown bool
+	// unconfirmed: adopted after a start from a list that may still show
+	// what the process before this one deleted (see syncer.missing).
+	unconfirmed bool
 	// idForms: the instance's aliases are its cloud's ID forms,
 	// "<scheme>://<id>" (see aliasForms), rendered from id when asked for.
 	idForms bool

@@ -378,6 +378,9 @@ func (y *syncer) fold(ctx context.Context, cloudName string, g *group, l *listin
 		delete(listed, name)
 		in, dups := pick(l.named(key, name, first), mem.id)
 		y.reaper.duplicatesLocked(cloudName, dups)
+		if mem.unconfirmed && !y.mayShowPredecessorDeletes(cloudName, start) {
+			mem.unconfirmed = false
+		}
 		switch mem.phase {
 		case phaseCreating:
 			continue // the create in flight records it
@@ -453,6 +456,7 @@ func (y *syncer) fold(ctx context.Context, cloudName string, g *group, l *listin
 			mem.extras().cloud = cloudName // launched: the launches span clouds
 		}
 		s.setInstance(mem, in)
+		mem.unconfirmed = y.mayShowPredecessorDeletes(cloudName, start)
 		if mem.createdAt == 0 {
 			// A cloud that did not say when (or in a form we could not
 			// read): the age counts from the first list that shows it, so
@@ -544,6 +548,16 @@ func (y *syncer) missing(g *group, mem *member, start time.Time, out *afterLock)
 		// vanished would have its Node deleted and be ordered twice. The
 		// same window as a lost answer's (ResolveAfter); at the same
 		// instant too, for a coarse clock.
+	case mem.unconfirmed && mem.phase != phaseDeleting && g != s.launches:
+		// Shown only by lists that may lag behind the deletes of the
+		// process before this one, and gone at the first that cannot:
+		// most likely deleted before the restart. Replacing it would buy
+		// a GPU nobody asked for; the target drops with it, and a front
+		// end that needs the capacity asks again (minSize is kept).
+		y.log.Info("an instance adopted at start is gone; deleted before the restart, it is not replaced", "group", g.cfg.Name, "instance", mem.name)
+		s.drop(g, mem)
+		g.target = max(g.target-1, 0)
+		out.gone = append(out.gone, mem)
 	default:
 		if mem.phase != phaseDeleting {
 			y.metrics.vanished.WithLabelValues(g.cfg.Name).Inc()
@@ -634,3 +648,11 @@ func (y *syncer) deleteNodes(ctx context.Context, gone [][]string) {
 
 // orderer is reached through the sizer, which owns it.
 func (y *syncer) orderer() *orderer { return y.sizer.orderer }
+
+// mayShowPredecessorDeletes reports whether a list of cloudName that
+// started at start may still show instances the process before this one
+// deleted: it started within the list lag of this process's start.
+func (y *syncer) mayShowPredecessorDeletes(cloudName string, start time.Time) bool {
+	until, ok := y.orderer().holdUntil[cloudName]
+	return ok && start.Before(until)
+}
