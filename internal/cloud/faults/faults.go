@@ -95,6 +95,8 @@ type rule struct {
 	method, path string
 	// answer writes the failure; nil loses the answer instead.
 	answer func(http.ResponseWriter)
+	// after: the request is carried out before answer is written.
+	after bool
 }
 
 // Fail makes the next request with method whose path ends with path be
@@ -102,7 +104,7 @@ type rule struct {
 func (s *Set) Fail(method, path string, answer func(http.ResponseWriter)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.rules = append(s.rules, rule{method, path, answer})
+	s.rules = append(s.rules, rule{method: method, path: path, answer: answer})
 }
 
 // Answer is an answer of status and body as they are (JSON, by its
@@ -113,6 +115,15 @@ func Answer(status int, body []byte) func(http.ResponseWriter) {
 		w.WriteHeader(status)
 		_, _ = w.Write(body)
 	}
+}
+
+// FailAfter makes the fake carry out the next request with method whose
+// path ends with path, then answer it with answer: a 5xx from a proxy or
+// a timed-out front end after the cloud acted.
+func (s *Set) FailAfter(method, path string, answer func(http.ResponseWriter)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.rules = append(s.rules, rule{method: method, path: path, answer: answer, after: true})
 }
 
 // Lose makes the fake carry out the next request with method whose path
@@ -152,6 +163,9 @@ func (s *Set) Serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 	case hit == nil:
 		next.ServeHTTP(w, r)
 	case hit.answer != nil:
+		if hit.after {
+			next.ServeHTTP(httptest.NewRecorder(), r)
+		}
 		hit.answer(w)
 	default:
 		next.ServeHTTP(httptest.NewRecorder(), r)

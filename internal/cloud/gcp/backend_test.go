@@ -580,20 +580,7 @@ func TestAdvise(t *testing.T) {
 // read through the backend's List.
 func answers(t *testing.T, fakeOpts gcptest.Options, states ...gcptest.MemberState) []cloud.Instance {
 	t.Helper()
-	engine, err := gcptest.NewEngine(sim.Config{BootDelay: sim.Duration(time.Millisecond)}, sim.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	fakeOpts.Project = project
-	fake := gcptest.New(engine, fakeOpts)
-	t.Cleanup(fake.Close)
-	fake.AddGroup("us-central1-a", "gpu-l4", "g2-standard-8")
-	clients, err := gcp.NewClients(context.Background(), gcp.ClientOptions{Endpoint: fake.URL, NoAuth: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	prov := gcp.New(clients, gcp.Options{Project: project, PollInterval: 5 * time.Millisecond, CreateWatch: time.Second,
-		Groups: map[string]gcp.Group{"l4": gcp.NewGroup("l4", "g2-standard-8", []string{"us-central1-a"}, map[string]string{"instanceGroup": "gpu-l4"})}})
+	fake, prov, _ := oneMIG(t, fakeOpts)
 	ctx := context.Background()
 	var names []string
 	for i := range states {
@@ -675,4 +662,26 @@ func TestMembersWithoutNames(t *testing.T) {
 	if got[0].Name != "l4-0" || got[0].State != cloud.StateRunning || got[0].ProviderID != "gce://"+project+"/us-central1-a/l4-0" {
 		t.Errorf("member %+v", got[0])
 	}
+}
+
+// oneMIG is the fake with one zonal MIG, gpu-l4 in us-central1-a (group
+// l4), and a provider on it with no core: each test drives the provider's
+// calls itself. clients are the provider's own.
+func oneMIG(t *testing.T, fakeOpts gcptest.Options) (*gcptest.Server, *gcp.Cloud, gcp.Clients) {
+	t.Helper()
+	engine, err := gcptest.NewEngine(sim.Config{BootDelay: sim.Duration(time.Millisecond)}, sim.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fakeOpts.Project = project
+	fake := gcptest.New(engine, fakeOpts)
+	t.Cleanup(fake.Close)
+	fake.AddGroup("us-central1-a", "gpu-l4", "g2-standard-8")
+	clients, err := gcp.NewClients(context.Background(), gcp.ClientOptions{Endpoint: fake.URL, NoAuth: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prov := gcp.New(clients, gcp.Options{Project: project, PollInterval: 5 * time.Millisecond, CreateWatch: time.Second,
+		Groups: map[string]gcp.Group{"l4": gcp.NewGroup("l4", "g2-standard-8", []string{"us-central1-a"}, map[string]string{"instanceGroup": "gpu-l4"})}})
+	return fake, prov, clients
 }

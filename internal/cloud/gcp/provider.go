@@ -442,6 +442,22 @@ func lastAttempt(mi *compute.ManagedInstance) (code, message string, class error
 	if a == nil || a.Errors == nil {
 		return "", "", nil
 	}
+	errs := make([]codeMessage, 0, len(a.Errors.Errors))
+	for _, e := range a.Errors.Errors {
+		if e != nil {
+			errs = append(errs, codeMessage{e.Code, e.Message})
+		}
+	}
+	return mostTelling(errs)
+}
+
+// codeMessage is one error of a GCP answer: its code and its message.
+type codeMessage struct{ code, message string }
+
+// mostTelling picks, of an answer's errors, the code that says most (a
+// stock-out over quota over any other; GCP lists them in no set order) and
+// joins every message.
+func mostTelling(errs []codeMessage) (code, message string, class error) {
 	rank := func(c error) int {
 		switch c {
 		case cloud.ErrCapacity:
@@ -454,15 +470,15 @@ func lastAttempt(mi *compute.ManagedInstance) (code, message string, class error
 		return 0
 	}
 	var msgs []string
-	for _, e := range a.Errors.Errors {
-		if e == nil || e.Code == "" {
+	for _, e := range errs {
+		if e.code == "" {
 			continue
 		}
-		if e.Message != "" {
-			msgs = append(msgs, e.Message)
+		if e.message != "" {
+			msgs = append(msgs, e.message)
 		}
-		if c := attemptClass(e.Code); rank(c) > rank(class) {
-			code, class = e.Code, c
+		if c := attemptClass(e.code); rank(c) > rank(class) {
+			code, class = e.code, c
 		}
 	}
 	return code, strings.Join(msgs, "; "), class
@@ -702,7 +718,13 @@ func memberZone(m MIG, mi *compute.ManagedInstance) string {
 }
 
 func (c *Cloud) remove(ctx context.Context, m MIG, mi *compute.ManagedInstance) error {
-	return c.removeIn(ctx, m, memberZone(m, mi), mi.Name)
+	zone := memberZone(m, mi)
+	if zone == "" {
+		// A reference without a zone is malformed, which fails the
+		// operation whatever skipInstancesOnValidationError says.
+		return cloud.Errorf(cloud.ErrTransient, "delete", "instance %s of regional group %s has no zone yet", mi.Name, m.Name)
+	}
+	return c.removeIn(ctx, m, zone, mi.Name)
 }
 
 // removeIn deletes the member name, in zone, of a MIG.
@@ -814,13 +836,20 @@ func doneError(op string, p *compute.Operation) error {
 	if len(errs) == 0 && (status == 0 || status/100 == 2) {
 		return nil
 	}
-	code, msg := "", p.HttpErrorMessage
-	if len(errs) > 0 && errs[0] != nil {
-		code, msg = errs[0].Code, errs[0].Message
+	all := make([]codeMessage, 0, len(errs))
+	notFound := status == http.StatusNotFound
+	for _, e := range errs {
+		if e != nil {
+			all = append(all, codeMessage{e.Code, e.Message})
+			notFound = notFound || strings.HasSuffix(e.Code, "NOT_FOUND")
+		}
 	}
-	class := attemptClass(code)
+	code, msg, class := mostTelling(all)
+	if msg == "" {
+		msg = p.HttpErrorMessage
+	}
 	switch {
-	case strings.HasSuffix(code, "NOT_FOUND") || status == http.StatusNotFound:
+	case notFound && class != cloud.ErrCapacity && class != cloud.ErrQuota:
 		class = cloud.ErrNotFound
 	case class == cloud.ErrCapacity || class == cloud.ErrQuota:
 	case status == http.StatusConflict || status == http.StatusTooManyRequests || status >= 500:

@@ -10,6 +10,19 @@
 // managed instances CREATING → NONE as the engine boots them, stock-outs
 // and quota reported asynchronously in lastAttempt (the operation itself
 // succeeds), deleteInstances lowering targetSize, paging by pageToken.
+//
+// Where the reference is silent, the answers follow compute/v1's discovery
+// document as Google publishes it with its Go SDK
+// (google.golang.org/api/compute/v1/compute-api.json, cited below as "the
+// discovery document"): a repeated requestId answered with the operation
+// it started and carried out once; deleteInstances skipping instances that
+// are not members, or already being deleted, when
+// skipInstancesOnValidationError is set, failing the operation when not,
+// and always for a malformed instance reference or one outside the
+// group's zone or region; listManagedInstances paged only for a group
+// whose listManagedInstancesResults is PAGINATED (maxResults default
+// 500); failed operations carrying httpErrorStatusCode and
+// httpErrorMessage beside their errors.
 package gcptest
 
 import (
@@ -23,6 +36,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/faults"
@@ -89,10 +104,13 @@ type Server struct {
 	igms      map[string]*igm      // by zone/name
 	templates map[string]*Template // by link: projects/p/global/instanceTemplates/t, or .../regions/r/...
 	ops       map[string]*operation
-	nextID    int
-	calls     map[string]int
-	latency   time.Duration
-	faults    faults.Set
+	// requests are the operations started, by the requestId that started
+	// them.
+	requests map[string]string
+	nextID   int
+	calls    map[string]int
+	latency  time.Duration
+	faults   faults.Set
 }
 
 // Template is an instance template: global, or regional when Region is
@@ -114,6 +132,9 @@ type igm struct {
 	members                                              map[string]*member // by instance name
 	// busy is the operation running on the group, if any.
 	busy string
+	// paginated: listManagedInstancesResults is PAGINATED (the default,
+	// PAGELESS, answers every member in one page).
+	paginated bool
 }
 
 type member struct {
@@ -142,6 +163,8 @@ type operation struct {
 	applied bool
 	errCode string
 	errMsg  string
+	// status is the failed operation's httpErrorStatusCode.
+	status int
 }
 
 // New starts a fake over an engine built by NewEngine.
@@ -150,7 +173,7 @@ func New(engine *sim.Engine, opts Options) *Server {
 		opts.OperationDelay = 20 * time.Millisecond
 	}
 	s := &Server{engine: engine, acct: engine.Account(account), opts: opts, igms: map[string]*igm{}, templates: map[string]*Template{},
-		ops: map[string]*operation{}, calls: map[string]int{}}
+		ops: map[string]*operation{}, requests: map[string]string{}, calls: map[string]int{}}
 	mux := http.NewServeMux()
 	base := "/compute/v1/projects/{project}/zones/{zone}/"
 	mux.HandleFunc("GET "+base+"instanceGroupManagers/{igm}", s.getIGM)
@@ -215,10 +238,25 @@ func (s *Server) SetDescription(zone, name, description string) {
 	s.igms[zone+"/"+name].description = description
 }
 
+// SetPaginated sets a group's listManagedInstancesResults to PAGINATED,
+// so that listManagedInstances answers in pages.
+func (s *Server) SetPaginated(zone, name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.igms[zone+"/"+name].paginated = true
+}
+
 // FailNext makes the next request with method whose path ends with
 // pathSuffix fail with a googleapi error.
 func (s *Server) FailNext(method, pathSuffix string, status int, reason, message string) {
 	s.faults.Fail(method, pathSuffix, func(w http.ResponseWriter) { apiError(w, status, reason, message) })
+}
+
+// FailNextAfter carries out the next request with method whose path ends
+// with pathSuffix, then answers it with a googleapi error, as a front end
+// that gave up after Compute accepted the request.
+func (s *Server) FailNextAfter(method, pathSuffix string, status int, reason, message string) {
+	s.faults.FailAfter(method, pathSuffix, func(w http.ResponseWriter) { apiError(w, status, reason, message) })
 }
 
 // AnswerNext makes the next request with method whose path ends with
@@ -388,11 +426,16 @@ func (s *Server) getIGM(w http.ResponseWriter, r *http.Request) {
 	if regional(g.zone) {
 		where = "region"
 	}
+	paging := "PAGELESS"
+	if g.paginated {
+		paging = "PAGINATED"
+	}
 	writeJSON(w, http.StatusOK, map[string]any{
 		"kind": "compute#instanceGroupManager", "id": "4" + strconv.Itoa(len(g.name)*1000003), "name": g.name,
 		where:              "https://www.googleapis.com/compute/v1/projects/" + s.opts.Project + "/" + scope(g.zone),
 		"instanceTemplate": "https://www.googleapis.com/compute/v1/" + g.template, "baseInstanceName": g.base, "description": g.description,
 		"targetSize": g.targetSize, "currentActions": actions, "status": map[string]any{"isStable": actions["creating"] == 0 && actions["deleting"] == 0},
+		"listManagedInstancesResults": paging,
 	})
 }
 
@@ -435,6 +478,9 @@ func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request) {
 // insertIGM creates a managed instance group from a template the fake
 // has; the operation makes it.
 func (s *Server) insertIGM(w http.ResponseWriter, r *http.Request) {
+	if s.repeated(w, r) {
+		return
+	}
 	var b struct {
 		Name, BaseInstanceName, InstanceTemplate, Description string
 		TargetSize                                            int
@@ -460,7 +506,7 @@ func (s *Server) insertIGM(w http.ResponseWriter, r *http.Request) {
 	// The new group is busy with its own insert, as GCP's would be.
 	g := &igm{zone: zone, name: b.Name, template: link, machineType: t.MachineType, base: b.BaseInstanceName, description: b.Description,
 		members: map[string]*member{}}
-	s.startOperation(w, g, "insert", func() (string, string) {
+	s.startOperation(w, r, g, "insert", func() (string, string) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if _, taken := s.igms[zone+"/"+b.Name]; !taken {
@@ -473,11 +519,14 @@ func (s *Server) insertIGM(w http.ResponseWriter, r *http.Request) {
 // deleteIGM deletes a managed instance group and, as GCP does, its
 // instances.
 func (s *Server) deleteIGM(w http.ResponseWriter, r *http.Request) {
+	if s.repeated(w, r) {
+		return
+	}
 	g, ok := s.group(w, r)
 	if !ok {
 		return
 	}
-	s.startOperation(w, g, "delete", func() (string, string) {
+	s.startOperation(w, r, g, "delete", func() (string, string) {
 		s.mu.Lock()
 		delete(s.igms, g.zone+"/"+g.name)
 		var names []string
@@ -651,7 +700,10 @@ func (s *Server) make(g *igm, m *member) {
 	case err == nil:
 		m.created, m.lastError, m.zone = true, "", zone
 	case cloud.Class(err) == cloud.ErrCapacity:
-		m.lastError = "ZONE_RESOURCE_POOL_EXHAUSTED: The zone 'projects/" + s.opts.Project + "/zones/" + g.zone + "' does not have enough resources available to fulfill the request."
+		// An instance's URL is zonal: a regional group's member keeps the
+		// zone its last attempt was in, so it can be named to delete it.
+		m.zone = zone
+		m.lastError = "ZONE_RESOURCE_POOL_EXHAUSTED: The zone 'projects/" + s.opts.Project + "/zones/" + zone + "' does not have enough resources available to fulfill the request."
 	default:
 		m.lastError = "UNKNOWN: " + err.Error()
 	}
@@ -719,10 +771,24 @@ func (s *Server) listManaged(w http.ResponseWriter, r *http.Request) {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	from, _ := strconv.Atoi(r.URL.Query().Get("pageToken"))
-	per, _ := strconv.Atoi(r.URL.Query().Get("maxResults"))
-	if per <= 0 || per > 500 {
+	// The discovery document: maxResults and pageToken are ignored unless
+	// the group's listManagedInstancesResults is PAGINATED; maxResults is
+	// 0 to 500, 500 by default.
+	from, per := 0, len(names)
+	if g.paginated {
+		from, _ = strconv.Atoi(r.URL.Query().Get("pageToken"))
 		per = 500
+		if v := r.URL.Query().Get("maxResults"); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 || n > 500 {
+				s.mu.Unlock()
+				apiError(w, http.StatusBadRequest, "invalid", "Invalid value for field 'maxResults': '"+v+"'. Must be less than or equal to 500")
+				return
+			}
+			if n > 0 {
+				per = n
+			}
+		}
 	}
 	from = min(from, len(names))
 	to := min(from+per, len(names))
@@ -738,9 +804,38 @@ func (s *Server) listManaged(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, body)
 }
 
+// repeated answers a mutation whose requestId started an operation
+// before with that operation, and reports true: the discovery document's
+// requestId, "the server will know to ignore the request if it has
+// already been completed". An id that is not a UUID, or the zero UUID, is
+// refused, as the document requires.
+func (s *Server) repeated(w http.ResponseWriter, r *http.Request) bool {
+	id := r.URL.Query().Get("requestId")
+	if id == "" {
+		return false
+	}
+	if u, err := uuid.Parse(id); err != nil || u == uuid.Nil {
+		apiError(w, http.StatusBadRequest, "invalid", "Invalid value for field 'requestId': '"+id+"'. The request ID must be a valid UUID, not the zero UUID.")
+		return true
+	}
+	s.mu.Lock()
+	op := s.ops[s.requests[id]]
+	var body map[string]any
+	if op != nil {
+		body = s.operationJSON(op)
+	}
+	s.mu.Unlock()
+	if op == nil {
+		return false
+	}
+	writeJSON(w, http.StatusOK, body)
+	return true
+}
+
 // startOperation queues an operation on a group, or answers 409 while
-// another runs on it.
-func (s *Server) startOperation(w http.ResponseWriter, g *igm, kind string, apply func() (string, string)) {
+// another runs on it. The request's requestId, if any, names it for
+// repeats (see repeated).
+func (s *Server) startOperation(w http.ResponseWriter, r *http.Request, g *igm, kind string, apply func() (string, string)) {
 	s.mu.Lock()
 	if g.busy != "" {
 		if op := s.ops[g.busy]; op != nil && !op.applied {
@@ -753,6 +848,9 @@ func (s *Server) startOperation(w http.ResponseWriter, g *igm, kind string, appl
 	op := &operation{id: strconv.Itoa(7000000000000000000 + s.nextID), name: fmt.Sprintf("operation-%d-%s", s.nextID, kind), zone: g.zone,
 		kind: "compute.instanceGroupManagers." + kind, target: "https://www.googleapis.com/compute/v1/projects/" + s.opts.Project + "/" + scope(g.zone) + "/instanceGroupManagers/" + g.name, start: time.Now(), apply: apply}
 	s.ops[op.name] = op
+	if id := r.URL.Query().Get("requestId"); id != "" {
+		s.requests[id] = op.name
+	}
 	g.busy = op.name
 	body := s.operationJSON(op)
 	s.mu.Unlock()
@@ -771,6 +869,9 @@ func (s *Server) finish(op *operation) {
 	code, msg := op.apply()
 	s.mu.Lock()
 	op.applied, op.errCode, op.errMsg = true, code, msg
+	if code != "" {
+		op.status = statusOf(code)
+	}
 	s.mu.Unlock()
 }
 
@@ -790,9 +891,26 @@ func (s *Server) operationJSON(op *operation) map[string]any {
 		out["zone"] = s.zoneURL(op.zone)
 	}
 	if op.applied && op.errCode != "" {
+		// The discovery document's Operation: a failed one carries the
+		// HTTP status it failed with and its message ("NOT FOUND").
 		out["error"] = map[string]any{"errors": []map[string]string{{"code": op.errCode, "message": op.errMsg}}}
+		out["httpErrorStatusCode"] = op.status
+		out["httpErrorMessage"] = strings.ToUpper(http.StatusText(op.status))
 	}
 	return out
+}
+
+// statusOf is the HTTP status an operation that failed with code carries.
+func statusOf(code string) int {
+	switch {
+	case strings.HasSuffix(code, "NOT_FOUND"):
+		return http.StatusNotFound
+	case strings.HasSuffix(code, "ALREADY_EXISTS"):
+		return http.StatusConflict
+	case code == "QUOTA_EXCEEDED":
+		return http.StatusForbidden
+	}
+	return http.StatusBadRequest
 }
 
 func (s *Server) getOperation(w http.ResponseWriter, r *http.Request) {
@@ -811,6 +929,9 @@ func (s *Server) getOperation(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) createInstances(w http.ResponseWriter, r *http.Request) {
+	if s.repeated(w, r) {
+		return
+	}
 	g, ok := s.group(w, r)
 	if !ok {
 		return
@@ -836,7 +957,7 @@ func (s *Server) createInstances(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	s.mu.Unlock()
-	s.startOperation(w, g, "createInstances", func() (string, string) {
+	s.startOperation(w, r, g, "createInstances", func() (string, string) {
 		var made []*member
 		s.mu.Lock()
 		for _, in := range b.Instances {
@@ -858,27 +979,75 @@ func (s *Server) createInstances(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) deleteInstances(w http.ResponseWriter, r *http.Request) {
+	if s.repeated(w, r) {
+		return
+	}
 	g, ok := s.group(w, r)
 	if !ok {
 		return
 	}
 	var b struct {
 		Instances []string `json:"instances"`
+		Skip      bool     `json:"skipInstancesOnValidationError"`
 	}
 	if err := json.NewDecoder(r.Body).Decode(&b); err != nil {
 		apiError(w, http.StatusBadRequest, "invalid", "Invalid JSON payload")
 		return
 	}
-	s.startOperation(w, g, "deleteInstances", func() (string, string) {
-		names := make([]string, len(b.Instances))
-		for i, ref := range b.Instances {
-			names[i] = ref[strings.LastIndex(ref, "/")+1:]
+	s.startOperation(w, r, g, "deleteInstances", func() (string, string) {
+		// The discovery document's skipInstancesOnValidationError: a
+		// malformed reference, or one outside the group's zone or
+		// region, always fails the operation; an instance that is not a
+		// member, or is being deleted already, fails it unless skipped.
+		names := make([]string, 0, len(b.Instances))
+		for _, ref := range b.Instances {
+			name, ok := s.memberRef(g, ref)
+			if !ok {
+				return "INVALID_FIELD_VALUE", "Invalid value for field 'instances': '" + ref + "'. The URL is malformed or outside the group's " + scope(g.zone)
+			}
+			names = append(names, name)
 		}
-		if missing := s.removeMembers(g, names); len(missing) > 0 {
-			return "RESOURCE_NOT_FOUND", "The instances " + strings.Join(missing, ", ") + " are not members of the group"
+		if !b.Skip {
+			if invalid := s.notDeletable(g, names); len(invalid) > 0 {
+				return "RESOURCE_NOT_FOUND", "The instances " + strings.Join(invalid, ", ") + " are not members of the group or are being deleted"
+			}
 		}
+		s.removeMembers(g, names)
 		return "", ""
 	})
+}
+
+// memberRef is the instance name a deleteInstances reference names, if it
+// is well formed ("zones/<zone>/instances/<name>", possibly behind
+// "projects/<project>/" or the full URL) and in the group's zone, or one
+// of its region's.
+func (s *Server) memberRef(g *igm, ref string) (string, bool) {
+	_, rest, ok := strings.Cut(ref, "zones/")
+	if !ok {
+		return "", false
+	}
+	zone, name, ok := strings.Cut(rest, "/instances/")
+	if !ok || zone == "" || name == "" || strings.Contains(name, "/") {
+		return "", false
+	}
+	if regional(g.zone) {
+		return name, strings.HasPrefix(zone, g.zone+"-")
+	}
+	return name, zone == g.zone
+}
+
+// notDeletable returns the names that are not members of g or whose
+// member is being deleted already.
+func (s *Server) notDeletable(g *igm, names []string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for _, n := range names {
+		if m, ok := g.members[n]; !ok || m.action == "DELETING" {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // removeMembers takes members out of a group as deleteInstances does: the
@@ -930,6 +1099,9 @@ func (s *Server) Lose(name string) bool {
 }
 
 func (s *Server) resize(w http.ResponseWriter, r *http.Request) {
+	if s.repeated(w, r) {
+		return
+	}
 	g, ok := s.group(w, r)
 	if !ok {
 		return
@@ -939,7 +1111,7 @@ func (s *Server) resize(w http.ResponseWriter, r *http.Request) {
 		apiError(w, http.StatusBadRequest, "invalid", "Invalid value for field 'size'")
 		return
 	}
-	s.startOperation(w, g, "resize", func() (string, string) {
+	s.startOperation(w, r, g, "resize", func() (string, string) {
 		s.mu.Lock()
 		var made []*member
 		for g.targetSize < size {
