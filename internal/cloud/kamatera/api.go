@@ -104,7 +104,8 @@ type CreateRequest struct {
 // of a queue entry as cloudcli-server's queue detail lists them.
 type Command struct {
 	ID json.RawMessage `json:"id"`
-	// Status is "complete", "error", or anything else while it runs.
+	// Status is "complete", "error" or "cancelled" once it ended, anything
+	// else (pending, executing, progress) while it runs.
 	Status      string `json:"status"`
 	Log         string `json:"log"`
 	Server      string `json:"server"`
@@ -144,6 +145,9 @@ func (c *Client) ListServers(ctx context.Context) ([]Server, error) {
 // gone: their Nodes deleted, replacements ordered while they run on.
 func decodeList[T any](op string, raw []byte) ([]T, error) {
 	if t := bytes.TrimSpace(raw); len(t) == 0 || t[0] != '[' {
+		if err := relayedError(op, t); err != nil {
+			return nil, err
+		}
 		return nil, cloud.Errorf(cloud.ErrTransient, op, "unreadable answer: not a JSON array")
 	}
 	var out []T
@@ -151,6 +155,37 @@ func decodeList[T any](op string, raw []byte) ([]T, error) {
 		return nil, cloud.Errorf(cloud.ErrTransient, op, "unreadable answer: %v", err)
 	}
 	return out, nil
+}
+
+// relayedError reads the upstream API's refusal that cloudcli-server
+// relays with HTTP 200 on a GET (app/Cloudcli/ProxyServerGet.php):
+// {"errors":[{"code":1,"info":"you are not logged in"}]}, as libcloud's
+// Kamatera fixture failed_auth.json records it. Bad credentials are
+// invalid (no retry helps); another refusal is classed by its words. nil
+// when raw is no such answer.
+func relayedError(op string, raw []byte) error {
+	var body struct {
+		Errors []struct {
+			Code int    `json:"code"`
+			Info string `json:"info"`
+		} `json:"errors"`
+	}
+	if json.Unmarshal(raw, &body) != nil || len(body.Errors) == 0 {
+		return nil
+	}
+	var infos []string
+	for _, e := range body.Errors {
+		infos = append(infos, fmt.Sprintf("%s (%d)", e.Info, e.Code))
+	}
+	text := strings.Join(infos, "; ")
+	class := classifyText(text)
+	switch {
+	case strings.Contains(strings.ToLower(text), "not logged in"):
+		class = cloud.ErrInvalid
+	case class == nil:
+		class = cloud.ErrTransient
+	}
+	return cloud.Errorf(class, op, "refused: %s", text)
 }
 
 // ServerInfo returns a server's details; cloud.ErrNotFound when there is
@@ -362,7 +397,11 @@ func (c *Client) WaitCommand(ctx context.Context, id string, secrets ...string) 
 		switch cmd.Status {
 		case "complete":
 			return cmd.Log, nil
-		case "error":
+		case "error", "cancelled":
+			// cancelled ends a command as error does: Kamatera's OpenAPI
+			// statuses as GeorgeS1995/kamatera-autoscaler's types.go lists
+			// them (initializing, progress, started, complete, error,
+			// cancelled), both failures.
 			return c.redactLog(cmd.Log, secrets), c.commandFailure(id, cmd, secrets...)
 		}
 		interval = min(interval+interval/2, 10*time.Second)

@@ -244,6 +244,12 @@ func TestFailedTerminateIsReported(t *testing.T) {
 	if servers, _ := f.client.ListServers(ctx); len(servers) != 1 {
 		t.Fatalf("after a failed termination: %+v", servers)
 	}
+	// A command cancelled at Kamatera ends the wait as a failure: polled
+	// on, it would hold the delete for CommandTimeout (40 minutes).
+	f.fake.CancelNextTerminate()
+	if err := f.client.Terminate(ctx, "ng1-0a1b2c3d4e7"); !errors.Is(err, ErrCommandFailed) {
+		t.Fatalf("a cancelled termination: %v", err)
+	}
 	if err := f.client.Terminate(ctx, "ng1-0a1b2c3d4e7"); err != nil {
 		t.Fatalf("terminating again: %v", err)
 	}

@@ -31,6 +31,9 @@ import (
 // account is the engine account every fake server lives in.
 const account = "kamatera-account"
 
+// createInfo is a create command's commandInfo in the queue list.
+const createInfo = "Create Server"
+
 // tagPattern is what a tag name may be.
 var tagPattern = regexp.MustCompile(`^[a-zA-Z0-9\-_\s\.]{3,24}$`)
 
@@ -114,9 +117,9 @@ type Server struct {
 	nextCmd  int
 	calls    map[string]int
 	faults   faults.Set
-	// failTerminate, when set, is the log the next termination's command
-	// ends in error with.
-	failTerminate string
+	// failTerminate, when set, is the status and log the next
+	// termination's command ends with.
+	failTerminate [2]string
 	// brokenCreates fail the next create commands, in order.
 	brokenCreates []brokenCreate
 	// brokenTags are servers whose tag lookups always fail.
@@ -332,7 +335,17 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		time.Sleep(latency)
 	}
 	if r.Header.Get("AuthClientId") != s.opts.ClientID || r.Header.Get("AuthSecret") != s.opts.Secret {
-		message(w, http.StatusUnauthorized, "Authentication failed")
+		// cloudcli-server only forwards the credentials: the upstream API
+		// refuses them, and a GET relays its answer with 200
+		// (app/Cloudcli/ProxyServerGet.php returns $res['response']),
+		// the body libcloud records for Kamatera in
+		// test/compute/fixtures/kamatera/failed_auth.json; a POST fails as
+		// any upstream error does (BaseServerRequest::handleRequest).
+		if r.Method == http.MethodGet {
+			writeJSON(w, http.StatusOK, map[string]any{"errors": []map[string]any{{"code": 1, "info": "you are not logged in"}}})
+			return
+		}
+		message(w, http.StatusInternalServerError, "Failed to run command method (post)")
 		return
 	}
 	s.faults.Serve(w, r, http.HandlerFunc(s.route))
@@ -432,7 +445,7 @@ func (s *Server) live() map[string]cloud.Instance {
 // s.mu is held.
 func (s *Server) creating(name string) bool {
 	for _, c := range s.commands {
-		if c.server == name && c.info == "Create Server" && c.status == "pending" {
+		if c.server == name && c.info == createInfo && c.status == "pending" {
 			return true
 		}
 	}
@@ -480,11 +493,18 @@ func (s *Server) namedAs(r *http.Request) (*server, cloud.Instance, string, bool
 }
 
 func (s *Server) tags(w http.ResponseWriter, r *http.Request) {
-	sv, _, ok := s.named(r)
+	sv, _, name, ok := s.namedAs(r)
+	if !ok {
+		// ProxyServerHttpPostMethods: the server ids come from a serversInfo
+		// by name first.
+		message(w, http.StatusInternalServerError, "No servers found (name='"+name+"')")
+		return
+	}
 	s.mu.Lock()
-	broken := ok && s.brokenTags[sv.name]
+	broken := s.brokenTags[sv.name]
 	s.mu.Unlock()
-	if !ok || broken {
+	if broken {
+		// cluster-autoscaler's TestApiClientRest_ListServersTagsError.
 		message(w, http.StatusInternalServerError, "Failed to run command method (serverTags)")
 		return
 	}
@@ -591,7 +611,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	if len(broken) > 0 {
 		s.brokenCreates = broken[1:]
 	}
-	id := s.newCommandLocked("Create Server", b.Name, func() (string, string) {
+	id := s.newCommandLocked(createInfo, b.Name, func() (string, string) {
 		if len(broken) > 0 {
 			return s.breakCreate(b.Name, b.Datacenter, b.CPU, ram, sv, broken[0])
 		}
@@ -652,11 +672,11 @@ func (s *Server) terminate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.mu.Lock()
-	failLog := s.failTerminate
-	s.failTerminate = ""
+	end := s.failTerminate
+	s.failTerminate = [2]string{}
 	id := s.newCommandLocked("Terminate server", sv.name, func() (string, string) {
-		if failLog != "" {
-			return "error", failLog
+		if end[0] != "" {
+			return end[0], end[1]
 		}
 		if err := s.acct.Delete(context.Background(), in); err != nil {
 			return "error", err.Error()
@@ -675,7 +695,16 @@ func (s *Server) terminate(w http.ResponseWriter, r *http.Request) {
 func (s *Server) FailNextTerminate(log string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.failTerminate = log
+	s.failTerminate = [2]string{"error", log}
+}
+
+// CancelNextTerminate makes the next termination's queued command end
+// cancelled (a status of Kamatera's OpenAPI, as
+// GeorgeS1995/kamatera-autoscaler's types.go lists it); the server stays.
+func (s *Server) CancelNextTerminate() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.failTerminate = [2]string{"cancelled", ""}
 }
 
 // newCommandLocked queues a command that ends after CommandDelay; s.mu is
@@ -736,8 +765,22 @@ func (s *Server) queue(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// The fields of cli_schema/commands/queue/detail.json in
-	// cloudwm/cloudcli-server.
-	out := []map[string]any{{"id": c.id, "status": c.status, "log": c.log, "server": c.server, "description": c.info,
+	// cloudwm/cloudcli-server. A running command goes pending, executing,
+	// then progress with part of its log, as libcloud's Kamatera fixtures
+	// record (test/compute/fixtures/kamatera/queue_12345-1..4.json).
+	status, log := c.status, c.log
+	if status == "pending" {
+		switch age := time.Since(c.added); {
+		case age >= s.opts.CommandDelay*2/3:
+			status = "progress"
+			if c.info == createInfo {
+				log = "Name: " + c.server + "\nCreating..."
+			}
+		case age >= s.opts.CommandDelay/3:
+			status = "executing"
+		}
+	}
+	out := []map[string]any{{"id": c.id, "status": status, "log": log, "server": c.server, "description": c.info,
 		"added": c.added.Format("2006-01-02 15:04:05"), "executed": "", "completed": ""}}
 	s.mu.Unlock()
 	writeJSON(w, http.StatusOK, out)
