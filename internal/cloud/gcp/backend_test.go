@@ -212,7 +212,7 @@ func TestScaleCyclesLeaveNothing(t *testing.T) {
 	coretest.ScaleCycles(t, b.mgr, "l4", 6, func(rng *rand.Rand) {
 		switch rng.IntN(10) {
 		case 0:
-			b.fake.FailNext(http.MethodPost, "/deleteInstances", http.StatusConflict, "resourceNotReady", "The resource is not ready")
+			b.fake.FailNext(http.MethodPost, "/deleteInstances", http.StatusBadRequest, "resourceNotReady", "The resource is not ready")
 		case 1:
 			b.fake.FailNext(http.MethodPost, "/listManagedInstances", http.StatusServiceUnavailable, "backendError", "Backend Error")
 		case 2:

@@ -770,7 +770,7 @@ func (c *Cloud) mutate(ctx context.Context, m MIG, op string, call func(requestI
 		// runs on the group) is asked again soon.
 		base := time.Second
 		var ce *cloud.Error
-		if errors.As(err, &ce) && strings.Contains(ce.Error(), "409") {
+		if errors.As(err, &ce) && (strings.Contains(ce.Error(), "409") || strings.Contains(ce.Error(), "resourceNotReady")) {
 			base = c.opts.PollInterval
 		}
 		if berr := cloud.Backoff(ctx, base, attempt); berr != nil {

@@ -6,7 +6,8 @@
 // (camelCase, enum strings, uint64 ids as strings), googleapi error
 // bodies, operations PENDING → RUNNING → DONE fetched from the zone
 // operations endpoint (errors inside a DONE operation, httpErrorStatusCode
-// for failed ones), 409 while another operation runs on the same group,
+// for failed ones), 400 resourceNotReady while another operation runs on
+// the same group,
 // managed instances CREATING → NONE as the engine boots them, stock-outs
 // and quota reported asynchronously in lastAttempt (the operation itself
 // succeeds), deleteInstances lowering targetSize, paging by pageToken.
@@ -832,15 +833,16 @@ func (s *Server) repeated(w http.ResponseWriter, r *http.Request) bool {
 	return true
 }
 
-// startOperation queues an operation on a group, or answers 409 while
-// another runs on it. The request's requestId, if any, names it for
-// repeats (see repeated).
+// startOperation queues an operation on a group, or answers 400
+// resourceNotReady while another runs on it. The request's requestId, if
+// any, names it for repeats (see repeated).
 func (s *Server) startOperation(w http.ResponseWriter, r *http.Request, g *igm, kind string, apply func() (string, string)) {
 	s.mu.Lock()
 	if g.busy != "" {
 		if op := s.ops[g.busy]; op != nil && !op.applied {
 			s.mu.Unlock()
-			apiError(w, http.StatusConflict, "resourceNotReady", "The resource '"+g.name+"' is not ready")
+			// shared/reference/cloud-apis.md §5: resourceNotReady is a 400.
+			apiError(w, http.StatusBadRequest, "resourceNotReady", "The resource 'projects/"+s.opts.Project+"/"+scope(g.zone)+"/instanceGroupManagers/"+g.name+"' is not ready")
 			return
 		}
 	}
