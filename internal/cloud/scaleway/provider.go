@@ -246,7 +246,7 @@ func gpuModel(name string) string {
 		return "RTX3070"
 	case "P100":
 		return "P100"
-	case "B300":
+	case "B300", "B300-SXM":
 		return "B300"
 	}
 	return name // unknown to the table: a group using it is refused at start, naming it
