@@ -955,8 +955,9 @@ func TestLaggingListDoesNotReviveADeletedInstance(t *testing.T) {
 // After a restart, the new process has no record of what the one before it
 // deleted, and a list that lags still shows such an instance running: it
 // is adopted (nothing tells it apart from a live one), but when the first
-// list that cannot lag behind the restart leaves it out, it is dropped
-// with the target, never replaced by a new order.
+// list that cannot lag behind the restart leaves it out, and no Node
+// carries it (the delete took its Node), it is dropped with the target,
+// never replaced by a new order.
 func TestRestartDoesNotReplaceWhatALaggingListStillShows(t *testing.T) {
 	w := &wrapped{}
 	var (
@@ -979,7 +980,8 @@ func TestRestartDoesNotReplaceWhatALaggingListStillShows(t *testing.T) {
 		}
 		return in
 	}
-	h := newWrappedHarness(t, oneGroupLeaky, sim.Options{}, Options{ResolveAfter: time.Minute}, func(c *sim.Cloud) cloud.Provider { w.Provider = c; return w })
+	nodes := newFakeNodes()
+	h := newWrappedHarness(t, oneGroupLeaky, sim.Options{}, Options{ResolveAfter: time.Minute, Nodes: nodes}, func(c *sim.Cloud) cloud.Provider { w.Provider = c; return w })
 	mu.Lock()
 	clk = h.clk
 	mu.Unlock()
@@ -1006,5 +1008,32 @@ func TestRestartDoesNotReplaceWhatALaggingListStillShows(t *testing.T) {
 	}
 	if creates, _ := w.counts(); creates != 1 {
 		t.Errorf("%d creates, want 1: the instance deleted before the restart was replaced", creates)
+	}
+}
+
+// A node that ran (its Node registered) and is reclaimed just after a
+// restart, before a list that cannot lag confirms it, is no instance the
+// process before deleted: it is replaced as any vanished one.
+func TestRestartStillReplacesAReclaimedNode(t *testing.T) {
+	nodes := newFakeNodes()
+	// Wrapped: a cloud that does not say its list lag, so the minute
+	// after the restart is one whose lists may lag.
+	w := &wrapped{}
+	h := newWrappedHarness(t, oneGroupLeaky, sim.Options{}, Options{ResolveAfter: time.Minute, Nodes: nodes}, func(c *sim.Cloud) cloud.Provider { w.Provider = c; return w })
+	ctx := context.Background()
+	if err := h.mgr.IncreaseSize(ctx, "g", 1); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("1 running", func() bool { r, _, _, _ := h.states("g"); return r == 1 })
+	insts, _ := h.mgr.Instances("g")
+	nodes.register(insts[0].ProviderID)
+	h.restart()
+	if err := h.acct.Delete(ctx, h.engine.Instances("test")[0]); err != nil { // a spot reclaim
+		t.Fatal(err)
+	}
+	h.settle(4 * time.Minute)
+	h.eventually("a replacement running", func() bool { r, _, _, _ := h.states("g"); return r == 1 })
+	if n, _ := h.mgr.TargetSize("g"); n != 1 {
+		t.Errorf("target %d after the reclaim, want 1", n)
 	}
 }

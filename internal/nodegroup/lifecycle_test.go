@@ -1,8 +1,11 @@
 package nodegroup
 
 import (
+	"context"
 	"fmt"
 	"testing"
+
+	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
 )
 
 // Every phase change goes through store.to, which takes only the moves of
@@ -35,5 +38,27 @@ func TestLifecycleRefusesIllegalMoves(t *testing.T) {
 				t.Errorf("%s: allowed, yet the member is %s", move, mem.phase)
 			}
 		}
+	}
+}
+
+// The target is checked against the members after every change: a group
+// whose live members outnumber its target below maxSize has drifted, and
+// the check counts and logs it.
+func TestTargetDriftIsReported(t *testing.T) {
+	h := newHarness(t, oneGroupLeaky, sim.Options{}, Options{})
+	if err := h.mgr.IncreaseSize(context.Background(), "g", 2); err != nil {
+		t.Fatal(err)
+	}
+	if n := h.metric("gpuscaler_target_mismatches_total", map[string]string{"group": "g"}); n != 0 {
+		t.Fatalf("%v mismatches after an increase", n)
+	}
+	s := h.mgr.store
+	s.mu.Lock()
+	g := s.groups["g"]
+	g.target-- // a drift no path should make
+	h.mgr.sizer.reconcileLocked(g)
+	s.mu.Unlock()
+	if n := h.metric("gpuscaler_target_mismatches_total", map[string]string{"group": "g"}); n != 1 {
+		t.Errorf("%v mismatches counted, want 1", n)
 	}
 }

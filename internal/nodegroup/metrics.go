@@ -18,12 +18,14 @@ type metrics struct {
 	deleteFailures  *prometheus.CounterVec
 	vanished        *prometheus.CounterVec
 	refusedMoves    *prometheus.CounterVec
-	unknownGroup    *prometheus.GaugeVec
-	stockOuts       *prometheus.CounterVec
-	costLimit       *prometheus.GaugeVec
-	startup         *prometheus.HistogramVec
-	gpuGap          *prometheus.HistogramVec
-	gpuTimeouts     *prometheus.CounterVec
+	// targetMismatches counts checkLocked's findings.
+	targetMismatches *prometheus.CounterVec
+	unknownGroup     *prometheus.GaugeVec
+	stockOuts        *prometheus.CounterVec
+	costLimit        *prometheus.GaugeVec
+	startup          *prometheus.HistogramVec
+	gpuGap           *prometheus.HistogramVec
+	gpuTimeouts      *prometheus.CounterVec
 }
 
 // Steps of a node's start-up, the step label of
@@ -110,10 +112,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "gpuscaler_member_transitions_refused_total",
 			Help: "Member phase changes the lifecycle does not have (out of deleting, back to creating), refused, by node group, from and to phase; any is a bug to report.",
 		}, []string{"group", "from", "to"}),
+		targetMismatches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpuscaler_target_mismatches_total",
+			Help: "Changes after which a node group's target and its live members disagreed, by node group; any is a bug to report.",
+		}, []string{"group"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.apiCalls, m.apiLatency, m.instances, m.targetSize, m.scaleUpFailures, m.hourlySpend, m.leaked,
-			m.deleteFailures, m.vanished, m.unknownGroup, m.stockOuts, m.costLimit, m.startup, m.gpuGap, m.gpuTimeouts, m.refusedMoves)
+			m.deleteFailures, m.vanished, m.unknownGroup, m.stockOuts, m.costLimit, m.startup, m.gpuGap, m.gpuTimeouts, m.refusedMoves, m.targetMismatches)
 	}
 	return m
 }
@@ -151,6 +157,7 @@ func (m *metrics) preset(cfg *config.Config, manage func(string) bool) {
 		}
 		m.gpuGap.WithLabelValues(g.Name)
 		m.gpuTimeouts.WithLabelValues(g.Name)
+		m.targetMismatches.WithLabelValues(g.Name)
 		for _, ct := range capacityTypes(g.CapacityPolicy) {
 			for _, loc := range g.Locations {
 				m.stockOuts.WithLabelValues(g.Cloud, g.InstanceType, loc, string(ct))

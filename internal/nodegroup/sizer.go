@@ -129,6 +129,7 @@ func (z *sizer) decrease(name string, delta int) error {
 	}
 	g.target += delta
 	z.log.Info("decrease target", "group", name, "delta", delta, "target", g.target)
+	z.reconcileLocked(g)
 	return nil
 }
 
@@ -208,7 +209,23 @@ func (z *sizer) reconcileLocked(g *group) {
 		z.store.add(g, mem)
 		z.orderer.order(g, mem)
 	}
+	z.checkLocked(g)
 	z.publishLocked(g)
+}
+
+// checkLocked checks the target against the members after a change: the
+// live members (ordered, booting, running or failed slots, not being
+// deleted) are the target, or more only while a group holds more than its
+// maxSize (rebuilt from the cloud, or a reload lowered it; scale-down
+// takes the rest). Anything else means the two have drifted, which buys
+// or removes capacity nobody asked for: it is counted and logged as the
+// bug it is.
+func (z *sizer) checkLocked(g *group) {
+	if g == z.store.launches || g.live == g.target || g.live > g.target && g.target == g.cfg.MaxSize {
+		return
+	}
+	z.metrics.targetMismatches.WithLabelValues(g.cfg.Name).Inc()
+	z.log.Error("target and members disagree", "group", g.cfg.Name, "target", g.target, "live", g.live, "maxSize", g.cfg.MaxSize)
 }
 
 // adoptedLocked settles a group after a sync found instances of it the core

@@ -548,12 +548,15 @@ func (y *syncer) missing(g *group, mem *member, start time.Time, out *afterLock)
 		// vanished would have its Node deleted and be ordered twice. The
 		// same window as a lost answer's (ResolveAfter); at the same
 		// instant too, for a coarse clock.
-	case mem.unconfirmed && mem.phase != phaseDeleting && g != s.launches:
+	case mem.unconfirmed && mem.phase != phaseDeleting && g != s.launches && y.nodeless(mem):
 		// Shown only by lists that may lag behind the deletes of the
-		// process before this one, and gone at the first that cannot:
-		// most likely deleted before the restart. Replacing it would buy
-		// a GPU nobody asked for; the target drops with it, and a front
-		// end that needs the capacity asks again (minSize is kept).
+		// process before this one, gone at the first that cannot, and
+		// with no Node (a delete takes the Node with the instance): most
+		// likely deleted before the restart. Replacing it would buy a
+		// GPU nobody asked for; the target drops with it, and a front
+		// end that needs the capacity asks again (minSize is kept). A
+		// node that ran and was reclaimed still has its Node, and is
+		// replaced as any vanished one.
 		y.log.Info("an instance adopted at start is gone; deleted before the restart, it is not replaced", "group", g.cfg.Name, "instance", mem.name)
 		s.drop(g, mem)
 		g.target = max(g.target-1, 0)
@@ -648,6 +651,17 @@ func (y *syncer) deleteNodes(ctx context.Context, gone [][]string) {
 
 // orderer is reached through the sizer, which owns it.
 func (y *syncer) orderer() *orderer { return y.sizer.orderer }
+
+// nodeless reports whether the Nodes known say that no Node carries the
+// member's provider IDs; false without Nodes or before their cache is
+// synced.
+func (y *syncer) nodeless(mem *member) bool {
+	if y.nodes == nil {
+		return false
+	}
+	registered, synced := y.nodes.Registered(mem.providerIDs()...)
+	return synced && !registered
+}
 
 // mayShowPredecessorDeletes reports whether a list of cloudName that
 // started at start may still show instances the process before this one

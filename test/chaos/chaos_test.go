@@ -592,6 +592,7 @@ func (c *campaign) settle() {
 	c.checkSpend()
 	c.checkVanished()
 	c.checkDecreases()
+	c.checkLifecycle()
 	c.stockoutsMet += counter(c.t, c.reg, "gpuscaler_stockouts_total", "")
 	c.t.Logf("%s: %d actions, %d restarts, %d reloads, %d NodeClaims launched, %d reclaims, %d offerings sold out (%v stock-outs met), %d failed orders reported; faults: %s; %d instances at the end",
 		c.b.describe(), c.actions, c.restarts, c.reloads, c.launched, c.reclaims, c.stockouts, c.stockoutsMet, c.failedCreates, c.b.injected(), len(c.b.instances()))
@@ -608,6 +609,19 @@ func (c *campaign) checkDecreases() {
 	c.t.Helper()
 	for _, m := range decreasedRE.FindAllStringSubmatch(c.logs.String(), -1) {
 		c.t.Errorf("a target decrease deleted instance %s, which the cloud had: it will be bought again", m[1])
+	}
+}
+
+// lifecycleRE finds what the cores' own checks of a member's lifecycle
+// and of the target against the members reported.
+var lifecycleRE = regexp.MustCompile(`level=ERROR msg="(member phase change refused|target and members disagree)[^"]*"[^\n]*`)
+
+// checkLifecycle: no core refused a phase change or found its target and
+// members apart, in any process of the campaign.
+func (c *campaign) checkLifecycle() {
+	c.t.Helper()
+	for _, m := range lifecycleRE.FindAllString(c.logs.String(), -1) {
+		c.t.Errorf("the core found its own state inconsistent: %s", m)
 	}
 }
 
