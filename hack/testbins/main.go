@@ -1,6 +1,6 @@
 // Command testbins builds the Kubernetes components the test suite runs
-// (etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok)
-// from the Go module proxy, at pinned versions, and the real
+// (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok and
+// the helm CLI) from the Go module proxy, at pinned versions, and the real
 // cluster-autoscaler from its source (see ca.go), into a cache folder
 // outside the work tree, and prints that folder. A second run with a warm cache only
 // checks that the binaries are there.
@@ -103,6 +103,11 @@ func (c component) present(dir string) bool {
 		if st, err := os.Stat(filepath.Join(dir, b)); err != nil || st.Size() == 0 {
 			return false
 		}
+		if c.stamped {
+			if v, err := os.ReadFile(filepath.Join(dir, b+".version")); err != nil || string(v) != c.stamp() {
+				return false
+			}
+		}
 	}
 	return true
 }
@@ -145,14 +150,20 @@ func (c component) build(dir string) error {
 		return err
 	}
 	out := filepath.Join(work, "out")
-	args := append([]string{"build", "-trimpath", "-ldflags=-s -w", "-o", out + string(filepath.Separator)}, c.packages...)
+	args := append([]string{"build", "-trimpath", "-ldflags=-s -w " + c.ldflags, "-o", out + string(filepath.Separator)}, c.packages...)
 	if err := goCmd(work, args...); err != nil {
 		return err
 	}
 	for i, p := range c.packages {
 		built := filepath.Join(out, builtName(p))
-		if err := os.Rename(built, filepath.Join(dir, c.binaries()[i])); err != nil {
+		bin := filepath.Join(dir, c.binaries()[i])
+		if err := os.Rename(built, bin); err != nil {
 			return err
+		}
+		if c.stamped {
+			if err := os.WriteFile(bin+".version", []byte(c.stamp()), 0o644); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
