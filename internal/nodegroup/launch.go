@@ -65,6 +65,12 @@ func (l *launcher) launch(ctx context.Context, req LaunchRequest) (Instance, err
 	}
 	s := l.store
 	lg := s.launches
+	// After a start, under a cost cap, a launch waits as a group's orders
+	// do for a list that can show the previous process's last orders:
+	// the cap must count them (orderer.holding).
+	if !l.orderer.awaitPredecessor(ctx, lg, req.Cloud) {
+		return Instance{}, cloud.Errorf(cloud.ErrTransient, "launch", "waiting for a list that can show the previous process's orders: %v", ctx.Err())
+	}
 	s.mu.Lock()
 	spec, mem, err := l.prepareLocked(req)
 	if err != nil {

@@ -153,3 +153,28 @@ func TestOffers(t *testing.T) {
 		t.Fatalf("after a stock-out: version %v (was %v), available %v, valid until %v", after.Version, before.Version, find(after, h100).Available, after.ValidUntil)
 	}
 }
+
+// After a restart, under a cost cap, a launch waits for a list that can
+// show what the process before ordered, and the cap counts it: launched
+// at once, it went over the cap while a lagging list hid a group's last
+// orders (found by the chaos campaigns).
+func TestLaunchAfterRestartCountsWhatALaggingListHides(t *testing.T) {
+	doc := baseConfig + `
+maxHourlyCost: 3
+nodeGroups:
+  - {name: g, cloud: sim, instanceType: 1V100.6V, locations: [FIN-01], maxSize: 5}
+`
+	h := newHarness(t, doc, sim.Options{ListLag: 40 * time.Second}, Options{ResolveAfter: time.Minute})
+	ctx := context.Background()
+	if _, err := h.mgr.Launch(ctx, LaunchRequest{Owner: "karpenter", Cloud: "sim", Offering: h100}); err != nil {
+		t.Fatal(err)
+	}
+	h.restart() // its first list leaves the launch out
+	_, err := h.mgr.Launch(ctx, LaunchRequest{Owner: "karpenter", Cloud: "sim", Offering: h100})
+	if !errors.Is(err, ErrCostLimit) {
+		t.Fatalf("a second launch after the restart: %v, want refused by the cap", err)
+	}
+	if n := h.engine.Count("test"); n != 1 {
+		t.Fatalf("%d instances at the cloud under a cap for 1", n)
+	}
+}

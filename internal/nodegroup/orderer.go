@@ -86,9 +86,8 @@ func (o *orderer) holding(g *group, cloudName string) bool {
 // they stand for are withdrawn unsent (sizer.adoptedLocked) rather than
 // bought twice, and a cost cap counts them. It reports false when ctx
 // ends first.
-func (o *orderer) awaitPredecessor(ctx context.Context, g *group, mem *member) bool {
+func (o *orderer) awaitPredecessor(ctx context.Context, g *group, cloudName string) bool {
 	s := o.store
-	cloudName := mem.cloud()
 	for {
 		s.mu.RLock()
 		held := o.holding(g, cloudName)
@@ -140,7 +139,7 @@ func (o *orderer) create(ctx context.Context, g *group, mem *member) {
 		return
 	}
 	s.mu.Unlock()
-	if !o.awaitPredecessor(ctx, g, mem) {
+	if !o.awaitPredecessor(ctx, g, mem.cloud()) {
 		return // stopping: the member is rebuilt from the cloud, or ordered again, by the next process
 	}
 	tried := 0
