@@ -353,6 +353,22 @@ func (c *campaign) karpenter(ctx context.Context) {
 	c.claims[name] = true
 }
 
+// collectGarbage terminates every launched machine no NodeClaim holds, as
+// Karpenter's garbage collection does (pkg/controllers/nodeclaim/
+// garbagecollection: the provider's List against the NodeClaims): a
+// Terminate the core took whose delete a restart cut short leaves one,
+// which the new process lists as a live launch.
+func (c *campaign) collectGarbage() {
+	if c.noLaunch {
+		return
+	}
+	for _, in := range c.mgr.Launched("karpenter") {
+		if !c.claims[in.Name] && in.State != nodegroup.StateDeleting {
+			_ = c.mgr.Terminate(context.Background(), in.ProviderID)
+		}
+	}
+}
+
 // releaseClaims deletes every NodeClaim's machine, as Karpenter does when
 // the NodeClaims go, retrying until the core takes each delete.
 func (c *campaign) releaseClaims() {
@@ -572,7 +588,10 @@ func (c *campaign) settle() {
 	settledAfter := time.Now().Add(grace + time.Second + c.b.settleAfter)
 	deadline := time.Now().Add(30 * time.Second)
 	var why string
-	for {
+	for i := 0; ; i++ {
+		if i%25 == 0 {
+			c.collectGarbage()
+		}
 		why = c.disagreement()
 		if why == "" {
 			why = c.b.leftovers()
