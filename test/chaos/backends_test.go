@@ -155,12 +155,16 @@ func priceKey(instanceType string, ct cloud.CapacityType) string {
 	return instanceType + "/" + string(ct)
 }
 
-func simBackend(t *testing.T, _ uint64) *backend {
+func simBackend(t *testing.T, seed uint64) *backend {
 	cfg, err := config.Parse([]byte(campaignConfig))
 	if err != nil {
 		t.Fatal(err)
 	}
-	engine, err := sim.NewEngine(gsruntime.SimConfig(*cfg.Clouds.Sim), sim.Options{OutcomeUnknownRate: unknownRate, ListLag: listLag})
+	// The engine draws its faults, lost answers and stock-outs from the
+	// campaign's seed, as the fakes do theirs.
+	simCfg := gsruntime.SimConfig(*cfg.Clouds.Sim)
+	simCfg.Seed = int64(seed)
+	engine, err := sim.NewEngine(simCfg, sim.Options{OutcomeUnknownRate: unknownRate, ListLag: listLag})
 	if err != nil {
 		t.Fatal(err)
 	}

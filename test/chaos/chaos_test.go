@@ -6,8 +6,11 @@
 // (docs/reliability.md).
 //
 // `make test` runs a few campaigns; `make chaos` many. A failed campaign
-// prints its seed; -chaos.seed replays its sequence of actions (their
-// timing against the core's goroutines varies from run to run).
+// prints its seed; -chaos.seed replays its sequence of actions and the
+// seed of the cloud's faults, lost answers and stock-outs. Their timing
+// against the core's goroutines, which run on the real clock, varies from
+// run to run, and with it which request meets which fault: a replay is
+// the same campaign, not the same interleaving.
 package chaos
 
 import (
