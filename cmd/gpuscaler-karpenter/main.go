@@ -58,10 +58,10 @@ func run(ctx context.Context, op *operator.Operator) error {
 	if err != nil {
 		return err
 	}
-	if cfg.Kubeconfig == "" {
-		cfg.Kubeconfig = "in-cluster"
-	}
-	rt, err := runtime.Build(ctx, cfg, runtime.Options{Owner: config.ManagedByKarpenter, Logger: log})
+	// Without a kubeconfig of its own, the core reaches the cluster as
+	// Karpenter does (its --kubeconfig, $KUBECONFIG, ~/.kube/config or
+	// in-cluster, by controller-runtime's rules).
+	rt, err := runtime.Build(ctx, cfg, runtime.Options{Owner: config.ManagedByKarpenter, Logger: log, Kube: op.GetConfig()})
 	if err != nil {
 		return err
 	}

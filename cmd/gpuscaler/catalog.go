@@ -25,7 +25,7 @@ func newCatalogCommand() *cobra.Command {
 		Short: "List a cloud's instance types: GPUs, prices, and where each can be had now",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			env := loadEnviron(".env")
+			env := src.environ(nil)
 			var err error
 			cfg := &config.Config{ClusterName: "catalog", Clouds: config.Clouds{Sim: &config.SimConfig{}}}
 			switch {

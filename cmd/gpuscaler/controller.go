@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -47,7 +48,8 @@ func newControllerCommand(g *globalFlags) *cobra.Command {
 		Short: "Run the NodeProvisioner controller (GPU pools sized by utilization targets and warm buffers)",
 		Long: `controller watches NodeProvisioner objects and sizes their node groups from the config file by
 pending GPU pods, a GPU utilization band and a warm buffer of idle GPU nodes. It needs cluster access
-(the config's kubeconfig, or in-cluster) and the CRD in deploy/crds.
+(--kubeconfig, the config's kubeconfig, else $KUBECONFIG, ~/.kube/config or in-cluster, as kubectl
+reads them; --context picks a context) and the CRD in deploy/crds.
 
 Replicas elect a leader; only the leader runs the node-group core (orders, deletes, min sizes,
 leak clean-up) and the reconciler. Every replica serves health and metrics and follows config
@@ -58,13 +60,10 @@ changes, so a standby takes over with the configuration in force.`,
 			if err != nil {
 				return err
 			}
-			env := loadEnviron(".env")
+			env := src.environ(log)
 			cfg, err := src.load(cmd.Context(), env)
 			if err != nil {
 				return err
-			}
-			if cfg.Kubeconfig == "" {
-				cfg.Kubeconfig = "in-cluster"
 			}
 			if f.metricsAddr != "" {
 				cfg.Metrics.Address = f.metricsAddr
@@ -72,7 +71,7 @@ changes, so a standby takes over with the configuration in force.`,
 			if f.leaderElectionNS == "" {
 				f.leaderElectionNS = podNamespace()
 			}
-			return runController(cmd.Context(), cfg, src.reloadPath(), f, env, log)
+			return runController(cmd.Context(), cfg, src.reloadPath(), f, env.runtimeOptions(config.ManagedByNodeProvisioner, log, g.kube), env, log)
 		},
 	}
 	src.addFlags(cmd)
@@ -104,15 +103,23 @@ func podNamespace() string {
 // runController runs the NodeProvisioner controller until ctx is done.
 // With a native config file, a changed file is picked up without a restart
 // (an invalid one is refused and the old one kept).
-func runController(ctx context.Context, cfg *config.Config, cfgPath string, f controllerFlags, env *environ, log *slog.Logger) error {
+func runController(ctx context.Context, cfg *config.Config, cfgPath string, f controllerFlags, opts runtime.Options, env *environ, log *slog.Logger) error {
+	// client-go's own logs (reflectors, leader election) in the same
+	// stream and format as gpuscaler's.
+	klog.SetSlogLogger(log.With("component", "client-go"))
 	ctrl.SetLogger(logr.FromSlogHandler(log.Handler()))
-	rc, err := runtime.RestConfig(cfg.Kubeconfig)
+	kubeconfig := cfg.Kubeconfig
+	if opts.Kubeconfig != "" {
+		kubeconfig = opts.Kubeconfig
+	}
+	rc, err := runtime.RestConfig(kubeconfig, opts.KubeContext)
 	if err != nil {
 		return fmt.Errorf("kubeconfig: %w", err)
 	}
+	opts.Kube = rc // the core's cluster access is the controller's
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	rt, err := runtime.Build(ctx, cfg, env.runtimeOptions(config.ManagedByNodeProvisioner, log))
+	rt, err := runtime.Build(ctx, cfg, opts)
 	if err != nil {
 		return err
 	}

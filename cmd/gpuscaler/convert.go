@@ -37,7 +37,7 @@ func newConfigCommand() *cobra.Command {
 					}
 				}
 			}
-			env := loadEnviron(".env")
+			env := src.environ(nil)
 			cfg, err := src.load(cmd.Context(), env)
 			if err != nil {
 				return err

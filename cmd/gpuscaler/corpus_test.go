@@ -23,6 +23,8 @@ type corpusCase struct {
 	Env   map[string]string `json:"env"`
 	// DotEnv is written to ./.env before the commands run.
 	DotEnv string `json:"dotenv"`
+	// Args are more flags for every command (--env-file).
+	Args []string `json:"args"`
 	// Environment marks a problem of the place the config runs in
 	// (credentials, files it names) rather than of the file: config
 	// convert, which checks the file alone, is not asked.
@@ -97,6 +99,7 @@ func TestMalformedConfigCorpus(t *testing.T) {
 					args = append(args, "--nodes", n)
 				}
 			}
+			args = append(args, c.Args...)
 			for _, command := range [][]string{
 				{"validate"}, {"config", "convert"},
 				{"provider", "--metrics-address", "0"},
@@ -174,5 +177,35 @@ func TestBadDotEnvOnlyFailsWhatReadsIt(t *testing.T) {
 	out, err := runCorpusCommand(t, []string{"validate", "--config", example})
 	if err != nil || !strings.Contains(out, "valid") {
 		t.Fatalf("validate with a bad .env beside a sim config: %v\n%s", err, out)
+	}
+}
+
+// TestDotEnvOnlyWhenAsked: a native config reads no file of the working
+// directory unless --env-file names it; a ca-verda config.yaml reads
+// ./.env, as ca-verda did.
+func TestDotEnvOnlyWhenAsked(t *testing.T) {
+	wd, _ := os.Getwd()
+	t.Cleanup(func() { _ = os.Chdir(wd) })
+	for _, v := range []string{"VERDA_CLIENT_ID", "VERDA_CLIENT_SECRET", "DATACRUNCH_CLIENT_ID", "DATACRUNCH_CLIENT_SECRET"} {
+		t.Setenv(v, "")
+		os.Unsetenv(v)
+	}
+	if err := os.Chdir(t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+	native := "clusterName: c\nclouds:\n  verda: {}\nnodeGroups:\n  - {name: v, cloud: verda, instanceType: 1V100.6V, locations: [FIN-01], maxSize: 1}\n"
+	if err := os.WriteFile("gpuscaler.yaml", []byte(native), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(".env", []byte("not a pair\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := runCorpusCommand(t, []string{"validate", "--config", "gpuscaler.yaml"})
+	if err != nil && strings.Contains(err.Error(), ".env") {
+		t.Errorf("a native config read ./.env unasked: %v\n%s", err, out)
+	}
+	out, err = runCorpusCommand(t, []string{"validate", "--config", "gpuscaler.yaml", "--env-file", ".env"})
+	if err == nil || !strings.Contains(err.Error(), ".env:1") {
+		t.Errorf("--env-file .env: %v\n%s", err, out)
 	}
 }

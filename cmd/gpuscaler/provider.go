@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
+	"k8s.io/klog/v2"
 
 	"github.com/gpuscaler/gpuscaler/internal/config"
 	"github.com/gpuscaler/gpuscaler/internal/externalgrpc"
@@ -41,7 +42,7 @@ the Verda gRPC provider keep their config.yaml, .env file and --config/--port/--
 			if err != nil {
 				return err
 			}
-			env := loadEnviron(".env")
+			env := src.environ(log)
 			cfg, err := src.load(cmd.Context(), env)
 			if err != nil {
 				return err
@@ -49,7 +50,7 @@ the Verda gRPC provider keep their config.yaml, .env file and --config/--port/--
 			if metricsAddr != "" {
 				cfg.Metrics.Address = metricsAddr
 			}
-			return runProvider(cmd.Context(), cfg, src.reloadPath(), reloadPeriod, env, log)
+			return runProvider(cmd.Context(), cfg, src.reloadPath(), reloadPeriod, env.runtimeOptions(config.ManagedByClusterAutoscaler, log, g.kube), env, log)
 		},
 	}
 	src.addFlags(cmd)
@@ -60,10 +61,13 @@ the Verda gRPC provider keep their config.yaml, .env file and --config/--port/--
 
 // runProvider runs the provider until ctx is done. It is the only writer
 // of its groups, so it leads from the start.
-func runProvider(ctx context.Context, cfg *config.Config, reloadPath string, reloadPeriod time.Duration, env *environ, log *slog.Logger) error {
+func runProvider(ctx context.Context, cfg *config.Config, reloadPath string, reloadPeriod time.Duration, opts runtime.Options, env *environ, log *slog.Logger) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	rt, err := runtime.Build(ctx, cfg, env.runtimeOptions(config.ManagedByClusterAutoscaler, log))
+	// client-go's own logs (reflectors, leader election) in the same
+	// stream and format as gpuscaler's.
+	klog.SetSlogLogger(log.With("component", "client-go"))
+	rt, err := runtime.Build(ctx, cfg, opts)
 	if err != nil {
 		return err
 	}

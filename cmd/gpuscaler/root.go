@@ -19,6 +19,12 @@ var version = "dev"
 type globalFlags struct {
 	logLevel  string
 	logFormat string
+	kube      kubeFlags
+}
+
+// kubeFlags are the cluster access flags every Kubernetes tool takes.
+type kubeFlags struct {
+	kubeconfig, context string
 }
 
 func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
@@ -33,6 +39,9 @@ func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 	root.SetErr(stderr)
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	root.PersistentFlags().StringVar(&g.logFormat, "log-format", "auto", "log format: json, text, or auto (text on a terminal, JSON otherwise)")
+	root.PersistentFlags().StringVar(&g.kube.kubeconfig, "kubeconfig", "",
+		"kubeconfig file, or in-cluster (the pod's service account); overrides the config's kubeconfig. Without either, $KUBECONFIG, ~/.kube/config, then in-cluster, as kubectl reads them (the provider then runs without cluster access)")
+	root.PersistentFlags().StringVar(&g.kube.context, "context", "", "kubeconfig context to use instead of the file's current one")
 	root.AddCommand(
 		newProviderCommand(g),
 		newControllerCommand(g),

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -31,6 +33,7 @@ type source struct {
 	port        int
 	listen      string
 	insecure    bool
+	envFile     string
 	// online makes load ask the clouds too (validate --online); fileOnly
 	// checks the configuration without its environment (config convert).
 	online, fileOnly bool
@@ -50,6 +53,8 @@ func (s *source) addFlags(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&s.clusterName, "cluster-name", "gpuscaler", "cluster name for imported configs (native files name their own)")
 	cmd.Flags().IntVar(&s.port, "port", 0, "gRPC port; overrides the port of provider.listenAddress (as ca-verda's --port)")
 	cmd.Flags().StringVar(&s.listen, "listen-address", "", "overrides provider.listenAddress (host:port)")
+	cmd.Flags().StringVar(&s.envFile, "env-file", "",
+		"a file of KEY=value lines read for credentials, below the process environment; a ca-verda config.yaml reads ./.env without it, as ca-verda did")
 	cmd.Flags().BoolVar(&s.insecure, "insecure", false, "allow a plaintext gRPC listener off loopback (provider.insecure): anyone who reaches it can scale groups and delete nodes")
 }
 
@@ -85,7 +90,7 @@ func (s *source) load(ctx context.Context, env *environ) (*config.Config, error)
 		return nil, env.err
 	}
 	if err == nil {
-		s.warnings, err = runtime.Preflight(ctx, cfg, env.runtimeOptions("", nil), runtime.PreflightOptions{Online: s.online, FileOnly: s.fileOnly})
+		s.warnings, err = runtime.Preflight(ctx, cfg, env.runtimeOptions("", nil, kubeFlags{}), runtime.PreflightOptions{Online: s.online, FileOnly: s.fileOnly})
 	}
 	if err != nil {
 		return nil, s.explain(cfg, err)
@@ -209,6 +214,31 @@ type environ struct {
 	err error
 }
 
+// environ is the environment the configuration reads: the process's,
+// over --env-file's file, or for a ca-verda config.yaml the ./.env beside
+// the process as ca-verda read it. No other command reads a file of the
+// working directory unasked; a file read is logged, by path and names.
+func (s *source) environ(log *slog.Logger) *environ {
+	path := s.envFile
+	if path == "" && s.configPath != "" {
+		if data, err := config.ReadFile(s.configPath); err == nil && seedconfig.IsCAVerda(data) {
+			path = ".env"
+		}
+	}
+	if path == "" {
+		return &environ{}
+	}
+	env := loadEnviron(path)
+	if len(env.file) > 0 && log != nil {
+		names := slices.Sorted(maps.Keys(env.file))
+		log.Info("read variables for credentials from a file; the process environment wins", "file", env.path, "names", names)
+	}
+	if _, err := os.Stat(env.path); err != nil && s.envFile != "" && env.err == nil {
+		env.err = fmt.Errorf("--env-file: %w", err)
+	}
+	return env
+}
+
 // loadEnviron reads the .env file at path, if there is one.
 func loadEnviron(path string) *environ {
 	if abs, err := filepath.Abs(path); err == nil {
@@ -239,11 +269,11 @@ func (e *environ) Origin(k string) string {
 }
 
 // runtimeOptions are the runtime options of a command reading env.
-func (e *environ) runtimeOptions(owner string, log *slog.Logger) runtime.Options {
+func (e *environ) runtimeOptions(owner string, log *slog.Logger, kube kubeFlags) runtime.Options {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return runtime.Options{Owner: owner, Getenv: e.Getenv, EnvOrigin: e.Origin, Logger: log}
+	return runtime.Options{Owner: owner, Getenv: e.Getenv, EnvOrigin: e.Origin, Logger: log, Kubeconfig: kube.kubeconfig, KubeContext: kube.context}
 }
 
 func btoi(b bool) int {

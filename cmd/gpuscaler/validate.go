@@ -18,7 +18,7 @@ and each group against its cloud's catalog. The simulated cloud answers locally;
 other clouds are asked too (their credentials must work).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := src.load(cmd.Context(), loadEnviron(".env"))
+			cfg, err := src.load(cmd.Context(), src.environ(nil))
 			if err != nil {
 				return err
 			}

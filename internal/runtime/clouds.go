@@ -62,11 +62,24 @@ func (r *Runtime) Describer(cloudName string) (cloud.GroupDescriber, bool) {
 func buildClouds(ctx context.Context, cfg *config.Config, opts Options) (*clouds, error) {
 	getenv, log := opts.Getenv, opts.Logger
 	out := &clouds{providers: map[string]cloud.Provider{}}
+	kubeconfig := cfg.Kubeconfig
+	if opts.Kubeconfig != "" {
+		kubeconfig = opts.Kubeconfig
+	}
+	var rc *rest.Config
 	switch {
-	case cfg.Kubeconfig != "" && opts.preflight.unreachable(cfg.Kubeconfig):
+	case kubeconfig != "" && opts.preflight.unreachable(kubeconfig):
 		out.kubeUnchecked = true
-	case cfg.Kubeconfig != "":
-		kube, err := kubeClient(cfg.Kubeconfig)
+	case kubeconfig != "":
+		var err error
+		if rc, err = RestConfig(kubeconfig, opts.KubeContext); err != nil {
+			return nil, fmt.Errorf("kubeconfig: %w", err)
+		}
+	case opts.Kube != nil:
+		rc = opts.Kube
+	}
+	if rc != nil {
+		kube, err := kubernetes.NewForConfig(rc)
 		if err != nil {
 			return nil, fmt.Errorf("kubeconfig: %w", err)
 		}
@@ -81,7 +94,7 @@ func buildClouds(ctx context.Context, cfg *config.Config, opts Options) (*clouds
 		}
 		out.providers[sim.Name] = acct
 		if s.Kubeconfig != "" && !opts.preflight.unreachable(s.Kubeconfig) {
-			kube, err := kubeClient(s.Kubeconfig)
+			kube, err := kubeClient(s.Kubeconfig, opts.KubeContext)
 			if err != nil {
 				return nil, fmt.Errorf("clouds.sim.kubeconfig: %w", err)
 			}
@@ -225,19 +238,29 @@ func buildKamatera(cfg *config.Config, k *config.KamateraConfig, opts Options) (
 	}), nil
 }
 
-// RestConfig reads a kubeconfig path, or the pod's service account for
-// "in-cluster".
-func RestConfig(path string) (*rest.Config, error) {
+// InCluster is the kubeconfig value that means the pod's own service
+// account, and nothing else.
+const InCluster = "in-cluster"
+
+// RestConfig is the cluster access a kubeconfig value gives, by client-go's
+// loading rules as every Kubernetes tool applies them: InCluster is the
+// pod's service account; a path (~/ for the home folder) is that file; ""
+// is $KUBECONFIG (a list of files merged), else ~/.kube/config, else the
+// pod's service account in a pod. kubeContext, when set, picks a context
+// of the file other than its current one.
+func RestConfig(path, kubeContext string) (*rest.Config, error) {
 	var rc *rest.Config
 	var err error
-	if path == "in-cluster" {
+	if path == InCluster {
 		rc, err = rest.InClusterConfig()
 	} else {
+		rules := clientcmd.NewDefaultClientConfigLoadingRules()
 		if strings.HasPrefix(path, "~/") {
 			home, _ := os.UserHomeDir()
 			path = filepath.Join(home, path[2:])
 		}
-		rc, err = clientcmd.BuildConfigFromFlags("", path)
+		rules.ExplicitPath = path
+		rc, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: kubeContext}).ClientConfig()
 	}
 	if err != nil {
 		return nil, err
@@ -246,9 +269,9 @@ func RestConfig(path string) (*rest.Config, error) {
 	return rc, nil
 }
 
-// kubeClient builds a clientset from a kubeconfig path or "in-cluster".
-func kubeClient(path string) (kubernetes.Interface, error) {
-	rc, err := RestConfig(path)
+// kubeClient builds a clientset for a kubeconfig value (see RestConfig).
+func kubeClient(path, kubeContext string) (kubernetes.Interface, error) {
+	rc, err := RestConfig(path, kubeContext)
 	if err != nil {
 		return nil, err
 	}

@@ -63,7 +63,7 @@ func Preflight(ctx context.Context, cfg *config.Config, opts Options, po Preflig
 // process runs in can check: "in-cluster" outside a pod, or any with
 // FileOnly.
 func (po *PreflightOptions) unreachable(kubeconfig string) bool {
-	return po != nil && (po.FileOnly || kubeconfig == "in-cluster" && os.Getenv("KUBERNETES_SERVICE_HOST") == "")
+	return po != nil && (po.FileOnly || kubeconfig == InCluster && os.Getenv("KUBERNETES_SERVICE_HOST") == "")
 }
 
 // readsFiles reports whether the environment's files and credentials are

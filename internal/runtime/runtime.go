@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	dto "github.com/prometheus/client_model/go"
 	"golang.org/x/sync/errgroup"
+	"k8s.io/client-go/rest"
 
 	"github.com/gpuscaler/gpuscaler/internal/bootstrap"
 	"github.com/gpuscaler/gpuscaler/internal/config"
@@ -44,6 +45,15 @@ type Options struct {
 	EnvOrigin func(string) string
 	// Logger; default slog.Default().
 	Logger *slog.Logger
+	// Kubeconfig, when set, replaces the config's kubeconfig (the
+	// --kubeconfig flag); KubeContext picks a context of it other than
+	// its current one (--context). See RestConfig.
+	Kubeconfig, KubeContext string
+	// Kube is the cluster access used when neither the config nor
+	// Kubeconfig names one: the controller's or Karpenter's own, which
+	// need the cluster; nil leaves the process without cluster access
+	// (the provider with no kubeconfig).
+	Kube *rest.Config
 
 	// preflight, set by Preflight, leaves out of Build what only the
 	// place the process runs in can answer.
