@@ -8,17 +8,21 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/spf13/cobra"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/gpuscaler/gpuscaler/api/v1alpha1"
@@ -175,7 +179,9 @@ func runController(ctx context.Context, cfg *config.Config, cfgPath string, f co
 		if err != nil {
 			return fmt.Errorf("metrics.address: %w", err)
 		}
-		srv := serve.HTTP(opsHandler(rt, &ready), serve.Limits{})
+		// controller-runtime's own metrics (REST client, work queue,
+		// reconciles, leader election) beside gpuscaler's.
+		srv := serve.HTTP(opsHandler(prometheus.Gatherers{rt, withoutRuntime{ctrlmetrics.Registry}}, &ready), serve.Limits{})
 		go func() {
 			if err := serve.Run(ctx, srv, lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				errc <- fmt.Errorf("metrics server: %w", err)
@@ -208,4 +214,17 @@ func runController(ctx context.Context, cfg *config.Config, cfgPath string, f co
 	case err := <-done:
 		return err
 	}
+}
+
+// withoutRuntime gathers a registry's families but the Go runtime's and
+// the process's, which gpuscaler's own registry serves already (served
+// twice, the scrape would fail).
+type withoutRuntime struct{ prometheus.Gatherer }
+
+// Gather implements prometheus.Gatherer.
+func (w withoutRuntime) Gather() ([]*dto.MetricFamily, error) {
+	mfs, err := w.Gatherer.Gather()
+	return slices.DeleteFunc(mfs, func(mf *dto.MetricFamily) bool {
+		return strings.HasPrefix(mf.GetName(), "go_") || strings.HasPrefix(mf.GetName(), "process_")
+	}), err
 }

@@ -88,8 +88,17 @@ nodeGroups:
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("the standby's /metrics: %s\n%.500s", resp.Status, body)
+	}
 	if strings.Contains(string(body), "gpuscaler_cloud_api_calls_total{") {
 		t.Fatalf("the standby %s called the cloud:\n%s", standby, grepLines(string(body), "gpuscaler_cloud_api_calls_total"))
+	}
+	// controller-runtime's own metrics are served beside gpuscaler's.
+	for _, m := range []string{"rest_client_requests_total", "leader_election_master_status"} {
+		if !strings.Contains(string(body), m) {
+			t.Errorf("the controller's /metrics has no %s", m)
+		}
 	}
 	t.Logf("%s leads, %s stands by", leader, standby)
 	killA()
