@@ -33,7 +33,7 @@ import (
 	"github.com/gpuscaler/gpuscaler/cmd/gpuscaler-karpenter/cloudprovider"
 	"github.com/gpuscaler/gpuscaler/cmd/gpuscaler-karpenter/controllers"
 	"github.com/gpuscaler/gpuscaler/internal/config"
-	"github.com/gpuscaler/gpuscaler/internal/runtime"
+	"github.com/gpuscaler/gpuscaler/internal/daemon"
 	"github.com/gpuscaler/gpuscaler/internal/serve"
 )
 
@@ -61,7 +61,7 @@ func run(ctx context.Context, op *operator.Operator) error {
 	// Without a kubeconfig of its own, the core reaches the cluster as
 	// Karpenter does (its --kubeconfig, $KUBECONFIG, ~/.kube/config or
 	// in-cluster, by controller-runtime's rules).
-	rt, err := runtime.Build(ctx, cfg, runtime.Options{Owner: config.ManagedByKarpenter, Logger: log, Kube: op.GetConfig()})
+	rt, err := daemon.Build(ctx, cfg, daemon.Options{Owner: config.ManagedByKarpenter, Logger: log, Kube: op.GetConfig()})
 	if err != nil {
 		return err
 	}

@@ -13,7 +13,7 @@ import (
 
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
 	"github.com/gpuscaler/gpuscaler/internal/config"
-	"github.com/gpuscaler/gpuscaler/internal/runtime"
+	"github.com/gpuscaler/gpuscaler/internal/daemon"
 )
 
 func newCatalogCommand() *cobra.Command {
@@ -49,7 +49,7 @@ func newCatalogCommand() *cobra.Command {
 			default:
 				config.SetDefaults(cfg)
 			}
-			providers, err := runtime.Providers(cmd.Context(), cfg, env.Getenv, slog.New(slog.DiscardHandler))
+			providers, err := daemon.Providers(cmd.Context(), cfg, env.Getenv, slog.New(slog.DiscardHandler))
 			if err != nil {
 				return err
 			}

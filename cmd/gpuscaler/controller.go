@@ -27,8 +27,8 @@ import (
 
 	"github.com/gpuscaler/gpuscaler/api/v1alpha1"
 	"github.com/gpuscaler/gpuscaler/internal/config"
+	"github.com/gpuscaler/gpuscaler/internal/daemon"
 	"github.com/gpuscaler/gpuscaler/internal/provisioner"
-	"github.com/gpuscaler/gpuscaler/internal/runtime"
 	"github.com/gpuscaler/gpuscaler/internal/serve"
 )
 
@@ -107,7 +107,7 @@ func podNamespace() string {
 // runController runs the NodeProvisioner controller until ctx is done.
 // With a native config file, a changed file is picked up without a restart
 // (an invalid one is refused and the old one kept).
-func runController(ctx context.Context, cfg *config.Config, cfgPath string, f controllerFlags, opts runtime.Options, env *environ, log *slog.Logger) error {
+func runController(ctx context.Context, cfg *config.Config, cfgPath string, f controllerFlags, opts daemon.Options, env *environ, log *slog.Logger) error {
 	// client-go's own logs (reflectors, leader election) in the same
 	// stream and format as gpuscaler's.
 	klog.SetSlogLogger(log.With("component", "client-go"))
@@ -116,14 +116,14 @@ func runController(ctx context.Context, cfg *config.Config, cfgPath string, f co
 	if opts.Kubeconfig != "" {
 		kubeconfig = opts.Kubeconfig
 	}
-	rc, err := runtime.RestConfig(kubeconfig, opts.KubeContext)
+	rc, err := daemon.RestConfig(kubeconfig, opts.KubeContext)
 	if err != nil {
 		return fmt.Errorf("kubeconfig: %w", err)
 	}
 	opts.Kube = rc // the core's cluster access is the controller's
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	rt, err := runtime.Build(ctx, cfg, opts)
+	rt, err := daemon.Build(ctx, cfg, opts)
 	if err != nil {
 		return err
 	}

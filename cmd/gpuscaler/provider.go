@@ -17,8 +17,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpuscaler/gpuscaler/internal/config"
+	"github.com/gpuscaler/gpuscaler/internal/daemon"
 	"github.com/gpuscaler/gpuscaler/internal/externalgrpc"
-	"github.com/gpuscaler/gpuscaler/internal/runtime"
 	"github.com/gpuscaler/gpuscaler/internal/serve"
 )
 
@@ -61,13 +61,13 @@ the Verda gRPC provider keep their config.yaml, .env file and --config/--port/--
 
 // runProvider runs the provider until ctx is done. It is the only writer
 // of its groups, so it leads from the start.
-func runProvider(ctx context.Context, cfg *config.Config, reloadPath string, reloadPeriod time.Duration, opts runtime.Options, env *environ, log *slog.Logger) error {
+func runProvider(ctx context.Context, cfg *config.Config, reloadPath string, reloadPeriod time.Duration, opts daemon.Options, env *environ, log *slog.Logger) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	// client-go's own logs (reflectors, leader election) in the same
 	// stream and format as gpuscaler's.
 	klog.SetSlogLogger(log.With("component", "client-go"))
-	rt, err := runtime.Build(ctx, cfg, opts)
+	rt, err := daemon.Build(ctx, cfg, opts)
 	if err != nil {
 		return err
 	}

@@ -18,7 +18,7 @@ import (
 
 	"github.com/gpuscaler/gpuscaler/internal/config"
 	"github.com/gpuscaler/gpuscaler/internal/config/seedconfig"
-	"github.com/gpuscaler/gpuscaler/internal/runtime"
+	"github.com/gpuscaler/gpuscaler/internal/daemon"
 )
 
 // source is where a command's configuration comes from: a native config
@@ -78,7 +78,7 @@ func (s *source) reloadPath() string {
 }
 
 // load reads, imports, defaults and validates the configuration, then
-// runs start-up's own checks on it offline (see runtime.Preflight; online
+// runs start-up's own checks on it offline (see daemon.Preflight; online
 // too when s.online). Every error names where the configuration came from
 // and each field as the user wrote it: a native path, a ca-verda key or a
 // DataCrunch flag. A malformed .env fails only a configuration that reads
@@ -90,7 +90,7 @@ func (s *source) load(ctx context.Context, env *environ) (*config.Config, error)
 		return nil, env.err
 	}
 	if err == nil {
-		s.warnings, err = runtime.Preflight(ctx, cfg, env.runtimeOptions("", nil, kubeFlags{}), runtime.PreflightOptions{Online: s.online, FileOnly: s.fileOnly})
+		s.warnings, err = daemon.Preflight(ctx, cfg, env.runtimeOptions("", nil, kubeFlags{}), daemon.PreflightOptions{Online: s.online, FileOnly: s.fileOnly})
 	}
 	if err != nil {
 		return nil, s.explain(cfg, err)
@@ -269,11 +269,11 @@ func (e *environ) Origin(k string) string {
 }
 
 // runtimeOptions are the runtime options of a command reading env.
-func (e *environ) runtimeOptions(owner string, log *slog.Logger, kube kubeFlags) runtime.Options {
+func (e *environ) runtimeOptions(owner string, log *slog.Logger, kube kubeFlags) daemon.Options {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return runtime.Options{Owner: owner, Getenv: e.Getenv, EnvOrigin: e.Origin, Logger: log, Kubeconfig: kube.kubeconfig, KubeContext: kube.context}
+	return daemon.Options{Owner: owner, Getenv: e.Getenv, EnvOrigin: e.Origin, Logger: log, Kubeconfig: kube.kubeconfig, KubeContext: kube.context}
 }
 
 func btoi(b bool) int {

@@ -21,8 +21,8 @@ import (
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
 	"github.com/gpuscaler/gpuscaler/internal/config"
+	"github.com/gpuscaler/gpuscaler/internal/daemon"
 	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
-	gsruntime "github.com/gpuscaler/gpuscaler/internal/runtime"
 )
 
 // TestEveryOrderGetsItsScript: the core renders each instance's script
@@ -49,7 +49,7 @@ nodeGroups:
 		t.Fatal(err)
 	}
 	kube := fake.NewClientset(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "k3s"}, Data: map[string][]byte{"token": []byte("k3s-join-secret")}})
-	engine, err := sim.NewEngine(gsruntime.SimConfig(*cfg.Clouds.Sim), sim.Options{})
+	engine, err := sim.NewEngine(daemon.SimConfig(*cfg.Clouds.Sim), sim.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +119,7 @@ nodeGroups:
 	if err != nil {
 		t.Fatal(err)
 	}
-	engine, err := sim.NewEngine(gsruntime.SimConfig(*cfg.Clouds.Sim), sim.Options{})
+	engine, err := sim.NewEngine(daemon.SimConfig(*cfg.Clouds.Sim), sim.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

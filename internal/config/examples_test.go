@@ -7,7 +7,7 @@ import (
 	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
 	"github.com/gpuscaler/gpuscaler/internal/config"
 	"github.com/gpuscaler/gpuscaler/internal/config/seedconfig"
-	gsruntime "github.com/gpuscaler/gpuscaler/internal/runtime"
+	"github.com/gpuscaler/gpuscaler/internal/daemon"
 )
 
 // examples are the ready-to-run configs operators start from.
@@ -43,7 +43,7 @@ func TestExamplesLoad(t *testing.T) {
 			if cfg.Clouds.Sim == nil {
 				return
 			}
-			engine, err := sim.NewEngine(gsruntime.SimConfig(*cfg.Clouds.Sim), sim.Options{})
+			engine, err := sim.NewEngine(daemon.SimConfig(*cfg.Clouds.Sim), sim.Options{})
 			if err != nil {
 				t.Fatalf("the simulated cloud refuses clouds.sim: %v", err)
 			}

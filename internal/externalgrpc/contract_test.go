@@ -32,8 +32,8 @@ import (
 	"github.com/gpuscaler/gpuscaler/internal/cloud/verda"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/verda/verdatest"
 	"github.com/gpuscaler/gpuscaler/internal/config"
+	"github.com/gpuscaler/gpuscaler/internal/daemon"
 	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
-	gsruntime "github.com/gpuscaler/gpuscaler/internal/runtime"
 	pb "github.com/gpuscaler/gpuscaler/proto"
 )
 
@@ -182,9 +182,9 @@ func newFixture(t testing.TB, doc, backend string) *fixture {
 	case "scaleway":
 		engine, err = scwtest.NewEngine(sim.Config{BootDelay: sim.Duration(100 * time.Millisecond), DeleteDelay: sim.Duration(50 * time.Millisecond)}, sim.Options{})
 	case "verda":
-		engine, err = verdatest.NewEngine(gsruntime.SimConfig(*cfg.Clouds.Sim), sim.Options{})
+		engine, err = verdatest.NewEngine(daemon.SimConfig(*cfg.Clouds.Sim), sim.Options{})
 	default:
-		engine, err = sim.NewEngine(gsruntime.SimConfig(*cfg.Clouds.Sim), sim.Options{})
+		engine, err = sim.NewEngine(daemon.SimConfig(*cfg.Clouds.Sim), sim.Options{})
 	}
 	if err != nil {
 		t.Fatal(err)

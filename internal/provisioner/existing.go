@@ -55,7 +55,7 @@ type ExistingGroups struct {
 	// FileGroups returns the configuration file's node groups, whose
 	// names and MIGs existing groups must not take.
 	FileGroups func() []config.NodeGroup
-	// Apply puts the groups in force (runtime.SetExtraGroups).
+	// Apply puts the groups in force (daemon.SetExtraGroups).
 	Apply func(ctx context.Context, groups []config.NodeGroup) error
 	// Refresh is how long a MIG's description is kept; default 10 min.
 	Refresh time.Duration

@@ -18,10 +18,10 @@ import (
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
 	"github.com/gpuscaler/gpuscaler/internal/config"
+	"github.com/gpuscaler/gpuscaler/internal/daemon"
 	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
 	"github.com/gpuscaler/gpuscaler/internal/provisioner"
 	"github.com/gpuscaler/gpuscaler/internal/provisioner/plan"
-	gsruntime "github.com/gpuscaler/gpuscaler/internal/runtime"
 )
 
 // Policy is the autoscaler a run puts in front of the core.
@@ -174,7 +174,7 @@ func newRun(ctx context.Context, trace Trace, opts Options) (*run, error) {
 	// Creates take no virtual time here; one worker keeps their order,
 	// and so which one meets a stock-out, the same from run to run.
 	cfg.Sync.MaxConcurrentCreates = 1
-	simCfg := gsruntime.SimConfig(*cfg.Clouds.Sim)
+	simCfg := daemon.SimConfig(*cfg.Clouds.Sim)
 	if opts.Seed == 0 {
 		opts.Seed = max(uint64(simCfg.Seed), sim.DefaultSeed)
 	}

@@ -20,8 +20,8 @@ import (
 	"github.com/gpuscaler/gpuscaler/internal/cloud/verda"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/verda/verdatest"
 	"github.com/gpuscaler/gpuscaler/internal/config"
+	"github.com/gpuscaler/gpuscaler/internal/daemon"
 	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
-	gsruntime "github.com/gpuscaler/gpuscaler/internal/runtime"
 )
 
 // backend is one cloud a campaign runs against: the simulated cloud
@@ -162,7 +162,7 @@ func simBackend(t *testing.T, seed uint64) *backend {
 	}
 	// The engine draws its faults, lost answers and stock-outs from the
 	// campaign's seed, as the fakes do theirs.
-	simCfg := gsruntime.SimConfig(*cfg.Clouds.Sim)
+	simCfg := daemon.SimConfig(*cfg.Clouds.Sim)
 	simCfg.Seed = int64(seed)
 	engine, err := sim.NewEngine(simCfg, sim.Options{OutcomeUnknownRate: unknownRate, ListLag: listLag})
 	if err != nil {

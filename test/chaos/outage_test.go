@@ -14,8 +14,8 @@ import (
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
 	"github.com/gpuscaler/gpuscaler/internal/config"
+	"github.com/gpuscaler/gpuscaler/internal/daemon"
 	"github.com/gpuscaler/gpuscaler/internal/nodegroup/coretest"
-	gsruntime "github.com/gpuscaler/gpuscaler/internal/runtime"
 
 	dto "github.com/prometheus/client_model/go"
 
@@ -42,7 +42,7 @@ func TestCloudOutageDrill(t *testing.T) {
 	}
 	cfg.Sync.Period.Duration = 30 * time.Second // the default
 	clk := testclock.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	engine, err := sim.NewEngine(gsruntime.SimConfig(*cfg.Clouds.Sim), sim.Options{Clock: clk})
+	engine, err := sim.NewEngine(daemon.SimConfig(*cfg.Clouds.Sim), sim.Options{Clock: clk})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,10 +28,10 @@ import (
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
 	"github.com/gpuscaler/gpuscaler/internal/config"
+	"github.com/gpuscaler/gpuscaler/internal/daemon"
 	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
 	"github.com/gpuscaler/gpuscaler/internal/nodeindex"
 	"github.com/gpuscaler/gpuscaler/internal/provisioner"
-	gsruntime "github.com/gpuscaler/gpuscaler/internal/runtime"
 	"github.com/gpuscaler/gpuscaler/internal/testenv"
 )
 
@@ -61,7 +61,7 @@ nodeGroups:
 	if err != nil {
 		t.Fatal(err)
 	}
-	engine, err := sim.NewEngine(gsruntime.SimConfig(*cfg.Clouds.Sim), sim.Options{})
+	engine, err := sim.NewEngine(daemon.SimConfig(*cfg.Clouds.Sim), sim.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,9 +15,9 @@ import (
 
 	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
 	"github.com/gpuscaler/gpuscaler/internal/config"
+	"github.com/gpuscaler/gpuscaler/internal/daemon"
 	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
 	"github.com/gpuscaler/gpuscaler/internal/nodegroup/coretest"
-	gsruntime "github.com/gpuscaler/gpuscaler/internal/runtime"
 )
 
 // groups is how many node groups a fleet is spread over.
@@ -69,7 +69,7 @@ func newFleet(b *testing.B, n int) *fleet {
 	if err != nil {
 		b.Fatal(err)
 	}
-	engine, err := sim.NewEngine(gsruntime.SimConfig(*cfg.Clouds.Sim), sim.Options{})
+	engine, err := sim.NewEngine(daemon.SimConfig(*cfg.Clouds.Sim), sim.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}

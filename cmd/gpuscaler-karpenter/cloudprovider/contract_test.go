@@ -29,7 +29,7 @@ import (
 	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/verda/verdatest"
 	"github.com/gpuscaler/gpuscaler/internal/config"
-	"github.com/gpuscaler/gpuscaler/internal/runtime"
+	"github.com/gpuscaler/gpuscaler/internal/daemon"
 )
 
 // The contract tests run the provider over gpuscaler's real core and the
@@ -41,7 +41,7 @@ const account = "verda-account"
 // harness is one operator process's provider: a runtime whose core leads,
 // and a provider over it. Two harnesses over one fake are a restart.
 type harness struct {
-	rt       *runtime.Runtime
+	rt       *daemon.Runtime
 	provider *cloudprovider.CloudProvider
 	stop     func()
 }
@@ -72,7 +72,7 @@ func startWith(t *testing.T, doc string, kube client.Reader) *harness {
 	getenv := func(k string) string {
 		return map[string]string{"VERDA_CLIENT_ID": "id", "VERDA_CLIENT_SECRET": "secret"}[k]
 	}
-	rt, err := runtime.Build(ctx, cfg, runtime.Options{Owner: config.ManagedByKarpenter, Getenv: getenv, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	rt, err := daemon.Build(ctx, cfg, daemon.Options{Owner: config.ManagedByKarpenter, Getenv: getenv, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		cancel()
 		t.Fatal(err)

@@ -1,11 +1,11 @@
-// Package runtime wires what one gpuscaler process runs under its front
+// Package daemon wires what one gpuscaler process runs under its front
 // end: the clouds, the cluster's Node index, the script server and join
 // token reaper (owned by the process, across config reloads), and the
 // node-group core of the configuration in force, rebuilt on each reload.
 // The provider, the controller and the Karpenter operator build it the
 // same way; whatever writes to a cloud runs only inside Lead, which a
 // command calls while its replica holds the leader lease.
-package runtime
+package daemon
 
 import (
 	"bytes"
