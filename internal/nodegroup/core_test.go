@@ -932,15 +932,7 @@ func TestLaggingListDoesNotReviveADeletedInstance(t *testing.T) {
 		return in
 	}
 	h := newWrappedHarness(t, oneGroupLeaky, sim.Options{}, Options{}, func(c *sim.Cloud) cloud.Provider { w.Provider = c; return w })
-	ctx := context.Background()
-	if err := h.mgr.IncreaseSize(ctx, "g", 1); err != nil {
-		t.Fatal(err)
-	}
-	h.eventually("1 running", func() bool { r, _, _, _ := h.states("g"); return r == 1 })
-	insts, _ := h.mgr.Instances("g")
-	if err := h.mgr.DeleteNodes(ctx, "g", []string{insts[0].ProviderID}); err != nil {
-		t.Fatal(err)
-	}
+	h.runOneThenDelete("g")
 	h.eventually("the lagging lists seen", func() bool { return absent.Load() > 4 })
 	h.settle(3 * time.Minute)
 	if n, _ := h.mgr.TargetSize("g"); n != 0 {
@@ -985,15 +977,7 @@ func TestRestartDoesNotReplaceWhatALaggingListStillShows(t *testing.T) {
 	mu.Lock()
 	clk = h.clk
 	mu.Unlock()
-	ctx := context.Background()
-	if err := h.mgr.IncreaseSize(ctx, "g", 1); err != nil {
-		t.Fatal(err)
-	}
-	h.eventually("1 running", func() bool { r, _, _, _ := h.states("g"); return r == 1 })
-	insts, _ := h.mgr.Instances("g")
-	if err := h.mgr.DeleteNodes(ctx, "g", []string{insts[0].ProviderID}); err != nil {
-		t.Fatal(err)
-	}
+	h.runOneThenDelete("g")
 	h.eventually("the instance gone at the cloud", func() bool { return h.engine.Count("test") == 0 })
 	mu.Lock()
 	ghostUntil = h.clk.Now().Add(40 * time.Second)

@@ -383,3 +383,18 @@ func simConfig(c config.SimConfig) sim.Config {
 		BootDelay: d(c.BootDelay), DeleteDelay: d(c.DeleteDelay), APILatency: d(c.APILatency),
 		FaultRate: c.FaultRate, SpotReclaimRate: c.SpotReclaimRate}
 }
+
+// runOneThenDelete orders one instance of group g, waits until it runs,
+// and deletes it as a front end does.
+func (h *harness) runOneThenDelete(g string) {
+	h.t.Helper()
+	ctx := context.Background()
+	if err := h.mgr.IncreaseSize(ctx, g, 1); err != nil {
+		h.t.Fatal(err)
+	}
+	h.eventually("1 running", func() bool { r, _, _, _ := h.states(g); return r == 1 })
+	insts, _ := h.mgr.Instances(g)
+	if err := h.mgr.DeleteNodes(ctx, g, []string{insts[0].ProviderID}); err != nil {
+		h.t.Fatal(err)
+	}
+}
