@@ -615,17 +615,35 @@ func answers(t *testing.T, fakeOpts gcptest.Options, states ...gcptest.MemberSta
 // serving node counted as an unfulfilled order and could be deleted by a
 // target decrease.
 func TestRunningVMUnderAnActionIsRunning(t *testing.T) {
-	got := answers(t, gcptest.Options{},
-		gcptest.MemberState{Action: "VERIFYING", Status: "RUNNING"},
-		gcptest.MemberState{Action: "REFRESHING", Status: "RUNNING"},
-		gcptest.MemberState{Action: "RESTARTING", Status: "RUNNING"},
-		gcptest.MemberState{Action: "STARTING", Status: "STOPPED"},
-		gcptest.MemberState{Action: "NONE", Status: "STOPPED"},
-	)
-	want := []cloud.InstanceState{cloud.StateRunning, cloud.StateRunning, cloud.StateRunning, cloud.StatePending, cloud.StateStopped}
-	for i := range want {
-		if got[i].State != want[i] {
-			t.Errorf("member %d: %s, want %s", i, got[i].State, want[i])
+	// Every currentAction the discovery document enumerates, each on the
+	// instanceStatus it is met with, and what it means for the member.
+	cases := []struct {
+		state gcptest.MemberState
+		want  cloud.InstanceState
+	}{
+		{gcptest.MemberState{Action: "VERIFYING", Status: "RUNNING"}, cloud.StateRunning},
+		{gcptest.MemberState{Action: "REFRESHING", Status: "RUNNING"}, cloud.StateRunning},
+		{gcptest.MemberState{Action: "RESTARTING", Status: "RUNNING"}, cloud.StateRunning},
+		{gcptest.MemberState{Action: "STOPPING", Status: "RUNNING"}, cloud.StateRunning},
+		{gcptest.MemberState{Action: "SUSPENDING", Status: "RUNNING"}, cloud.StateRunning},
+		{gcptest.MemberState{Action: "NONE", Status: "RUNNING"}, cloud.StateRunning},
+		{gcptest.MemberState{Action: "STARTING", Status: "STOPPED"}, cloud.StatePending},
+		{gcptest.MemberState{Action: "RESUMING", Status: "SUSPENDED"}, cloud.StatePending},
+		{gcptest.MemberState{Action: "NONE", Status: "STOPPED"}, cloud.StateStopped},
+		{gcptest.MemberState{Action: "CREATING", Status: "PROVISIONING"}, cloud.StatePending},
+		{gcptest.MemberState{Action: "CREATING_WITHOUT_RETRIES", Status: "STAGING"}, cloud.StatePending},
+		{gcptest.MemberState{Action: "RECREATING", Status: "STOPPING"}, cloud.StatePending},
+		{gcptest.MemberState{Action: "DELETING", Status: "STOPPING"}, cloud.StateDeleting},
+		{gcptest.MemberState{Action: "ABANDONING", Status: "RUNNING"}, cloud.StateDeleting},
+	}
+	states := make([]gcptest.MemberState, len(cases))
+	for i, c := range cases {
+		states[i] = c.state
+	}
+	got := answers(t, gcptest.Options{}, states...)
+	for i, c := range cases {
+		if got[i].State != c.want {
+			t.Errorf("%s on a %s VM: %s, want %s", c.state.Action, c.state.Status, got[i].State, c.want)
 		}
 	}
 }
@@ -669,7 +687,8 @@ func TestMembersWithoutNames(t *testing.T) {
 // calls itself. clients are the provider's own.
 func oneMIG(t *testing.T, fakeOpts gcptest.Options) (*gcptest.Server, *gcp.Cloud, gcp.Clients) {
 	t.Helper()
-	engine, err := gcptest.NewEngine(sim.Config{BootDelay: sim.Duration(time.Millisecond)}, sim.Options{})
+	capacity := 1000
+	engine, err := gcptest.NewEngine(sim.Config{BootDelay: sim.Duration(time.Millisecond), DefaultCapacity: &capacity}, sim.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

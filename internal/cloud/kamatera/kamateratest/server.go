@@ -631,10 +631,10 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	s.mu.Unlock()
 	if b.Password == "__generate__" {
 		// The API answers a generated password beside the command ids.
-		writeJSON(w, http.StatusOK, map[string]any{"password": GeneratedPassword, "commandIds": []string{id}})
+		writeJSON(w, http.StatusOK, map[string]any{"password": GeneratedPassword, "commandIds": []json.Number{json.Number(id)}})
 		return
 	}
-	writeJSON(w, http.StatusOK, []string{id})
+	writeJSON(w, http.StatusOK, []json.Number{json.Number(id)})
 }
 
 // GeneratedPassword is the root password the fake answers for a create
@@ -655,7 +655,7 @@ func (s *Server) power(w http.ResponseWriter, r *http.Request, state string) {
 		sv.power = state
 		return "complete", "Server powered " + state
 	})
-	writeJSON(w, http.StatusOK, []string{id})
+	writeJSON(w, http.StatusOK, []json.Number{json.Number(id)})
 }
 
 // terminate queues the server's termination and answers the command's id
@@ -687,7 +687,7 @@ func (s *Server) terminate(w http.ResponseWriter, r *http.Request) {
 		return "complete", "Server terminated"
 	})
 	s.mu.Unlock()
-	writeJSON(w, http.StatusOK, []string{id})
+	writeJSON(w, http.StatusOK, []json.Number{json.Number(id)})
 }
 
 // FailNextTerminate makes the next termination's queued command end in
@@ -709,6 +709,10 @@ func (s *Server) CancelNextTerminate() {
 
 // newCommandLocked queues a command that ends after CommandDelay; s.mu is
 // held.
+// Command ids are JSON numbers, as the real queue answers them
+// (cli_schema/commands/queue/list.json marks id a number;
+// GeorgeS1995/kamatera-autoscaler's types.go, checked against the live
+// API; libcloud's fixtures answer [12345]).
 func (s *Server) newCommandLocked(info, server string, finish func() (string, string)) string {
 	s.nextCmd++
 	id := fmt.Sprintf("%d", 9000000+s.nextCmd)
@@ -748,7 +752,7 @@ func (s *Server) queueList(w http.ResponseWriter) {
 		if c.status != "pending" {
 			done = c.added.Add(s.opts.CommandDelay).Format("2006-01-02 15:04:05")
 		}
-		out = append(out, map[string]any{"id": c.id, "commandInfo": c.info, "serviceName": c.server,
+		out = append(out, map[string]any{"id": json.Number(c.id), "commandInfo": c.info, "serviceName": c.server,
 			"dtCreate": c.added.Format("2006-01-02 15:04:05"), "dtExecute": "", "dtComplete": done, "exitCode": "", "progress": ""})
 	}
 	s.mu.Unlock()
@@ -780,7 +784,7 @@ func (s *Server) queue(w http.ResponseWriter, r *http.Request) {
 			status = "executing"
 		}
 	}
-	out := []map[string]any{{"id": c.id, "status": status, "log": log, "server": c.server, "description": c.info,
+	out := []map[string]any{{"id": json.Number(c.id), "status": status, "log": log, "server": c.server, "description": c.info,
 		"added": c.added.Format("2006-01-02 15:04:05"), "executed": "", "completed": ""}}
 	s.mu.Unlock()
 	writeJSON(w, http.StatusOK, out)
