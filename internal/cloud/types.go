@@ -54,6 +54,17 @@ type InstanceType struct {
 	// SpotPrice is 0 when the type has no spot offering.
 	OnDemandPrice float64
 	SpotPrice     float64
+	// Currency is the ISO 4217 code of the prices; "" is USD (see
+	// PriceCurrency).
+	Currency string
+}
+
+// PriceCurrency is the ISO 4217 code of the type's prices.
+func (t InstanceType) PriceCurrency() string {
+	if t.Currency == "" {
+		return "USD"
+	}
+	return t.Currency
 }
 
 // Price returns the hourly price of the type for a capacity type.

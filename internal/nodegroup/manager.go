@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -164,14 +165,6 @@ func New(cfg *config.Config, providers map[string]cloud.Provider, opts Options) 
 	m.store = s
 	m.offerings = newOfferings(opts.Clock, cfg, met)
 	met.preset(cfg, opts.Manage)
-	if cfg.MaxHourlyCost > 0 {
-		met.costLimit.WithLabelValues("").Set(cfg.MaxHourlyCost)
-	}
-	for _, g := range cfg.NodeGroups {
-		if g.MaxHourlyCost > 0 {
-			met.costLimit.WithLabelValues(g.Name).Set(g.MaxHourlyCost)
-		}
-	}
 	m.cost = &costGuard{cfg: cfg, store: s, offerings: m.offerings}
 	m.catalog = &catalog{store: s, clients: m.clients, clock: opts.Clock, log: opts.Logger, types: map[string]map[string]cloud.InstanceType{},
 		clusterCap: cfg.MaxHourlyCost}
@@ -298,6 +291,11 @@ func (m *Manager) Start(ctx context.Context) error {
 		if err := m.startCall(ctx, cloudName, "catalog", func(cctx context.Context) error { return m.catalog.load(cctx, cloudName) }); err != nil {
 			return err
 		}
+	}
+	if err := m.publishCaps(); err != nil {
+		return err
+	}
+	for cloudName := range m.clients {
 		_ = m.startCall(ctx, cloudName, "offerings", func(cctx context.Context) error {
 			m.syncer.refreshOfferings(cctx, cloudName)
 			return nil
@@ -313,6 +311,40 @@ func (m *Manager) Start(ctx context.Context) error {
 	for cloudName := range m.clients {
 		m.run(func() { m.syncer.loop(ctx, cloudName) })
 	}
+	return nil
+}
+
+// publishCaps sets the cost caps' gauges in the currency of the prices
+// they cap, once the catalogs are loaded. A cluster-wide cap over groups
+// priced in different currencies is refused: it would add euros to
+// dollars.
+func (m *Manager) publishCaps() error {
+	s := m.store
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	currencies := map[string][]string{}
+	for _, g := range s.groups {
+		c := g.itype.PriceCurrency()
+		currencies[c] = append(currencies[c], g.cfg.Name)
+		if g.cfg.MaxHourlyCost > 0 {
+			m.syncer.metrics.costLimit.WithLabelValues(g.cfg.Name, c).Set(g.cfg.MaxHourlyCost)
+		}
+	}
+	if m.cfg.MaxHourlyCost <= 0 {
+		return nil
+	}
+	if len(currencies) > 1 {
+		var parts []string
+		for _, c := range slices.Sorted(maps.Keys(currencies)) {
+			parts = append(parts, fmt.Sprintf("%s (%s)", c, strings.Join(slices.Sorted(slices.Values(currencies[c])), ", ")))
+		}
+		return fmt.Errorf("maxHourlyCost: the node groups are priced in %s; one cap cannot add them up: set maxHourlyCost per group instead", strings.Join(parts, " and "))
+	}
+	cur := "USD"
+	for c := range currencies {
+		cur = c
+	}
+	m.syncer.metrics.costLimit.WithLabelValues("", cur).Set(m.cfg.MaxHourlyCost)
 	return nil
 }
 

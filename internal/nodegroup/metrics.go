@@ -68,8 +68,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"group", "reason"}),
 		hourlySpend: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "gpuscaler_hourly_spend",
-			Help: "Hourly price of the instances a node group holds, in the cloud's currency.",
-		}, []string{"group"}),
+			Help: "Hourly price of the instances a node group holds, by node group and the currency of its cloud's prices (ISO 4217).",
+		}, []string{"group", "currency"}),
 		leaked: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gpuscaler_leaked_instances_total",
 			Help: "Instances of managed groups found leaked (never registered as a node, or a second instance under one name), by cloud and action taken.",
@@ -92,8 +92,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"cloud", "instance_type", "location", "capacity_type"}),
 		costLimit: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "gpuscaler_hourly_cost_limit",
-			Help: "The configured maxHourlyCost, by node group; group=\"\" is the cluster-wide cap. Absent where none is set.",
-		}, []string{"group"}),
+			Help: "The configured maxHourlyCost, by node group and currency; group=\"\" is the cluster-wide cap. Absent where none is set.",
+		}, []string{"group", "currency"}),
 		startup: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "gpuscaler_node_startup_duration_seconds",
 			Help:    "Time from an instance's order to its Node registered, Ready, and (GPU groups) GPUs allocatable, by node group (\"\" for launched instances) and step.",
@@ -147,7 +147,6 @@ func (m *metrics) preset(cfg *config.Config, manage func(string) bool) {
 			m.instances.WithLabelValues(g.Name, state)
 		}
 		m.targetSize.WithLabelValues(g.Name)
-		m.hourlySpend.WithLabelValues(g.Name)
 		m.vanished.WithLabelValues(g.Name)
 		for _, reason := range failureReasons {
 			m.scaleUpFailures.WithLabelValues(g.Name, reason)

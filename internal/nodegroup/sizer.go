@@ -297,7 +297,7 @@ func (z *sizer) publishLocked(g *group) {
 		z.metrics.instances.WithLabelValues(g.cfg.Name, state).Set(float64(g.counts[state]))
 	}
 	z.metrics.targetSize.WithLabelValues(g.cfg.Name).Set(float64(g.target))
-	z.metrics.hourlySpend.WithLabelValues(g.cfg.Name).Set(z.cost.groupSpend(g))
+	z.metrics.hourlySpend.WithLabelValues(g.cfg.Name, g.itype.PriceCurrency()).Set(z.cost.groupSpend(g))
 }
 
 // newestFirst sorts members by creation time, newest first.

@@ -1,6 +1,10 @@
 package scaleway
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/scaleway/scaleway-sdk-go/api/instance/v1"
+)
 
 // The gpu_name values Scaleway's products/servers answers carry, as
 // recorded in terraform-provider-scaleway's cassettes
@@ -16,5 +20,13 @@ func TestRecordedGPUNames(t *testing.T) {
 		if got := gpuModel(name); got != want {
 			t.Errorf("gpu_name %q: %q, want %q", name, got, want)
 		}
+	}
+}
+
+// Scaleway prices in euros: its types say so, so that spend and caps are
+// never added to another cloud's dollars.
+func TestPricesAreInEuros(t *testing.T) {
+	if c := convertType("L4-1-24G", &instance.ServerType{HourlyPrice: 0.75}).PriceCurrency(); c != "EUR" {
+		t.Errorf("currency %q, want EUR", c)
 	}
 }

@@ -253,7 +253,8 @@ func gpuModel(name string) string {
 }
 
 func convertType(name string, st *instance.ServerType) cloud.InstanceType {
-	t := cloud.InstanceType{Name: name, VCPUs: int(st.Ncpus), MemoryGiB: int(st.RAM >> 30), Arch: "amd64", OnDemandPrice: float64(st.HourlyPrice)}
+	// Scaleway prices in euros (the API's hourly_price).
+	t := cloud.InstanceType{Name: name, VCPUs: int(st.Ncpus), MemoryGiB: int(st.RAM >> 30), Arch: "amd64", OnDemandPrice: float64(st.HourlyPrice), Currency: "EUR"}
 	if st.Arch == instance.ArchArm64 {
 		t.Arch = "arm64"
 	}
