@@ -69,6 +69,9 @@ changes, so a standby takes over with the configuration in force.`,
 			if err != nil {
 				return err
 			}
+			for _, w := range src.warnings {
+				log.Warn(w)
+			}
 			if f.metricsAddr != "" {
 				cfg.Metrics.Address = f.metricsAddr
 			}

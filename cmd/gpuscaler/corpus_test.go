@@ -209,3 +209,22 @@ func TestDotEnvOnlyWhenAsked(t *testing.T) {
 		t.Errorf("--env-file .env: %v\n%s", err, out)
 	}
 }
+
+// An old key of the clouds section is accepted with a warning that names
+// the new one.
+func TestOldKeyWarns(t *testing.T) {
+	t.Setenv("KAMATERA_API_CLIENT_ID", "id")
+	t.Setenv("KAMATERA_API_SECRET", "secret")
+	path := filepath.Join(t.TempDir(), "gpuscaler.yaml")
+	doc := "clusterName: c\nclouds:\n  kamatera: {baseURL: \"https://cloudcli.example.com\", image: ubuntu}\nnodeGroups:\n  - {name: k, cloud: kamatera, instanceType: 4B8192, locations: [EU], maxSize: 1}\n"
+	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out := &lockedBuffer{}
+	root := newRootCommand(out, out)
+	root.SetArgs([]string{"validate", "--config", path})
+	err := root.Execute()
+	if err != nil || !strings.Contains(out.String(), "clouds.kamatera.baseURL is deprecated: use clouds.kamatera.endpoint") {
+		t.Fatalf("validate with an old key: %v\n%s", err, out)
+	}
+}

@@ -47,6 +47,9 @@ the Verda gRPC provider keep their config.yaml, .env file and --config/--port/--
 			if err != nil {
 				return err
 			}
+			for _, w := range src.warnings {
+				log.Warn(w)
+			}
 			if metricsAddr != "" {
 				cfg.Metrics.Address = metricsAddr
 			}

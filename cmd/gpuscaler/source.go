@@ -95,6 +95,7 @@ func (s *source) load(ctx context.Context, env *environ) (*config.Config, error)
 	if err != nil {
 		return nil, s.explain(cfg, err)
 	}
+	s.warnings = append(slices.Clone(cfg.Deprecated), s.warnings...)
 	return cfg, nil
 }
 

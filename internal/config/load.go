@@ -60,10 +60,15 @@ func Parse(data []byte) (*Config, error) {
 // Decode decodes one YAML document strictly, as Parse does, without
 // defaults or validation: for callers that override fields (command-line
 // flags) before Complete checks the whole.
+// The old keys of the clouds section are read into their new ones and
+// noted in Config.Deprecated (see migrateAliases).
 func Decode(data []byte) (*Config, error) {
 	var cfg Config
 	if err := decode(data, &cfg); err != nil {
 		return nil, fmt.Errorf("decode config: %w", err)
+	}
+	if errs := migrateAliases(&cfg); len(errs) > 0 {
+		return nil, &ValidationError{Errs: errs}
 	}
 	return &cfg, nil
 }

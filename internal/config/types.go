@@ -21,6 +21,9 @@ type Config struct {
 	Sync SyncConfig `json:"sync,omitempty"`
 	// MaxHourlyCost caps the hourly spend of all groups together; 0 = no cap.
 	MaxHourlyCost float64 `json:"maxHourlyCost,omitempty"`
+	// Deprecated lists the old keys the file used, each with its new one
+	// (see Decode); never written.
+	Deprecated []string `json:"-"`
 	// LeakedInstances configures the clean-up of owned instances that never
 	// registered or belong to no group.
 	LeakedInstances LeakedInstancesConfig `json:"leakedInstances,omitempty"`
@@ -138,7 +141,9 @@ type Clouds struct {
 type GCPConfig struct {
 	// Project is the project ID; default $GOOGLE_CLOUD_PROJECT.
 	Project string `json:"project,omitempty"`
-	// CredentialsFile is a service-account key file.
+	// SecretFile is a service-account key file.
+	SecretFile string `json:"secretFile,omitempty"`
+	// CredentialsFile is SecretFile's old key (deprecated).
 	CredentialsFile string `json:"credentialsFile,omitempty"`
 	// Endpoint overrides the Compute API's address (a private endpoint);
 	// https only, but for loopback.
@@ -161,13 +166,19 @@ type GCPConfig struct {
 // and SCW_SECRET_KEY, else from a profile of the Scaleway config file
 // (~/.config/scw/config.yaml, or SCW_CONFIG_PATH).
 type ScalewayConfig struct {
-	// ProjectID is where servers are made; default SCW_DEFAULT_PROJECT_ID,
-	// else the profile's.
-	ProjectID string `json:"projectID,omitempty"`
-	// APIURL defaults to SCW_API_URL, else https://api.scaleway.com.
-	APIURL string `json:"apiURL,omitempty"`
-	// AccessKeyFile and SecretKeyFile hold the API keys.
+	// Project is the project ID where servers are made; default
+	// SCW_DEFAULT_PROJECT_ID, else the profile's.
+	Project string `json:"project,omitempty"`
+	// Endpoint is the API's address; default SCW_API_URL, else
+	// https://api.scaleway.com.
+	Endpoint string `json:"endpoint,omitempty"`
+	// AccessKeyFile and SecretFile hold the API keys.
 	AccessKeyFile string `json:"accessKeyFile,omitempty"`
+	SecretFile    string `json:"secretFile,omitempty"`
+	// ProjectID, APIURL and SecretKeyFile are the old keys of Project,
+	// Endpoint and SecretFile (deprecated).
+	ProjectID     string `json:"projectID,omitempty"`
+	APIURL        string `json:"apiURL,omitempty"`
 	SecretKeyFile string `json:"secretKeyFile,omitempty"`
 	// Profile names a profile of the Scaleway config file; default its
 	// active profile, when the keys are not found elsewhere.
@@ -184,7 +195,9 @@ type ScalewayConfig struct {
 // server tags (k8sca-<cluster>, k8scang-<group>), as the Kamatera
 // cluster-autoscaler wrote them.
 type KamateraConfig struct {
-	// BaseURL of the API; default https://cloudcli.cloudwm.com.
+	// Endpoint is the API's address; default https://cloudcli.cloudwm.com.
+	Endpoint string `json:"endpoint,omitempty"`
+	// BaseURL is Endpoint's old key (deprecated).
 	BaseURL string `json:"baseURL,omitempty"`
 	// ClientIDFile and SecretFile hold the API credentials.
 	ClientIDFile string `json:"clientIDFile,omitempty"`
@@ -218,12 +231,17 @@ type KamateraSecrets struct {
 // or else from the environment (VERDA_CLIENT_ID and VERDA_CLIENT_SECRET, or
 // DATACRUNCH_CLIENT_ID and DATACRUNCH_CLIENT_SECRET).
 type VerdaConfig struct {
-	// BaseURL of the API; default https://api.verda.com/v1 (accounts made
-	// before the rename may use https://api.datacrunch.io/v1).
-	BaseURL string `json:"baseURL,omitempty"`
-	// ClientIDFile and ClientSecretFile hold the API credentials, for
-	// example from a mounted Secret.
-	ClientIDFile     string `json:"clientIDFile,omitempty"`
+	// Endpoint is the API's address; default https://api.verda.com/v1
+	// (accounts made before the rename may use
+	// https://api.datacrunch.io/v1).
+	Endpoint string `json:"endpoint,omitempty"`
+	// ClientIDFile and SecretFile hold the API credentials, for example
+	// from a mounted Secret.
+	ClientIDFile string `json:"clientIDFile,omitempty"`
+	SecretFile   string `json:"secretFile,omitempty"`
+	// BaseURL and ClientSecretFile are the old keys of Endpoint and
+	// SecretFile (deprecated).
+	BaseURL          string `json:"baseURL,omitempty"`
 	ClientSecretFile string `json:"clientSecretFile,omitempty"`
 	// Image is the OS image of groups that name none; default
 	// ubuntu-24.04-cuda-12.8-open-docker.

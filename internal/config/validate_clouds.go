@@ -96,9 +96,9 @@ func validateClouds(p *field.Path, c Clouds) field.ErrorList {
 			}
 		}
 	}
-	if c.Scaleway != nil && c.Scaleway.APIURL != "" {
-		if err := cloud.CheckEndpoint(c.Scaleway.APIURL); err != nil {
-			errs = append(errs, field.Invalid(p.Child(CloudScaleway, "apiURL"), c.Scaleway.APIURL, err.Error()))
+	if c.Scaleway != nil && c.Scaleway.Endpoint != "" {
+		if err := cloud.CheckEndpoint(c.Scaleway.Endpoint); err != nil {
+			errs = append(errs, field.Invalid(p.Child(CloudScaleway, "endpoint"), c.Scaleway.Endpoint, err.Error()))
 		}
 	}
 	// The default images of the clouds that have one.
@@ -177,9 +177,9 @@ func validateScalewayGroups(c *Config) field.ErrorList {
 
 func validateKamatera(p *field.Path, k *KamateraConfig) field.ErrorList {
 	var errs field.ErrorList
-	if k.BaseURL != "" {
-		if err := cloud.CheckEndpoint(k.BaseURL); err != nil {
-			errs = append(errs, field.Invalid(p.Child("baseURL"), k.BaseURL, err.Error()))
+	if k.Endpoint != "" {
+		if err := cloud.CheckEndpoint(k.Endpoint); err != nil {
+			errs = append(errs, field.Invalid(p.Child("endpoint"), k.Endpoint, err.Error()))
 		}
 	}
 	if k.ProviderIDPrefix != "" && !providerIDPrefix.MatchString(k.ProviderIDPrefix) {
@@ -233,9 +233,9 @@ func validateKamateraGroups(c *Config) field.ErrorList {
 
 func validateVerda(p *field.Path, v *VerdaConfig) field.ErrorList {
 	var errs field.ErrorList
-	if v.BaseURL != "" {
-		if err := cloud.CheckEndpoint(v.BaseURL); err != nil {
-			errs = append(errs, field.Invalid(p.Child("baseURL"), v.BaseURL, err.Error()))
+	if v.Endpoint != "" {
+		if err := cloud.CheckEndpoint(v.Endpoint); err != nil {
+			errs = append(errs, field.Invalid(p.Child("endpoint"), v.Endpoint, err.Error()))
 		}
 	}
 	if v.StartupScriptFetchURL != "" && !isHTTPURL(v.StartupScriptFetchURL) {

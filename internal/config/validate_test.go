@@ -134,7 +134,7 @@ func TestValidateInvalidFields(t *testing.T) {
 			c.ScriptServer = ScriptServerConfig{ListenAddress: ":8443", URL: "https://s:8443", TLS: TLSConfig{CertFile: "c"}}
 		}, []string{"scriptServer.tls"}, field.ErrorTypeRequired},
 		{"no cloud", func(c *Config) { c.Clouds, c.NodeGroups = Clouds{}, nil }, []string{"clouds", "nodeGroups"}, field.ErrorTypeRequired},
-		{"verda base url", func(c *Config) { c.Clouds.Verda.BaseURL = "ftp://api" }, []string{"clouds.verda.baseURL"}, field.ErrorTypeInvalid},
+		{"verda endpoint", func(c *Config) { c.Clouds.Verda.Endpoint = "ftp://api" }, []string{"clouds.verda.endpoint"}, field.ErrorTypeInvalid},
 		{"verda script url", func(c *Config) { c.Clouds.Verda.StartupScriptFetchURL = "nowhere" },
 			[]string{"clouds.verda.startupScriptFetchURL"}, field.ErrorTypeInvalid},
 		{"sim location repeated", sim(func(s *SimConfig) { s.Locations = append(s.Locations, "FIN-01") }),

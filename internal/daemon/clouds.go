@@ -110,11 +110,11 @@ func buildClouds(ctx context.Context, cfg *config.Config, opts Options) (*clouds
 		id, secret := "unread", "unread" // a FileOnly preflight never calls the API
 		if opts.preflight.readsFiles() {
 			var err error
-			if id, secret, err = verda.Credentials(getenv, v.ClientIDFile, v.ClientSecretFile); err != nil {
+			if id, secret, err = verda.Credentials(getenv, v.ClientIDFile, v.SecretFile); err != nil {
 				return nil, fmt.Errorf("clouds.verda: %w", err)
 			}
 		}
-		baseURL, baseFrom := v.BaseURL, "clouds.verda.baseURL"
+		baseURL, baseFrom := v.Endpoint, "clouds.verda.endpoint"
 		if baseURL == "" {
 			baseURL = getenv("VERDA_BASE_URL") // as the Verda autoscaler reads it
 			baseFrom = "VERDA_BASE_URL"
@@ -129,7 +129,7 @@ func buildClouds(ctx context.Context, cfg *config.Config, opts Options) (*clouds
 		if err != nil {
 			return nil, fmt.Errorf("clouds.verda: %s: %w", baseFrom, err)
 		}
-		if baseURL != "" && baseFrom != "clouds.verda.baseURL" {
+		if baseURL != "" && baseFrom != "clouds.verda.endpoint" {
 			log.Info("Verda API address from the environment", "variable", baseFrom, "url", baseURL)
 		}
 		var legacy []string
@@ -221,7 +221,7 @@ func buildKamatera(cfg *config.Config, k *config.KamateraConfig, opts Options) (
 			passwords[g.Name] = strings.TrimSpace(string(pw))
 		}
 	}
-	baseURL, baseFrom := k.BaseURL, "baseURL"
+	baseURL, baseFrom := k.Endpoint, "endpoint"
 	if baseURL == "" {
 		baseURL, baseFrom = opts.Getenv(kamatera.URLEnv), kamatera.URLEnv
 	}
@@ -303,11 +303,11 @@ func buildScaleway(cfg *config.Config, sc *config.ScalewayConfig, opts Options) 
 	// A FileOnly preflight never calls the API; the SDK checks the keys'
 	// forms all the same.
 	creds := scaleway.ClientOptions{AccessKey: "SCWXXXXXXXXXXXXXXXXX", SecretKey: "00000000-0000-4000-8000-000000000000",
-		ProjectID: "00000000-0000-4000-8000-000000000000", APIURL: sc.APIURL}
+		ProjectID: "00000000-0000-4000-8000-000000000000", APIURL: sc.Endpoint}
 	if opts.preflight.readsFiles() {
 		var err error
-		creds, err = scaleway.Credentials(opts.Getenv, scaleway.Source{AccessKeyFile: sc.AccessKeyFile, SecretKeyFile: sc.SecretKeyFile,
-			Profile: sc.Profile, ProjectID: sc.ProjectID, APIURL: sc.APIURL})
+		creds, err = scaleway.Credentials(opts.Getenv, scaleway.Source{AccessKeyFile: sc.AccessKeyFile, SecretKeyFile: sc.SecretFile,
+			Profile: sc.Profile, ProjectID: sc.Project, APIURL: sc.Endpoint})
 		if err != nil {
 			return nil, err
 		}
@@ -345,8 +345,8 @@ func buildGCP(ctx context.Context, cfg *config.Config, gc *config.GCPConfig, opt
 	if project == "" {
 		return nil, errors.New("set clouds.gcp.project (or GOOGLE_CLOUD_PROJECT)")
 	}
-	co := gcp.ClientOptions{Endpoint: gc.Endpoint, CredentialsFile: gc.CredentialsFile}
-	if u, err := url.Parse(gc.Endpoint); err == nil && u.Scheme == "http" && cloud.IsLoopbackHost(u.Hostname()) && gc.CredentialsFile == "" {
+	co := gcp.ClientOptions{Endpoint: gc.Endpoint, CredentialsFile: gc.SecretFile}
+	if u, err := url.Parse(gc.Endpoint); err == nil && u.Scheme == "http" && cloud.IsLoopbackHost(u.Hostname()) && gc.SecretFile == "" {
 		// Plain http to this machine (an emulator, or a test's fake): no
 		// credentials are sent, as gcloud's emulators expect.
 		co.NoAuth = true

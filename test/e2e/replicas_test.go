@@ -41,7 +41,7 @@ kubeconfig: %q
 sync: {period: 1s, listLag: 2s} # the fake lists every server it made at once
 leakedInstances: {gracePeriod: 1h}
 clouds:
-  verda: {baseURL: %q}
+  verda: {endpoint: %q}
 nodeGroups:
   - {name: h100, cloud: verda, instanceType: 1H100.80S.30V, locations: [FIN-01], minSize: 5, maxSize: 8, managedBy: node-provisioner}
 `, env.Kubeconfig, fake.URL+"/v1"))

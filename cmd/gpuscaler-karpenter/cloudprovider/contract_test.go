@@ -51,7 +51,7 @@ func configYAML(url, templateExtra string) string {
 clusterName: karpenter-contract
 sync: {period: 1s}
 clouds:
-  verda: {baseURL: %q}
+  verda: {endpoint: %q}
 nodeGroups:
   - {name: tpl, cloud: verda, instanceType: 1H100.80S.30V, locations: [FIN-01], minSize: 0, maxSize: 1, managedBy: karpenter%s}
 `, url+"/v1", templateExtra)

@@ -64,7 +64,7 @@ kubeconfig: %q
 metrics: {address: "0"}
 sync: {period: 2s}
 clouds:
-  verda: {baseURL: %q}
+  verda: {endpoint: %q}
 nodeGroups:
   - {name: tpl, cloud: verda, instanceType: 1H100.80S.30V, locations: [FIN-01], minSize: 0, maxSize: 1, managedBy: karpenter}
 `, env.Kubeconfig, fake.URL+"/v1"))

@@ -10,7 +10,7 @@ import (
 const (
 	ClientIDEnv = "KAMATERA_API_CLIENT_ID"
 	SecretEnv   = "KAMATERA_API_SECRET"
-	// URLEnv overrides the API's address when clouds.kamatera.baseURL
+	// URLEnv overrides the API's address when clouds.kamatera.endpoint
 	// is unset.
 	URLEnv = "KAMATERA_API_URL"
 )

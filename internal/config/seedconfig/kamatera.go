@@ -187,7 +187,7 @@ func FromKamateraINI(data []byte) (*config.Config, error) {
 		bad("[nodegroup]", "", `no node groups: add a [nodegroup "name"] section`)
 	}
 	cfg := &config.Config{ClusterName: gl.ClusterName, Clouds: config.Clouds{Kamatera: &config.KamateraConfig{
-		BaseURL: gl.URL, FilterNamePrefix: gl.FilterNamePrefix, ProviderIDPrefix: gl.ProviderIDPrefix,
+		Endpoint: gl.URL, FilterNamePrefix: gl.FilterNamePrefix, ProviderIDPrefix: gl.ProviderIDPrefix,
 		Imported: &config.KamateraSecrets{ClientID: gl.ClientID, Secret: gl.Secret, Passwords: map[string]string{}},
 	}}}
 	names := make([]string, 0, len(ini.Nodegroup))
@@ -334,7 +334,7 @@ func KamateraField(cfg *config.Config, path string) string {
 		return "[global] cluster-name"
 	case "nodeGroups":
 		return "[nodegroup]"
-	case "clouds.kamatera.baseURL":
+	case "clouds.kamatera.endpoint":
 		return "[global] kamatera-api-url"
 	case "clouds.kamatera.providerIDPrefix":
 		return "[global] provider-id-prefix"

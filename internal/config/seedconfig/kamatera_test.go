@@ -121,7 +121,7 @@ template-label = "tier=gpu"
 		t.Fatal(err)
 	}
 	k := cfg.Clouds.Kamatera
-	if k.BaseURL != "https://cloudcli.example.com" || k.FilterNamePrefix != "k8s" || k.ProviderIDPrefix != "rke2://" || k.Imported.Passwords["gpu"] != "Group-pw-2" {
+	if k.Endpoint != "https://cloudcli.example.com" || k.FilterNamePrefix != "k8s" || k.ProviderIDPrefix != "rke2://" || k.Imported.Passwords["gpu"] != "Group-pw-2" {
 		t.Fatalf("clouds.kamatera %+v %+v", k, k.Imported)
 	}
 	g := cfg.NodeGroups[0]
