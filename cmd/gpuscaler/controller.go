@@ -115,11 +115,7 @@ func runController(ctx context.Context, cfg *config.Config, cfgPath string, f co
 	// stream and format as gpuscaler's.
 	klog.SetSlogLogger(log.With("component", "client-go"))
 	ctrl.SetLogger(logr.FromSlogHandler(log.Handler()))
-	kubeconfig := cfg.Kubeconfig
-	if opts.Kubeconfig != "" {
-		kubeconfig = opts.Kubeconfig
-	}
-	rc, err := daemon.RestConfig(kubeconfig, opts.KubeContext)
+	rc, err := daemon.RestConfig(opts.KubeconfigOf(cfg), opts.KubeContext)
 	if err != nil {
 		return fmt.Errorf("kubeconfig: %w", err)
 	}

@@ -62,10 +62,7 @@ func (r *Runtime) Describer(cloudName string) (cloud.GroupDescriber, bool) {
 func buildClouds(ctx context.Context, cfg *config.Config, opts Options) (*clouds, error) {
 	getenv, log := opts.Getenv, opts.Logger
 	out := &clouds{providers: map[string]cloud.Provider{}}
-	kubeconfig := cfg.Kubeconfig
-	if opts.Kubeconfig != "" {
-		kubeconfig = opts.Kubeconfig
-	}
+	kubeconfig := opts.KubeconfigOf(cfg)
 	var rc *rest.Config
 	switch {
 	case kubeconfig != "" && opts.preflight.unreachable(kubeconfig):
@@ -236,6 +233,15 @@ func buildKamatera(cfg *config.Config, k *config.KamateraConfig, opts Options) (
 		ClusterName: cfg.ClusterName, Image: k.Image, Datacenters: datacenters, FilterNamePrefix: k.FilterNamePrefix, Scripts: scripts,
 		ProviderIDPrefix: k.ProviderIDPrefix, Passwords: passwords, Logger: log,
 	}), nil
+}
+
+// KubeconfigOf is the kubeconfig value in force for cfg: the
+// --kubeconfig flag's (Options.Kubeconfig) over the config's.
+func (o Options) KubeconfigOf(cfg *config.Config) string {
+	if o.Kubeconfig != "" {
+		return o.Kubeconfig
+	}
+	return cfg.Kubeconfig
 }
 
 // InCluster is the kubeconfig value that means the pod's own service
