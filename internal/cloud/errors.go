@@ -23,6 +23,12 @@ var (
 	// but whose answer was lost. It is never retried blindly: the instance
 	// must be looked up by name first.
 	ErrOutcomeUnknown = errors.New("outcome unknown")
+	// ErrRolledBack is no class but a mark on a create's error: the cloud
+	// made part of the instance, the create failed after that, and the
+	// backend deleted what was made before it returned. Nothing of the
+	// order is left, even when the caller's context ended meanwhile, so
+	// the caller may send it again instead of waiting for a list.
+	ErrRolledBack = errors.New("rolled back")
 )
 
 // Error is a cloud failure with a class.

@@ -177,3 +177,70 @@ func TestRestartDoesNotRebuyWhatALaggingListHides(t *testing.T) {
 		t.Fatalf("%d creates, want 2", calls)
 	}
 }
+
+// An order a reload cut short after the cloud had made part of it, and
+// whose backend deleted that part before answering (Scaleway's server made
+// but not powered on), was never sent: the new core sends it again at
+// once. It is no lost answer: a lagging list that still shows the deleted
+// part must not make it a member that lands and then vanishes (found by
+// the chaos campaign, Scaleway seed 1795764092024382106).
+func TestReloadSendsARolledBackOrderAgain(t *testing.T) {
+	w := &wrapped{}
+	var names []string
+	var made cloud.Instance
+	w.onCreate = func(ctx context.Context, spec cloud.CreateSpec) (cloud.Instance, error, bool) {
+		w.mu.Lock()
+		names = append(names, spec.Name)
+		cut := len(names) == 1
+		w.mu.Unlock()
+		if !cut {
+			return cloud.Instance{}, nil, false
+		}
+		in, err := w.Provider.Create(ctx, spec)
+		if err != nil {
+			return cloud.Instance{}, err, true
+		}
+		w.mu.Lock()
+		made = in
+		w.mu.Unlock()
+		<-ctx.Done() // the power-on, when the reload stops the core
+		if err := w.Provider.Delete(context.Background(), in); err != nil {
+			return cloud.Instance{}, cloud.NewError(cloud.ErrOutcomeUnknown, "create", err), true
+		}
+		return cloud.Instance{}, fmt.Errorf("%w (%w)", ctx.Err(), cloud.ErrRolledBack), true
+	}
+	// A stopped server's delete is done when it answers.
+	doc := strings.Replace(oneGroupLeaky, "deleteDelay: 10s", "deleteDelay: 0s", 1)
+	h := newWrappedHarness(t, doc, sim.Options{}, Options{ResolveAfter: 5 * time.Minute},
+		func(c *sim.Cloud) cloud.Provider { w.Provider = c; return w })
+	if err := h.mgr.IncreaseSize(context.Background(), "g", 1); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("the first order made at the cloud", func() bool { c, _ := w.counts(); return c == 1 && h.engine.Count("test") == 1 })
+
+	// The new core's first list was answered before the delete.
+	stale := true
+	w.mu.Lock()
+	w.onList = func(out []cloud.Instance) []cloud.Instance {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if stale && made.Name != "" {
+			stale = false
+			return append(out, made)
+		}
+		return out
+	}
+	w.mu.Unlock()
+	h.reload(strings.Replace(doc, "maxSize: 5", "maxSize: 6", 1))
+	h.settle(10 * time.Minute)
+	h.eventually("one running", func() bool { r, _, _, _ := h.states("g"); return r == 1 },
+		func() string { insts, _ := h.mgr.Instances("g"); return fmt.Sprintf("%+v", insts) })
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(names) != 2 || names[1] != names[0] {
+		t.Fatalf("creates %v, want the cut order sent again under its name, not taken for landed, vanished and replaced", names)
+	}
+	if n, _ := h.mgr.TargetSize("g"); n != 1 || h.engine.Count("test") != 1 {
+		t.Fatalf("target %d, %d instances at the cloud; want 1 and 1", n, h.engine.Count("test"))
+	}
+}

@@ -88,7 +88,7 @@ func (l *launcher) launch(ctx context.Context, req LaunchRequest) (Instance, err
 	switch {
 	case err == nil:
 		l.orderer.created(lg, mem, inst)
-	case errors.Is(err, cloud.ErrOutcomeUnknown) || ctx.Err() != nil:
+	case errors.Is(err, cloud.ErrOutcomeUnknown) || ctx.Err() != nil && !errors.Is(err, cloud.ErrRolledBack):
 		l.orderer.unknown(lg, mem, err)
 		return l.await(ctx, mem)
 	default:

@@ -216,12 +216,17 @@ func (o *orderer) send(ctx context.Context, g *group, mem *member, spec cloud.Cr
 		case err == nil:
 			o.created(g, mem, inst)
 			return settled, nil
-		case errors.Is(err, cloud.ErrOutcomeUnknown), ctx.Err() != nil:
+		case errors.Is(err, cloud.ErrOutcomeUnknown), ctx.Err() != nil && !errors.Is(err, cloud.ErrRolledBack):
 			// The order may have landed: never send it again before a list says.
 			o.unknown(g, mem, err)
 			return settled, nil
 		}
 		o.release(ctx, mem.name)
+		if ctx.Err() != nil {
+			// The core stops, and the cloud undid what it had made: the
+			// order was never sent, and the next core (Inherit) sends it.
+			return settled, nil
+		}
 		switch cloud.Class(err) {
 		case cloud.ErrCapacity:
 			return stockedOut, err

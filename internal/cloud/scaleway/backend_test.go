@@ -2,6 +2,7 @@ package scaleway_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -430,4 +431,22 @@ func TestRestartMidDeleteLeavesNoVolume(t *testing.T) {
 	b.stop()
 	b.start(t)
 	b.wait(t, "the server and its volume gone", func() bool { return b.fake.ServerCount() == 0 && b.fake.VolumeCount() == 0 })
+}
+
+// TestRefusedPowerOnRollsBack: a server made but refused its power-on is
+// deleted before Create answers, and the error says so (cloud.ErrRolledBack),
+// so that the core may send the order again even when its context ended
+// meanwhile, instead of taking it for a lost answer.
+func TestRefusedPowerOnRollsBack(t *testing.T) {
+	b := newBackend(t, 5, groupsYAML, scwtest.Options{})
+	prov := scaleway.New(b.client(t), b.opts)
+	b.fake.FailNext(http.MethodPost, "/action", http.StatusBadRequest, "invalid_arguments", "cannot power on")
+	_, err := prov.Create(context.Background(), cloud.CreateSpec{Name: "l4-refused", Group: "l4", InstanceType: "L4-1-24G",
+		Location: "fr-par-2", CapacityType: cloud.OnDemand})
+	if !errors.Is(err, cloud.ErrRolledBack) || !errors.Is(err, cloud.ErrInvalid) {
+		t.Fatalf("create: %v, want an invalid request rolled back", err)
+	}
+	if n := b.fake.ServerCount(); n != 0 {
+		t.Fatalf("%d servers left after a rolled-back create", n)
+	}
 }

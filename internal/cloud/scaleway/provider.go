@@ -548,7 +548,7 @@ func (c *Cloud) Create(ctx context.Context, spec cloud.CreateSpec) (cloud.Instan
 			// found by a list, not ordered again.
 			return cloud.Instance{}, cloud.NewError(cloud.ErrOutcomeUnknown, "create", fmt.Errorf("%w; and the server could not be deleted: %w", err, derr))
 		}
-		return cloud.Instance{}, err
+		return cloud.Instance{}, fmt.Errorf("%w (%w: the server was deleted)", err, cloud.ErrRolledBack)
 	}
 	created := time.Now()
 	if sv.CreationDate != nil {
