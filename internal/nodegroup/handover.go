@@ -16,7 +16,7 @@ import (
 // are queued again, lost create answers keep waiting for a list,
 // withdrawn orders and deleting instances stay so), the launch API keeps
 // its instances, and the names of deleted instances a lagging list may
-// show again stay known, as do stock-outs and back-offs; new groups are
+// show again stay known, as do stock-outs and back-offs; every group is
 // held after the start only while the process's first core held its
 // orders (orderer.awaitPredecessor). Call it before
 // Start, after prev has stopped (its Start context done, Wait returned).
@@ -64,6 +64,14 @@ func (m *Manager) Inherit(prev *Manager) {
 	// only as long as the process's first core held its orders.
 	m.inherited = true
 	m.orderer.holdUntil = maps.Clone(prev.orderer.holdUntil)
+	// The hold ends with the first list, by any core of the process, that
+	// can show the process before it's orders: one the old core folded in
+	// counts, and a reload during the hold holds on (orderer.holding).
+	for c, at := range ps.lastSync {
+		if _, ok := m.clients[c]; ok {
+			s.lastSync[c] = at
+		}
+	}
 	for c, out := range prev.offerings.stockedOut {
 		if _, ok := m.clients[c]; !ok {
 			continue

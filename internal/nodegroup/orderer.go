@@ -59,21 +59,18 @@ type orderer struct {
 	holdUntil map[string]time.Time
 }
 
-// holding reports whether g's orders are held after a start: the core
-// has not folded in a list that can show the process before it's orders.
-// An inherited group (a reload in the same process) knows them all, and
-// the launch API's instances are found by name, so neither is held
-// unless a cost cap must count what the lists hide. Callers hold the
-// store's lock.
+// holding reports whether g's orders are held after a start: no core of
+// this process has folded in a list that can show the process before
+// it's orders (a reload hands over holdUntil and lastSync, so a group
+// inherited during the hold is held on). The launch API's instances are
+// found by name, so they are not held unless a cost cap must count what
+// the lists hide. Callers hold the store's lock.
 func (o *orderer) holding(g *group, cloudName string) bool {
 	until, ok := o.holdUntil[cloudName]
 	if !ok || !o.store.lastSync[cloudName].Before(until) {
 		return false
 	}
-	switch {
-	case g.inherited:
-		return false
-	case g == o.store.launches:
+	if g == o.store.launches {
 		return o.cost.capped(g)
 	}
 	return true
