@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net/http"
 	"reflect"
 	"slices"
@@ -165,66 +164,6 @@ func TestQuotaFailsCleanly(t *testing.T) {
 	b.wait(t, "1 running, 1 in the MIGs", func() bool {
 		return len(b.running(t, "l4")) == 1 &&
 			b.fake.TargetSize("us-central1-a", "gpu-l4")+b.fake.TargetSize("us-central1-b", "gpu-l4") == 1
-	})
-}
-
-// TestLostCreateAnswerOrdersOnce: createInstances is carried out but its
-// answer lost: the instance is found by name, and nothing is ordered
-// twice.
-func TestLostCreateAnswerOrdersOnce(t *testing.T) {
-	b := newBackend(t, 5, groupsYAML, gcptest.Options{})
-	b.fake.LoseNextAnswer(http.MethodPost, "/createInstances")
-	if err := b.mgr.IncreaseSize(context.Background(), "l4", 1); err != nil {
-		t.Fatal(err)
-	}
-	b.wait(t, "1 running", func() bool { return len(b.running(t, "l4")) == 1 })
-	time.Sleep(500 * time.Millisecond)
-	if n := b.fake.Calls()["POST createInstances"]; n != 1 {
-		t.Fatalf("%d creates", n)
-	}
-	if n := b.fake.TargetSize("us-central1-a", "gpu-l4") + b.fake.TargetSize("us-central1-b", "gpu-l4"); n != 1 {
-		t.Fatalf("target sizes add to %d", n)
-	}
-}
-
-// TestRestartAdoptsMembers: a new process finds the MIGs' members and
-// orders nothing.
-func TestRestartAdoptsMembers(t *testing.T) {
-	b := newBackend(t, 5, groupsYAML, gcptest.Options{})
-	if err := b.mgr.IncreaseSize(context.Background(), "l4", 2); err != nil {
-		t.Fatal(err)
-	}
-	b.wait(t, "2 running", func() bool { return len(b.running(t, "l4")) == 2 })
-	b.stop()
-	b.start(t)
-	b.wait(t, "2 running after the restart", func() bool { return len(b.running(t, "l4")) == 2 })
-	time.Sleep(300 * time.Millisecond)
-	if n := b.fake.Calls()["POST createInstances"]; n != 2 {
-		t.Fatalf("%d creates", n)
-	}
-}
-
-// TestScaleCyclesLeaveNothing: 100 random scale-ups and scale-downs with
-// conflicts, failing and lost calls, then scale to zero: every MIG is
-// empty at target size 0.
-func TestScaleCyclesLeaveNothing(t *testing.T) {
-	b := newBackend(t, 4, groupsYAML, gcptest.Options{})
-	coretest.ScaleCycles(t, b.mgr, "l4", 6, func(rng *rand.Rand) {
-		switch rng.IntN(10) {
-		case 0:
-			b.fake.FailNext(http.MethodPost, "/deleteInstances", http.StatusBadRequest, "resourceNotReady", "The resource is not ready")
-		case 1:
-			b.fake.FailNext(http.MethodPost, "/listManagedInstances", http.StatusServiceUnavailable, "backendError", "Backend Error")
-		case 2:
-			b.fake.LoseNextAnswer(http.MethodPost, "/createInstances")
-		}
-	}, func() string {
-		a, bz := b.fake.Instances("us-central1-a", "gpu-l4"), b.fake.Instances("us-central1-b", "gpu-l4")
-		size := b.fake.TargetSize("us-central1-a", "gpu-l4") + b.fake.TargetSize("us-central1-b", "gpu-l4")
-		if e := len(b.engine.Instances("gcp-account")); len(a)+len(bz)+size+e > 0 {
-			return fmt.Sprintf("members %v %v, target size %d, %d engine instances", a, bz, size, e)
-		}
-		return ""
 	})
 }
 

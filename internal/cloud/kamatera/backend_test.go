@@ -2,9 +2,7 @@ package kamatera_test
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
 	"slices"
 	"strings"
@@ -326,26 +324,6 @@ func TestHalfMadeServerIsTerminated(t *testing.T) {
 	}
 }
 
-// TestLostCreateAnswerOrdersOnce: the create is carried out but its answer
-// lost: the server is found by name once its command has run, and nothing
-// is ordered twice.
-func TestLostCreateAnswerOrdersOnce(t *testing.T) {
-	b := newBackend(t, 5, groupsYAML)
-	b.fake.SetCommandDelay(1500 * time.Millisecond) // well past the core's ResolveAfter
-	b.fake.LoseNextAnswer(http.MethodPost, "/service/server")
-	if err := b.mgr.IncreaseSize(context.Background(), "ng1", 1); err != nil {
-		t.Fatal(err)
-	}
-	b.wait(t, "1 running", func() bool { return len(b.running(t, "ng1")) == 1 })
-	time.Sleep(time.Second) // several syncs past ResolveAfter
-	if calls := b.fake.Calls()["POST /service/server"]; calls != 1 {
-		t.Fatalf("%d creates for one server", calls)
-	}
-	if got := b.fake.Servers(); len(got) != 1 {
-		t.Fatalf("servers %v", got)
-	}
-}
-
 // TestLostCommandPollsStillOrderOnce: every poll of the create's command
 // fails: the create's outcome is unknown, the backend follows the command
 // itself, and the server is adopted once, not ordered again.
@@ -365,32 +343,10 @@ func TestLostCommandPollsStillOrderOnce(t *testing.T) {
 	}
 }
 
-// TestRestartMidCreate: the process stops while a create's command is
-// still queued; the next process finds the server by its tags when it
-// lands and orders nothing more.
-func TestRestartMidCreate(t *testing.T) {
-	b := newBackend(t, 5, groupsYAML)
-	b.fake.SetCommandDelay(600 * time.Millisecond)
-	if err := b.mgr.IncreaseSize(context.Background(), "ng1", 2); err != nil {
-		t.Fatal(err)
-	}
-	b.wait(t, "2 creates sent", func() bool { return b.fake.Calls()["POST /service/server"] == 2 })
-	b.stop()
-	b.start(t)
-	b.wait(t, "2 running after the restart", func() bool { return len(b.running(t, "ng1")) == 2 })
-	time.Sleep(500 * time.Millisecond)
-	if calls := b.fake.Calls()["POST /service/server"]; calls != 2 {
-		t.Fatalf("%d creates for two servers", calls)
-	}
-	if n, _ := b.mgr.TargetSize("ng1"); n != 2 {
-		t.Fatalf("target %d after the restart", n)
-	}
-}
-
-// TestAnotherReplicasServerIsAdopted: a server of the group that another
-// replica ordered (or an operator tagged) joins the group; the core does
-// not order past it.
-func TestAnotherReplicasServerIsAdopted(t *testing.T) {
+// TestOldAutoscalersServerIsAdopted: a server of the group with the tags
+// the seed Kamatera autoscaler set (k8sca-*), made by it or by an operator,
+// joins the group; the core does not order past it.
+func TestOldAutoscalersServerIsAdopted(t *testing.T) {
 	b := newBackend(t, 5, groupsYAML)
 	if err := b.mgr.IncreaseSize(context.Background(), "ng1", 1); err != nil {
 		t.Fatal(err)
@@ -440,29 +396,6 @@ func TestSteadyStateCallsDoNotGrowWithServers(t *testing.T) {
 	if tags := after["POST /server/tags"]; tags != 50 {
 		t.Errorf("%d tag lookups for 50 servers, want one each", tags)
 	}
-}
-
-// TestScaleCyclesLeaveNothing: 100 random scale-ups and scale-downs, with
-// failing calls and stock-outs, then scale to zero: no server is left.
-func TestScaleCyclesLeaveNothing(t *testing.T) {
-	b := newBackend(t, 4, `
-  - {name: ng1, cloud: kamatera, instanceType: 2A-4096, locations: [EU, EU-FR], image: ubuntu, maxSize: 8}
-`)
-	coretest.ScaleCycles(t, b.mgr, "ng1", 8, func(rng *rand.Rand) {
-		switch rng.IntN(10) {
-		case 0:
-			b.fake.FailNext(http.MethodPost, "/service/server/terminate", http.StatusInternalServerError, "Failed to run command method (terminate)")
-		case 1:
-			b.fake.FailNext(http.MethodGet, "/service/servers", http.StatusServiceUnavailable, "Service Unavailable")
-		case 2:
-			b.fake.LoseNextAnswer(http.MethodPost, "/service/server")
-		}
-	}, func() string {
-		if n, m := len(b.fake.Servers()), len(b.engine.Instances(account)); n+m > 0 {
-			return fmt.Sprintf("%d servers, %d engine instances", n, m)
-		}
-		return ""
-	})
 }
 
 // TestLaunchRecordsOwner: a server launched outside any group (the launch

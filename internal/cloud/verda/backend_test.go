@@ -407,11 +407,11 @@ func TestImagePerTypeAndArch(t *testing.T) {
 	}
 }
 
-// TestScaleCyclesLeaveNothing: 100 scale-ups and scale-downs while spot
+// TestReclaimsAndFailedDeletesLeaveNothing: 100 scale-ups and scale-downs while spot
 // instances are reclaimed, hosts go offline and deletes partly fail; once
 // the group is scaled to zero, the account holds no instance, no startup
 // script and no volume.
-func TestScaleCyclesLeaveNothing(t *testing.T) {
+func TestReclaimsAndFailedDeletesLeaveNothing(t *testing.T) {
 	b := newBackend(t, `  - {name: gpu, cloud: verda, instanceType: 1V100.6V, locations: [FIN-01, FIN-02], capacityPolicy: prefer-spot, maxSize: 8}`)
 	live := func() []cloud.Instance { return b.fake.Engine().Instances("verda-account") }
 	coretest.ScaleCycles(t, b.mgr, "gpu", 8, func(rng *rand.Rand) {

@@ -1,0 +1,300 @@
+// Package cloudtest is the conformance suite of the cloud backends: the
+// node-group core, driven as the front ends drive it, over a backend,
+// over that cloud's in-process fake of its REST API. Every backend runs it
+// (Run) with one Backend; a new cloud is a fake that implements Fake and
+// one call of Run. What is true of one cloud only stays in that backend's
+// own tests.
+package cloudtest
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpuscaler/gpuscaler/internal/cloud"
+	"github.com/gpuscaler/gpuscaler/internal/config"
+	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
+	"github.com/gpuscaler/gpuscaler/internal/nodegroup/coretest"
+)
+
+// Op is a kind of call to a cloud's API.
+type Op int
+
+const (
+	// Create orders an instance (a server create, a MIG's createInstances).
+	Create Op = iota
+	// Delete deletes or terminates an instance.
+	Delete
+	// List lists the instances.
+	List
+)
+
+func (o Op) String() string {
+	switch o {
+	case Create:
+		return "create"
+	case Delete:
+		return "delete"
+	case List:
+		return "list"
+	}
+	return fmt.Sprintf("Op(%d)", int(o))
+}
+
+// Fake is how the suite drives a cloud's fake API.
+type Fake interface {
+	// Fail makes the next call of op fail as the cloud fails a call it
+	// could not serve (a 5xx, or a conflict the cloud asks to retry),
+	// in the cloud's own words.
+	Fail(op Op)
+	// Lose makes the cloud carry out the next call of op and lose its
+	// answer. A cloud whose create runs in the background (a queued
+	// command) keeps it running past the core's ResolveAfter.
+	Lose(op Op)
+	// Creates is how many create calls the cloud has received.
+	Creates() int
+	// Left describes what the cloud holds of the cluster: instances and
+	// what they leave behind (volumes, startup scripts, a MIG's target
+	// size); "" for nothing.
+	Left() string
+}
+
+// Backend is one cloud under test.
+type Backend struct {
+	// Cloud is the cloud's name in the config.
+	Cloud string
+	// Scheme is the provider IDs' scheme when it is not the cloud's name
+	// (GCP's "gce").
+	Scheme string
+	// Clouds is the config's clouds entry for the cloud, e.g. "verda: {}".
+	Clouds string
+	// Group is the config of the node group "g" the suite scales, a YAML
+	// flow mapping: on the cloud, two locations, maxSize 8, each offering
+	// of the fake holding at least 4 instances.
+	Group string
+	// Fake is the cloud's fake API.
+	Fake Fake
+	// Provider builds the backend over the fake as a new process does: a
+	// new client, nothing cached.
+	Provider func(log *slog.Logger) cloud.Provider
+	// Bootstrap renders the startup scripts; nil for none.
+	Bootstrap nodegroup.Bootstrapper
+	// Secrets must never reach the logs.
+	Secrets []string
+}
+
+// resolveAfter is the core's wait for a list to show an order: longer
+// than any fake's list lag.
+const resolveAfter = 300 * time.Millisecond
+
+// Run runs the suite: each test gets a fresh backend from newBackend.
+func Run(t *testing.T, newBackend func(t *testing.T) *Backend) {
+	for _, tc := range []struct {
+		name string
+		run  func(t *testing.T, h *harness)
+	}{
+		{"ScaleUpAndDown", scaleUpAndDown},
+		{"LostCreateAnswerOrdersOnce", lostCreateAnswerOrdersOnce},
+		{"RestartMidCreate", restartMidCreate},
+		{"AnotherReplicasInstanceIsAdopted", anotherReplicasInstanceIsAdopted},
+		{"ScaleCyclesLeaveNothing", scaleCyclesLeaveNothing},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := start(t, newBackend(t))
+			tc.run(t, h)
+		})
+	}
+}
+
+// harness is the core over one backend, restartable as a process is.
+type harness struct {
+	b    *Backend
+	cfg  *config.Config
+	logs *coretest.LogBuffer
+	mgr  *nodegroup.Manager
+	stop func()
+}
+
+func start(t *testing.T, b *Backend) *harness {
+	t.Helper()
+	cfg, err := config.Parse([]byte("clusterName: prod\nsync: {period: 100ms, requestsPerSecond: 2000}\nclouds:\n  " + b.Clouds +
+		"\nnodeGroups:\n  - " + b.Group + "\n"))
+	if err != nil {
+		t.Fatalf("the backend's config: %v", err)
+	}
+	h := &harness{b: b, cfg: cfg, logs: &coretest.LogBuffer{}}
+	h.restart(t)
+	t.Cleanup(func() {
+		h.stop()
+		for _, s := range b.Secrets {
+			if strings.Contains(h.logs.String(), s) {
+				t.Errorf("a secret (%.6s…) reached the logs", s)
+			}
+		}
+	})
+	return h
+}
+
+// restart runs a new core and backend, as a new process would; the one
+// running before, if any, stops first.
+func (h *harness) restart(t *testing.T) {
+	t.Helper()
+	if h.stop != nil {
+		h.stop()
+	}
+	log := coretest.Logger(h.logs)
+	h.mgr, h.stop = coretest.Start(t, h.cfg, h.b.Cloud, h.b.Provider(log),
+		nodegroup.Options{Logger: log, Bootstrap: h.b.Bootstrap, ResolveAfter: resolveAfter})
+}
+
+func (h *harness) wait(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	coretest.Wait(t, what, h.logs, cond)
+}
+
+func (h *harness) running(t *testing.T) []nodegroup.Instance {
+	t.Helper()
+	return coretest.Running(t, h.mgr, "g")
+}
+
+func (h *harness) target(t *testing.T) int {
+	t.Helper()
+	n, err := h.mgr.TargetSize("g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// scaleUpAndDown: instances ordered run under provider IDs that lead back
+// to their group; deleted, they leave nothing at the cloud.
+func scaleUpAndDown(t *testing.T, h *harness) {
+	ctx := context.Background()
+	if err := h.mgr.IncreaseSize(ctx, "g", 2); err != nil {
+		t.Fatal(err)
+	}
+	h.wait(t, "2 running", func() bool { return len(h.running(t)) == 2 })
+	scheme := cmp.Or(h.b.Scheme, h.b.Cloud)
+	for _, in := range h.running(t) {
+		if !strings.HasPrefix(in.ProviderID, scheme+"://") {
+			t.Errorf("instance %s: provider ID %q is not the cloud's", in.Name, in.ProviderID)
+		}
+		if g, ok := h.mgr.GroupForProviderID(in.ProviderID); !ok || g != "g" {
+			t.Errorf("instance %s: its provider ID leads to group %q, want g", in.Name, g)
+		}
+	}
+	victim := h.running(t)[0]
+	if err := h.mgr.DeleteNodes(ctx, "g", []string{victim.ProviderID}); err != nil {
+		t.Fatal(err)
+	}
+	h.wait(t, "one left", func() bool { insts, _ := h.mgr.Instances("g"); return len(insts) == 1 })
+	if n := h.target(t); n != 1 {
+		t.Fatalf("target %d after deleting 1 of 2", n)
+	}
+	rest := h.running(t)
+	if len(rest) != 1 || rest[0].Name == victim.Name {
+		t.Fatalf("running %+v after deleting %s", rest, victim.Name)
+	}
+	if err := h.mgr.DeleteNodes(ctx, "g", []string{rest[0].ProviderID}); err != nil {
+		t.Fatal(err)
+	}
+	h.wait(t, "nothing left at the cloud", func() bool { return h.b.Fake.Left() == "" })
+	if creates := h.b.Fake.Creates(); creates != 2 {
+		t.Fatalf("%d creates for 2 instances", creates)
+	}
+}
+
+// lostCreateAnswerOrdersOnce: a create carried out whose answer is lost is
+// found by a list, never ordered again.
+func lostCreateAnswerOrdersOnce(t *testing.T, h *harness) {
+	h.b.Fake.Lose(Create)
+	if err := h.mgr.IncreaseSize(context.Background(), "g", 1); err != nil {
+		t.Fatal(err)
+	}
+	h.wait(t, "1 running", func() bool { return len(h.running(t)) == 1 })
+	time.Sleep(2 * resolveAfter) // several syncs past ResolveAfter
+	if creates := h.b.Fake.Creates(); creates != 1 {
+		t.Fatalf("%d creates for one instance", creates)
+	}
+	if n := len(h.running(t)); n != 1 || h.target(t) != 1 {
+		t.Fatalf("%d running, target %d; want 1 and 1", n, h.target(t))
+	}
+}
+
+// restartMidCreate: the process stops once its creates are sent. The next
+// one finds what the cloud made; what the backend undid as the process
+// stopped (cloud.ErrRolledBack) is not there, and the front end asks for
+// it again, as cluster-autoscaler does for a target short of its plan.
+// Every create ends as one instance or none: nothing is bought twice.
+func restartMidCreate(t *testing.T, h *harness) {
+	ctx := context.Background()
+	if err := h.mgr.IncreaseSize(ctx, "g", 2); err != nil {
+		t.Fatal(err)
+	}
+	h.wait(t, "2 creates sent", func() bool { return h.b.Fake.Creates() == 2 })
+	h.restart(t)
+	time.Sleep(2 * resolveAfter) // the list that can show the first process's orders
+	undone := 2 - h.target(t)
+	if undone > 0 {
+		if err := h.mgr.IncreaseSize(ctx, "g", undone); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.wait(t, "2 running after the restart", func() bool { return len(h.running(t)) == 2 })
+	time.Sleep(2 * resolveAfter)
+	if creates := h.b.Fake.Creates(); creates != 2+undone {
+		t.Fatalf("%d creates for two instances, %d of them undone by the first process", creates, undone)
+	}
+	if n := h.target(t); n != 2 {
+		t.Fatalf("target %d after the restart, want 2", n)
+	}
+	if insts, _ := h.mgr.Instances("g"); len(insts) != 2 {
+		t.Fatalf("%d members after the restart, want 2", len(insts))
+	}
+}
+
+// anotherReplicasInstanceIsAdopted: an instance of the group that another
+// process ordered joins the group (the target rises), and the core orders
+// nothing for it.
+func anotherReplicasInstanceIsAdopted(t *testing.T, h *harness) {
+	ctx := context.Background()
+	if err := h.mgr.IncreaseSize(ctx, "g", 1); err != nil {
+		t.Fatal(err)
+	}
+	h.wait(t, "1 running", func() bool { return len(h.running(t)) == 1 })
+	g := h.cfg.NodeGroups[0]
+	other := h.b.Provider(slog.New(slog.DiscardHandler))
+	spec := cloud.CreateSpec{Name: "g-0ther0rep1", Group: "g", InstanceType: g.InstanceType, Location: g.Locations[len(g.Locations)-1],
+		CapacityType: cloud.OnDemand, Image: g.Image, DiskGiB: g.DiskSizeGiB, Options: g.CloudOptions}
+	if _, err := other.Create(ctx, spec); err != nil {
+		t.Fatalf("the other replica's create: %v", err)
+	}
+	h.wait(t, "2 running", func() bool { return len(h.running(t)) == 2 })
+	if n := h.target(t); n != 2 {
+		t.Fatalf("target %d with the other replica's instance, want 2", n)
+	}
+	if creates := h.b.Fake.Creates(); creates != 2 {
+		t.Fatalf("%d creates: one each, want 2", creates)
+	}
+}
+
+// scaleCyclesLeaveNothing: 100 random scale-ups and scale-downs while
+// calls fail and answers are lost, then scale to zero: the cloud holds
+// nothing of the cluster.
+func scaleCyclesLeaveNothing(t *testing.T, h *harness) {
+	coretest.ScaleCycles(t, h.mgr, "g", 8, func(rng *rand.Rand) {
+		switch rng.IntN(10) {
+		case 0:
+			h.b.Fake.Fail(Delete)
+		case 1:
+			h.b.Fake.Fail(List)
+		case 2:
+			h.b.Fake.Lose(Create)
+		}
+	}, h.b.Fake.Left)
+}

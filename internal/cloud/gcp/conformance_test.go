@@ -1,0 +1,86 @@
+package gcp_test
+
+import (
+	"fmt"
+	"log/slog"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/gpuscaler/gpuscaler/internal/cloud"
+	"github.com/gpuscaler/gpuscaler/internal/cloud/cloudtest"
+	"github.com/gpuscaler/gpuscaler/internal/cloud/gcp"
+	"github.com/gpuscaler/gpuscaler/internal/cloud/gcp/gcptest"
+	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
+)
+
+// TestConformance runs the backends' conformance suite over the fake
+// Compute API: the group's instances are members of a MIG per zone.
+func TestConformance(t *testing.T) {
+	cloudtest.Run(t, func(t *testing.T) *cloudtest.Backend {
+		capacity := 4
+		engine, err := gcptest.NewEngine(sim.Config{BootDelay: sim.Duration(30 * time.Millisecond), DeleteDelay: sim.Duration(30 * time.Millisecond),
+			DefaultCapacity: &capacity}, sim.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		fake := gcptest.New(engine, gcptest.Options{Project: project})
+		t.Cleanup(fake.Close)
+		zones := []string{"us-central1-a", "us-central1-b"}
+		for _, z := range zones {
+			fake.AddGroup(z, "gpu-g", "g2-standard-8")
+		}
+		return &cloudtest.Backend{
+			Cloud: gcp.Name, Scheme: "gce", Clouds: "gcp: {project: " + project + "}",
+			Group: `{name: g, cloud: gcp, instanceType: g2-standard-8, locations: [us-central1-a, us-central1-b], maxSize: 8,
+     cloudOptions: {instanceGroup: gpu-g}}`,
+			Fake: gcpFake{fake, zones},
+			Provider: func(log *slog.Logger) cloud.Provider {
+				clients, err := gcp.NewClients(t.Context(), gcp.ClientOptions{Endpoint: fake.URL, NoAuth: true})
+				if err != nil {
+					t.Fatal(err)
+				}
+				groups := map[string]gcp.Group{"g": gcp.NewGroup("g", "g2-standard-8", zones, map[string]string{"instanceGroup": "gpu-g"})}
+				return gcp.New(clients, gcp.Options{Project: project, Groups: groups, PollInterval: 10 * time.Millisecond,
+					CreateWatch: 2 * time.Second, Logger: log})
+			},
+		}
+	})
+}
+
+// gcpFake drives the fake Compute API for the conformance suite, in the
+// API's own words.
+type gcpFake struct {
+	*gcptest.Server
+	zones []string
+}
+
+func (f gcpFake) Fail(op cloudtest.Op) {
+	switch op {
+	case cloudtest.Create:
+		f.FailNext(http.MethodPost, "/createInstances", http.StatusServiceUnavailable, "backendError", "Backend Error")
+	case cloudtest.Delete:
+		f.FailNext(http.MethodPost, "/deleteInstances", http.StatusBadRequest, "resourceNotReady", "The resource is not ready")
+	case cloudtest.List:
+		f.FailNext(http.MethodPost, "/listManagedInstances", http.StatusServiceUnavailable, "backendError", "Backend Error")
+	}
+}
+
+func (f gcpFake) Lose(op cloudtest.Op) {
+	paths := map[cloudtest.Op]string{cloudtest.Create: "/createInstances", cloudtest.Delete: "/deleteInstances", cloudtest.List: "/listManagedInstances"}
+	f.LoseNextAnswer(http.MethodPost, paths[op])
+}
+
+func (f gcpFake) Creates() int { return f.Calls()["POST createInstances"] }
+
+func (f gcpFake) Left() string {
+	members, size := 0, 0
+	for _, z := range f.zones {
+		members += len(f.Instances(z, "gpu-g"))
+		size += f.TargetSize(z, "gpu-g")
+	}
+	if e := len(f.Engine().Instances("gcp-account")); members+size+e > 0 {
+		return fmt.Sprintf("%d MIG members, target sizes adding to %d, %d engine instances", members, size, e)
+	}
+	return ""
+}

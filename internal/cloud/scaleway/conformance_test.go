@@ -1,0 +1,81 @@
+package scaleway_test
+
+import (
+	"fmt"
+	"log/slog"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/gpuscaler/gpuscaler/internal/cloud"
+	"github.com/gpuscaler/gpuscaler/internal/cloud/cloudtest"
+	"github.com/gpuscaler/gpuscaler/internal/cloud/scaleway"
+	"github.com/gpuscaler/gpuscaler/internal/cloud/scaleway/scwtest"
+	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
+)
+
+// TestConformance runs the backends' conformance suite over the fake
+// Scaleway API.
+func TestConformance(t *testing.T) {
+	cloudtest.Run(t, func(t *testing.T) *cloudtest.Backend {
+		capacity := 4
+		engine, err := scwtest.NewEngine(sim.Config{BootDelay: sim.Duration(20 * time.Millisecond), DeleteDelay: sim.Duration(20 * time.Millisecond),
+			DefaultCapacity: &capacity}, sim.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		fake := scwtest.New(engine, scwtest.Options{SecretKey: secretKey})
+		t.Cleanup(fake.Close)
+		return &cloudtest.Backend{
+			Cloud: scaleway.Name, Clouds: "scaleway: {}",
+			Group: `{name: g, cloud: scaleway, instanceType: L4-1-24G, locations: [fr-par-2, nl-ams-1], maxSize: 8}`,
+			Fake:  scalewayFake{fake},
+			Provider: func(log *slog.Logger) cloud.Provider {
+				client, err := scaleway.NewClient(scaleway.ClientOptions{AccessKey: accessKey, SecretKey: secretKey, ProjectID: projectID,
+					APIURL: fake.URL, RequestsPerSecond: 2000})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return scaleway.New(client, scaleway.Options{ClusterName: "prod", ProjectID: projectID, Zones: []string{"fr-par-1", "fr-par-2", "nl-ams-1"},
+					StartGrace: 2 * time.Second, RetryBase: time.Millisecond, Secrets: []string{secretKey}, Logger: log})
+			},
+			Bootstrap: cloudInit{},
+			Secrets:   []string{secretKey, "join-token-for-"},
+		}
+	})
+}
+
+// scalewayFake drives the fake Scaleway API for the conformance suite, in
+// the API's own words.
+type scalewayFake struct{ *scwtest.Server }
+
+func (f scalewayFake) Fail(op cloudtest.Op) {
+	switch op {
+	case cloudtest.Create:
+		f.FailNext(http.MethodPost, "/servers", http.StatusServiceUnavailable, "service_unavailable", "try again")
+	case cloudtest.Delete:
+		f.FailNext(http.MethodDelete, "", http.StatusConflict, "transient_state", "resource in transient state")
+	case cloudtest.List:
+		f.FailNext(http.MethodGet, "/servers", http.StatusBadGateway, "bad_gateway", "bad gateway")
+	}
+}
+
+func (f scalewayFake) Lose(op cloudtest.Op) {
+	switch op {
+	case cloudtest.Create:
+		f.LoseNextAnswer(http.MethodPost, "/servers")
+	case cloudtest.Delete:
+		f.LoseNextAnswer(http.MethodPost, "/action")
+	case cloudtest.List:
+		f.LoseNextAnswer(http.MethodGet, "/servers")
+	}
+}
+
+func (f scalewayFake) Creates() int { return f.Calls()["POST /instance/v1/zones/{zone}/servers"] }
+
+func (f scalewayFake) Left() string {
+	if s, v, e := f.ServerCount(), f.VolumeCount(), len(f.Instances()); s+v+e > 0 {
+		return fmt.Sprintf("%d servers, %d volumes, %d engine instances", s, v, e)
+	}
+	return ""
+}
