@@ -1,9 +1,3 @@
-// Package cloud defines the contract every GPU cloud backend implements: a
-// catalog of instance types, the offerings that can be had now, the instances
-// this cluster owns, and the two orders, create and delete.
-//
-// Backends live in sub-packages (sim, verda, ...). Nothing in this package
-// talks to a network; it holds only types, error classes and provider IDs.
 package cloud
 
 import (
@@ -213,6 +207,12 @@ type Provider interface {
 	Create(ctx context.Context, spec CreateSpec) (Instance, error)
 	// Delete removes an instance. An instance already gone is success.
 	Delete(ctx context.Context, inst Instance) error
+	// CheckOptions returns one *OptionError per key of a node group's
+	// cloudOptions the cloud does not read or value it would refuse, so
+	// that a bad setting stops start-up (and validate) instead of failing
+	// each order; nil when all are good. A cloud that reads none returns
+	// CheckKnownOptions(opts).
+	CheckOptions(opts map[string]string) []*OptionError
 }
 
 // RequestLimiter is implemented by clouds whose client limits its own
@@ -270,15 +270,6 @@ type ImageChooser interface {
 	// ("" for the cloud's default) will use, and whether that differs
 	// from the image asked for.
 	Image(ctx context.Context, instanceType, image string) (chosen string, changed bool, err error)
-}
-
-// OptionChecker is implemented by clouds that read node groups' Options.
-// CheckOptions returns one *OptionError per key it does not know or value
-// it would refuse, so that a bad setting stops start-up (and validate)
-// instead of failing each order; nil when all are good. Clouds without it
-// take no options.
-type OptionChecker interface {
-	CheckOptions(opts map[string]string) []*OptionError
 }
 
 // OptionError is one bad node-group option.

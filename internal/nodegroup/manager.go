@@ -731,12 +731,7 @@ func checkOptions(cfg *config.Config, providers map[string]cloud.Provider) error
 		if len(g.CloudOptions) == 0 {
 			continue
 		}
-		checker, ok := providers[g.Cloud].(cloud.OptionChecker)
-		if !ok {
-			errs = append(errs, fmt.Errorf("nodeGroups[%d].cloudOptions: cloud %q takes no options", i, g.Cloud))
-			continue
-		}
-		for _, e := range checker.CheckOptions(g.CloudOptions) {
+		for _, e := range providers[g.Cloud].CheckOptions(g.CloudOptions) {
 			errs = append(errs, fmt.Errorf("nodeGroups[%d].cloudOptions[%s]: %s", i, e.Key, e.Detail))
 		}
 	}

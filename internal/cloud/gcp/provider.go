@@ -266,7 +266,7 @@ const OptionInstanceGroup = "instanceGroup"
 // MIGs it created once the group leaves its config and they are empty.
 const OptionInstanceTemplate = "instanceTemplate"
 
-// CheckOptions implements cloud.OptionChecker.
+// CheckOptions implements cloud.Provider.
 func (c *Cloud) CheckOptions(opts map[string]string) []*cloud.OptionError {
 	errs := cloud.CheckKnownOptions(opts, OptionInstanceGroup, OptionInstanceTemplate)
 	if t, ok := opts[OptionInstanceTemplate]; ok && !templateName.MatchString(t) && !templateLink.MatchString(t) {

@@ -211,7 +211,7 @@ func (c *Cloud) aliases(name string) []string {
 	return nil
 }
 
-// CheckOptions implements cloud.OptionChecker.
+// CheckOptions implements cloud.Provider.
 func (c *Cloud) CheckOptions(opts map[string]string) []*cloud.OptionError {
 	errs := cloud.CheckKnownOptions(opts, OptionDisks, OptionNetworks, OptionBillingCycle, OptionMonthlyPackage,
 		OptionDailyBackup, OptionManaged, OptionNamePrefix, OptionSSHKey, OptionScriptBase64, OptionScriptFile)

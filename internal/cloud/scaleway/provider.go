@@ -170,7 +170,7 @@ const (
 	OptionPublicIP = "publicIP"
 )
 
-// CheckOptions implements cloud.OptionChecker.
+// CheckOptions implements cloud.Provider.
 func (c *Cloud) CheckOptions(opts map[string]string) []*cloud.OptionError {
 	errs := cloud.CheckKnownOptions(opts, OptionSecurityGroupID, OptionPlacementGroupID, OptionPublicIP)
 	for _, k := range []string{OptionSecurityGroupID, OptionPlacementGroupID} {

@@ -47,6 +47,12 @@ func (c *Cloud) ListLag() time.Duration { return c.engine.listLag }
 // Name returns "sim".
 func (c *Cloud) Name() string { return Name }
 
+// CheckOptions implements cloud.Provider: the simulated cloud reads no
+// cloudOptions.
+func (c *Cloud) CheckOptions(opts map[string]string) []*cloud.OptionError {
+	return cloud.CheckKnownOptions(opts)
+}
+
 // InstanceTypes returns the catalog.
 func (c *Cloud) InstanceTypes(ctx context.Context) ([]cloud.InstanceType, error) {
 	return c.engine.InstanceTypes(ctx)

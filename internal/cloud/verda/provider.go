@@ -703,7 +703,7 @@ var (
 	onSpotDiscontinueds = []string{"keep_detached", "move_to_trash", "delete_permanently"}
 )
 
-// CheckOptions implements cloud.OptionChecker: the keys Verda reads, each
+// CheckOptions implements cloud.Provider: the keys Verda reads, each
 // value checked as Create would use it.
 func (c *Cloud) CheckOptions(opts map[string]string) []*cloud.OptionError {
 	errs := cloud.CheckKnownOptions(opts, OptionContract, OptionOnSpotDiscontinue, OptionPricing,
