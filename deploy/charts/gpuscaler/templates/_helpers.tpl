@@ -2,11 +2,26 @@
 {{- if contains .Chart.Name .Release.Name -}}{{ .Release.Name | trunc 63 | trimSuffix "-" }}{{- else -}}{{ printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" }}{{- end -}}
 {{- end -}}
 
+{{/* The labels of every object; the component is gpuscaler's mode
+(provider, controller, karpenter). */}}
 {{- define "gpuscaler.labels" -}}
+{{ include "gpuscaler.commonLabels" . }}
+app.kubernetes.io/component: {{ .Values.mode }}
+{{- end -}}
+
+{{/* The labels of the objects of the cluster-autoscaler the chart runs
+in provider mode. */}}
+{{- define "gpuscaler.caLabels" -}}
+{{ include "gpuscaler.commonLabels" . }}
+app.kubernetes.io/component: cluster-autoscaler
+{{- end -}}
+
+{{- define "gpuscaler.commonLabels" -}}
 app.kubernetes.io/name: {{ .Chart.Name }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: gpuscaler
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 
