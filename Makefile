@@ -20,7 +20,7 @@ TGO = GOTOOLCHAIN=$(CHECK_GOTOOLCHAIN) $(GO)
 
 include Makefile.testbins.mk
 
-.PHONY: test e2e-bins test-unit fuzz chaos lint fmt vet staticcheck bench build run tools image
+.PHONY: test e2e-bins test-unit fuzz chaos lint fmt vet staticcheck crds bench build run tools image
 
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 PLATFORMS ?= linux/amd64 linux/arm64
@@ -65,8 +65,12 @@ CHAOS_RUNS ?= 200
 chaos:
 	$(GO) test -count=1 -timeout 0 -run TestCampaigns ./test/chaos/ -chaos.runs=$(CHAOS_RUNS)
 
-## lint: gofmt, go vet and staticcheck.
-lint: fmt vet staticcheck
+## lint: gofmt, go vet, staticcheck, and the CRDs as controller-gen makes them from the API types
+## (every copy: deploy/crds, the chart's, the Karpenter operator's).
+lint: fmt vet staticcheck crds
+
+crds:
+	@KARPENTER_GOTOOLCHAIN=$(KARPENTER_GOTOOLCHAIN) ./hack/update-codegen.sh --check
 
 fmt:
 	@out="$$(gofmt -l $$(git ls-files '*.go'))"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

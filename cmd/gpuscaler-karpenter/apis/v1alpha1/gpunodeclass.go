@@ -9,10 +9,12 @@ import (
 // bootstrap settings live in gpuscaler's config file; the class picks one
 // cloud, optionally one of the file's node groups as a template, and
 // overrides what differs per class.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.sshKeyIDs) || self.cloud == 'verda'",message="sshKeyIDs are read on verda only; other clouds take SSH keys from cloudOptions"
 type GPUNodeClassSpec struct {
 	// Cloud is a cloud of the config file: sim, verda, kamatera, scaleway
 	// or gcp.
-	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:Enum=sim;verda;kamatera;scaleway;gcp
 	Cloud string `json:"cloud"`
 	// Template names a node group of the config file (managedBy: karpenter)
 	// whose bootstrap, image, disk, cloud options, labels and taints the
@@ -24,6 +26,7 @@ type GPUNodeClassSpec struct {
 	// further); empty means every location the cloud offers.
 	// +optional
 	// +listType=set
+	// +kubebuilder:validation:items:MinLength=1
 	Locations []string `json:"locations,omitempty"`
 	// Image is the cloud's OS image name or ID.
 	// +optional
@@ -36,10 +39,12 @@ type GPUNodeClassSpec struct {
 	// clouds that take them (verda).
 	// +optional
 	// +listType=set
+	// +kubebuilder:validation:items:MinLength=1
 	SSHKeyIDs []string `json:"sshKeyIDs,omitempty"`
 	// CloudOptions are cloud-specific settings, as nodeGroups[*].cloudOptions
 	// of the config file.
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="self.all(k, size(k) > 0)",message="an option's key must not be empty"
 	CloudOptions map[string]string `json:"cloudOptions,omitempty"`
 	// MIG partitions every GPU of the machines: their instance types offer
 	// the profile's devices (nvidia.com/mig-1g.10gb, ...) instead of whole
@@ -53,6 +58,7 @@ type GPUNodeClassSpec struct {
 type MIG struct {
 	// Profile is a mig-parted configuration, e.g. all-1g.10gb.
 	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([a-z0-9.+-]*[a-z0-9])?$`
 	Profile string `json:"profile"`
 	// Strategy is the device plugin's MIG strategy.
 	// +kubebuilder:validation:Enum=single;mixed
