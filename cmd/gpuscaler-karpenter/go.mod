@@ -44,6 +44,7 @@ require (
 	gopkg.in/warnings.v0 v0.1.2 // indirect
 	gopkg.in/yaml.v2 v2.4.0 // indirect
 	helm.sh/helm/v3 v3.22.0 // indirect
+	k8s.io/cluster-bootstrap v0.37.2 // indirect
 )
 
 require (

@@ -2,14 +2,16 @@ package bootstrap
 
 import (
 	"context"
-	"crypto/rand"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	tokenapi "k8s.io/cluster-bootstrap/token/api"
+	tokenutil "k8s.io/cluster-bootstrap/token/util"
 
 	"github.com/gpuscaler/gpuscaler/internal/config"
 )
@@ -22,61 +24,34 @@ const (
 	tokenNamespace = "kube-system"
 )
 
-// tokenAlphabet is kubeadm's token alphabet.
-const tokenAlphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
-
-// randomString draws n characters of tokenAlphabet uniformly: a random
-// byte past the largest multiple of the alphabet's size is drawn again, so
-// no character is likelier than another (a plain b % 36 favours the first
-// 4 of them).
-func randomString(n int) (string, error) {
-	const limit = 256 - 256%len(tokenAlphabet)
-	out := make([]byte, 0, n)
-	buf := make([]byte, n)
-	for len(out) < n {
-		if _, err := rand.Read(buf); err != nil {
-			return "", err
-		}
-		for _, b := range buf {
-			if int(b) < limit && len(out) < n {
-				out = append(out, tokenAlphabet[int(b)%len(tokenAlphabet)])
-			}
-		}
-	}
-	return string(out), nil
-}
-
 // mintToken creates a kubeadm bootstrap token for one node, valid for ttl,
 // and returns "<id>.<secret>".
 func mintToken(ctx context.Context, kube kubernetes.Interface, node string, ttl time.Duration, now time.Time) (string, error) {
-	id, err := randomString(6)
+	token, err := tokenutil.GenerateBootstrapToken()
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("bootstrap token for %s: %w", node, err)
 	}
-	secret, err := randomString(16)
-	if err != nil {
-		return "", err
-	}
+	id, secret, _ := strings.Cut(token, ".")
 	s := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: "bootstrap-token-" + id, Namespace: tokenNamespace,
+			Name: tokenutil.BootstrapTokenSecretName(id), Namespace: tokenNamespace,
 			Labels: map[string]string{LabelManagedBy: managedBy, LabelNode: node},
 		},
-		Type: corev1.SecretTypeBootstrapToken,
+		Type: tokenapi.SecretTypeBootstrapToken,
 		StringData: map[string]string{
-			"description":                    "gpuscaler join token for node " + node,
-			"token-id":                       id,
-			"token-secret":                   secret,
-			"expiration":                     now.Add(ttl).UTC().Format(time.RFC3339),
-			"usage-bootstrap-authentication": "true",
-			"usage-bootstrap-signing":        "true",
-			"auth-extra-groups":              "system:bootstrappers:kubeadm:default-node-token",
+			tokenapi.BootstrapTokenDescriptionKey:      "gpuscaler join token for node " + node,
+			tokenapi.BootstrapTokenIDKey:               id,
+			tokenapi.BootstrapTokenSecretKey:           secret,
+			tokenapi.BootstrapTokenExpirationKey:       now.Add(ttl).UTC().Format(time.RFC3339),
+			tokenapi.BootstrapTokenUsageAuthentication: "true",
+			tokenapi.BootstrapTokenUsageSigningKey:     "true",
+			tokenapi.BootstrapTokenExtraGroupsKey:      "system:bootstrappers:kubeadm:default-node-token",
 		},
 	}
 	if _, err := kube.CoreV1().Secrets(tokenNamespace).Create(ctx, s, metav1.CreateOptions{}); err != nil {
 		return "", fmt.Errorf("create bootstrap token for %s: %w", node, err)
 	}
-	return id + "." + secret, nil
+	return token, nil
 }
 
 // deleteTokens deletes the tokens minted for a node.
