@@ -45,3 +45,36 @@ func TestConfigConvertProvisioner(t *testing.T) {
 		t.Fatalf("stdout:\n%s\nstderr:\n%s", s, errOut.String())
 	}
 }
+
+// Every seed format is recognised by its content: the Kamatera INI given
+// as a file (not with --cloud-config) converts and validates, and seed
+// manifests validate (issue 35: the INI answered a YAML decode error, the
+// manifests "unknown field").
+func TestSeedFormatsByContent(t *testing.T) {
+	run := func(args ...string) (string, error) {
+		t.Helper()
+		var out bytes.Buffer
+		root := newRootCommand(&out, &out)
+		root.SetArgs(args)
+		err := root.Execute()
+		return out.String(), err
+	}
+	const ini = "../../examples/kamatera.ini"
+	byFile, err := run("config", "convert", ini)
+	if err != nil {
+		t.Fatalf("config convert %s: %v\n%s", ini, err, byFile)
+	}
+	byFlag, err := run("config", "convert", "--cloud-config", ini)
+	if err != nil || byFile != byFlag || !strings.Contains(byFile, "kamatera") {
+		t.Fatalf("as a file:\n%s\nwith --cloud-config (%v):\n%s", byFile, err, byFlag)
+	}
+	for _, tc := range []struct{ file, want string }{
+		{ini, "valid (2 node groups)"},
+		{"../../internal/config/seedconfig/testdata/scw-karpenter-provisioner.yaml", "valid (Karpenter v1alpha5 Provisioners"},
+		{"../../examples/baseten-nodeprovisioner.yaml", "valid (Baseten NodeProvisioner manifests"},
+	} {
+		if out, err := run("validate", "--config", tc.file); err != nil || !strings.Contains(out, tc.want) {
+			t.Errorf("validate --config %s: %v\n%s", tc.file, err, out)
+		}
+	}
+}

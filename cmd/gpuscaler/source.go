@@ -65,7 +65,19 @@ func (s *source) imported() bool {
 		return true
 	}
 	data, err := config.ReadFile(s.configPath)
-	return err == nil && seedconfig.IsCAVerda(data)
+	return err == nil && (seedconfig.IsCAVerda(data) || seedconfig.IsKamateraINI(data))
+}
+
+// sniff takes a --config (or config convert FILE) that holds the Kamatera
+// cluster-autoscaler's INI cloud config for --cloud-config: every seed
+// format is recognised by its content, not only by its flag.
+func (s *source) sniff() {
+	if s.configPath == "" || s.cloudConfig != "" {
+		return
+	}
+	if data, err := config.ReadFile(s.configPath); err == nil && seedconfig.IsKamateraINI(data) {
+		s.cloudConfig, s.configPath = s.configPath, ""
+	}
 }
 
 // reloadPath is the file to watch for changes: a native config file;
@@ -142,6 +154,7 @@ func (s *source) explain(cfg *config.Config, err error) error {
 // validation error it returns the config too, so that explain can name
 // its fields.
 func (s *source) read(getenv func(string) string) (*config.Config, error) {
+	s.sniff()
 	var cfg *config.Config
 	switch {
 	case btoi(s.configPath != "")+btoi(len(s.nodes) > 0)+btoi(s.cloudConfig != "") > 1:

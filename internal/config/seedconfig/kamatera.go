@@ -155,6 +155,26 @@ func (e *KamateraError) Error() string {
 
 func groupSection(name string) string { return `[nodegroup "` + name + `"]` }
 
+// IsKamateraINI reports whether data is in the Kamatera
+// cluster-autoscaler's INI format: its first line that is neither blank
+// nor a comment is a [global] or [nodegroup "name"] section header. (A
+// YAML config cannot start so: a flow sequence is no config.)
+func IsKamateraINI(data []byte) bool {
+	for line := range strings.Lines(string(data)) {
+		line = strings.TrimSpace(line)
+		if line == "" || line[0] == ';' || line[0] == '#' {
+			continue
+		}
+		name, ok := strings.CutPrefix(line, "[")
+		if name, ok = strings.CutSuffix(name, "]"); !ok {
+			return false
+		}
+		name = strings.ToLower(strings.TrimSpace(name))
+		return name == "global" || strings.HasPrefix(name, "nodegroup ") && strings.HasSuffix(name, `"`)
+	}
+	return false
+}
+
 // FromKamateraINI converts the Kamatera cluster-autoscaler's INI cloud
 // config into a native config: each [nodegroup] a group on the kamatera
 // cloud, the server keys its instance type ("<cpu>-<ram>"), datacenter,
