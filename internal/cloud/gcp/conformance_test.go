@@ -73,10 +73,12 @@ func (f gcpFake) Lose(op cloudtest.Op) {
 
 func (f gcpFake) Creates() int { return f.Calls()["POST createInstances"] }
 
+func (f gcpFake) Instances() []cloud.Instance { return f.Project() }
+
 func (f gcpFake) Left() string {
 	members, size := 0, 0
 	for _, z := range f.zones {
-		members += len(f.Instances(z, "gpu-g"))
+		members += len(f.Server.Instances(z, "gpu-g"))
 		size += f.TargetSize(z, "gpu-g")
 	}
 	if e := len(f.Engine().Instances("gcp-account")); members+size+e > 0 {

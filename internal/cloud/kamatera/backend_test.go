@@ -324,6 +324,26 @@ func TestHalfMadeServerIsTerminated(t *testing.T) {
 	}
 }
 
+// TestLostCreateWithASlowQueueOrdersOnce: the suite's lost create, with
+// the queued command running past the core's ResolveAfter: the server is
+// found by name once its command has run, and nothing is ordered twice.
+func TestLostCreateWithASlowQueueOrdersOnce(t *testing.T) {
+	b := newBackend(t, 5, groupsYAML)
+	b.fake.SetCommandDelay(1500 * time.Millisecond) // well past the core's ResolveAfter
+	b.fake.LoseNextAnswer(http.MethodPost, "/service/server")
+	if err := b.mgr.IncreaseSize(context.Background(), "ng1", 1); err != nil {
+		t.Fatal(err)
+	}
+	b.wait(t, "1 running", func() bool { return len(b.running(t, "ng1")) == 1 })
+	time.Sleep(time.Second) // several syncs past ResolveAfter
+	if calls := b.fake.Calls()["POST /service/server"]; calls != 1 {
+		t.Fatalf("%d creates for one server", calls)
+	}
+	if got := b.fake.Servers(); len(got) != 1 {
+		t.Fatalf("servers %v", got)
+	}
+}
+
 // TestLostCommandPollsStillOrderOnce: every poll of the create's command
 // fails: the create's outcome is unknown, the backend follows the command
 // itself, and the server is adopted once, not ordered again.

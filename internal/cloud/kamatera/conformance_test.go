@@ -63,8 +63,6 @@ func (f kamateraFake) Fail(op cloudtest.Op) {
 func (f kamateraFake) Lose(op cloudtest.Op) {
 	switch op {
 	case cloudtest.Create:
-		// The queued command runs past the core's ResolveAfter.
-		f.SetCommandDelay(time.Second)
 		f.LoseNextAnswer(http.MethodPost, "/service/server")
 	case cloudtest.Delete:
 		f.LoseNextAnswer(http.MethodPost, "/service/server/terminate")
