@@ -69,7 +69,8 @@ type Runtime struct {
 	pending *pending.Pods // nil without cluster access
 	scripts *bootstrap.Server
 	process *prometheus.Registry
-	scfg    *config.Config // the config the process was built with
+	metrics *nodegroup.Metrics // the cores', registered in process
+	scfg    *config.Config     // the config the process was built with
 
 	// file is the configuration file's content in force, and extra the
 	// node groups that come from the cluster (SetExtraGroups); the core
@@ -91,7 +92,6 @@ type Runtime struct {
 type generation struct {
 	cfg    *config.Config
 	core   *nodegroup.Manager
-	reg    *prometheus.Registry
 	cancel context.CancelFunc // set while the core runs
 }
 
@@ -116,6 +116,9 @@ func Build(ctx context.Context, cfg *config.Config, opts Options) (*Runtime, err
 	// refused by the core that does not run.
 	r.gate.close()
 	r.process.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// The cores of every configuration share one set of series: a reload
+	// does not reset the counters.
+	r.metrics = nodegroup.NewMetrics(r.process)
 	if cs.kube != nil {
 		r.pending = pending.New(cs.kube, nil)
 		r.process.MustRegister(r.pending)
@@ -137,8 +140,7 @@ func (r *Runtime) newGeneration(cfg *config.Config) (*generation, error) {
 	if err != nil {
 		return nil, err
 	}
-	reg := prometheus.NewRegistry()
-	opts := nodegroup.Options{Logger: r.log, Registerer: reg, Manage: managedBy(cfg, r.opts.Owner), GPULabel: cfg.Provider.GPULabel}
+	opts := nodegroup.Options{Logger: r.log, Metrics: r.metrics, Manage: managedBy(cfg, r.opts.Owner), GPULabel: cfg.Provider.GPULabel}
 	if renderer != nil {
 		opts.Bootstrap = renderer
 	}
@@ -149,7 +151,7 @@ func (r *Runtime) newGeneration(cfg *config.Config) (*generation, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &generation{cfg: cfg, core: core, reg: reg}, nil
+	return &generation{cfg: cfg, core: core}, nil
 }
 
 // managedBy selects the groups one owner scales.
@@ -420,9 +422,9 @@ func (r *Runtime) current() *generation {
 	return r.gen
 }
 
-// Gather serves the process's metrics and those of the core in force.
+// Gather serves the process's metrics, the core's among them.
 func (r *Runtime) Gather() ([]*dto.MetricFamily, error) {
-	return prometheus.Gatherers{r.process, r.current().reg}.Gather()
+	return r.process.Gather()
 }
 
 // Registerer receives a front end's own metrics, for the process's life.

@@ -331,3 +331,71 @@ nodeGroups:
 		t.Fatalf("IncreaseSize after leading ended: %v, want ErrUnavailable", err)
 	}
 }
+
+// A reload keeps the process's counters counting (each core had its own
+// registry, and every counter fell to zero with a reload, as a restart
+// looks to rate()), and drops the gauges of a group it removed.
+func TestReloadKeepsCountersDropsRemovedGroups(t *testing.T) {
+	doc := func(groups string) string {
+		return "clusterName: rt\nsync: {period: 100ms}\nclouds:\n  sim: {bootDelay: 1s}\nnodeGroups:\n" + groups
+	}
+	const g = "  - {name: g, cloud: sim, instanceType: 1V100.6V, locations: [FIN-01], maxSize: 2}\n"
+	const h = "  - {name: h, cloud: sim, instanceType: 1V100.6V, locations: [FIN-01], maxSize: 2}\n"
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	rt, err := Build(ctx, parse(t, doc(g+h)), Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan error, 1)
+	go func() { _ = rt.Lead(ctx, func(err error) { started <- err }) }()
+	if err := <-started; err != nil {
+		t.Fatal(err)
+	}
+	// value is the sum of a family's series whose labels include want;
+	// found reports whether there was any.
+	value := func(name string, want map[string]string) (sum float64, found bool) {
+		families, err := rt.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range families {
+			if f.GetName() != name {
+				continue
+			}
+		series:
+			for _, m := range f.GetMetric() {
+				labels := map[string]string{}
+				for _, l := range m.GetLabel() {
+					labels[l.GetName()] = l.GetValue()
+				}
+				for k, v := range want {
+					if labels[k] != v {
+						continue series
+					}
+				}
+				found = true
+				sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+			}
+		}
+		return sum, found
+	}
+	lists := map[string]string{"cloud": "sim", "operation": "list"}
+	waitFor(t, "a few lists", func() bool { n, _ := value("gpuscaler_cloud_api_calls_total", lists); return n >= 3 })
+	before, _ := value("gpuscaler_cloud_api_calls_total", lists)
+	if _, ok := value("gpuscaler_nodegroup_target_size", map[string]string{"group": "h"}); !ok {
+		t.Fatal("no target size series for group h before the reload")
+	}
+	if err := rt.Reload(ctx, parse(t, doc(g))); err != nil {
+		t.Fatal(err)
+	}
+	if after, _ := value("gpuscaler_cloud_api_calls_total", lists); after < before {
+		t.Fatalf("list calls counted %v before the reload, %v after: the counter was reset", before, after)
+	}
+	if _, ok := value("gpuscaler_nodegroup_target_size", map[string]string{"group": "h"}); ok {
+		t.Fatal("the removed group h still has a target size series")
+	}
+	if _, ok := value("gpuscaler_nodegroup_target_size", map[string]string{"group": "g"}); !ok {
+		t.Fatal("group g lost its target size series")
+	}
+}

@@ -19,10 +19,10 @@ type client struct {
 	limiter *rate.Limiter
 	creates chan struct{}
 	clock   clock.Clock
-	metrics *metrics
+	metrics *Metrics
 }
 
-func newClient(p cloud.Provider, rps float64, maxCreates int, clk clock.Clock, m *metrics) *client {
+func newClient(p cloud.Provider, rps float64, maxCreates int, clk clock.Clock, m *Metrics) *client {
 	limiter := cloud.NewRequestLimiter(rps)
 	if l, ok := p.(cloud.RequestLimiter); ok && l.LimitsRequests() {
 		limiter = rate.NewLimiter(rate.Inf, 0) // the cloud's client holds the budget

@@ -733,7 +733,7 @@ func TestOneRequestBudget(t *testing.T) {
 	}
 	acct := engine.Account("budget")
 	waits := func(p cloud.Provider) time.Duration {
-		c := newClient(p, 1, 1, clocktesting.NewFakeClock(time.Now()), newMetrics(nil))
+		c := newClient(p, 1, 1, clocktesting.NewFakeClock(time.Now()), NewMetrics(nil))
 		start := time.Now()
 		for range 3 {
 			if err := c.wait(context.Background()); err != nil {

@@ -27,7 +27,7 @@ type deleter struct {
 	clients map[string]*client
 	clock   clock.Clock
 	log     *slog.Logger
-	metrics *metrics
+	metrics *Metrics
 	events  *events
 	// done is called after a delete the cloud accepted (the core syncs early).
 	done func(cloudName string)

@@ -42,6 +42,10 @@ type Options struct {
 	Logger *slog.Logger
 	// Registerer receives the core's metrics; nil registers nowhere.
 	Registerer prometheus.Registerer
+	// Metrics, when set, are the process's series, shared with the cores
+	// of earlier configurations (a reload) so that counters count on;
+	// Registerer is then not used.
+	Metrics *Metrics
 	// Nodes tells whether an instance's Node registered, and deletes the
 	// Nodes of instances that are gone. Without it nothing is taken for
 	// never-registered and no Node is deleted.
@@ -135,7 +139,10 @@ func New(cfg *config.Config, providers map[string]cloud.Provider, opts Options) 
 	if opts.StartTimeout <= 0 {
 		opts.StartTimeout = DefaultStartTimeout
 	}
-	met := newMetrics(opts.Registerer)
+	met := opts.Metrics
+	if met == nil {
+		met = NewMetrics(opts.Registerer)
+	}
 	ev := &events{sink: opts.Events}
 	if opts.Entropy == nil {
 		opts.Entropy = rand.Reader
@@ -271,6 +278,13 @@ func (m *Manager) Start(ctx context.Context) error {
 	m.store.mu.Lock()
 	m.syncer.startups.since = m.clock.Now()
 	m.reaper.since = m.syncer.startups.since
+	// In place of a core that stopped (a reload, sharing its Metrics), the
+	// gauges are this configuration's: a removed group's go, the rest are
+	// published again from what was handed over.
+	m.syncer.metrics.resetGauges()
+	for _, g := range m.store.groups {
+		m.sizer.publishLocked(g)
+	}
 	m.store.mu.Unlock()
 	if !m.manual && !m.inherited {
 		// A driven core (simulate, drills) has no predecessor, and its

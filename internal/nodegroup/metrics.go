@@ -6,8 +6,10 @@ import (
 	"github.com/gpuscaler/gpuscaler/internal/config"
 )
 
-// metrics are the node-group core's Prometheus series.
-type metrics struct {
+// Metrics are the node-group core's Prometheus series. One process shares
+// them between the cores of its configurations (Options.Metrics), so that
+// counters count on across a reload.
+type Metrics struct {
 	apiCalls        *prometheus.CounterVec
 	apiLatency      *prometheus.HistogramVec
 	instances       *prometheus.GaugeVec
@@ -43,8 +45,10 @@ var startupBuckets = []float64{15, 30, 45, 60, 90, 120, 180, 240, 300, 420, 600,
 // gapBuckets span the device plugin's start-up after Ready.
 var gapBuckets = []float64{1, 5, 10, 20, 30, 45, 60, 90, 120, 180, 300, 600, 900, 1800}
 
-func newMetrics(reg prometheus.Registerer) *metrics {
-	m := &metrics{
+// NewMetrics makes the core's series and registers them with reg (nil:
+// nowhere).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
 		apiCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gpuscaler_cloud_api_calls_total",
 			Help: "Cloud API calls by cloud, operation and result class.",
@@ -124,6 +128,15 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	return m
 }
 
+// resetGauges drops every gauge's series: a core that starts in place of
+// another (a reload) publishes its own groups' again, and a group the
+// reload removed leaves none behind. Counters and histograms count on.
+func (m *Metrics) resetGauges() {
+	for _, g := range []*prometheus.GaugeVec{m.instances, m.targetSize, m.hourlySpend, m.unknownGroup, m.costLimit} {
+		g.Reset()
+	}
+}
+
 // failureReasons are the reason label values of
 // gpuscaler_scale_up_failures_total.
 var failureReasons = []string{CodeOutOfResources, CodeQuotaExceeded, CodeInvalidConfig, CodeCostLimit, CodeCreateFailed,
@@ -136,7 +149,7 @@ var deleteReasons = []string{"capacity", "quota", "not_found", "invalid", "outco
 // preset creates the series of every group a configuration manages and
 // every cloud it uses, at zero, so that dashboards and alerts see them
 // (and rate() counts the first failure) before anything happens.
-func (m *metrics) preset(cfg *config.Config, manage func(string) bool) {
+func (m *Metrics) preset(cfg *config.Config, manage func(string) bool) {
 	clouds := map[string]bool{}
 	for _, g := range cfg.NodeGroups {
 		if manage != nil && !manage(g.Name) {

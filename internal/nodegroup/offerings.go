@@ -27,7 +27,7 @@ type offerings struct {
 	failing map[string]*groupBackoff
 	// version counts changes of available and stockedOut (see Offers).
 	version uint64
-	metrics *metrics
+	metrics *Metrics
 }
 
 // groupBackoff is one group's failure streak.
@@ -46,7 +46,7 @@ const (
 	maxGroupBackoff = 30 * time.Minute
 )
 
-func newOfferings(clk clock.Clock, cfg *config.Config, met *metrics) *offerings {
+func newOfferings(clk clock.Clock, cfg *config.Config, met *Metrics) *offerings {
 	return &offerings{
 		metrics:    met,
 		clock:      clk,

@@ -46,7 +46,7 @@ type orderer struct {
 	retries   int
 	clock     clock.Clock
 	log       *slog.Logger
-	metrics   *metrics
+	metrics   *Metrics
 	events    *events
 	run       func(func())
 	kick      func(cloudName string)

@@ -39,7 +39,7 @@ type reaper struct {
 	nodes     Nodes
 	clock     clock.Clock
 	log       *slog.Logger
-	metrics   *metrics
+	metrics   *Metrics
 	events    *events
 
 	// duplicates are second instances under a member's name, by cloud/ID.

@@ -24,7 +24,7 @@ type sizer struct {
 	deleter   *deleter
 	clock     clock.Clock
 	log       *slog.Logger
-	metrics   *metrics
+	metrics   *Metrics
 	events    *events
 	ctx       func() context.Context
 	// maxIncrease caps one IncreaseSize (sync.maxIncrease).

@@ -24,7 +24,7 @@ const (
 type startups struct {
 	nodes   Nodes
 	catalog *catalog
-	metrics *metrics
+	metrics *Metrics
 	// since is when the core started.
 	since time.Time
 }

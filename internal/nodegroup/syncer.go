@@ -49,7 +49,7 @@ type syncer struct {
 	clients   map[string]*client
 	clock     clock.WithTicker
 	log       *slog.Logger
-	metrics   *metrics
+	metrics   *Metrics
 	// resolveAfter is how long after a lost create answer a list must start
 	// to be trusted to show the order, had it landed.
 	resolveAfter time.Duration
