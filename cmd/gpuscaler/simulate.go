@@ -69,7 +69,7 @@ cost, next to a baseline that scales as cluster-autoscaler does with its default
 	fl.StringVar(&f.format, "format", "", "the trace file's format, csv or jsonl (default: from its extension)")
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the built-in traces, the simulated cloud and instance names: the same seed gives the same numbers")
 	fl.Float64Var(&f.scale, "scale", 1, "multiplies a built-in trace's arrival rate")
-	fl.StringVar(&f.policy, "policy", "both", "nodeprovisioner, cluster-autoscaler, or both side by side")
+	fl.StringVar(&f.policy, "policy", "all", "nodeprovisioner, cluster-autoscaler, foresight (knows every arrival in advance: the bound), or all side by side (both: the same)")
 	fl.StringVar(&f.provisioner, "provisioner", "", "a NodeProvisioner manifest whose spec the NodeProvisioner policy uses (default: its defaults over every group)")
 	fl.DurationVar(&f.gpuStartup, "gpu-startup", time.Minute, "time from an instance running to its GPUs being allocatable")
 	fl.DurationVar(&f.loop, "loop", 10*time.Second, "autoscaler loop period (the core lists the cloud every sync.period of the config)")
@@ -135,12 +135,12 @@ func runSimulate(cmd *cobra.Command, f *simulateFlags, log *slog.Logger) error {
 	}
 	var policies []simulate.Policy
 	switch f.policy {
-	case "both":
-		policies = []simulate.Policy{simulate.NodeProvisioner, simulate.Baseline}
-	case string(simulate.NodeProvisioner), string(simulate.Baseline):
+	case "all", "both":
+		policies = []simulate.Policy{simulate.NodeProvisioner, simulate.Baseline, simulate.Foresight}
+	case string(simulate.NodeProvisioner), string(simulate.Baseline), string(simulate.Foresight):
 		policies = []simulate.Policy{simulate.Policy(f.policy)}
 	default:
-		return fmt.Errorf("--policy %q: want nodeprovisioner, cluster-autoscaler or both", f.policy)
+		return fmt.Errorf("--policy %q: want nodeprovisioner, cluster-autoscaler, foresight or all", f.policy)
 	}
 	var results []*simulate.Result
 	for _, p := range policies {

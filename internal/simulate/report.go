@@ -149,7 +149,42 @@ func WriteTable(w io.Writer, results ...*Result) error {
 	row("stock-out fallbacks", func(r *Result) string { return fmt.Sprint(r.StockOuts) })
 	row("spot reclaims (pods requeued)", func(r *Result) string { return fmt.Sprintf("%d (%d)", r.Reclaims, r.PodsRequeued) })
 	row("requeued pods' wait p95", func(r *Result) string { return fmtDuration(r.RequeueWait(0.95)) })
+	if bound := foresightOf(results); bound != nil {
+		row("vs foresight: p95 wait, GPU-hours, cost", func(r *Result) string {
+			if r == bound {
+				return "(the bound)"
+			}
+			return fmt.Sprintf("%s, %s, %s", signed(r.Wait(0.95)-bound.Wait(0.95)), percent(r.GPUHoursPaid, bound.GPUHoursPaid),
+				percent(r.Cost, bound.Cost))
+		})
+	}
 	return tw.Flush()
+}
+
+// foresightOf is the foresight policy's result among results, if any.
+func foresightOf(results []*Result) *Result {
+	for _, r := range results {
+		if r.Policy == Foresight {
+			return r
+		}
+	}
+	return nil
+}
+
+// signed prints a duration difference with its sign.
+func signed(d time.Duration) string {
+	if d < 0 {
+		return "-" + fmtDuration(-d)
+	}
+	return "+" + fmtDuration(d)
+}
+
+// percent prints how much more (or less) v is than of, in percent.
+func percent(v, of float64) string {
+	if of == 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%+.0f%%", 100*(v/of-1))
 }
 
 // fmtDuration prints a duration to the second, in its largest units.

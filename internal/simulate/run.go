@@ -41,6 +41,15 @@ const (
 	// (10 min), and none within scaleDownDelayAfterAdd (10 min) of a
 	// scale-up.
 	Baseline Policy = "cluster-autoscaler"
+	// Foresight knows each pod's arrival in advance: every loop it orders,
+	// bin-packed as the baseline does (no buffer), the capacity that the
+	// pods arriving within one start-up time (boot, GPU start-up and a
+	// loop) will need, and it removes a node as soon as it is empty and no
+	// pod arriving within that time needs it. No policy that reacts can do
+	// better on the same cloud: its waits are the floor (what remains is
+	// stock-outs and capacity the pool's maxSize denies), its GPU-hours
+	// near it. The others are reported against it.
+	Foresight Policy = "foresight"
 )
 
 // Cluster-autoscaler's defaults the baseline follows
@@ -119,6 +128,8 @@ type run struct {
 
 	cl   *cluster
 	pods []*pod
+	// next is the first pod of pods that has not arrived.
+	next int
 	// running are the pods placed, by the time they finish.
 	running []*pod
 	// failed are, per group, the orders that failed; instances all the
@@ -149,8 +160,8 @@ func newRun(ctx context.Context, trace Trace, opts Options) (*run, error) {
 	if opts.Policy == "" {
 		opts.Policy = NodeProvisioner
 	}
-	if opts.Policy != NodeProvisioner && opts.Policy != Baseline {
-		return nil, fmt.Errorf("policy %q: want %s or %s", opts.Policy, NodeProvisioner, Baseline)
+	if opts.Policy != NodeProvisioner && opts.Policy != Baseline && opts.Policy != Foresight {
+		return nil, fmt.Errorf("policy %q: want %s, %s or %s", opts.Policy, NodeProvisioner, Baseline, Foresight)
 	}
 	if opts.Loop <= 0 {
 		opts.Loop = defaultLoop
@@ -258,7 +269,6 @@ func (r *run) settle() error {
 // (or drainFor has passed).
 func (r *run) play(ctx context.Context) error {
 	end := r.trace.End()
-	next := 0 // next pod to arrive
 	nextLoop, nextSample, nextProgress := time.Duration(0), time.Duration(0), time.Hour
 	for {
 		if err := ctx.Err(); err != nil {
@@ -266,8 +276,8 @@ func (r *run) play(ctx context.Context) error {
 		}
 		// The next thing that happens.
 		t := nextLoop
-		if next < len(r.pods) {
-			t = min(t, r.pods[next].At)
+		if r.next < len(r.pods) {
+			t = min(t, r.pods[r.next].At)
 		}
 		if len(r.running) > 0 {
 			t = min(t, r.running[0].done)
@@ -276,7 +286,7 @@ func (r *run) play(ctx context.Context) error {
 			t = min(t, max(at, r.now))
 		}
 		t = min(t, nextSample)
-		if next == len(r.pods) && len(r.running) == 0 && len(r.cl.pending) == 0 {
+		if r.next == len(r.pods) && len(r.running) == 0 && len(r.cl.pending) == 0 {
 			break // every pod has run
 		}
 		if t > end+drainFor {
@@ -291,9 +301,9 @@ func (r *run) play(ctx context.Context) error {
 			r.opts.Progress(t, end)
 			nextProgress += time.Hour
 		}
-		for next < len(r.pods) && r.pods[next].At <= t {
-			r.cl.arrive(r.pods[next], t)
-			next++
+		for r.next < len(r.pods) && r.pods[r.next].At <= t {
+			r.cl.arrive(r.pods[r.next], t)
+			r.next++
 			r.dirty = true
 		}
 		for len(r.running) > 0 && r.running[0].done <= t {
@@ -377,6 +387,8 @@ func (r *run) loop() error {
 		acted, err = r.provision(ctx)
 	case Baseline:
 		acted, err = r.baseline(ctx)
+	case Foresight:
+		acted, err = r.foresight(ctx)
 	}
 	if err != nil {
 		return err
@@ -530,14 +542,79 @@ func (r *run) baseline(ctx context.Context) (bool, error) {
 	return r.scaleDown(ctx, func(n *node) bool { return n.ready && len(n.pods) == 0 }, caUnneededTime, !cooling)
 }
 
+// foresight is one loop of the perfect-foresight policy; it reports
+// whether it asked the core for anything.
+func (r *run) foresight(ctx context.Context) (bool, error) {
+	soon := r.upcoming(r.bootDelay + r.opts.GPUStartup + r.opts.Loop)
+	if len(r.cl.pending)+len(soon) > 0 {
+		extra := make([]*corev1.Pod, len(soon))
+		for i, p := range soon {
+			extra[i] = p.obj
+		}
+		pool, p, err := r.plan(v1alpha1.NodeProvisionerSpec{}, extra...)
+		if err != nil {
+			return false, err
+		}
+		if r.scaleUp(ctx, pool, p) {
+			return true, nil
+		}
+	}
+	keep := r.neededBy(soon)
+	return r.scaleDown(ctx, func(n *node) bool { return n.ready && len(n.pods) == 0 && !keep[n] }, 0, true)
+}
+
+// upcoming are the pods that arrive within d from now, in arrival order.
+func (r *run) upcoming(d time.Duration) []*pod {
+	end := r.next
+	for end < len(r.pods) && r.pods[end].At <= r.now+d {
+		end++
+	}
+	return r.pods[r.next:end]
+}
+
+// neededBy are the empty Ready nodes that the pending pods and then soon
+// take when placed first fit, after the room of the nodes that run pods
+// and of those still starting: the rest nothing will use before a new
+// order could replace them.
+func (r *run) neededBy(soon []*pod) map[*node]bool {
+	var busy, empty []*node
+	for _, n := range r.cl.readyNodes() {
+		if len(n.pods) > 0 {
+			busy = append(busy, n)
+		} else {
+			empty = append(empty, n)
+		}
+	}
+	order := append(append(busy, r.cl.booting...), empty...)
+	free := make(map[*node]corev1.ResourceList, len(order))
+	gpus := make(map[*node]float64, len(order))
+	for _, n := range order {
+		free[n], gpus[n] = n.free.DeepCopy(), n.freeGPUs
+	}
+	needed := map[*node]bool{}
+	for _, p := range append(slices.Clone(r.cl.pending), soon...) {
+		for _, n := range order {
+			if gpus[n]+1e-9 >= p.gpu && plan.FitsIn(p.req, free[n]) && plan.Fits(p.obj, n.obj) {
+				take(free[n], p.req)
+				gpus[n] -= p.gpu
+				needed[n] = true
+				break
+			}
+		}
+	}
+	return needed
+}
+
 // plan is the planner's decision for a spec over the cluster as it is,
-// made as the controller makes it.
-func (r *run) plan(spec v1alpha1.NodeProvisionerSpec) (plan.Pool, plan.Plan, error) {
+// made as the controller makes it; extra are pods taken as pending too
+// (the foresight policy's pods to come).
+func (r *run) plan(spec v1alpha1.NodeProvisionerSpec, extra ...*corev1.Pod) (plan.Pool, plan.Plan, error) {
 	pool, err := r.pool(spec)
 	if err != nil {
 		return pool, plan.Plan{}, err
 	}
 	nodes, pods, pending := r.cl.objects()
+	pending = append(slices.Clip(pending), extra...)
 	groupOf := func(n *corev1.Node) string { return r.cl.nodes[n.Name].group }
 	snapshot, _ := provisioner.Snapshot(pool, nodes, pods, groupOf, r.instancesOf)
 	return pool, plan.Compute(pool, snapshot, pending), nil

@@ -332,3 +332,53 @@ func TestBuiltinScale(t *testing.T) {
 		t.Error("an unknown trace accepted")
 	}
 }
+
+// The foresight policy on two pods worked out by hand. The start-up time
+// it looks ahead is boot (60 s), GPU start-up (60 s) and a loop (10 s):
+// 130 s. a arrives at 600 s: the loop at 470 s orders its node, Ready at
+// 590 s, so a waits nothing and runs until 1,200 s. b arrives at 2,400 s,
+// more than 130 s later, so the empty node is found unneeded at the
+// 1,200 s loop, deleted at the next (1,210 s) and paid until the sync
+// that finds it gone (every 30 s: 1,230 s). b's node is ordered at
+// 2,270 s and b runs from 2,400 s to 3,000 s, when the run ends.
+func TestForesightOnAHandComputedTrace(t *testing.T) {
+	cfg := parse(t, oneGroup)
+	trace := Trace{Name: "two", Pods: []Pod{
+		{Name: "a", At: 10 * time.Minute, Duration: 10 * time.Minute, GPUs: 1},
+		{Name: "b", At: 40 * time.Minute, Duration: 10 * time.Minute, GPUs: 1},
+	}}
+	res := play(t, cfg, trace, Options{Policy: Foresight, GPUStartup: time.Minute})
+	if res.Wait(1) != 0 {
+		t.Errorf("longest wait %s, want 0: each node is Ready when its pod arrives", res.Wait(1))
+	}
+	if res.NodesAdded != 2 || res.NodesRemoved != 1 {
+		t.Errorf("added %d, removed %d; want 2, 1", res.NodesAdded, res.NodesRemoved)
+	}
+	paid := ((1230-470)*time.Second + (3000-2270)*time.Second).Hours()
+	if !near(res.GPUHoursPaid, paid) {
+		t.Errorf("GPU-hours paid %.6f, want %.6f", res.GPUHoursPaid, paid)
+	}
+	if res.Simulated != 3000*time.Second {
+		t.Errorf("simulated %s, want 50m", res.Simulated)
+	}
+	// The others react: each pod waits its node's whole start-up.
+	for _, p := range []Policy{NodeProvisioner, Baseline} {
+		other := play(t, cfg, trace, Options{Policy: p, GPUStartup: time.Minute})
+		if other.Wait(1) <= res.Wait(1) || other.Wait(0.5) < 120*time.Second {
+			t.Errorf("%s: longest wait %s, median %s; want at least the 120 s start-up", p, other.Wait(1), other.Wait(0.5))
+		}
+	}
+}
+
+// The table puts every policy against the foresight bound.
+func TestTableAgainstForesight(t *testing.T) {
+	bound := &Result{Policy: Foresight, Trace: "t", waits: []time.Duration{0, 0}, GPUHoursPaid: 10, Cost: 20}
+	np := &Result{Policy: NodeProvisioner, Trace: "t", waits: []time.Duration{0, 90 * time.Second}, GPUHoursPaid: 11, Cost: 23}
+	var b bytes.Buffer
+	if err := WriteTable(&b, np, bound); err != nil {
+		t.Fatal(err)
+	}
+	if out := b.String(); !strings.Contains(out, "+1m30s, +10%, +15%") || !strings.Contains(out, "(the bound)") {
+		t.Fatalf("table:\n%s", out)
+	}
+}
