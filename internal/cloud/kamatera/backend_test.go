@@ -57,13 +57,7 @@ const groupsYAML = `
 // API. capacity bounds each offering of the engine.
 func newBackend(t *testing.T, capacity int, groups string) *backend {
 	t.Helper()
-	engine, err := kamateratest.NewEngine(sim.Config{BootDelay: sim.Duration(10 * time.Millisecond), DeleteDelay: sim.Duration(10 * time.Millisecond),
-		DefaultCapacity: &capacity}, sim.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	fake := kamateratest.New(engine, kamateratest.Options{ClientID: clientID, Secret: secret, CommandDelay: 30 * time.Millisecond})
-	t.Cleanup(fake.Close)
+	fake, engine := newFake(t, capacity)
 	cfg, err := config.Parse([]byte("clusterName: prod\nsync: {period: 100ms, requestsPerSecond: 2000}\nclouds:\n  kamatera: {}\nnodeGroups:\n" + groups))
 	if err != nil {
 		t.Fatal(err)
@@ -79,6 +73,21 @@ func newBackend(t *testing.T, capacity int, groups string) *backend {
 		}
 	})
 	return b
+}
+
+// newFake starts a fake Kamatera API whose offerings hold capacity
+// servers each, whose servers boot and go in 10 ms, and whose queued
+// commands run in 30 ms.
+func newFake(t *testing.T, capacity int) (*kamateratest.Server, *sim.Engine) {
+	t.Helper()
+	engine, err := kamateratest.NewEngine(sim.Config{BootDelay: sim.Duration(10 * time.Millisecond), DeleteDelay: sim.Duration(10 * time.Millisecond),
+		DefaultCapacity: &capacity}, sim.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake := kamateratest.New(engine, kamateratest.Options{ClientID: clientID, Secret: secret, CommandDelay: 30 * time.Millisecond})
+	t.Cleanup(fake.Close)
+	return fake, engine
 }
 
 // start runs a fresh backend and core, as a new process would.
@@ -212,14 +221,7 @@ func TestOldAutoscalerServersAreManaged(t *testing.T) {
 // core starts.
 func newBackendWith(t *testing.T, groups string, before func(*kamateratest.Server)) *backend {
 	t.Helper()
-	capacity := 100
-	engine, err := kamateratest.NewEngine(sim.Config{BootDelay: sim.Duration(10 * time.Millisecond), DeleteDelay: sim.Duration(10 * time.Millisecond),
-		DefaultCapacity: &capacity}, sim.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	fake := kamateratest.New(engine, kamateratest.Options{ClientID: clientID, Secret: secret, CommandDelay: 30 * time.Millisecond})
-	t.Cleanup(fake.Close)
+	fake, engine := newFake(t, 100)
 	before(fake)
 	cfg, err := config.Parse([]byte("clusterName: prod\nsync: {period: 100ms, requestsPerSecond: 2000}\nclouds:\n  kamatera: {}\nnodeGroups:\n" + groups))
 	if err != nil {

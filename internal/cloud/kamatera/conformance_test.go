@@ -11,21 +11,13 @@ import (
 	"github.com/gpuscaler/gpuscaler/internal/cloud/cloudtest"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/kamatera"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/kamatera/kamateratest"
-	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
 )
 
 // TestConformance runs the backends' conformance suite over the fake
 // Kamatera API.
 func TestConformance(t *testing.T) {
 	cloudtest.Run(t, func(t *testing.T) *cloudtest.Backend {
-		capacity := 4
-		engine, err := kamateratest.NewEngine(sim.Config{BootDelay: sim.Duration(10 * time.Millisecond), DeleteDelay: sim.Duration(10 * time.Millisecond),
-			DefaultCapacity: &capacity}, sim.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		fake := kamateratest.New(engine, kamateratest.Options{ClientID: clientID, Secret: secret, CommandDelay: 30 * time.Millisecond})
-		t.Cleanup(fake.Close)
+		fake, _ := newFake(t, 4)
 		return &cloudtest.Backend{
 			Cloud: kamatera.Name, Clouds: "kamatera: {}",
 			Group: `{name: g, cloud: kamatera, instanceType: 2A-4096, locations: [EU, EU-FR], image: ubuntu, maxSize: 8}`,
