@@ -6,10 +6,7 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/dynamic"
-	"sigs.k8s.io/yaml"
 
 	"github.com/gpuscaler/gpuscaler/api/v1alpha1"
 	"github.com/gpuscaler/gpuscaler/internal/testenv"
@@ -20,20 +17,11 @@ import (
 // schema's message, and good ones get their defaults.
 func TestSchemaOnARealAPIServer(t *testing.T) {
 	env := testenv.Start(t, testenv.Options{CRDDirs: []string{"../../deploy/crds"}})
-	dyn, err := dynamic.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res := dyn.Resource(v1alpha1.GroupVersion.WithResource("nodeprovisioners"))
+	gvr := v1alpha1.GroupVersion.WithResource("nodeprovisioners")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	create := func(name, spec string) (*unstructured.Unstructured, error) {
-		var obj map[string]any
-		doc := "apiVersion: gpuscaler.dev/v1alpha1\nkind: NodeProvisioner\nmetadata: {name: " + name + "}\nspec:\n" + spec
-		if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
-			t.Fatal(err)
-		}
-		return res.Create(ctx, &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{})
+		return env.Create(ctx, gvr, "apiVersion: gpuscaler.dev/v1alpha1\nkind: NodeProvisioner\nmetadata: {name: "+name+"}\nspec:\n"+spec)
 	}
 
 	good, err := create("good", "  nodeGroups: [h100, a100]\n  minGPUUtilizationPercent: 20\n  maxGPUUtilizationPercent: 80\n  minUnutilizedGPUNodes: 1\n  maxHourlyCost: \"12.50\"\n")

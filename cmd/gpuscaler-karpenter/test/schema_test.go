@@ -6,11 +6,8 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/dynamic"
-	"sigs.k8s.io/yaml"
 
 	"github.com/gpuscaler/gpuscaler/internal/testenv"
 )
@@ -22,20 +19,11 @@ import (
 func TestGPUNodeClassSchemaOnARealAPIServer(t *testing.T) {
 	t.Parallel()
 	env := testenv.Start(t, testenv.Options{CRDDirs: []string{"../apis/crds"}})
-	dyn, err := dynamic.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res := dyn.Resource(schema.GroupVersionResource{Group: "gpuscaler.dev", Version: "v1alpha1", Resource: "gpunodeclasses"})
+	gvr := schema.GroupVersionResource{Group: "gpuscaler.dev", Version: "v1alpha1", Resource: "gpunodeclasses"}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	create := func(name, spec string) (*unstructured.Unstructured, error) {
-		var obj map[string]any
-		doc := "apiVersion: gpuscaler.dev/v1alpha1\nkind: GPUNodeClass\nmetadata: {name: " + name + "}\nspec:\n" + spec
-		if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
-			t.Fatal(err)
-		}
-		return res.Create(ctx, &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{})
+		return env.Create(ctx, gvr, "apiVersion: gpuscaler.dev/v1alpha1\nkind: GPUNodeClass\nmetadata: {name: "+name+"}\nspec:\n"+spec)
 	}
 
 	good, err := create("good", "  cloud: verda\n  locations: [FIN-01]\n  sshKeyIDs: [k1]\n  diskSizeGiB: 100\n  mig: {profile: all-1g.10gb}\n  cloudOptions: {contract: PAY_AS_YOU_GO}\n")
