@@ -165,8 +165,9 @@ func IsKamateraINI(data []byte) bool {
 		if line == "" || line[0] == ';' || line[0] == '#' {
 			continue
 		}
-		name, ok := strings.CutPrefix(line, "[")
-		if name, ok = strings.CutSuffix(name, "]"); !ok {
+		name, open := strings.CutPrefix(line, "[")
+		name, closed := strings.CutSuffix(name, "]")
+		if !open || !closed {
 			return false
 		}
 		name = strings.ToLower(strings.TrimSpace(name))
