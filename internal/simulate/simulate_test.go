@@ -382,3 +382,38 @@ func TestTableAgainstForesight(t *testing.T) {
 		t.Fatalf("table:\n%s", out)
 	}
 }
+
+// On each built-in trace (a tenth of its pods, a pool that never runs
+// out) the foresight policy bounds the two that react: no longer a p95
+// wait and no more GPU-hours paid than either.
+func TestForesightBoundsTheOthers(t *testing.T) {
+	cfg := parse(t, `clusterName: sim
+clouds:
+  sim: {bootDelay: 90s, defaultCapacity: 200}
+nodeGroups:
+  - {name: h100, cloud: sim, instanceType: 1H100.80S.30V, locations: [FIN-01], maxSize: 60}
+  - {name: h100x8, cloud: sim, instanceType: 8H100.80S.176V, locations: [FIN-01], maxSize: 10}
+  - {name: a100-mig, cloud: sim, instanceType: 1A100.22V, locations: [FIN-01], maxSize: 20, mig: {profile: all-1g.10gb, strategy: mixed}}
+`)
+	for _, name := range Builtins {
+		t.Run(name, func(t *testing.T) {
+			trace, err := Builtin(name, 0.1, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			bound := play(t, cfg, trace, Options{Policy: Foresight})
+			if bound.Pods == 0 || bound.Unplaced > 0 {
+				t.Fatalf("%d pods, %d unplaced: the pool does not serve the trace", bound.Pods, bound.Unplaced)
+			}
+			for _, p := range []Policy{NodeProvisioner, Baseline} {
+				other := play(t, cfg, trace, Options{Policy: p})
+				if bound.Wait(0.95) > other.Wait(0.95) {
+					t.Errorf("%s: p95 wait %s, under foresight's %s", p, other.Wait(0.95), bound.Wait(0.95))
+				}
+				if bound.GPUHoursPaid > other.GPUHoursPaid {
+					t.Errorf("%s: %.1f GPU-hours paid, under foresight's %.1f", p, other.GPUHoursPaid, bound.GPUHoursPaid)
+				}
+			}
+		})
+	}
+}
