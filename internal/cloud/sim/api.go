@@ -12,6 +12,10 @@ func (e *Engine) call(ctx context.Context, op string) error {
 	e.mu.Lock()
 	e.calls[op]++
 	fault := e.faultRate > 0 && e.rng.Float64() < e.faultRate
+	if e.failNext[op] > 0 {
+		e.failNext[op]--
+		fault = true
+	}
 	e.mu.Unlock()
 	if e.latency > 0 {
 		select {
@@ -75,6 +79,9 @@ func (e *Engine) List(ctx context.Context, cluster string) ([]cloud.Instance, er
 		}
 		out = append(out, in.view())
 	}
+	if e.lostLocked("list") {
+		return nil, cloud.Errorf(cloud.ErrTransient, "list", "simulated timeout after the list was answered")
+	}
 	return out, nil
 }
 
@@ -122,7 +129,7 @@ func (e *Engine) Create(ctx context.Context, cluster string, spec cloud.CreateSp
 	}
 	e.scheduleLocked(in, now.Add(e.bootDelay).UnixNano())
 	e.notifyLocked()
-	if e.unknownRate > 0 && e.rng.Float64() < e.unknownRate {
+	if e.lostLocked("create") || e.unknownRate > 0 && e.rng.Float64() < e.unknownRate {
 		return cloud.Instance{}, cloud.Errorf(cloud.ErrOutcomeUnknown, "create", "simulated timeout after the order reached the cloud")
 	}
 	out := in.view()
@@ -146,10 +153,13 @@ func (e *Engine) Delete(ctx context.Context, cluster string, inst cloud.Instance
 	in.state = deleting
 	if e.deleteDelay == 0 {
 		e.removeLocked(in)
-		return nil
+	} else {
+		e.scheduleLocked(in, e.clock.Now().Add(e.deleteDelay).UnixNano())
+		e.notifyLocked()
 	}
-	e.scheduleLocked(in, e.clock.Now().Add(e.deleteDelay).UnixNano())
-	e.notifyLocked()
+	if e.lostLocked("delete") {
+		return cloud.Errorf(cloud.ErrTransient, "delete", "simulated timeout after the delete reached the cloud")
+	}
 	return nil
 }
 

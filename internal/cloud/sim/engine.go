@@ -66,6 +66,9 @@ type Engine struct {
 	rng            *rand.Rand
 	faultRate      float64
 	unknownRate    float64
+	// failNext and loseNext are the faults tests ask for, per operation:
+	// the next calls fail, or are carried out and their answers lost.
+	failNext, loseNext map[string]int
 	reclaimPerHour float64
 	locations      []string
 	catalog        []cloud.InstanceType
@@ -280,6 +283,40 @@ func (e *Engine) SetFaultRate(r float64) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.faultRate = r
+}
+
+// FailNext makes the next call of op ("create", "delete", "list", ...)
+// fail transiently, as a 503 does, without taking effect. Asking again
+// before that call came changes nothing: one call fails.
+func (e *Engine) FailNext(op string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.failNext == nil {
+		e.failNext = map[string]int{}
+	}
+	e.failNext[op] = 1
+}
+
+// LoseNext makes the next create, delete or list take effect and lose its
+// answer: a create answers cloud.ErrOutcomeUnknown, the others a
+// transient error. As with FailNext, one call loses its answer.
+func (e *Engine) LoseNext(op string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.loseNext == nil {
+		e.loseNext = map[string]int{}
+	}
+	e.loseNext[op] = 1
+}
+
+// lostLocked reports whether the answer to this call of op is lost,
+// spending one LoseNext.
+func (e *Engine) lostLocked(op string) bool {
+	if e.loseNext[op] == 0 {
+		return false
+	}
+	e.loseNext[op]--
+	return true
 }
 
 // SetOutcomeUnknownRate changes the fraction of creates that take effect
