@@ -227,3 +227,22 @@ func TestKamateraExample(t *testing.T) {
 		t.Errorf("workers %+v", workers)
 	}
 }
+
+// The Kamatera INI is told from a YAML config by its first section
+// header, whatever comments come before it.
+func TestIsKamateraINI(t *testing.T) {
+	for doc, want := range map[string]bool{
+		"; comment\n# another\n\n[global]\nkamatera-api-client-id = x\n": true,
+		"[nodegroup \"gpu\"]\nmin-size = 0\n":                            true,
+		"[NodeGroup \"gpu\"]\n":                                          true,
+		"clusterName: prod\nnodeGroups: []\n":                            false,
+		"[a, b]\n":                                                       false,
+		"[other]\nx = 1\n":                                               false,
+		"[global\n":                                                      false,
+		"":                                                               false,
+	} {
+		if got := IsKamateraINI([]byte(doc)); got != want {
+			t.Errorf("IsKamateraINI(%q) = %v, want %v", doc, got, want)
+		}
+	}
+}
