@@ -62,22 +62,22 @@ type Engine struct {
 	latency     time.Duration
 	listLag     time.Duration
 
-	mu             sync.Mutex
-	rng            *rand.Rand
-	faultRate      float64
-	unknownRate    float64
+	mu          sync.Mutex
+	rng         *rand.Rand
+	faultRate   float64
+	unknownRate float64
 	// failNext and loseNext are the faults tests ask for, per operation:
 	// the next calls fail, or are carried out and their answers lost.
 	failNext, loseNext map[string]int
-	reclaimPerHour float64
-	locations      []string
-	catalog        []cloud.InstanceType
-	types          map[string]cloud.InstanceType
-	capacity       map[cloud.OfferingKey]int
-	used           map[cloud.OfferingKey]int
-	offerings      map[cloud.OfferingKey]*cloud.OfferingKey // interned keys
-	orders         map[orderKey]*order                      // interned orders
-	instances      map[string]*instance                     // by name
+	reclaimPerHour     float64
+	locations          []string
+	catalog            []cloud.InstanceType
+	types              map[string]cloud.InstanceType
+	capacity           map[cloud.OfferingKey]int
+	used               map[cloud.OfferingKey]int
+	offerings          map[cloud.OfferingKey]*cloud.OfferingKey // interned keys
+	orders             map[orderKey]*order                      // interned orders
+	instances          map[string]*instance                     // by name
 	// scripts are the startup scripts of the instances ordered with one,
 	// by name, until the instance is gone.
 	scripts map[string]string
