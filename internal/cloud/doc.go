@@ -47,7 +47,7 @@
 //   - GroupDescriber, Advisor, Topology: existing instance groups made node
 //     groups, online config advice, and nested locations (GCP).
 //
-// Every backend runs the conformance suite (cloudtest.Run) over an
+// Every backend runs the conformance suite (internal/nodegroup/conformance) over an
 // in-process fake of its cloud's REST API, written from answers the cloud
 // was recorded giving.
 package cloud

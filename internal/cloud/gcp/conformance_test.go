@@ -8,16 +8,16 @@ import (
 	"time"
 
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
-	"github.com/gpuscaler/gpuscaler/internal/cloud/cloudtest"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/gcp"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/gcp/gcptest"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
+	"github.com/gpuscaler/gpuscaler/internal/nodegroup/conformance"
 )
 
 // TestConformance runs the backends' conformance suite over the fake
 // Compute API: the group's instances are members of a MIG per zone.
 func TestConformance(t *testing.T) {
-	cloudtest.Run(t, func(t *testing.T) *cloudtest.Backend {
+	conformance.Run(t, func(t *testing.T) *conformance.Backend {
 		capacity := 4
 		engine, err := gcptest.NewEngine(sim.Config{BootDelay: sim.Duration(30 * time.Millisecond), DeleteDelay: sim.Duration(30 * time.Millisecond),
 			DefaultCapacity: &capacity}, sim.Options{})
@@ -30,7 +30,7 @@ func TestConformance(t *testing.T) {
 		for _, z := range zones {
 			fake.AddGroup(z, "gpu-g", "g2-standard-8")
 		}
-		return &cloudtest.Backend{
+		return &conformance.Backend{
 			Cloud: gcp.Name, Scheme: "gce", Clouds: "gcp: {project: " + project + "}",
 			Group: `{name: g, cloud: gcp, instanceType: g2-standard-8, locations: [us-central1-a, us-central1-b], maxSize: 8,
      cloudOptions: {instanceGroup: gpu-g}}`,
@@ -55,19 +55,19 @@ type gcpFake struct {
 	zones []string
 }
 
-func (f gcpFake) Fail(op cloudtest.Op) {
+func (f gcpFake) Fail(op conformance.Op) {
 	switch op {
-	case cloudtest.Create:
+	case conformance.Create:
 		f.FailNext(http.MethodPost, "/createInstances", http.StatusServiceUnavailable, "backendError", "Backend Error")
-	case cloudtest.Delete:
+	case conformance.Delete:
 		f.FailNext(http.MethodPost, "/deleteInstances", http.StatusBadRequest, "resourceNotReady", "The resource is not ready")
-	case cloudtest.List:
+	case conformance.List:
 		f.FailNext(http.MethodPost, "/listManagedInstances", http.StatusServiceUnavailable, "backendError", "Backend Error")
 	}
 }
 
-func (f gcpFake) Lose(op cloudtest.Op) {
-	paths := map[cloudtest.Op]string{cloudtest.Create: "/createInstances", cloudtest.Delete: "/deleteInstances", cloudtest.List: "/listManagedInstances"}
+func (f gcpFake) Lose(op conformance.Op) {
+	paths := map[conformance.Op]string{conformance.Create: "/createInstances", conformance.Delete: "/deleteInstances", conformance.List: "/listManagedInstances"}
 	f.LoseNextAnswer(http.MethodPost, paths[op])
 }
 

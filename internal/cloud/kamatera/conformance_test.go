@@ -8,17 +8,17 @@ import (
 	"time"
 
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
-	"github.com/gpuscaler/gpuscaler/internal/cloud/cloudtest"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/kamatera"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/kamatera/kamateratest"
+	"github.com/gpuscaler/gpuscaler/internal/nodegroup/conformance"
 )
 
 // TestConformance runs the backends' conformance suite over the fake
 // Kamatera API.
 func TestConformance(t *testing.T) {
-	cloudtest.Run(t, func(t *testing.T) *cloudtest.Backend {
+	conformance.Run(t, func(t *testing.T) *conformance.Backend {
 		fake, _ := newFake(t, 4)
-		return &cloudtest.Backend{
+		return &conformance.Backend{
 			Cloud: kamatera.Name, Clouds: "kamatera: {}",
 			Group: `{name: g, cloud: kamatera, instanceType: 2A-4096, locations: [EU, EU-FR], image: ubuntu, maxSize: 8}`,
 			Fake:  kamateraFake{fake},
@@ -41,24 +41,24 @@ func TestConformance(t *testing.T) {
 // the API's own words.
 type kamateraFake struct{ *kamateratest.Server }
 
-func (f kamateraFake) Fail(op cloudtest.Op) {
+func (f kamateraFake) Fail(op conformance.Op) {
 	switch op {
-	case cloudtest.Create:
+	case conformance.Create:
 		f.FailNext(http.MethodPost, "/service/server", http.StatusInternalServerError, "Internal server error")
-	case cloudtest.Delete:
+	case conformance.Delete:
 		f.FailNext(http.MethodPost, "/service/server/terminate", http.StatusInternalServerError, "Failed to run command method (terminate)")
-	case cloudtest.List:
+	case conformance.List:
 		f.FailNext(http.MethodGet, "/service/servers", http.StatusServiceUnavailable, "Service Unavailable")
 	}
 }
 
-func (f kamateraFake) Lose(op cloudtest.Op) {
+func (f kamateraFake) Lose(op conformance.Op) {
 	switch op {
-	case cloudtest.Create:
+	case conformance.Create:
 		f.LoseNextAnswer(http.MethodPost, "/service/server")
-	case cloudtest.Delete:
+	case conformance.Delete:
 		f.LoseNextAnswer(http.MethodPost, "/service/server/terminate")
-	case cloudtest.List:
+	case conformance.List:
 		f.LoseNextAnswer(http.MethodGet, "/service/servers")
 	}
 }

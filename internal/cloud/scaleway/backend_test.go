@@ -288,7 +288,7 @@ func TestServerNeverStartedIsReplaced(t *testing.T) {
 // TestOnlyThisProjectsClusterIsAdopted: a running server of the group made
 // elsewhere joins the group; nothing more is ordered; servers of another
 // cluster, or of another project with the same cluster name, are not
-// adopted. (The suite's cloudtest.Run adopts another replica's server.)
+// adopted. (The suite's conformance.Run adopts another replica's server.)
 func TestOnlyThisProjectsClusterIsAdopted(t *testing.T) {
 	b := newBackend(t, 5, groupsYAML, scwtest.Options{})
 	if _, err := b.fake.AddServer(projectID, "nl-ams-1", "l4-aaaabbbbcc", "L4-1-24G", []string{"gpuscaler-cluster=prod", "gpuscaler-group=l4"}); err != nil {

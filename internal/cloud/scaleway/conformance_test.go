@@ -8,16 +8,16 @@ import (
 	"time"
 
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
-	"github.com/gpuscaler/gpuscaler/internal/cloud/cloudtest"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/scaleway"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/scaleway/scwtest"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
+	"github.com/gpuscaler/gpuscaler/internal/nodegroup/conformance"
 )
 
 // TestConformance runs the backends' conformance suite over the fake
 // Scaleway API.
 func TestConformance(t *testing.T) {
-	cloudtest.Run(t, func(t *testing.T) *cloudtest.Backend {
+	conformance.Run(t, func(t *testing.T) *conformance.Backend {
 		capacity := 4
 		engine, err := scwtest.NewEngine(sim.Config{BootDelay: sim.Duration(20 * time.Millisecond), DeleteDelay: sim.Duration(20 * time.Millisecond),
 			DefaultCapacity: &capacity}, sim.Options{})
@@ -26,7 +26,7 @@ func TestConformance(t *testing.T) {
 		}
 		fake := scwtest.New(engine, scwtest.Options{SecretKey: secretKey})
 		t.Cleanup(fake.Close)
-		return &cloudtest.Backend{
+		return &conformance.Backend{
 			Cloud: scaleway.Name, Clouds: "scaleway: {}",
 			Group: `{name: g, cloud: scaleway, instanceType: L4-1-24G, locations: [fr-par-2, nl-ams-1], maxSize: 8}`,
 			Fake:  scalewayFake{fake},
@@ -49,24 +49,24 @@ func TestConformance(t *testing.T) {
 // the API's own words.
 type scalewayFake struct{ *scwtest.Server }
 
-func (f scalewayFake) Fail(op cloudtest.Op) {
+func (f scalewayFake) Fail(op conformance.Op) {
 	switch op {
-	case cloudtest.Create:
+	case conformance.Create:
 		f.FailNext(http.MethodPost, "/servers", http.StatusServiceUnavailable, "service_unavailable", "try again")
-	case cloudtest.Delete:
+	case conformance.Delete:
 		f.FailNext(http.MethodDelete, "", http.StatusConflict, "transient_state", "resource in transient state")
-	case cloudtest.List:
+	case conformance.List:
 		f.FailNext(http.MethodGet, "/servers", http.StatusBadGateway, "bad_gateway", "bad gateway")
 	}
 }
 
-func (f scalewayFake) Lose(op cloudtest.Op) {
+func (f scalewayFake) Lose(op conformance.Op) {
 	switch op {
-	case cloudtest.Create:
+	case conformance.Create:
 		f.LoseNextAnswer(http.MethodPost, "/servers")
-	case cloudtest.Delete:
+	case conformance.Delete:
 		f.LoseNextAnswer(http.MethodPost, "/action")
-	case cloudtest.List:
+	case conformance.List:
 		f.LoseNextAnswer(http.MethodGet, "/servers")
 	}
 }

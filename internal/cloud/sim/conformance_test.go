@@ -7,22 +7,22 @@ import (
 	"time"
 
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
-	"github.com/gpuscaler/gpuscaler/internal/cloud/cloudtest"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
+	"github.com/gpuscaler/gpuscaler/internal/nodegroup/conformance"
 )
 
 // TestConformance runs the backends' conformance suite on the simulated
 // cloud, which is its own API (the one simulate, the quick start and the
 // chaos campaigns use).
 func TestConformance(t *testing.T) {
-	cloudtest.Run(t, func(t *testing.T) *cloudtest.Backend {
+	conformance.Run(t, func(t *testing.T) *conformance.Backend {
 		capacity := 4
 		engine, err := sim.NewEngine(sim.Config{BootDelay: sim.Duration(20 * time.Millisecond), DeleteDelay: sim.Duration(20 * time.Millisecond),
 			DefaultCapacity: &capacity}, sim.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		return &cloudtest.Backend{
+		return &conformance.Backend{
 			Cloud: sim.Name, Clouds: "sim: {}",
 			Group:    `{name: g, cloud: sim, instanceType: 1V100.6V, locations: [FIN-01, FIN-02], maxSize: 8}`,
 			Fake:     simFake{engine},
@@ -34,10 +34,10 @@ func TestConformance(t *testing.T) {
 // simFake drives the simulated cloud for the conformance suite.
 type simFake struct{ e *sim.Engine }
 
-var ops = map[cloudtest.Op]string{cloudtest.Create: "create", cloudtest.Delete: "delete", cloudtest.List: "list"}
+var ops = map[conformance.Op]string{conformance.Create: "create", conformance.Delete: "delete", conformance.List: "list"}
 
-func (f simFake) Fail(op cloudtest.Op)        { f.e.FailNext(ops[op]) }
-func (f simFake) Lose(op cloudtest.Op)        { f.e.LoseNext(ops[op]) }
+func (f simFake) Fail(op conformance.Op)      { f.e.FailNext(ops[op]) }
+func (f simFake) Lose(op conformance.Op)      { f.e.LoseNext(ops[op]) }
 func (f simFake) Creates() int                { return f.e.Calls()["create"] }
 func (f simFake) Instances() []cloud.Instance { return f.e.Instances("prod") }
 func (f simFake) Left() string {

@@ -8,16 +8,16 @@ import (
 	"time"
 
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
-	"github.com/gpuscaler/gpuscaler/internal/cloud/cloudtest"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/verda"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/verda/verdatest"
+	"github.com/gpuscaler/gpuscaler/internal/nodegroup/conformance"
 )
 
 // TestConformance runs the backends' conformance suite over the fake
 // Verda API.
 func TestConformance(t *testing.T) {
-	cloudtest.Run(t, func(t *testing.T) *cloudtest.Backend {
+	conformance.Run(t, func(t *testing.T) *conformance.Backend {
 		capacity := 4
 		engine, err := verdatest.NewEngine(sim.Config{BootDelay: sim.Duration(10 * time.Millisecond), DeleteDelay: sim.Duration(10 * time.Millisecond),
 			DefaultCapacity: &capacity}, sim.Options{})
@@ -26,7 +26,7 @@ func TestConformance(t *testing.T) {
 		}
 		fake := verdatest.New(engine, verdatest.Options{ClientID: "id", ClientSecret: secret})
 		t.Cleanup(fake.Close)
-		return &cloudtest.Backend{
+		return &conformance.Backend{
 			Cloud: verda.Name, Clouds: "verda: {}",
 			Group: `{name: g, cloud: verda, instanceType: 1V100.6V, locations: [FIN-01, FIN-02], maxSize: 8}`,
 			Fake:  verdaFake{fake},
@@ -50,20 +50,20 @@ func TestConformance(t *testing.T) {
 // API's own words.
 type verdaFake struct{ *verdatest.Server }
 
-func (f verdaFake) Fail(op cloudtest.Op) {
+func (f verdaFake) Fail(op conformance.Op) {
 	switch op {
-	case cloudtest.Create:
+	case conformance.Create:
 		f.FailNext(http.MethodPost, "/instances", http.StatusInternalServerError, `{"code":"server_error","message":"boom"}`)
-	case cloudtest.Delete:
+	case conformance.Delete:
 		f.FailNext(http.MethodPut, "/instances", http.StatusBadGateway, `bad gateway`)
-	case cloudtest.List:
+	case conformance.List:
 		f.FailNext(http.MethodGet, "/instances", http.StatusTooManyRequests, `{"code":"rate_limited","message":"slow down"}`)
 	}
 }
 
 // Lose carries the call out and answers after the client gave up.
-func (f verdaFake) Lose(op cloudtest.Op) {
-	methods := map[cloudtest.Op]string{cloudtest.Create: http.MethodPost, cloudtest.Delete: http.MethodPut, cloudtest.List: http.MethodGet}
+func (f verdaFake) Lose(op conformance.Op) {
+	methods := map[conformance.Op]string{conformance.Create: http.MethodPost, conformance.Delete: http.MethodPut, conformance.List: http.MethodGet}
 	f.HangNext(methods[op], "/instances", time.Second)
 }
 

@@ -1,10 +1,10 @@
-// Package cloudtest is the conformance suite of the cloud backends: the
+// Package conformance is the conformance suite of the cloud backends: the
 // node-group core, driven as the front ends drive it, over a backend,
 // over that cloud's in-process fake of its REST API. Every backend runs it
 // (Run) with one Backend; a new cloud is a fake that implements Fake and
 // one call of Run. What is true of one cloud only stays in that backend's
 // own tests.
-package cloudtest
+package conformance
 
 import (
 	"cmp"
