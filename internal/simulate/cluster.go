@@ -225,15 +225,6 @@ func add(free, req corev1.ResourceList) {
 	}
 }
 
-// take removes req from free in place.
-func take(free, req corev1.ResourceList) {
-	for name, q := range req {
-		f := free[name]
-		f.Sub(q)
-		free[name] = f
-	}
-}
-
 // finish ends a pod that ran its course.
 func (c *cluster) finish(p *pod, now time.Duration) {
 	n := p.node

@@ -575,7 +575,8 @@ func (r *run) upcoming(d time.Duration) []*pod {
 // neededBy are the empty Ready nodes that the pending pods and then soon
 // take when placed first fit, after the room of the nodes that run pods
 // and of those still starting: the rest nothing will use before a new
-// order could replace them.
+// order could replace them. It places them on copies of the nodes' room,
+// as schedule places pods.
 func (r *run) neededBy(soon []*pod) map[*node]bool {
 	var busy, empty []*node
 	for _, n := range r.cl.readyNodes() {
@@ -585,21 +586,19 @@ func (r *run) neededBy(soon []*pod) map[*node]bool {
 			empty = append(empty, n)
 		}
 	}
-	order := append(append(busy, r.cl.booting...), empty...)
-	free := make(map[*node]corev1.ResourceList, len(order))
-	gpus := make(map[*node]float64, len(order))
-	for _, n := range order {
-		free[n], gpus[n] = n.free.DeepCopy(), n.freeGPUs
+	nodes := append(append(busy, r.cl.booting...), empty...)
+	room := make([]*node, len(nodes))
+	of := make(map[*node]*node, len(nodes))
+	for i, n := range nodes {
+		room[i] = &node{obj: n.obj, free: n.free.DeepCopy(), freeGPUs: n.freeGPUs}
+		of[room[i]] = n
 	}
 	needed := map[*node]bool{}
 	for _, p := range append(slices.Clone(r.cl.pending), soon...) {
-		for _, n := range order {
-			if gpus[n]+1e-9 >= p.gpu && plan.FitsIn(p.req, free[n]) && plan.Fits(p.obj, n.obj) {
-				take(free[n], p.req)
-				gpus[n] -= p.gpu
-				needed[n] = true
-				break
-			}
+		if n := firstFit(room, p); n != nil {
+			plan.Subtract(n.free, p.req)
+			n.freeGPUs -= p.gpu
+			needed[of[n]] = true
 		}
 	}
 	return needed
