@@ -29,11 +29,13 @@ func newConfigCommand() *cobra.Command {
 			}
 			if src.configPath != "" {
 				if data, err := config.ReadFile(src.configPath); err == nil {
-					switch {
-					case seedconfig.IsNodeProvisionerManifest(data):
-						return convertNodeProvisioners(cmd, data)
-					case seedconfig.IsProvisionerManifest(data):
-						return convertProvisioners(cmd, data)
+					if m, ok := seedManifests(data); ok {
+						out, err := m.convert(cmd, data)
+						if err != nil {
+							return err
+						}
+						_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s%s", m.header, out)
+						return err
 					}
 				}
 			}
@@ -92,32 +94,39 @@ func withholdScripts(w io.Writer, cfg *config.Config) {
 	}
 }
 
-// convertNodeProvisioners prints gpuscaler's NodeProvisioners for
-// Baseten's.
-func convertNodeProvisioners(cmd *cobra.Command, data []byte) error {
-	out, notes, err := seedconfig.ConvertNodeProvisioners(data)
-	if err != nil {
-		return err
-	}
-	for _, n := range notes {
-		fmt.Fprintln(cmd.ErrOrStderr(), "note: "+n)
-	}
-	_, err = fmt.Fprintf(cmd.OutOrStdout(), "# Converted by gpuscaler config convert from Baseten NodeProvisioner manifests.\n"+
-		"# gpuscaler's config needs clouds.gcp (project; zone for bare instance group names); see docs/provisioner.md.\n%s", out)
-	return err
+// manifests is a seed format of Kubernetes manifests rather than a config
+// file, which config convert turns into gpuscaler's and validate checks by
+// converting.
+type manifests struct {
+	kind   string
+	header string // what config convert prints above the result
+	fn     func([]byte) (out []byte, notes []string, err error)
 }
 
-// convertProvisioners prints a NodePool and GPUNodeClass for each Karpenter
-// v1alpha5 Provisioner.
-func convertProvisioners(cmd *cobra.Command, data []byte) error {
-	out, notes, err := seedconfig.ConvertProvisioners(data)
+// seedManifests recognises a file of seed manifests by its content:
+// Baseten NodeProvisioners or Karpenter v1alpha5 Provisioners.
+func seedManifests(data []byte) (manifests, bool) {
+	switch {
+	case seedconfig.IsNodeProvisionerManifest(data):
+		return manifests{kind: "Baseten NodeProvisioner manifests", fn: seedconfig.ConvertNodeProvisioners,
+			header: "# Converted by gpuscaler config convert from Baseten NodeProvisioner manifests.\n" +
+				"# gpuscaler's config needs clouds.gcp (project; zone for bare instance group names); see docs/provisioner.md.\n"}, true
+	case seedconfig.IsProvisionerManifest(data):
+		return manifests{kind: "Karpenter v1alpha5 Provisioners", fn: seedconfig.ConvertProvisioners,
+			header: "# Converted by gpuscaler config convert from Karpenter v1alpha5 Provisioners,\n" +
+				"# for gpuscaler-karpenter on Scaleway; see docs/karpenter.md.\n"}, true
+	}
+	return manifests{}, false
+}
+
+// convert converts the manifests, printing the conversion's notes.
+func (m manifests) convert(cmd *cobra.Command, data []byte) ([]byte, error) {
+	out, notes, err := m.fn(data)
 	if err != nil {
-		return err
+		return nil, fmt.Errorf("%s: %w", m.kind, err)
 	}
 	for _, n := range notes {
 		fmt.Fprintln(cmd.ErrOrStderr(), "note: "+n)
 	}
-	_, err = fmt.Fprintf(cmd.OutOrStdout(), "# Converted by gpuscaler config convert from Karpenter v1alpha5 Provisioners,\n"+
-		"# for gpuscaler-karpenter on Scaleway; see docs/karpenter.md.\n%s", out)
-	return err
+	return out, nil
 }

@@ -7,7 +7,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpuscaler/gpuscaler/internal/config"
-	"github.com/gpuscaler/gpuscaler/internal/config/seedconfig"
 )
 
 func newValidateCommand() *cobra.Command {
@@ -23,7 +22,11 @@ other clouds are asked too (their credentials must work).`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if src.configPath != "" {
 				if data, err := config.ReadFile(src.configPath); err == nil {
-					if ok, err := validateManifests(cmd, data); ok {
+					if m, ok := seedManifests(data); ok {
+						if _, err := m.convert(cmd, data); err != nil {
+							return err
+						}
+						_, err := fmt.Fprintf(cmd.OutOrStdout(), "valid (%s; gpuscaler config convert prints what they become)\n", m.kind)
 						return err
 					}
 				}
@@ -42,30 +45,4 @@ other clouds are asked too (their credentials must work).`,
 	src.addFlags(cmd)
 	cmd.Flags().BoolVar(&src.online, "online", false, "also ask the clouds: credentials, instance types and MIG profiles of every group")
 	return cmd
-}
-
-// validateManifests validates a file of seed manifests rather than a
-// config (Baseten NodeProvisioners, Karpenter v1alpha5 Provisioners) by
-// converting them, as config convert would; ok is false for any other
-// file.
-func validateManifests(cmd *cobra.Command, data []byte) (ok bool, err error) {
-	var kind string
-	var convert func([]byte) ([]byte, []string, error)
-	switch {
-	case seedconfig.IsNodeProvisionerManifest(data):
-		kind, convert = "Baseten NodeProvisioner manifests", seedconfig.ConvertNodeProvisioners
-	case seedconfig.IsProvisionerManifest(data):
-		kind, convert = "Karpenter v1alpha5 Provisioners", seedconfig.ConvertProvisioners
-	default:
-		return false, nil
-	}
-	_, notes, err := convert(data)
-	if err != nil {
-		return true, fmt.Errorf("%s: %w", kind, err)
-	}
-	for _, n := range notes {
-		fmt.Fprintln(cmd.ErrOrStderr(), "note: "+n)
-	}
-	_, err = fmt.Fprintf(cmd.OutOrStdout(), "valid (%s; gpuscaler config convert prints what they become)\n", kind)
-	return true, err
 }

@@ -12,8 +12,8 @@ func (e *Engine) call(ctx context.Context, op string) error {
 	e.mu.Lock()
 	e.calls[op]++
 	fault := e.faultRate > 0 && e.rng.Float64() < e.faultRate
-	if e.failNext[op] > 0 {
-		e.failNext[op]--
+	if e.failNext[op] {
+		delete(e.failNext, op)
 		fault = true
 	}
 	e.mu.Unlock()

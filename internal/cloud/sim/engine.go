@@ -68,7 +68,7 @@ type Engine struct {
 	unknownRate float64
 	// failNext and loseNext are the faults tests ask for, per operation:
 	// the next calls fail, or are carried out and their answers lost.
-	failNext, loseNext map[string]int
+	failNext, loseNext map[string]bool
 	reclaimPerHour     float64
 	locations          []string
 	catalog            []cloud.InstanceType
@@ -292,9 +292,9 @@ func (e *Engine) FailNext(op string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.failNext == nil {
-		e.failNext = map[string]int{}
+		e.failNext = map[string]bool{}
 	}
-	e.failNext[op] = 1
+	e.failNext[op] = true
 }
 
 // LoseNext makes the next create, delete or list take effect and lose its
@@ -304,19 +304,17 @@ func (e *Engine) LoseNext(op string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.loseNext == nil {
-		e.loseNext = map[string]int{}
+		e.loseNext = map[string]bool{}
 	}
-	e.loseNext[op] = 1
+	e.loseNext[op] = true
 }
 
 // lostLocked reports whether the answer to this call of op is lost,
 // spending one LoseNext.
 func (e *Engine) lostLocked(op string) bool {
-	if e.loseNext[op] == 0 {
-		return false
-	}
-	e.loseNext[op]--
-	return true
+	lost := e.loseNext[op]
+	delete(e.loseNext, op)
+	return lost
 }
 
 // SetOutcomeUnknownRate changes the fraction of creates that take effect
