@@ -425,3 +425,27 @@ func TestRefusedPowerOnRollsBack(t *testing.T) {
 		t.Fatalf("%d servers left after a rolled-back create", n)
 	}
 }
+
+// TestDiscardReadsTheStateAgain: a delete refused because the server's
+// state moved after it was read (a power-on accepted before the read,
+// carried out after it: the API refuses deleting a server that is not
+// stopped) reads the state again and deletes as it now allows, so a
+// rolled-back create leaves nothing (seen in a chaos campaign, where the
+// refused discard left a server billing under an order sent again).
+func TestDiscardReadsTheStateAgain(t *testing.T) {
+	b := newBackend(t, 5, groupsYAML, scwtest.Options{})
+	prov := scaleway.New(b.client(t), b.opts)
+	b.fake.FailNext(http.MethodPost, "/action", http.StatusBadRequest, "invalid_arguments", "cannot power on")
+	b.fake.FailNext(http.MethodDelete, "", http.StatusBadRequest, "invalid_request_error", "instance must be powered off to be deleted (state: starting)")
+	_, err := prov.Create(context.Background(), cloud.CreateSpec{Name: "l4-raced", Group: "l4", InstanceType: "L4-1-24G",
+		Location: "fr-par-2", CapacityType: cloud.OnDemand})
+	if !errors.Is(err, cloud.ErrRolledBack) {
+		t.Fatalf("create: %v, want it rolled back", err)
+	}
+	if n := b.fake.ServerCount(); n != 0 {
+		t.Fatalf("%d servers left after a rolled-back create", n)
+	}
+	if n := b.fake.Calls()["DELETE /instance/v1/zones/{zone}/servers/{id}"]; n != 2 {
+		t.Fatalf("%d server deletes, want the refused one and one after reading again", n)
+	}
+}

@@ -710,6 +710,37 @@ func (c *Cloud) Delete(ctx context.Context, inst cloud.Instance) error {
 		}
 		id = sv.ID
 	}
+	// The action a delete takes depends on the server's state, which may
+	// move between the read and the action (a power-on accepted before
+	// the read is carried out after it): a refused action reads again.
+	var volumes []string
+	for attempt := 1; ; attempt++ {
+		sv, err := c.server(ctx, zone, id)
+		if errors.Is(err, cloud.ErrNotFound) {
+			c.sweepSoon() // its volumes, if any, are the sweep's
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		volumes = c.recordVolumes(zone, sv)
+		err = c.deleteIn(ctx, zone, sv)
+		if err == nil || errors.Is(err, cloud.ErrNotFound) {
+			break
+		}
+		if !errors.Is(err, cloud.ErrInvalid) || attempt == 3 {
+			return err
+		}
+		c.log.Info("delete refused in the state read; reading it again", "instance", inst.Name, "state", sv.State, "error", err)
+	}
+	// A deleted (stopped) server's volumes are free now; a terminating
+	// one's once it is gone: the syncs' sweeps take those.
+	c.deleteOrphans(ctx, volumes)
+	return nil
+}
+
+// server reads one server.
+func (c *Cloud) server(ctx context.Context, zone scw.Zone, id string) (*instance.Server, error) {
 	var sv *instance.Server
 	err := c.retry(ctx, "get", func() error {
 		resp, err := c.inst.GetServer(&instance.GetServerRequest{Zone: zone, ServerID: id}, scw.WithContext(ctx))
@@ -721,13 +752,12 @@ func (c *Cloud) Delete(ctx context.Context, inst cloud.Instance) error {
 		}
 		return err
 	})
-	if errors.Is(err, cloud.ErrNotFound) {
-		c.sweepSoon() // its volumes, if any, are the sweep's
-		return nil
-	}
-	if err != nil {
-		return err
-	}
+	return sv, err
+}
+
+// recordVolumes notes a server's block volumes as orphans to delete once
+// they are detached, and returns their IDs.
+func (c *Cloud) recordVolumes(zone scw.Zone, sv *instance.Server) []string {
 	var volumes []string
 	for _, v := range sv.Volumes {
 		if v != nil && v.VolumeType == instance.VolumeServerVolumeTypeSbsVolume {
@@ -737,26 +767,26 @@ func (c *Cloud) Delete(ctx context.Context, inst cloud.Instance) error {
 			c.mu.Unlock()
 		}
 	}
+	return volumes
+}
+
+// deleteIn deletes a server as its state allows: a stopped one is
+// deleted, a running or starting one terminated, a stopping one left to
+// finish.
+func (c *Cloud) deleteIn(ctx context.Context, zone scw.Zone, sv *instance.Server) error {
 	switch sv.State {
 	case instance.ServerStateStopped, instance.ServerStateStoppedInPlace:
-		err = c.retry(ctx, "delete", func() error {
-			return c.inst.DeleteServer(&instance.DeleteServerRequest{Zone: zone, ServerID: id}, scw.WithContext(ctx))
+		return c.retry(ctx, "delete", func() error {
+			return c.inst.DeleteServer(&instance.DeleteServerRequest{Zone: zone, ServerID: sv.ID}, scw.WithContext(ctx))
 		})
 	case instance.ServerStateStopping:
 		return nil // on its way out
 	default:
-		err = c.retry(ctx, "terminate", func() error {
-			_, err := c.inst.ServerAction(&instance.ServerActionRequest{Zone: zone, ServerID: id, Action: instance.ServerActionTerminate}, scw.WithContext(ctx))
+		return c.retry(ctx, "terminate", func() error {
+			_, err := c.inst.ServerAction(&instance.ServerActionRequest{Zone: zone, ServerID: sv.ID, Action: instance.ServerActionTerminate}, scw.WithContext(ctx))
 			return err
 		})
 	}
-	if err != nil && !errors.Is(err, cloud.ErrNotFound) {
-		return err
-	}
-	// A deleted (stopped) server's volumes are free now; a terminating
-	// one's once it is gone: the syncs' sweeps take those.
-	c.deleteOrphans(ctx, volumes)
-	return nil
 }
 
 // deleteOrphans deletes recorded volumes that are detached (ids, or all
