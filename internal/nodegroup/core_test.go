@@ -1021,3 +1021,81 @@ func TestRestartStillReplacesAReclaimedNode(t *testing.T) {
 		t.Errorf("target %d after the reclaim, want 1", n)
 	}
 }
+
+// A front end taints a node before it deletes it (cluster-autoscaler's
+// ToBeDeletedByClusterAutoscaler): when the process that took the delete
+// stops before the Node goes, the next one adopts the instance from a list
+// that still shows it, and sees it vanish with its Node still there. The
+// taint says the front end meant it gone: the target drops with it and
+// nothing is ordered in its place (seen in a chaos campaign on GCP, where
+// a MIG carries a deleteInstances out after its answer).
+func TestRestartDoesNotReplaceANodeBeingDeleted(t *testing.T) {
+	nodes := newFakeNodes()
+	w := &wrapped{}
+	h := newWrappedHarness(t, oneGroupLeaky, sim.Options{}, Options{ResolveAfter: time.Minute, Nodes: nodes}, func(c *sim.Cloud) cloud.Provider { w.Provider = c; return w })
+	ctx := context.Background()
+	if err := h.mgr.IncreaseSize(ctx, "g", 1); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("1 running", func() bool { r, _, _, _ := h.states("g"); return r == 1 })
+	insts, _ := h.mgr.Instances("g")
+	nodes.register(insts[0].ProviderID)
+	nodes.mu.Lock()
+	nodes.startup[insts[0].ProviderID] = Startup{Registered: h.clk.Now(), Leaving: true}
+	nodes.mu.Unlock()
+	h.restart()
+	if err := h.acct.Delete(ctx, h.engine.Instances("test")[0]); err != nil { // the delete the process before sent
+		t.Fatal(err)
+	}
+	h.settle(4 * time.Minute)
+	if n, _ := h.mgr.TargetSize("g"); n != 0 {
+		t.Errorf("target %d after the tainted node went, want 0", n)
+	}
+	if creates, _ := w.counts(); creates != 1 {
+		t.Errorf("%d creates, want 1: the node a front end was deleting was replaced", creates)
+	}
+}
+
+// An order rolled back (its server deleted before the create answered) and
+// sent again under its name leaves two instances of that name while the
+// first one terminates. A process that adopts them from a list takes the
+// live one for the member, never the one going away (which would make it
+// replace the member and, once past the grace period, delete the serving
+// instance as a duplicate), and counts the other toward the group's spend
+// while it still bills (seen in a chaos campaign on Scaleway).
+func TestAdoptionPrefersTheLiveInstanceOfAName(t *testing.T) {
+	w := &wrapped{}
+	h := newWrappedHarness(t, oneGroupLeaky, sim.Options{}, Options{}, func(c *sim.Cloud) cloud.Provider { w.Provider = c; return w })
+	ctx := context.Background()
+	if err := h.mgr.IncreaseSize(ctx, "g", 1); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("1 running", func() bool { r, _, _, _ := h.states("g"); return r == 1 })
+	one := h.mgr.GroupSpend("g")
+	w.mu.Lock()
+	w.onList = func(in []cloud.Instance) []cloud.Instance {
+		for _, i := range in {
+			if i.Group == "g" {
+				ghost := i
+				ghost.ID, ghost.State, ghost.CreatedAt = "rolled-back", cloud.StateDeleting, i.CreatedAt.Add(-time.Minute)
+				return append(in, ghost)
+			}
+		}
+		return in
+	}
+	w.mu.Unlock()
+	h.restart()
+	h.settle(10 * time.Minute)
+	if r, _, d, _ := h.states("g"); r != 1 || d != 0 {
+		t.Errorf("%d running, %d deleting, want the live instance running", r, d)
+	}
+	if n := h.engine.Count("test"); n != 1 {
+		t.Errorf("%d instances at the cloud, want the live one kept", n)
+	}
+	if creates, _ := w.counts(); creates != 1 {
+		t.Errorf("%d creates, want 1", creates)
+	}
+	if got := h.mgr.GroupSpend("g"); got < 2*one-1e-9 {
+		t.Errorf("group spend %.2f/h with a second instance still billing, want %.2f", got, 2*one)
+	}
+}

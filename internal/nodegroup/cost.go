@@ -9,7 +9,8 @@ import (
 // costGuard refuses orders that would take a group, or the whole cluster,
 // past its hourly cost cap. Spend counts every committed member (ordered,
 // being created, running, or being deleted) at its offering's price, or at
-// the group's cheapest price while the offering is not chosen yet; the
+// the group's cheapest price while the offering is not chosen yet, and the
+// listed instances that stand for no member but still bill; the
 // cluster-wide cap also counts the instances of groups another process
 // manages, so the provider and the controller together stay under it.
 type costGuard struct {
@@ -21,6 +22,9 @@ type costGuard struct {
 // groupSpend is a group's hourly spend now. Callers hold the store's lock.
 func (c *costGuard) groupSpend(g *group) float64 {
 	spend := g.spend
+	for _, p := range g.lingering {
+		spend += p
+	}
 	if g.unpriced > 0 {
 		spend += float64(g.unpriced) * c.offerings.estimate(g)
 	}

@@ -133,10 +133,15 @@ type group struct {
 	counts   map[string]int
 	spend    float64
 	unpriced int
+	// lingering is, by cloud, the price of the group's listed instances
+	// that stand for no member (a name's second instance, one deleted and
+	// still terminating): they bill until gone, so caps count them. Set
+	// by each list.
+	lingering map[string]float64
 }
 
 func newGroup(cfg config.NodeGroup, index int, forms *aliasForms) *group {
-	return &group{cfg: cfg, index: index, members: map[string]*member{}, counts: map[string]int{}, forms: forms}
+	return &group{cfg: cfg, index: index, members: map[string]*member{}, counts: map[string]int{}, forms: forms, lingering: map[string]float64{}}
 }
 
 // phase is where a member is in its life.

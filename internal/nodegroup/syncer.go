@@ -366,6 +366,8 @@ func (y *syncer) fold(ctx context.Context, cloudName string, g *group, l *listin
 	s := y.store
 	start := l.start
 	listed := l.groups[key]
+	lingering := 0.0
+	defer func() { g.lingering[cloudName] = lingering }()
 	for name, mem := range g.members {
 		if mem.cloud() != cloudName {
 			continue // a launched instance on another cloud
@@ -378,6 +380,7 @@ func (y *syncer) fold(ctx context.Context, cloudName string, g *group, l *listin
 		delete(listed, name)
 		in, dups := pick(l.named(key, name, first), mem.id)
 		y.reaper.duplicatesLocked(cloudName, dups)
+		lingering += y.listPrice(cloudName, dups...)
 		if mem.unconfirmed && !y.mayShowPredecessorDeletes(cloudName, start) {
 			mem.unconfirmed = false
 		}
@@ -435,7 +438,9 @@ func (y *syncer) fold(ctx context.Context, cloudName string, g *group, l *listin
 	for name, first := range listed {
 		in, dups := pick(l.named(key, name, first), "")
 		y.reaper.duplicatesLocked(cloudName, dups)
+		lingering += y.listPrice(cloudName, dups...)
 		if at, ok := s.tombstones[name]; ok && start.Before(at.Add(y.resolveAfter)) {
+			lingering += y.listPrice(cloudName, in)
 			// An instance this process deleted, shown again by a list that
 			// lags: deleted again (deletes are idempotent), never adopted
 			// as a new live instance, which would raise the target and,
@@ -548,6 +553,15 @@ func (y *syncer) missing(g *group, mem *member, start time.Time, out *afterLock)
 		// vanished would have its Node deleted and be ordered twice. The
 		// same window as a lost answer's (ResolveAfter); at the same
 		// instant too, for a coarse clock.
+	case mem.phase != phaseDeleting && g != s.launches && y.leaving(mem):
+		// A front end was deleting its node (it tainted the Node, then
+		// asked a process that stopped before the Node went, or the
+		// cloud took the instance first): the target drops with it, as
+		// the front end meant, and nothing is bought in its place.
+		y.log.Info("an instance marked for deletion is gone; it is not replaced", "group", g.cfg.Name, "instance", mem.name)
+		s.drop(g, mem)
+		g.target = max(g.target-1, 0)
+		out.gone = append(out.gone, mem)
 	case mem.unconfirmed && mem.phase != phaseDeleting && g != s.launches && y.nodeless(mem):
 		// Shown only by lists that may lag behind the deletes of the
 		// process before this one, gone at the first that cannot, and
@@ -576,15 +590,23 @@ func (y *syncer) missing(g *group, mem *member, start time.Time, out *afterLock)
 }
 
 // pick chooses the listed instance a member stands for: the one with its
-// cloud ID, else the oldest. The others are duplicates.
+// cloud ID, else the oldest of those not being deleted (an order sent
+// again under its name while the first, rolled back, still terminates),
+// else the oldest. The others are duplicates.
 func pick(all []cloud.Instance, id string) (cloud.Instance, []cloud.Instance) {
-	best := 0
+	best := -1
+	better := func(a, b cloud.Instance) bool {
+		if da, db := a.State == cloud.StateDeleting, b.State == cloud.StateDeleting; da != db {
+			return db
+		}
+		return a.CreatedAt.Before(b.CreatedAt)
+	}
 	for i, in := range all {
 		if id != "" && in.ID == id {
 			best = i
 			break
 		}
-		if id == "" && in.CreatedAt.Before(all[best].CreatedAt) {
+		if best < 0 || better(in, all[best]) {
 			best = i
 		}
 	}
@@ -597,6 +619,16 @@ func pick(all []cloud.Instance, id string) (cloud.Instance, []cloud.Instance) {
 	return all[best], dups
 }
 
+// listPrice is what listed instances cost per hour.
+func (y *syncer) listPrice(cloudName string, ins ...cloud.Instance) float64 {
+	total := 0.0
+	for _, in := range ins {
+		k := cloud.OfferingKey{InstanceType: in.InstanceType, Location: in.Location, CapacityType: in.CapacityType}
+		total += y.offerings.price(cloudName, k, y.catalog.listPrice(cloudName, k))
+	}
+	return total
+}
+
 // others records the listed instances of groups this process does not
 // manage: their spend counts toward the cluster's cap, and those of groups
 // this config does not know are reported, never deleted.
@@ -607,9 +639,8 @@ func (y *syncer) others(cloudName string, l *listing) {
 	for group, byName := range l.groups {
 		for name, first := range byName {
 			for _, in := range l.named(group, name, first) {
-				k := cloud.OfferingKey{InstanceType: in.InstanceType, Location: in.Location, CapacityType: in.CapacityType}
 				if in.State != cloud.StateDeleting {
-					spend += y.offerings.price(cloudName, k, y.catalog.listPrice(cloudName, k))
+					spend += y.listPrice(cloudName, in)
 				}
 				if !s.foreign[group] {
 					unknown[group]++
@@ -657,10 +688,24 @@ func (y *syncer) orderer() *orderer { return y.sizer.orderer }
 // synced.
 func (y *syncer) nodeless(mem *member) bool {
 	if y.nodes == nil {
-		return false
+		// No Nodes to tell by (the core run without a cluster): an
+		// instance that may have been deleted before the restart is
+		// taken for one, since replacing it would buy a GPU nobody
+		// asked for, while a front end that needs it asks again.
+		return true
 	}
 	registered, synced := y.nodes.Registered(mem.providerIDs()...)
 	return synced && !registered
+}
+
+// leaving reports whether a member's Node carries a front end's deletion
+// taint.
+func (y *syncer) leaving(mem *member) bool {
+	if y.nodes == nil {
+		return false
+	}
+	st, ok := y.nodes.Startup(mem.providerIDs()...)
+	return ok && st.Leaving
 }
 
 // mayShowPredecessorDeletes reports whether a list of cloudName that

@@ -90,6 +90,10 @@ type Startup struct {
 	// GPUsSeen: the Node has shown GPUs or MIG devices allocatable at some
 	// point (they may be gone for now, while the device plugin restarts).
 	GPUsSeen bool
+	// Leaving: a front end marked the Node for deletion (the taint
+	// cluster-autoscaler, Karpenter or the NodeProvisioner puts on a node
+	// before deleting it). Its instance, if it vanishes, is not replaced.
+	Leaving bool
 }
 
 // Event is something an operator should see beside the log line and the

@@ -169,7 +169,7 @@ func (x *Index) Startup(providerIDs ...string) (nodegroup.Startup, bool) {
 	if !exists || !isNode {
 		return nodegroup.Startup{}, false
 	}
-	s := nodegroup.Startup{Registered: n.CreationTimestamp.Time}
+	s := nodegroup.Startup{Registered: n.CreationTimestamp.Time, Leaving: leaving(n)}
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
 			s.Ready = c.LastTransitionTime.Time
@@ -181,6 +181,21 @@ func (x *Index) Startup(providerIDs ...string) (nodegroup.Startup, bool) {
 	s.GPUs, s.GPUsSeen = x.gpusAt[name]
 	x.mu.RUnlock()
 	return s, true
+}
+
+// leaving reports whether a front end marked n for deletion: it carries
+// the taint cluster-autoscaler (its taints.ToBeDeletedTaint), Karpenter
+// (karpenter.sh/disrupted, v1) or the NodeProvisioner
+// (provisioner.TaintDeleting; not imported, the provisioner is a front end
+// above this package) puts on a node it is about to delete.
+func leaving(n *corev1.Node) bool {
+	for _, t := range n.Spec.Taints {
+		switch t.Key {
+		case "ToBeDeletedByClusterAutoscaler", "karpenter.sh/disrupted", "gpuscaler.dev/deleting":
+			return true
+		}
+	}
+	return false
 }
 
 // Delete deletes the Node that carries one of the provider IDs, checking

@@ -98,6 +98,17 @@ func TestIndexOnARealCluster(t *testing.T) {
 		t.Fatalf("GPUs moved from %v to %v on a later update", first, s.GPUs)
 	}
 
+	// A front end's deletion taint: the Node is leaving.
+	n, err := env.Client.CoreV1().Nodes().Get(ctx, "gpu-2", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: "ToBeDeletedByClusterAutoscaler", Value: "1700000000", Effect: corev1.TaintEffectNoSchedule})
+	if _, err := env.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, ctx, "the taint seen", func() bool { s, _ = x.Startup("verda://gpu-2"); return s.Leaving })
+
 	// A second index filled from a list with the GPUs already there does not
 	// know when they came.
 	y := New(env.Client, slog.New(slog.DiscardHandler))
