@@ -4,10 +4,11 @@
 
 GO ?= go
 STATICCHECK_VERSION ?= v0.8.2
-# The Karpenter operator (cmd/gpuscaler-karpenter) is its own Go module:
+# The Karpenter operator (karpenter/, its main in karpenter/cmd/gpuscaler-karpenter)
+# is its own Go module:
 # Karpenter core v1.15 needs Go >= 1.26.9, which the go command fetches
 # from the module proxy for that module only (docs/karpenter.md).
-KARPENTER_DIR := cmd/gpuscaler-karpenter
+KARPENTER_DIR := karpenter
 KARPENTER_GOTOOLCHAIN ?= go1.27.3
 KGO = cd $(KARPENTER_DIR) && GOTOOLCHAIN=$(KARPENTER_GOTOOLCHAIN) $(GO)
 # The main module is linted and tested on that toolchain too: the two modules
@@ -45,7 +46,7 @@ E2E_BIN ?= $(HOME)/.cache/gpuscaler/e2e/$(shell printf '%s' "$(CURDIR)" | sha256
 e2e-bins:
 	@mkdir -p $(E2E_BIN)
 	$(TGO) build -ldflags "-s -w" -o $(E2E_BIN)/gpuscaler ./cmd/gpuscaler
-	$(KGO) build -o $(E2E_BIN)/gpuscaler-karpenter .
+	$(KGO) build -o $(E2E_BIN)/gpuscaler-karpenter ./cmd/gpuscaler-karpenter
 
 ## tools: system tools Go cannot build (shellcheck), from Debian's packages.
 tools:
@@ -90,7 +91,7 @@ bench:
 
 build:
 	$(GO) build -o bin/gpuscaler ./cmd/gpuscaler
-	$(KGO) build -o ../../bin/gpuscaler-karpenter .
+	$(KGO) build -o ../bin/gpuscaler-karpenter ./cmd/gpuscaler-karpenter
 
 run:
 	$(GO) run ./cmd/gpuscaler provider --config examples/sim-quickstart.yaml
@@ -102,7 +103,7 @@ image:
 	  os=$${p%/*}; arch=$${p#*/}; out=dist/$$os-$$arch; mkdir -p $$out; \
 	  echo "building $$p"; \
 	  CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $$out/gpuscaler ./cmd/gpuscaler; \
-	  (cd $(KARPENTER_DIR) && CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch GOTOOLCHAIN=$(KARPENTER_GOTOOLCHAIN) $(GO) build -trimpath -ldflags "-s -w" -o ../../$$out/gpuscaler-karpenter .); \
+	  (cd $(KARPENTER_DIR) && CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch GOTOOLCHAIN=$(KARPENTER_GOTOOLCHAIN) $(GO) build -trimpath -ldflags "-s -w" -o ../$$out/gpuscaler-karpenter ./cmd/gpuscaler-karpenter); \
 	  bins="$$bins --binary $$p=$$out/gpuscaler,$$out/gpuscaler-karpenter"; \
 	done; \
 	$(GO) run ./hack/image --out dist/image --version $(VERSION) --revision "$$(git rev-parse HEAD 2>/dev/null)" $$bins

@@ -3,7 +3,7 @@
 # controller-gen at a pinned version, and copies each CRD to where it is
 # read: deploy/crds (kubectl apply, the tests), the chart's crds/, and the
 # Karpenter operator's apis/crds (embedded). The outputs are committed; run
-# it after changing api/ or cmd/gpuscaler-karpenter/apis/.
+# it after changing api/ or karpenter/apis/.
 #
 #   hack/update-codegen.sh          regenerate
 #   hack/update-codegen.sh --check  fail if what is committed differs from
@@ -23,12 +23,12 @@ export GOTOOLCHAIN="$KARPENTER_GOTOOLCHAIN"
 gen() { go run "sigs.k8s.io/controller-tools/cmd/controller-gen@${CONTROLLER_TOOLS_VERSION}" "$@"; }
 if $check; then
   gen crd:crdVersions=v1 output:crd:dir="$out/main" paths=./api/...
-  (cd cmd/gpuscaler-karpenter && gen crd:crdVersions=v1 output:crd:dir="$out/karpenter" paths=./apis/...)
+  (cd karpenter && gen crd:crdVersions=v1 output:crd:dir="$out/karpenter" paths=./apis/...)
   status=0
   for f in "$out"/main/*.yaml "$out"/karpenter/*.yaml; do
     base=$(basename "$f")
     copies=(deploy/crds/"$base" deploy/charts/gpuscaler/crds/"$base")
-    [[ "$f" == "$out"/karpenter/* ]] && copies+=(cmd/gpuscaler-karpenter/apis/crds/"$base")
+    [[ "$f" == "$out"/karpenter/* ]] && copies+=(karpenter/apis/crds/"$base")
     for c in "${copies[@]}"; do
       if ! cmp -s "$f" "$c"; then
         echo "$c differs from what controller-gen makes of the API types" >&2
@@ -43,7 +43,7 @@ if $check; then
 fi
 
 gen object paths=./api/... crd:crdVersions=v1 output:crd:dir=deploy/crds paths=./api/...
-(cd cmd/gpuscaler-karpenter && gen object paths=./apis/... crd:crdVersions=v1 output:crd:dir=apis/crds paths=./apis/...)
-cp cmd/gpuscaler-karpenter/apis/crds/gpuscaler.dev_gpunodeclasses.yaml deploy/crds/
+(cd karpenter && gen object paths=./apis/... crd:crdVersions=v1 output:crd:dir=apis/crds paths=./apis/...)
+cp karpenter/apis/crds/gpuscaler.dev_gpunodeclasses.yaml deploy/crds/
 cp deploy/crds/*.yaml deploy/charts/gpuscaler/crds/
-echo "regenerated deepcopy code and CRDs (deploy/crds, the chart's crds/, cmd/gpuscaler-karpenter/apis/crds)"
+echo "regenerated deepcopy code and CRDs (deploy/crds, the chart's crds/, karpenter/apis/crds)"

@@ -30,11 +30,11 @@ import (
 	"sigs.k8s.io/karpenter/pkg/controllers/state"
 	"sigs.k8s.io/karpenter/pkg/operator"
 
-	"github.com/gpuscaler/gpuscaler/cmd/gpuscaler-karpenter/cloudprovider"
-	"github.com/gpuscaler/gpuscaler/cmd/gpuscaler-karpenter/controllers"
 	"github.com/gpuscaler/gpuscaler/internal/config"
 	"github.com/gpuscaler/gpuscaler/internal/daemon"
 	"github.com/gpuscaler/gpuscaler/internal/serve"
+	"github.com/gpuscaler/gpuscaler/karpenter/cloudprovider"
+	"github.com/gpuscaler/gpuscaler/karpenter/controllers"
 )
 
 func main() {

@@ -16,11 +16,11 @@ import (
 	"sigs.k8s.io/karpenter/pkg/scheduling"
 	"sigs.k8s.io/karpenter/pkg/utils/resources"
 
-	"github.com/gpuscaler/gpuscaler/cmd/gpuscaler-karpenter/apis/v1alpha1"
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/verda"
 	"github.com/gpuscaler/gpuscaler/internal/config"
 	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
+	"github.com/gpuscaler/gpuscaler/karpenter/apis/v1alpha1"
 )
 
 // choice is one instance type on one offering.

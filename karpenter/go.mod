@@ -1,4 +1,4 @@
-module github.com/gpuscaler/gpuscaler/cmd/gpuscaler-karpenter
+module github.com/gpuscaler/gpuscaler/karpenter
 
 go 1.26.9
 
@@ -134,4 +134,4 @@ require (
 	sigs.k8s.io/yaml v1.6.0
 )
 
-replace github.com/gpuscaler/gpuscaler => ../..
+replace github.com/gpuscaler/gpuscaler => ..

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/gpuscaler/gpuscaler/cmd/gpuscaler-karpenter/apis/v1alpha1"
 	"github.com/gpuscaler/gpuscaler/internal/config"
+	"github.com/gpuscaler/gpuscaler/karpenter/apis/v1alpha1"
 )
 
 // ErrNotStarted is returned while the core has not listed the clouds.

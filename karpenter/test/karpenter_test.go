@@ -24,8 +24,8 @@ import (
 	"sigs.k8s.io/karpenter/pkg/apis"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
-	"github.com/gpuscaler/gpuscaler/cmd/gpuscaler-karpenter/apis/v1alpha1"
 	"github.com/gpuscaler/gpuscaler/internal/testenv"
+	"github.com/gpuscaler/gpuscaler/karpenter/apis/v1alpha1"
 )
 
 // TestKarpenterScalesGPUNodes runs the whole loop on the simulated cloud:
@@ -174,7 +174,7 @@ const chartNamespace = "gpuscaler"
 // mode and returns a kubeconfig that is that ServiceAccount.
 func chartServiceAccount(t *testing.T, env *testenv.Env, mode string) string {
 	t.Helper()
-	path, err := env.AsChartServiceAccount(context.Background(), "../../../deploy/charts/gpuscaler", "gs", chartNamespace, map[string]any{"mode": mode})
+	path, err := env.AsChartServiceAccount(context.Background(), "../../deploy/charts/gpuscaler", "gs", chartNamespace, map[string]any{"mode": mode})
 	if err != nil {
 		t.Fatal(err)
 	}

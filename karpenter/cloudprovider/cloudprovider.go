@@ -24,9 +24,9 @@ import (
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 	karpcp "sigs.k8s.io/karpenter/pkg/cloudprovider"
 
-	"github.com/gpuscaler/gpuscaler/cmd/gpuscaler-karpenter/apis/v1alpha1"
 	"github.com/gpuscaler/gpuscaler/internal/config"
 	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
+	"github.com/gpuscaler/gpuscaler/karpenter/apis/v1alpha1"
 )
 
 // Owner is the owner the core records on the machines Karpenter launches.

@@ -37,7 +37,7 @@ func run(m *testing.M) int {
 		}
 		defer os.RemoveAll(dir)
 		operatorBin = filepath.Join(dir, "gpuscaler-karpenter")
-		cmd := exec.Command("go", "build", "-o", operatorBin, "..")
+		cmd := exec.Command("go", "build", "-o", operatorBin, "../cmd/gpuscaler-karpenter")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			fmt.Fprintf(os.Stderr, "build gpuscaler-karpenter: %v\n%s", err, out)
 			return 1

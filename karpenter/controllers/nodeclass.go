@@ -15,8 +15,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	"github.com/gpuscaler/gpuscaler/cmd/gpuscaler-karpenter/apis/v1alpha1"
-	"github.com/gpuscaler/gpuscaler/cmd/gpuscaler-karpenter/cloudprovider"
+	"github.com/gpuscaler/gpuscaler/karpenter/apis/v1alpha1"
+	"github.com/gpuscaler/gpuscaler/karpenter/cloudprovider"
 )
 
 // Checker is what the NodeClass controller asks of the provider.

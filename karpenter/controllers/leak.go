@@ -10,8 +10,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
-	"github.com/gpuscaler/gpuscaler/cmd/gpuscaler-karpenter/cloudprovider"
 	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
+	"github.com/gpuscaler/gpuscaler/karpenter/cloudprovider"
 )
 
 // Leaks deletes the machines Karpenter launched that no NodeClaim owns

@@ -6,12 +6,12 @@ import (
 
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
-	"github.com/gpuscaler/gpuscaler/cmd/gpuscaler-karpenter/apis/v1alpha1"
-	"github.com/gpuscaler/gpuscaler/cmd/gpuscaler-karpenter/cloudprovider"
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/verda/verdatest"
 	"github.com/gpuscaler/gpuscaler/internal/config"
 	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
+	"github.com/gpuscaler/gpuscaler/karpenter/apis/v1alpha1"
+	"github.com/gpuscaler/gpuscaler/karpenter/cloudprovider"
 )
 
 // offersCore answers Offers with Verda's recorded catalog (55 types) in

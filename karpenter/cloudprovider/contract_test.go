@@ -22,14 +22,14 @@ import (
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 	karpcp "sigs.k8s.io/karpenter/pkg/cloudprovider"
 
-	"github.com/gpuscaler/gpuscaler/cmd/gpuscaler-karpenter/apis/v1alpha1"
-	"github.com/gpuscaler/gpuscaler/cmd/gpuscaler-karpenter/cloudprovider"
-	"github.com/gpuscaler/gpuscaler/cmd/gpuscaler-karpenter/controllers"
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/verda/verdatest"
 	"github.com/gpuscaler/gpuscaler/internal/config"
 	"github.com/gpuscaler/gpuscaler/internal/daemon"
+	"github.com/gpuscaler/gpuscaler/karpenter/apis/v1alpha1"
+	"github.com/gpuscaler/gpuscaler/karpenter/cloudprovider"
+	"github.com/gpuscaler/gpuscaler/karpenter/controllers"
 )
 
 // The contract tests run the provider over gpuscaler's real core and the

@@ -11,11 +11,11 @@ import (
 	karpcp "sigs.k8s.io/karpenter/pkg/cloudprovider"
 	"sigs.k8s.io/karpenter/pkg/scheduling"
 
-	"github.com/gpuscaler/gpuscaler/cmd/gpuscaler-karpenter/apis/v1alpha1"
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
 	"github.com/gpuscaler/gpuscaler/internal/config"
 	"github.com/gpuscaler/gpuscaler/internal/gpu"
 	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
+	"github.com/gpuscaler/gpuscaler/karpenter/apis/v1alpha1"
 )
 
 // catalog builds Karpenter instance types from the core's offers, one set

@@ -17,10 +17,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
-	"github.com/gpuscaler/gpuscaler/cmd/gpuscaler-karpenter/apis/v1alpha1"
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/verda/verdatest"
+	"github.com/gpuscaler/gpuscaler/karpenter/apis/v1alpha1"
 )
 
 // TestTwoOperatorReplicas runs two operators against the fake of Verda's

@@ -21,7 +21,7 @@ import (
 // gpuscaler's CRDs (their schemas and CEL rules).
 func TestManifestsApply(t *testing.T) {
 	t.Parallel()
-	data, err := os.ReadFile("../../../internal/config/seedconfig/testdata/scw-karpenter-provisioner.yaml")
+	data, err := os.ReadFile("../../internal/config/seedconfig/testdata/scw-karpenter-provisioner.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +36,7 @@ func TestManifestsApply(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	examples, err := filepath.Glob("../../../examples/karpenter/*.yaml")
+	examples, err := filepath.Glob("../../examples/karpenter/*.yaml")
 	if err != nil || len(examples) == 0 {
 		t.Fatalf("examples: %v", err)
 	}

@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
-	"github.com/gpuscaler/gpuscaler/cmd/gpuscaler-karpenter/apis/v1alpha1"
+	"github.com/gpuscaler/gpuscaler/karpenter/apis/v1alpha1"
 )
 
 // TestKarpenterWaitsForGPUs: GPU nodes register Ready a minute before
