@@ -186,6 +186,28 @@ func (o *orderer) create(ctx context.Context, g *group, mem *member) {
 	o.fail(g, mem, CodeOutOfResources, ErrorClassOutOfResources, msg, false)
 }
 
+// failure names a cloud's error class as a scale-up failure: the code
+// reported (Events, metrics, the instance's error) and its class, the same
+// for a create the cloud refused and an instance it reports failed.
+func failure(class error) (string, ErrorClass) {
+	switch class {
+	case cloud.ErrCapacity:
+		return CodeOutOfResources, ErrorClassOutOfResources
+	case cloud.ErrQuota:
+		return CodeQuotaExceeded, ErrorClassOther
+	case cloud.ErrInvalid, cloud.ErrNotFound:
+		return CodeInvalidConfig, ErrorClassOther
+	}
+	return CodeCreateFailed, ErrorClassOther
+}
+
+// backsOff reports whether a failure of this code makes its group stop
+// ordering for a while: asking again cannot help before someone acts
+// (a quota raised, the config fixed).
+func backsOff(code string) bool {
+	return code == CodeQuotaExceeded || code == CodeInvalidConfig
+}
+
 // outcome is how one offering's order ended.
 type outcome int
 
@@ -224,14 +246,11 @@ func (o *orderer) send(ctx context.Context, g *group, mem *member, spec cloud.Cr
 			// order was never sent, and the next core (Inherit) sends it.
 			return settled, nil
 		}
-		switch cloud.Class(err) {
-		case cloud.ErrCapacity:
+		if cloud.Class(err) == cloud.ErrCapacity {
 			return stockedOut, err
-		case cloud.ErrQuota:
-			o.fail(g, mem, CodeQuotaExceeded, ErrorClassOther, err.Error(), true)
-			return settled, nil
-		case cloud.ErrInvalid, cloud.ErrNotFound:
-			o.fail(g, mem, CodeInvalidConfig, ErrorClassOther, err.Error(), true)
+		}
+		if code, class := failure(cloud.Class(err)); backsOff(code) {
+			o.fail(g, mem, code, class, err.Error(), true)
 			return settled, nil
 		}
 		if attempt >= o.retries {

@@ -496,21 +496,13 @@ func (y *syncer) fold(ctx context.Context, cloudName string, g *group, l *listin
 func (y *syncer) failed(g *group, mem *member, in cloud.Instance) {
 	y.metrics.scaleUpFailures.WithLabelValues(g.cfg.Name, "InstanceFailed").Inc()
 	y.store.to(mem, phaseFailed)
-	code, class := CodeCreateFailed, ErrorClassOther
 	msg := "cloud reports the instance failed: " + in.Error
-	switch cloud.Class(in.ErrorClass) {
-	case cloud.ErrCapacity:
+	code, class := failure(cloud.Class(in.ErrorClass))
+	if k := mem.offering(); class == ErrorClassOutOfResources && k.InstanceType != "" {
 		// As a create that stocked out: the next orders skip the offering.
-		code, class = CodeOutOfResources, ErrorClassOutOfResources
-		if k := mem.offering(); k.InstanceType != "" {
-			y.offerings.markStockedOut(mem.cloud(), k)
-		}
-	case cloud.ErrQuota:
-		code = CodeQuotaExceeded
-	case cloud.ErrInvalid:
-		code = CodeInvalidConfig
+		y.offerings.markStockedOut(mem.cloud(), k)
 	}
-	if (code == CodeQuotaExceeded || code == CodeInvalidConfig) && g != y.store.launches {
+	if backsOff(code) && g != y.store.launches {
 		// As a create refused for these: the group backs off.
 		y.offerings.fail(g.cfg.Name, code, msg, 0, 0)
 	}
