@@ -38,6 +38,7 @@ nodeGroups:
 type simulateFlags struct {
 	config, trace, format, provisioner, html, sweep, policy string
 	seed                                                    uint64
+	standby                                                 int
 	scale                                                   float64
 	gpuStartup, loop                                        time.Duration
 }
@@ -72,6 +73,7 @@ cost, next to a baseline that scales as cluster-autoscaler does with its default
 	fl.StringVar(&f.policy, "policy", "all", "nodeprovisioner, cluster-autoscaler, foresight (knows every arrival in advance: the bound), or all side by side (both: the same)")
 	fl.StringVar(&f.provisioner, "provisioner", "", "a NodeProvisioner manifest whose spec the NodeProvisioner policy uses (default: its defaults over every group)")
 	fl.DurationVar(&f.gpuStartup, "gpu-startup", time.Minute, "time from an instance running to its GPUs being allocatable")
+	fl.IntVar(&f.standby, "standby", defaultStandby, "standby pool size for each group without one; with --policy all, the NodeProvisioner also runs with it beside its run without (0: none)")
 	fl.DurationVar(&f.loop, "loop", 10*time.Second, "autoscaler loop period (the core lists the cloud every sync.period of the config)")
 	fl.StringVar(&f.html, "html", "", "also write a self-contained HTML report (charts over time and the table) to this file")
 	fl.StringVar(&f.sweep, "sweep", "", "run a grid over one NodeProvisioner setting, e.g. minUnutilizedGPUNodes=0..3, and print the frontier of p95 wait against cost")
@@ -82,6 +84,10 @@ cost, next to a baseline that scales as cluster-autoscaler does with its default
 // GOGC is not set: a batch job whose heap is small and whose time is the
 // user's wait, unlike the long-running commands (defaultGCPercent).
 const simulateGCPercent = 200
+
+// defaultStandby is --standby's default: the standby pool per group the
+// default run shows beside the NodeProvisioner without one.
+const defaultStandby = 2
 
 func runSimulate(cmd *cobra.Command, f *simulateFlags, log *slog.Logger) error {
 	if os.Getenv("GOGC") == "" {
@@ -133,18 +139,29 @@ func runSimulate(cmd *cobra.Command, f *simulateFlags, log *slog.Logger) error {
 		}
 		return writeHTML(f.html, results)
 	}
-	var policies []simulate.Policy
+	if f.standby < 0 {
+		return fmt.Errorf("--standby %d: want 0 or more", f.standby)
+	}
+	type column struct {
+		policy  simulate.Policy
+		standby int
+	}
+	var columns []column
 	switch f.policy {
 	case "all", "both":
-		policies = []simulate.Policy{simulate.NodeProvisioner, simulate.Baseline, simulate.Foresight}
+		columns = []column{{simulate.NodeProvisioner, 0}, {simulate.Baseline, 0}, {simulate.Foresight, 0}}
+		if f.standby > 0 {
+			columns = slices.Insert(columns, 1, column{simulate.NodeProvisioner, f.standby})
+		}
 	case string(simulate.NodeProvisioner), string(simulate.Baseline), string(simulate.Foresight):
-		policies = []simulate.Policy{simulate.Policy(f.policy)}
+		columns = []column{{simulate.Policy(f.policy), f.standby}}
 	default:
 		return fmt.Errorf("--policy %q: want nodeprovisioner, cluster-autoscaler, foresight or all", f.policy)
 	}
 	var results []*simulate.Result
-	for _, p := range policies {
-		opts.Policy = p
+	for _, c := range columns {
+		p := c.policy
+		opts.Policy, opts.Standby = p, c.standby
 		r, err := simulate.Run(ctx, trace, opts)
 		if err != nil {
 			return fmt.Errorf("%s: %w", p, err)

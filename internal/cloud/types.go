@@ -150,6 +150,10 @@ type Instance struct {
 	// offering stocked out), ErrQuota, ErrInvalid; nil when the cloud's
 	// words say nothing known.
 	ErrorClass error
+	// Standby marks an instance stopped by Stopper.Stop for a standby pool
+	// (StateStopped), as the cloud records it (a tag, a label, a state of
+	// its own): it is kept, not replaced, and a restart finds it again.
+	Standby bool
 }
 
 // CreateSpec is one order for one instance.
@@ -321,6 +325,23 @@ type ExistingGroup struct {
 	// Description is the group's description at the cloud, where an
 	// operator marks the group as handed over to a cluster.
 	Description string
+}
+
+// Stopper is a cloud whose instances can be stopped, billing less than
+// running (their disks only, as a rule), and started again as they were:
+// joined once, GPU drivers loaded, images pulled. Standby pools need it.
+type Stopper interface {
+	// Stop powers a running instance off into the cloud's cheapest state
+	// it can be started from; List then shows it StateStopped with
+	// Standby set. One already stopped is success.
+	Stop(ctx context.Context, inst Instance) error
+	// Start powers a stopped instance on; List shows it pending, then
+	// running. ErrCapacity: the cloud has no room for it now (a stopped
+	// instance may have given its host up).
+	Start(ctx context.Context, inst Instance) error
+	// StoppedPrice is what a stopped instance of the offering costs per
+	// hour, in the catalog's currency.
+	StoppedPrice(k OfferingKey) float64
 }
 
 // GroupDescriber is implemented by clouds whose existing instance groups

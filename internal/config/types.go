@@ -3,6 +3,8 @@
 package config
 
 import (
+	"time"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -301,6 +303,15 @@ type SimConfig struct {
 	// GPUFailures is how many GPU Nodes, the first to register, never get
 	// their GPUs (a driver that does not install); default 0.
 	GPUFailures int `json:"gpuFailures,omitempty"`
+	// StartDelay is the time from starting a stopped (standby) instance to
+	// running; default 15s.
+	StartDelay *metav1.Duration `json:"startDelay,omitempty"`
+	// StartFailureRate is the chance (0..1) that starting a stopped
+	// instance is refused for want of capacity; default 0.
+	StartFailureRate float64 `json:"startFailureRate,omitempty"`
+	// StoppedPrice is what a stopped instance costs per hour (its disk);
+	// default 0.05.
+	StoppedPrice *float64 `json:"stoppedPrice,omitempty"`
 }
 
 // SimCapacity sets the capacity of matching offerings of the simulated
@@ -377,6 +388,53 @@ type NodeGroup struct {
 	// (nvidia.com/gpu), for setups the MIG table does not describe; prefer
 	// mig. Kept for users of the DataCrunch autoscaler's override_num_gpus.
 	OverrideNumGPUs *int `json:"overrideNumGPUs,omitempty"`
+	// Standby keeps instances that booted, joined and warmed once, then
+	// stopped, ready to start when the group scales up (docs/standby.md).
+	Standby *Standby `json:"standby,omitempty"`
+}
+
+// Standby is a group's pool of stopped, warmed instances.
+type Standby struct {
+	// Size is how many stopped instances to keep ready; size + the
+	// group's target never exceeds maxSize.
+	Size int `json:"size"`
+	// MaxAge replaces a standby instance older than this (image and driver
+	// drift); default 7 days.
+	MaxAge *metav1.Duration `json:"maxAge,omitempty"`
+	// WarmFor is how long an instance of the pool runs after it is up
+	// before it is stopped (its Node joins, its GPUs come up, its images
+	// are pulled); default 2 minutes.
+	WarmFor *metav1.Duration `json:"warmFor,omitempty"`
+}
+
+// Default standby settings.
+const (
+	DefaultStandbyMaxAge  = 7 * 24 * time.Hour
+	DefaultStandbyWarmFor = 2 * time.Minute
+)
+
+// StandbyMaxAge is the pool's maxAge, or its default.
+func (s *Standby) StandbyMaxAge() time.Duration {
+	if s == nil || s.MaxAge == nil {
+		return DefaultStandbyMaxAge
+	}
+	return s.MaxAge.Duration
+}
+
+// StandbyWarmFor is the pool's warmFor, or its default.
+func (s *Standby) StandbyWarmFor() time.Duration {
+	if s == nil || s.WarmFor == nil {
+		return DefaultStandbyWarmFor
+	}
+	return s.WarmFor.Duration
+}
+
+// StandbySize is the group's standby pool size; 0 without one.
+func (g *NodeGroup) StandbySize() int {
+	if g.Standby == nil {
+		return 0
+	}
+	return g.Standby.Size
 }
 
 // Owners of a node group.

@@ -99,7 +99,50 @@ func validateGroup(p *field.Path, g *NodeGroup, c *Config) field.ErrorList {
 	if b := g.Bootstrap; b != nil {
 		errs = append(errs, validateBootstrap(p.Child("bootstrap"), b, c)...)
 	}
+	if s := g.Standby; s != nil {
+		errs = append(errs, validateStandby(p.Child("standby"), g, s)...)
+	}
 	return errs
+}
+
+// validateStandby checks a group's standby pool: a cloud that can hold
+// one (a stopped instance billing less than a running one, and started
+// again as it was), a front end that takes from it, and a size within
+// maxSize.
+func validateStandby(p *field.Path, g *NodeGroup, s *Standby) field.ErrorList {
+	var errs field.ErrorList
+	if why := standbyRefused(g.Cloud); why != "" {
+		errs = append(errs, field.Forbidden(p, why))
+	}
+	if g.ManagedBy == ManagedByKarpenter {
+		errs = append(errs, field.Forbidden(p, "a group managed by karpenter has no standby pool yet: Karpenter's Create orders through the launch API, which does not take from the pool"))
+	}
+	switch {
+	case s.Size < 0:
+		errs = append(errs, field.Invalid(p.Child("size"), s.Size, "must be >= 0"))
+	case s.Size > g.MaxSize:
+		errs = append(errs, field.Invalid(p.Child("size"), s.Size, fmt.Sprintf("must be <= maxSize (%d): the pool and the running nodes share maxSize", g.MaxSize)))
+	}
+	errs = append(errs, within(p.Child("maxAge"), s.MaxAge, time.Hour, 60*24*time.Hour,
+		"older standby instances are replaced (GCP deletes stopped VMs' reservations, images drift)")...)
+	errs = append(errs, within(p.Child("warmFor"), s.WarmFor, 0, 2*time.Hour, "how long a new standby instance runs before it is stopped")...)
+	return errs
+}
+
+// standbyRefused says why a cloud cannot hold a standby pool; empty when
+// it can. docs/clouds/<cloud>.md cite what each cloud bills for a stopped
+// instance.
+func standbyRefused(cloudName string) string {
+	switch cloudName {
+	case CloudSim:
+		return ""
+	case CloudVerda:
+		return "Verda bills a shut-down instance in full (docs.verda.com: shutdown instances continue to charge), so a standby pool would cost as much as running nodes"
+	case CloudKamatera:
+		return "Kamatera does not document what a powered-off hourly server is billed; gpuscaler does not guess"
+	default:
+		return fmt.Sprintf("standby pools are not supported on %s yet (docs/clouds/%s.md says which stopped state would serve)", cloudName, cloudName)
+	}
 }
 
 // validateGroupCloud checks that a group names a cloud with a section.

@@ -223,6 +223,18 @@ func TestValidateInvalidFields(t *testing.T) {
 		{"override gpus with mig", func(c *Config) { c.NodeGroups[1].OverrideNumGPUs = ptr.To(7) },
 			[]string{"nodeGroups[1].overrideNumGPUs"}, field.ErrorTypeForbidden},
 		{"group cost cap", group0(func(g *NodeGroup) { g.MaxHourlyCost = -1 }), []string{"nodeGroups[0].maxHourlyCost"}, field.ErrorTypeInvalid},
+		{"standby above maxSize", group0(func(g *NodeGroup) { g.Standby = &Standby{Size: 4} }), []string{"nodeGroups[0].standby.size"}, field.ErrorTypeInvalid},
+		{"standby negative", group0(func(g *NodeGroup) { g.Standby = &Standby{Size: -1} }), []string{"nodeGroups[0].standby.size"}, field.ErrorTypeInvalid},
+		{"standby max age", group0(func(g *NodeGroup) { g.Standby = &Standby{Size: 1, MaxAge: dur(time.Minute)} }),
+			[]string{"nodeGroups[0].standby.maxAge"}, field.ErrorTypeInvalid},
+		{"standby warm for", group0(func(g *NodeGroup) { g.Standby = &Standby{Size: 1, WarmFor: dur(-time.Minute)} }),
+			[]string{"nodeGroups[0].standby.warmFor"}, field.ErrorTypeInvalid},
+		{"standby on verda", group0(func(g *NodeGroup) {
+			g.Cloud, g.Locations, g.Standby = CloudVerda, []string{"FIN-01"}, &Standby{Size: 1}
+		}),
+			[]string{"nodeGroups[0].standby"}, field.ErrorTypeForbidden},
+		{"standby under karpenter", group0(func(g *NodeGroup) { g.ManagedBy, g.Standby = ManagedByKarpenter, &Standby{Size: 1} }),
+			[]string{"nodeGroups[0].standby"}, field.ErrorTypeForbidden},
 		{"utilization threshold", group0(func(g *NodeGroup) {
 			g.AutoscalingOptions = &AutoscalingOptions{ScaleDownUtilizationThreshold: ptr.To(-0.1)}
 		}), []string{"nodeGroups[0].autoscalingOptions.scaleDownUtilizationThreshold"}, field.ErrorTypeInvalid},

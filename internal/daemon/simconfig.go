@@ -16,6 +16,7 @@ func SimConfig(c config.SimConfig) sim.Config {
 		Seed: c.Seed, Locations: c.Locations, DefaultCapacity: c.DefaultCapacity,
 		BootDelay: duration(c.BootDelay), DeleteDelay: duration(c.DeleteDelay), APILatency: duration(c.APILatency),
 		FaultRate: c.FaultRate, SpotReclaimRate: c.SpotReclaimRate,
+		StartDelay: duration(c.StartDelay), StartFailureRate: c.StartFailureRate, StoppedPrice: c.StoppedPrice,
 	}
 	for _, k := range c.Capacity {
 		out.Capacity = append(out.Capacity, sim.Capacity{InstanceType: k.InstanceType, Location: k.Location, CapacityType: k.CapacityType, Count: k.Count})

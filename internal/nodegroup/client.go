@@ -125,3 +125,49 @@ func (c *client) delete(ctx context.Context, inst cloud.Instance) error {
 	c.observe("delete", start, err)
 	return err
 }
+
+// stopper is the cloud's cloud.Stopper; ok is false for a cloud that
+// cannot stop instances.
+func (c *client) stopper() (cloud.Stopper, bool) {
+	s, ok := c.p.(cloud.Stopper)
+	return s, ok
+}
+
+// stoppedPrice is what a stopped instance of the offering bills per hour;
+// 0 for a cloud that cannot stop instances.
+func (c *client) stoppedPrice(k cloud.OfferingKey) float64 {
+	if s, ok := c.stopper(); ok {
+		return s.StoppedPrice(k)
+	}
+	return 0
+}
+
+// stop powers an instance off for a standby pool.
+func (c *client) stop(ctx context.Context, inst cloud.Instance) error {
+	s, ok := c.stopper()
+	if !ok {
+		return cloud.Errorf(cloud.ErrInvalid, "stop", "cloud %s cannot stop instances", c.p.Name())
+	}
+	if err := c.wait(ctx); err != nil {
+		return err
+	}
+	start := c.clock.Now()
+	err := s.Stop(ctx, inst)
+	c.observe("stop", start, err)
+	return err
+}
+
+// start powers a standby instance on.
+func (c *client) start(ctx context.Context, inst cloud.Instance) error {
+	s, ok := c.stopper()
+	if !ok {
+		return cloud.Errorf(cloud.ErrInvalid, "start", "cloud %s cannot start instances", c.p.Name())
+	}
+	if err := c.wait(ctx); err != nil {
+		return err
+	}
+	begin := c.clock.Now()
+	err := s.Start(ctx, inst)
+	c.observe("start", begin, err)
+	return err
+}

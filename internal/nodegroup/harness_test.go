@@ -302,6 +302,20 @@ func (w *wrapped) List(ctx context.Context) ([]cloud.Instance, error) {
 	return out, err
 }
 
+// Stop, Start and StoppedPrice pass through to the simulated cloud's
+// cloud.Stopper.
+func (w *wrapped) Stop(ctx context.Context, inst cloud.Instance) error {
+	return w.Provider.(cloud.Stopper).Stop(ctx, inst)
+}
+
+func (w *wrapped) Start(ctx context.Context, inst cloud.Instance) error {
+	return w.Provider.(cloud.Stopper).Start(ctx, inst)
+}
+
+func (w *wrapped) StoppedPrice(k cloud.OfferingKey) float64 {
+	return w.Provider.(cloud.Stopper).StoppedPrice(k)
+}
+
 func (w *wrapped) counts() (creates, deletes int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -381,7 +395,8 @@ func simConfig(c config.SimConfig) sim.Config {
 	}
 	return sim.Config{Seed: c.Seed, Locations: c.Locations, DefaultCapacity: c.DefaultCapacity,
 		BootDelay: d(c.BootDelay), DeleteDelay: d(c.DeleteDelay), APILatency: d(c.APILatency),
-		FaultRate: c.FaultRate, SpotReclaimRate: c.SpotReclaimRate}
+		FaultRate: c.FaultRate, SpotReclaimRate: c.SpotReclaimRate,
+		StartDelay: d(c.StartDelay), StartFailureRate: c.StartFailureRate, StoppedPrice: c.StoppedPrice}
 }
 
 // runOneThenDelete orders one instance of group g, waits until it runs,

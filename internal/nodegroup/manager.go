@@ -446,8 +446,8 @@ func (m *Manager) GroupForProviderID(providerID string) (string, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	mem, ok := s.pids.get(providerID)
-	if !ok || mem.group() == "" {
-		return "", false
+	if !ok || mem.group() == "" || mem.pooled() {
+		return "", false // a standby instance is no node of the group's
 	}
 	return mem.group(), true
 }
@@ -476,7 +476,9 @@ func (m *Manager) Instances(name string) ([]Instance, error) {
 	}
 	out := make([]Instance, 0, len(g.members))
 	for _, mem := range g.members {
-		out = append(out, mem.view())
+		if !mem.pooled() {
+			out = append(out, mem.view())
+		}
 	}
 	slices.SortFunc(out, func(a, b Instance) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
@@ -496,7 +498,9 @@ func (m *Manager) EachInstance(name string, fn func(Instance)) error {
 		return fmt.Errorf("%w: %q", ErrGroupNotFound, name)
 	}
 	for _, mem := range g.members {
-		fn(mem.summary())
+		if !mem.pooled() {
+			fn(mem.summary())
+		}
 	}
 	return nil
 }
@@ -518,6 +522,7 @@ func (mem *member) summary() Instance {
 		Location:     k.Location,
 		CapacityType: string(k.CapacityType),
 		CreatedAt:    mem.createdAt.Time(),
+		StartedAt:    x.startedAt,
 		Owner:        x.owner,
 		Price:        mem.price,
 	}

@@ -28,6 +28,9 @@ type Metrics struct {
 	startup          *prometheus.HistogramVec
 	gpuGap           *prometheus.HistogramVec
 	gpuTimeouts      *prometheus.CounterVec
+	// standbyStarts counts standby instances started for demand, by
+	// result (ok, failed: a fresh order was placed instead).
+	standbyStarts *prometheus.CounterVec
 }
 
 // Steps of a node's start-up, the step label of
@@ -60,7 +63,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"cloud", "operation"}),
 		instances: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "gpuscaler_nodegroup_instances",
-			Help: "Instances by node group and state (creating, running, deleting, failed).",
+			Help: "Instances by node group and state (creating, running, deleting, failed, standby).",
 		}, []string{"group", "state"}),
 		targetSize: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "gpuscaler_nodegroup_target_size",
@@ -116,6 +119,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "gpuscaler_member_transitions_refused_total",
 			Help: "Member phase changes the lifecycle does not have (out of deleting, back to creating), refused, by node group, from and to phase; any is a bug to report.",
 		}, []string{"group", "from", "to"}),
+		standbyStarts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpuscaler_standby_starts_total",
+			Help: "Standby instances started for demand, by node group and result (ok; failed: the instance was deleted and a fresh one ordered at once).",
+		}, []string{"group", "result"}),
 		targetMismatches: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gpuscaler_target_mismatches_total",
 			Help: "Changes after which a node group's target and its live members disagreed, by node group; any is a bug to report.",
@@ -123,7 +130,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.apiCalls, m.apiLatency, m.instances, m.targetSize, m.scaleUpFailures, m.hourlySpend, m.leaked,
-			m.deleteFailures, m.vanished, m.unknownGroup, m.stockOuts, m.costLimit, m.startup, m.gpuGap, m.gpuTimeouts, m.refusedMoves, m.targetMismatches)
+			m.deleteFailures, m.vanished, m.unknownGroup, m.stockOuts, m.costLimit, m.startup, m.gpuGap, m.gpuTimeouts, m.refusedMoves, m.targetMismatches, m.standbyStarts)
 	}
 	return m
 }

@@ -164,7 +164,7 @@ func (r *reaper) unregisteredLocked(ctx context.Context, cloudName string) {
 				r.gpuStartupLocked(ctx, g, mem, now)
 				continue
 			}
-			if now.Sub(mem.createdAt.Time()) < grace {
+			if now.Sub(mem.since()) < grace {
 				continue
 			}
 			mem.unseen++

@@ -111,7 +111,7 @@ func (z *sizer) decrease(name string, delta int) error {
 	}
 	var unfulfilled []*member
 	for _, mem := range g.members {
-		if mem.phase == phaseCreating || mem.phase == phaseUnknown || mem.phase == phaseFailed {
+		if (mem.phase == phaseCreating || mem.phase == phaseUnknown || mem.phase == phaseFailed) && !mem.pooled() {
 			unfulfilled = append(unfulfilled, mem)
 		}
 	}
@@ -151,7 +151,7 @@ func (z *sizer) deleteNodes(name string, providerIDs []string) error {
 	atCloud := 0
 	for _, pid := range providerIDs {
 		mem, ok := s.pids.get(pid)
-		if !ok || mem.group() != name {
+		if !ok || mem.group() != name || mem.pooled() {
 			return fmt.Errorf("%w: %q is not in group %q", ErrNotInGroup, pid, name)
 		}
 		if seen[mem] || mem.phase == phaseDeleting {
@@ -199,15 +199,15 @@ func (z *sizer) reconcileLocked(g *group) {
 		g.target = g.cfg.MinSize
 	}
 	for g.live < g.target {
-		mem := &member{
-			name:      z.store.newName(g, z.namePrefix(g)),
-			g:         g,
-			phase:     phaseCreating,
-			createdAt: stampOf(z.clock.Now()),
+		if z.takeLocked(g) != nil {
+			continue // a standby instance starts: seconds, not a cold boot
 		}
-		mem.providerID, mem.placeholder = cloud.ProviderIDOf(z.clients[g.cfg.Cloud].p, mem.name), true
+		mem := z.newMember(g)
 		z.store.add(g, mem)
 		z.orderer.order(g, mem)
+	}
+	if g != z.store.launches {
+		z.poolLocked(g)
 	}
 	z.checkLocked(g)
 	z.publishLocked(g)
@@ -277,7 +277,7 @@ func (z *sizer) withdrawHeldLocked(g *group, n int) {
 	}
 	var held []*member
 	for _, mem := range g.members {
-		if mem.phase == phaseCreating && !mem.cancelled {
+		if mem.phase == phaseCreating && !mem.cancelled && !mem.pooled() {
 			held = append(held, mem)
 		}
 	}
@@ -293,7 +293,7 @@ func (z *sizer) publishLocked(g *group) {
 	if g == z.store.launches {
 		return
 	}
-	for _, state := range []string{"creating", "running", "deleting", "failed"} {
+	for _, state := range memberStates {
 		z.metrics.instances.WithLabelValues(g.cfg.Name, state).Set(float64(g.counts[state]))
 	}
 	z.metrics.targetSize.WithLabelValues(g.cfg.Name).Set(float64(g.target))

@@ -235,6 +235,9 @@ type member struct {
 	// idForms: the instance's aliases are its cloud's ID forms,
 	// "<scheme>://<id>" (see aliasForms), rendered from id when asked for.
 	idForms bool
+	// standby is where the member is in its group's standby pool; none
+	// for a member that serves (see standby.go).
+	standby standbyState
 }
 
 // extras is what a member carries only when it has it.
@@ -258,6 +261,10 @@ type extras struct {
 	aliases []string
 	// ip is the instance's address when it is not IPv4.
 	ip string
+	// warmSince is when a standby member was first listed running (its
+	// warm-up counts from then); startedAt when a standby member was
+	// started for demand.
+	warmSince, startedAt time.Time
 }
 
 // extras returns the member's extras to change, making them on first use.
@@ -356,10 +363,12 @@ func (s stamp) Time() time.Time {
 // stateLabel is the member's state in the instances gauge.
 // memberStates are stateLabel's answers, the state label of
 // gpuscaler_nodegroup_instances.
-var memberStates = []string{"creating", "running", "deleting", "failed"}
+var memberStates = []string{"creating", "running", "deleting", "failed", "standby"}
 
 func (mem *member) stateLabel() string {
 	switch {
+	case mem.pooled() && mem.phase != phaseDeleting:
+		return "standby"
 	case mem.phase == phaseFailed:
 		return "failed"
 	case mem.phase == phaseDeleting:
@@ -492,7 +501,7 @@ func (mem *member) providerIDs() []string {
 // counts and spend.
 func (g *group) account(mem *member, sign int) {
 	g.counts[mem.stateLabel()] += sign
-	if mem.phase != phaseDeleting {
+	if mem.phase != phaseDeleting && !mem.pooled() {
 		g.live += sign
 	}
 	if mem.committed() {

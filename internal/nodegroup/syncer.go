@@ -251,6 +251,7 @@ func (y *syncer) sync(ctx context.Context, cloudName string, initial bool) error
 		delete(l.groups, g.cfg.Name)
 		y.sizer.adoptedLocked(g, adopted, initial && !g.inherited)
 		y.sizer.reconcileLocked(g)
+		out.stop = append(out.stop, y.warmedLocked(g, start)...)
 		g.recount()
 		y.startups.observeLocked(g)
 	}
@@ -295,6 +296,7 @@ func (y *syncer) sync(ctx context.Context, cloudName string, initial bool) error
 	for _, name := range out.release {
 		y.orderer().release(ctx, name)
 	}
+	y.stop(ctx, cloudName, out.stop)
 	return nil
 }
 
@@ -309,6 +311,8 @@ type afterLock struct {
 	// release are instances whose orders did not land: what bootstrap
 	// holds for them is released.
 	release []string
+	// stop are standby members done warming: their instances are stopped.
+	stop []*member
 }
 
 // reissue is the script of an instance ordered before a restart.
@@ -421,7 +425,10 @@ func (y *syncer) fold(ctx context.Context, cloudName string, g *group, l *listin
 			case in.State == cloud.StateDeleting && mem.phase != phaseDeleting:
 				y.log.Warn("instance is being deleted outside gpuscaler; it will be replaced", "group", g.cfg.Name, "instance", name)
 				s.to(mem, phaseDeleting)
-			case in.State == cloud.StateStopped && mem.phase != phaseDeleting:
+			case in.State == cloud.StateStopped && in.Standby && mem.standby == standbyWarming:
+				// Its stop took effect though the answer was lost.
+				mem.standby, mem.price = standbyStopped, y.clients[cloudName].stoppedPrice(mem.offering())
+			case in.State == cloud.StateStopped && mem.phase != phaseDeleting && !in.Standby:
 				// Gone for the cluster, not for the bill: delete it (below)
 				// and let the group order a replacement.
 				y.metrics.vanished.WithLabelValues(g.cfg.Name).Inc()
@@ -469,13 +476,17 @@ func (y *syncer) fold(ctx context.Context, cloudName string, g *group, l *listin
 			mem.createdAt, mem.ageUnknown = stampOf(start), true
 		}
 		mem.price = y.offerings.price(cloudName, mem.offering(), y.catalog.listPrice(cloudName, mem.offering()))
-		switch in.State {
-		case cloud.StateDeleting:
+		switch {
+		case in.State == cloud.StateStopped && in.Standby && g.cfg.StandbySize() > 0:
+			// A standby instance of a process before this one: it stays
+			// in the pool (poolLocked trims a pool above its size).
+			mem.standby, mem.price = standbyStopped, y.clients[cloudName].stoppedPrice(mem.offering())
+		case in.State == cloud.StateDeleting:
 			s.to(mem, phaseDeleting)
-		case cloud.StateStopped:
+		case in.State == cloud.StateStopped:
 			s.to(mem, phaseDeleting) // deleted by the next sync, as above
 			y.metrics.vanished.WithLabelValues(g.cfg.Name).Inc()
-		case cloud.StateFailed:
+		case in.State == cloud.StateFailed:
 			// Reported again: the process before this one may have
 			// stopped before it saw the instance fail.
 			y.failed(g, mem, in)
@@ -545,6 +556,12 @@ func (y *syncer) missing(g *group, mem *member, start time.Time, out *afterLock)
 		// vanished would have its Node deleted and be ordered twice. The
 		// same window as a lost answer's (ResolveAfter); at the same
 		// instant too, for a coarse clock.
+	case mem.pooled() && mem.phase != phaseDeleting:
+		// A standby instance is no capacity: nothing is replaced in its
+		// place but the pool, which refills.
+		y.log.Warn("standby instance gone; the pool refills", "group", g.cfg.Name, "instance", mem.name)
+		s.drop(g, mem)
+		out.gone = append(out.gone, mem)
 	case mem.phase != phaseDeleting && g != s.launches && y.leaving(mem):
 		// A front end was deleting its node (it tainted the Node, then
 		// asked a process that stopped before the Node went, or the

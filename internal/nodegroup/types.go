@@ -167,6 +167,9 @@ type Instance struct {
 	Location     string
 	CapacityType string
 	CreatedAt    time.Time
+	// StartedAt is when the instance was last started from its group's
+	// standby pool; zero for one that booted from its order.
+	StartedAt time.Time
 	// ErrorCode, ErrorMessage and ErrorClass are set when the instance could
 	// not be created (for example every offering stocked out).
 	ErrorCode    string

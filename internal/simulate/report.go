@@ -16,6 +16,11 @@ import (
 type Result struct {
 	Policy Policy
 	Trace  string
+	// Standby is the standby pool size the run gave each group (0: none
+	// beyond the config's); StandbyStarts how many standby instances
+	// started for demand, and failed to.
+	Standby                           int
+	StandbyStarts, StandbyStartFailed int
 	// Simulated is the virtual time the run covered.
 	Simulated time.Duration
 	// Pods is how many the trace had; Finished how many ran to the end;
@@ -101,18 +106,32 @@ func (r *run) result() *Result {
 	if err == nil {
 		res.StockOuts = int(sum(families, "gpuscaler_stockouts_total"))
 		res.Reclaims = int(sum(families, "gpuscaler_instances_vanished_total"))
+		res.StandbyStarts = int(sumWhere(families, "gpuscaler_standby_starts_total", "result", "ok"))
+		res.StandbyStartFailed = int(sumWhere(families, "gpuscaler_standby_starts_total", "result", "failed"))
 	}
 	return res
 }
 
 // sum adds up a counter's series.
 func sum(families []*dto.MetricFamily, name string) float64 {
+	return sumWhere(families, name, "", "")
+}
+
+// sumWhere adds up a counter's series whose label is value (every series
+// for an empty label).
+func sumWhere(families []*dto.MetricFamily, name, label, value string) float64 {
 	total := 0.0
 	for _, f := range families {
 		if f.GetName() != name {
 			continue
 		}
+	next:
 		for _, m := range f.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if label != "" && lp.GetName() == label && lp.GetValue() != value {
+					continue next
+				}
+			}
 			total += m.GetCounter().GetValue()
 		}
 	}
@@ -133,7 +152,7 @@ func WriteTable(w io.Writer, results ...*Result) error {
 	dur := func(q float64) func(*Result) string {
 		return func(r *Result) string { return fmtDuration(r.Wait(q)) }
 	}
-	row("", func(r *Result) string { return string(r.Policy) })
+	row("", func(r *Result) string { return r.Name() })
 	row("trace", func(r *Result) string { return r.Trace })
 	row("simulated", func(r *Result) string { return fmtDuration(r.Simulated) })
 	row("pods (unplaced)", func(r *Result) string { return fmt.Sprintf("%d (%d)", r.Pods, r.Unplaced) })
@@ -149,6 +168,9 @@ func WriteTable(w io.Writer, results ...*Result) error {
 	row("stock-out fallbacks", func(r *Result) string { return fmt.Sprint(r.StockOuts) })
 	row("spot reclaims (pods requeued)", func(r *Result) string { return fmt.Sprintf("%d (%d)", r.Reclaims, r.PodsRequeued) })
 	row("requeued pods' wait p95", func(r *Result) string { return fmtDuration(r.RequeueWait(0.95)) })
+	if slices.ContainsFunc(results, func(r *Result) bool { return r.StandbyStarts+r.StandbyStartFailed > 0 }) {
+		row("standby starts (failed)", func(r *Result) string { return fmt.Sprintf("%d (%d)", r.StandbyStarts, r.StandbyStartFailed) })
+	}
 	if bound := foresightOf(results); bound != nil {
 		row("vs foresight: p95 wait, GPU-hours, cost", func(r *Result) string {
 			if r == bound {
@@ -159,6 +181,14 @@ func WriteTable(w io.Writer, results ...*Result) error {
 		})
 	}
 	return tw.Flush()
+}
+
+// Name is the run's column header: its policy, and its standby pool.
+func (r *Result) Name() string {
+	if r.Standby > 0 {
+		return fmt.Sprintf("%s +standby %d", r.Policy, r.Standby)
+	}
+	return string(r.Policy)
 }
 
 // foresightOf is the foresight policy's result among results, if any.

@@ -61,6 +61,9 @@ const (
 	defaultLoop          = 10 * time.Second
 	defaultGPUStartup    = time.Minute
 	defaultScaleDownWait = 10 * time.Minute
+	// defaultStandbyGPUStartup is a standby instance's GPU start-up once
+	// started: the device plugin registering again.
+	defaultStandbyGPUStartup = 15 * time.Second
 	// drainFor bounds how long after the trace's last arrival a run goes
 	// on, for the pods still running or waiting.
 	drainFor = 12 * time.Hour
@@ -93,6 +96,14 @@ type Options struct {
 	GPUStartup time.Duration
 	// Sample is how often the timeline is sampled; default 5 min.
 	Sample time.Duration
+	// Standby, when above 0, gives every group of the pool without a
+	// standby section a standby pool of this size (within its maxSize):
+	// what the pool would do with one (docs/standby.md).
+	Standby int
+	// StandbyGPUStartup is the time from a standby instance running again
+	// to its GPUs allocatable: drivers installed and images pulled at its
+	// warm-up, only the device plugin registers again; default 15 s.
+	StandbyGPUStartup time.Duration
 	// Progress, when set, is called about every simulated hour.
 	Progress func(done, total time.Duration)
 	// Logger receives the core's logs; default none.
@@ -123,8 +134,9 @@ type run struct {
 	reg    *prometheus.Registry
 	stop   func()
 	groups []string
-	// bootDelay is the simulated cloud's, for Nodes' start-up.
-	bootDelay time.Duration
+	// bootDelay is the simulated cloud's, for Nodes' start-up; startDelay
+	// its start of a stopped instance.
+	bootDelay, startDelay time.Duration
 
 	cl   *cluster
 	pods []*pod
@@ -175,10 +187,22 @@ func newRun(ctx context.Context, trace Trace, opts Options) (*run, error) {
 	if opts.Sample <= 0 {
 		opts.Sample = 5 * time.Minute
 	}
+	if opts.Standby < 0 || opts.StandbyGPUStartup < 0 {
+		return nil, fmt.Errorf("standby %d, standby GPU start-up %s: negative", opts.Standby, opts.StandbyGPUStartup)
+	}
+	if opts.StandbyGPUStartup == 0 {
+		opts.StandbyGPUStartup = defaultStandbyGPUStartup
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	cfg := *opts.Config
+	cfg.NodeGroups = slices.Clone(cfg.NodeGroups)
+	for i := range cfg.NodeGroups {
+		if g := &cfg.NodeGroups[i]; opts.Standby > 0 && g.Cloud == sim.Name && g.Standby == nil && g.ManagedBy != config.ManagedByKarpenter {
+			g.Standby = &config.Standby{Size: min(opts.Standby, g.MaxSize)}
+		}
+	}
 	// The client-side rate limit runs on real time and protects a real
 	// cloud's API; the simulated one is in the process.
 	cfg.Sync.RequestsPerSecond = 1e9
@@ -200,7 +224,8 @@ func newRun(ctx context.Context, trace Trace, opts Options) (*run, error) {
 		return nil, fmt.Errorf("clouds.sim: %w", err)
 	}
 	r := &run{opts: opts, trace: trace, clock: clk, engine: engine, reg: prometheus.NewRegistry(), cl: newCluster(),
-		bootDelay: sim.DefaultBootDelay, res: &Result{Policy: opts.Policy, Trace: trace.Name}, failed: map[string][]string{}, instances: map[string][]nodegroup.Instance{}}
+		bootDelay: sim.DefaultBootDelay, startDelay: engine.StartDelay(), res: &Result{Policy: opts.Policy, Trace: trace.Name, Standby: opts.Standby},
+		failed: map[string][]string{}, instances: map[string][]nodegroup.Instance{}}
 	if simCfg.BootDelay != nil {
 		r.bootDelay = *simCfg.BootDelay
 	}
@@ -455,10 +480,14 @@ func (r *run) observe() {
 			r.dirty = true
 			obj := tmpl.DeepCopy()
 			obj.Name, obj.Spec.ProviderID = in.Name, in.ProviderID
-			created := in.CreatedAt.Sub(epoch)
+			readyAt := in.CreatedAt.Sub(epoch) + r.bootDelay + r.opts.GPUStartup
+			if !in.StartedAt.IsZero() {
+				// Started from standby: warmed up once already.
+				readyAt = in.StartedAt.Sub(epoch) + r.startDelay + r.opts.StandbyGPUStartup
+			}
 			r.cl.join(&node{
 				name: in.Name, group: g, providerID: in.ProviderID, obj: obj, gpus: gpus,
-				readyAt: created + r.bootDelay + r.opts.GPUStartup, free: obj.Status.Allocatable.DeepCopy(),
+				readyAt: readyAt, free: obj.Status.Allocatable.DeepCopy(),
 				emptySince: -1, unneededSince: -1,
 			})
 		}

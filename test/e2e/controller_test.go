@@ -49,13 +49,20 @@ type controllerEnv struct {
 // NodeProvisioner controller.
 func startController(t testing.TB, ctx context.Context, groups string, gpuStartup ...sim.GPUStartup) *controllerEnv {
 	t.Helper()
+	return startControllerOn(t, ctx, "{bootDelay: 1s, deleteDelay: 1s}", groups, gpuStartup...)
+}
+
+// startControllerOn is startController on a simulated cloud of the given
+// clouds.sim section.
+func startControllerOn(t testing.TB, ctx context.Context, simSection, groups string, gpuStartup ...sim.GPUStartup) *controllerEnv {
+	t.Helper()
 	env := testenv.Start(t, testenv.Options{ControllerManager: true, Scheduler: true, Kwok: true, CRDDirs: []string{"../../deploy/crds"}})
 	log := slog.New(slog.DiscardHandler)
 	cfg, err := config.Parse([]byte(`
 clusterName: e2e
 sync: {period: 1s}
 clouds:
-  sim: {bootDelay: 1s, deleteDelay: 1s}
+  sim: ` + simSection + `
 nodeGroups:
 ` + groups))
 	if err != nil {

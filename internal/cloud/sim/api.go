@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"time"
 
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
 )
@@ -150,6 +151,9 @@ func (e *Engine) Delete(ctx context.Context, cluster string, inst cloud.Instance
 	if !ok || in.order.cluster != cluster || in.state == deleting {
 		return nil
 	}
+	if in.state == stopped {
+		e.used[*in.offering]++ // held again until gone, as removeLocked frees it
+	}
 	in.state = deleting
 	if e.deleteDelay == 0 {
 		e.removeLocked(in)
@@ -162,6 +166,75 @@ func (e *Engine) Delete(ctx context.Context, cluster string, inst cloud.Instance
 	}
 	return nil
 }
+
+// Stop powers one of a cluster's running instances off: it bills the
+// stopped price and gives its capacity back until started. One stopped
+// already is success.
+func (e *Engine) Stop(ctx context.Context, cluster string, inst cloud.Instance) error {
+	if err := e.call(ctx, "stop"); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.advanceLocked()
+	in, ok := e.instances[inst.Name]
+	switch {
+	case !ok || in.order.cluster != cluster:
+		return cloud.Errorf(cloud.ErrNotFound, "stop", "no instance %q", inst.Name)
+	case in.state == stopped:
+		return nil
+	case in.state != running:
+		return cloud.Errorf(cloud.ErrInvalid, "stop", "instance %q is %s, not running", inst.Name, states[in.state])
+	}
+	in.state, in.due = stopped, 0
+	e.used[*in.offering]--
+	e.notifyLocked()
+	if e.lostLocked("stop") {
+		return cloud.Errorf(cloud.ErrTransient, "stop", "simulated timeout after the stop reached the cloud")
+	}
+	return nil
+}
+
+// Start powers one of a cluster's stopped instances on: it runs
+// StartDelay later. With no capacity left for its offering, or at the
+// start failure rate, it is refused (ErrCapacity) and stays stopped. One
+// starting or running already is success.
+func (e *Engine) Start(ctx context.Context, cluster string, inst cloud.Instance) error {
+	if err := e.call(ctx, "start"); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.advanceLocked()
+	in, ok := e.instances[inst.Name]
+	switch {
+	case !ok || in.order.cluster != cluster:
+		return cloud.Errorf(cloud.ErrNotFound, "start", "no instance %q", inst.Name)
+	case in.state == pending || in.state == running:
+		return nil
+	case in.state != stopped:
+		return cloud.Errorf(cloud.ErrInvalid, "start", "instance %q is %s, not stopped", inst.Name, states[in.state])
+	}
+	k := *in.offering
+	if e.used[k] >= e.capacity[k] || e.startFailureRate > 0 && e.rng.Float64() < e.startFailureRate {
+		return cloud.Errorf(cloud.ErrCapacity, "start", "not enough resources to start %s (%s) in %s", k.InstanceType, k.CapacityType, k.Location)
+	}
+	e.used[k]++
+	in.state = pending
+	e.scheduleLocked(in, e.clock.Now().Add(e.startDelay).UnixNano())
+	e.notifyLocked()
+	if e.lostLocked("start") {
+		return cloud.Errorf(cloud.ErrTransient, "start", "simulated timeout after the start reached the cloud")
+	}
+	return nil
+}
+
+// StoppedPrice is a stopped instance's hourly price, the same for every
+// offering.
+func (e *Engine) StoppedPrice(cloud.OfferingKey) float64 { return e.stoppedPrice }
+
+// StartDelay is the time from a start to running.
+func (e *Engine) StartDelay() time.Duration { return e.startDelay }
 
 // Count returns how many instances the engine holds for a cluster, in any
 // state, without counting as an API call.

@@ -17,7 +17,10 @@ type Cloud struct {
 	cluster string
 }
 
-var _ cloud.Provider = (*Cloud)(nil)
+var (
+	_ cloud.Provider = (*Cloud)(nil)
+	_ cloud.Stopper  = (*Cloud)(nil)
+)
 
 // New builds an engine and returns the cluster's account on it.
 func New(cfg Config, cluster string, opts Options) (*Cloud, error) {
@@ -77,3 +80,16 @@ func (c *Cloud) Create(ctx context.Context, spec cloud.CreateSpec) (cloud.Instan
 func (c *Cloud) Delete(ctx context.Context, inst cloud.Instance) error {
 	return c.engine.Delete(ctx, c.cluster, inst)
 }
+
+// Stop implements cloud.Stopper.
+func (c *Cloud) Stop(ctx context.Context, inst cloud.Instance) error {
+	return c.engine.Stop(ctx, c.cluster, inst)
+}
+
+// Start implements cloud.Stopper.
+func (c *Cloud) Start(ctx context.Context, inst cloud.Instance) error {
+	return c.engine.Start(ctx, c.cluster, inst)
+}
+
+// StoppedPrice implements cloud.Stopper.
+func (c *Cloud) StoppedPrice(k cloud.OfferingKey) float64 { return c.engine.StoppedPrice(k) }

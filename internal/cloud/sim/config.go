@@ -22,6 +22,13 @@ type Config struct {
 	// SpotReclaimRate is the chance (0..1) per hour that a running spot
 	// instance is reclaimed.
 	SpotReclaimRate float64
+	// StartDelay is the time from starting a stopped instance to running
+	// (DefaultStartDelay); StartFailureRate the chance (0..1) that a start
+	// is refused for want of capacity; StoppedPrice what a stopped
+	// instance costs per hour (DefaultStoppedPrice).
+	StartDelay       *time.Duration
+	StartFailureRate float64
+	StoppedPrice     *float64
 }
 
 // Capacity sets the capacity of matching offerings; empty fields match

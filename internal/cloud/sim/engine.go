@@ -33,6 +33,11 @@ const (
 	DefaultCapacity    = 10
 	DefaultBootDelay   = 20 * time.Second
 	DefaultDeleteDelay = 5 * time.Second
+	// DefaultStartDelay is a stopped instance's start: the boot of a
+	// machine whose disk holds the drivers and images already.
+	DefaultStartDelay = 15 * time.Second
+	// DefaultStoppedPrice is a stopped instance's hourly price: its disk.
+	DefaultStoppedPrice = 0.05
 )
 
 // Options are an Engine's collaborators and test knobs.
@@ -55,17 +60,21 @@ type Options struct {
 
 // Engine is the simulated cloud's state. It is safe for concurrent use.
 type Engine struct {
-	clock       clock.WithTicker
-	log         *slog.Logger
-	bootDelay   time.Duration
-	deleteDelay time.Duration
-	latency     time.Duration
-	listLag     time.Duration
+	clock        clock.WithTicker
+	log          *slog.Logger
+	bootDelay    time.Duration
+	deleteDelay  time.Duration
+	latency      time.Duration
+	listLag      time.Duration
+	startDelay   time.Duration
+	stoppedPrice float64
 
 	mu          sync.Mutex
 	rng         *rand.Rand
 	faultRate   float64
 	unknownRate float64
+	// startFailureRate is the chance a start is refused (ErrCapacity).
+	startFailureRate float64
 	// failNext and loseNext are the faults tests ask for, per operation:
 	// the next calls fail, or are carried out and their answers lost.
 	failNext, loseNext map[string]bool
@@ -115,10 +124,13 @@ const (
 	pending life = iota
 	running
 	deleting
+	// stopped: powered off by Stop, its capacity given back, billed at
+	// the stopped price until started or deleted.
+	stopped
 )
 
 // states are the cloud states the API answers for each state.
-var states = [...]cloud.InstanceState{pending: cloud.StatePending, running: cloud.StateRunning, deleting: cloud.StateDeleting}
+var states = [...]cloud.InstanceState{pending: cloud.StatePending, running: cloud.StateRunning, deleting: cloud.StateDeleting, stopped: cloud.StateStopped}
 
 // order is what the orders of one group (or one launching owner) have in
 // common; the engine keeps one per distinct set (see internOrderLocked).
@@ -170,6 +182,7 @@ func (in *instance) view() cloud.Instance {
 		Location:     in.offering.Location,
 		CapacityType: in.offering.CapacityType,
 		State:        states[in.state],
+		Standby:      in.state == stopped,
 		CreatedAt:    time.Unix(0, in.created),
 		IP:           fmt.Sprintf("10.%d.%d.%d", 64+in.num>>16&63, in.num>>8&255, in.num&255),
 	}
@@ -186,6 +199,16 @@ func NewEngine(cfg Config, opts Options) (*Engine, error) {
 	if cfg.SpotReclaimRate < 0 || cfg.SpotReclaimRate > 1 {
 		return nil, fmt.Errorf("clouds.sim.spotReclaimRate %v: want a chance per hour between 0 and 1", cfg.SpotReclaimRate)
 	}
+	if cfg.StartFailureRate < 0 || cfg.StartFailureRate > 1 {
+		return nil, fmt.Errorf("clouds.sim.startFailureRate %v: want a chance between 0 and 1", cfg.StartFailureRate)
+	}
+	stoppedPrice := DefaultStoppedPrice
+	if cfg.StoppedPrice != nil {
+		if *cfg.StoppedPrice < 0 {
+			return nil, fmt.Errorf("clouds.sim.stoppedPrice %v: want a price >= 0", *cfg.StoppedPrice)
+		}
+		stoppedPrice = *cfg.StoppedPrice
+	}
 	if cfg.FaultRate < 0 || cfg.FaultRate > 1 {
 		return nil, fmt.Errorf("clouds.sim.faultRate %v: want a fraction between 0 and 1", cfg.FaultRate)
 	}
@@ -194,27 +217,30 @@ func NewEngine(cfg Config, opts Options) (*Engine, error) {
 		seed = DefaultSeed
 	}
 	e := &Engine{
-		clock:          opts.Clock,
-		log:            opts.Logger,
-		bootDelay:      durationOr(cfg.BootDelay, DefaultBootDelay),
-		deleteDelay:    durationOr(cfg.DeleteDelay, DefaultDeleteDelay),
-		latency:        durationOr(cfg.APILatency, 0),
-		listLag:        opts.ListLag,
-		rng:            rand.New(rand.NewPCG(uint64(seed), uint64(seed)^0x9e3779b97f4a7c15)),
-		faultRate:      cfg.FaultRate,
-		unknownRate:    opts.OutcomeUnknownRate,
-		reclaimPerHour: cfg.SpotReclaimRate,
-		locations:      cfg.Locations,
-		catalog:        opts.Catalog,
-		types:          map[string]cloud.InstanceType{},
-		capacity:       map[cloud.OfferingKey]int{},
-		used:           map[cloud.OfferingKey]int{},
-		offerings:      map[cloud.OfferingKey]*cloud.OfferingKey{},
-		orders:         map[orderKey]*order{},
-		instances:      map[string]*instance{},
-		scripts:        map[string]string{},
-		calls:          map[string]int{},
-		changed:        make(chan struct{}),
+		clock:            opts.Clock,
+		log:              opts.Logger,
+		bootDelay:        durationOr(cfg.BootDelay, DefaultBootDelay),
+		deleteDelay:      durationOr(cfg.DeleteDelay, DefaultDeleteDelay),
+		latency:          durationOr(cfg.APILatency, 0),
+		startDelay:       durationOr(cfg.StartDelay, DefaultStartDelay),
+		stoppedPrice:     stoppedPrice,
+		startFailureRate: cfg.StartFailureRate,
+		listLag:          opts.ListLag,
+		rng:              rand.New(rand.NewPCG(uint64(seed), uint64(seed)^0x9e3779b97f4a7c15)),
+		faultRate:        cfg.FaultRate,
+		unknownRate:      opts.OutcomeUnknownRate,
+		reclaimPerHour:   cfg.SpotReclaimRate,
+		locations:        cfg.Locations,
+		catalog:          opts.Catalog,
+		types:            map[string]cloud.InstanceType{},
+		capacity:         map[cloud.OfferingKey]int{},
+		used:             map[cloud.OfferingKey]int{},
+		offerings:        map[cloud.OfferingKey]*cloud.OfferingKey{},
+		orders:           map[orderKey]*order{},
+		instances:        map[string]*instance{},
+		scripts:          map[string]string{},
+		calls:            map[string]int{},
+		changed:          make(chan struct{}),
 	}
 	if len(e.locations) == 0 {
 		e.locations = defaultLocations
@@ -441,7 +467,9 @@ func (e *Engine) removeLocked(in *instance) {
 	delete(e.instances, in.name)
 	delete(e.scripts, in.name)
 	in.due = 0
-	e.used[*in.offering]--
+	if in.state != stopped {
+		e.used[*in.offering]--
+	}
 	e.notifyLocked()
 }
 

@@ -384,3 +384,90 @@ func TestChangedAndNextEvent(t *testing.T) {
 		t.Fatal("boot did not signal a change")
 	}
 }
+
+// A stopped instance bills the stopped price and gives its capacity back;
+// a start takes it again (refused, ErrCapacity, when none is left) and
+// the instance runs StartDelay later; deleting a stopped instance frees
+// nothing twice.
+func TestStopAndStart(t *testing.T) {
+	one := 1
+	e, clk := newTestEngine(t, Config{DefaultCapacity: &one, BootDelay: Duration(time.Minute), StartDelay: Duration(10 * time.Second),
+		DeleteDelay: Duration(time.Second)}, Options{})
+	acct := e.Account("c1")
+	ctx := context.Background()
+	a, err := acct.Create(ctx, spec("a", cloud.OnDemand))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := acct.Stop(ctx, a); !errors.Is(err, cloud.ErrInvalid) {
+		t.Fatalf("stopping a booting instance: %v, want invalid", err)
+	}
+	clk.Step(time.Minute)
+	if err := acct.Stop(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if in := e.Instances("c1")[0]; in.State != cloud.StateStopped || !in.Standby {
+		t.Fatalf("after stop: %+v, want stopped standby", in)
+	}
+	key := cloud.OfferingKey{InstanceType: "1H100.80S.30V", Location: "FIN-01", CapacityType: cloud.OnDemand}
+	if !available(t, acct, key) {
+		t.Fatal("a stopped instance still holds its capacity")
+	}
+	if _, err := acct.Create(ctx, spec("b", cloud.OnDemand)); err != nil {
+		t.Fatal(err)
+	}
+	if err := acct.Start(ctx, a); !errors.Is(err, cloud.ErrCapacity) {
+		t.Fatalf("start with the capacity taken: %v, want a capacity error", err)
+	}
+	if err := acct.Delete(ctx, cloud.Instance{Name: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	clk.Step(time.Second)
+	if err := acct.Start(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if in := e.Instances("c1")[0]; in.State != cloud.StatePending || in.Standby {
+		t.Fatalf("after start: %+v, want pending", in)
+	}
+	clk.Step(10 * time.Second)
+	if in := e.Instances("c1")[0]; in.State != cloud.StateRunning {
+		t.Fatalf("start delay after start: %+v, want running", in)
+	}
+	if err := acct.Stop(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if err := acct.Delete(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	clk.Step(time.Second)
+	if n := e.Count("c1"); n != 0 {
+		t.Fatalf("%d instances after deleting the stopped one", n)
+	}
+	for i := range 2 { // the capacity is whole again: one, not zero or two
+		_, err := acct.Create(ctx, spec(fmt.Sprintf("c%d", i), cloud.OnDemand))
+		if (i == 0) != (err == nil) {
+			t.Fatalf("create %d after the delete: %v", i, err)
+		}
+	}
+	if got := acct.StoppedPrice(key); got != DefaultStoppedPrice {
+		t.Fatalf("stopped price %v, want the default %v", got, DefaultStoppedPrice)
+	}
+}
+
+// At a start failure rate of 1, every start is refused.
+func TestStartFailureRate(t *testing.T) {
+	e, clk := newTestEngine(t, Config{StartFailureRate: 1, BootDelay: Duration(time.Second)}, Options{})
+	acct := e.Account("c1")
+	ctx := context.Background()
+	a, err := acct.Create(ctx, spec("a", cloud.OnDemand))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.Step(time.Second)
+	if err := acct.Stop(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if err := acct.Start(ctx, a); !errors.Is(err, cloud.ErrCapacity) {
+		t.Fatalf("start: %v, want refused", err)
+	}
+}

@@ -1,0 +1,266 @@
+package nodegroup
+
+import (
+	"context"
+	"sort"
+	"time"
+
+	"github.com/gpuscaler/gpuscaler/internal/cloud"
+)
+
+// standbyState is where a member is in its group's standby pool: stopped
+// instances that booted, joined and warmed up once, started when the group
+// scales up (config.Standby, docs/standby.md).
+//
+//	none ──order for the pool──▶ warming ──running warmFor──▶ stopping ──▶ stopped
+//	                                                                         │
+//	none ◀──────────── started ◀──── starting ◀──taken for demand────────────┘
+//
+// A pooled member (warming, stopping, stopped) is no capacity: it does not
+// count toward the target, front ends never see it, and the cost caps count
+// it at what it bills (running while it warms, the stopped price after). A
+// member taken for demand counts as live from that moment; a start the
+// cloud refuses deletes it, and a fresh order takes its place at once.
+type standbyState uint8
+
+const (
+	// standbyNone: the member serves, or was ordered to; most members.
+	standbyNone standbyState = iota
+	// standbyWarming: ordered for the pool; it boots, joins and warms up.
+	standbyWarming
+	// standbyStopping: its stop is in flight.
+	standbyStopping
+	// standbyStopped: stopped at the cloud, billed at the stopped price.
+	standbyStopped
+	// standbyStarting: taken for demand, its start in flight; live.
+	standbyStarting
+)
+
+// pooled reports whether the member is in its group's standby pool rather
+// than capacity.
+func (mem *member) pooled() bool {
+	return mem.standby == standbyWarming || mem.standby == standbyStopping || mem.standby == standbyStopped
+}
+
+// since is when the member's instance last came up: its start from
+// standby, else its order.
+func (mem *member) since() time.Time {
+	if t := mem.peek().startedAt; !t.IsZero() {
+		return t
+	}
+	return mem.createdAt.Time()
+}
+
+// takeLocked takes a member of g's pool for demand: one still warming that
+// runs already, else a stopped one (the oldest: the newer ones have longer
+// before maxAge), started in the background, else one still booting for
+// the pool. A warming member is a live one from then on, with no stop
+// and start. It returns nil when the pool has none, or a cost cap refuses
+// a stopped one's full price. Callers hold the store's lock.
+func (z *sizer) takeLocked(g *group) *member {
+	var best *member
+	rank := func(mem *member) int {
+		switch {
+		case mem.standby == standbyWarming && mem.running():
+			return 0
+		case mem.standby == standbyStopped && mem.phase == phaseCreated:
+			return 1
+		case mem.standby == standbyWarming && (mem.phase == phaseCreating || mem.phase == phaseCreated):
+			return 2
+		}
+		return -1
+	}
+	for _, mem := range g.members {
+		r := rank(mem)
+		if r < 0 {
+			continue
+		}
+		if best == nil || r < rank(best) || r == rank(best) && mem.createdAt < best.createdAt {
+			best = mem
+		}
+	}
+	if best == nil {
+		return nil
+	}
+	mem, s := best, z.store
+	if mem.standby == standbyWarming {
+		s.change(g, mem, func() { mem.standby = standbyNone })
+		z.log.Info("a standby instance still warming up serves instead", "group", g.cfg.Name, "instance", mem.name)
+		return mem
+	}
+	price := z.offerings.price(mem.cloud(), mem.offering(), g.itype.Price(mem.offering().CapacityType))
+	if err := z.cost.check(g, mem, price); err != nil {
+		return nil
+	}
+	s.change(g, mem, func() {
+		mem.standby, mem.price, mem.state = standbyStarting, price, statePending
+	})
+	inst := mem.instance()
+	z.log.Info("starting a standby instance", "group", g.cfg.Name, "instance", mem.name)
+	z.orderer.run(func() { z.start(g, mem, inst) })
+	return mem
+}
+
+// start starts a standby member's instance taken for demand. A start the
+// cloud refuses (its capacity gone while the instance was stopped, an
+// error) deletes the instance and orders a fresh one at once.
+func (z *sizer) start(g *group, mem *member, inst cloud.Instance) {
+	ctx := z.ctx()
+	err := z.clients[mem.cloud()].start(ctx, inst)
+	s := z.store
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if g.members[mem.name] != mem || mem.standby != standbyStarting {
+		return // deleted meanwhile, or handed to the next core
+	}
+	if err == nil {
+		z.metrics.standbyStarts.WithLabelValues(g.cfg.Name, "ok").Inc()
+		s.change(g, mem, func() {
+			mem.standby = standbyNone
+			mem.extras().startedAt = z.clock.Now()
+			mem.recordedAt = stampOf(z.clock.Now())
+		})
+		z.log.Info("standby instance started", "group", g.cfg.Name, "instance", mem.name)
+		z.publishLocked(g)
+		return
+	}
+	if ctx.Err() != nil {
+		return // stopping: the next core lists it and takes it again or finds it started
+	}
+	z.metrics.standbyStarts.WithLabelValues(g.cfg.Name, "failed").Inc()
+	z.log.Warn("standby instance would not start; deleting it and ordering a fresh one", "group", g.cfg.Name, "instance", mem.name, "error", err)
+	z.events.warn(g.cfg.Name, mem.name, mem.providerID, "StandbyStartFailed", err.Error())
+	s.change(g, mem, func() { mem.standby = standbyNone })
+	z.removeLocked(g, mem, "standby start failed")
+	if g.live < g.target {
+		// The fallback is a fresh order, not the next standby instance,
+		// which likely meets what refused this one.
+		fresh := z.newMember(g)
+		s.add(g, fresh)
+		z.orderer.order(g, fresh)
+	}
+	z.reconcileLocked(g)
+}
+
+// poolLocked keeps g's standby pool at its size: stopped members past
+// maxAge, and members past the size, are deleted (those still warming
+// first), and missing ones ordered while maxSize leaves room beside the
+// live members. Callers hold the store's lock.
+func (z *sizer) poolLocked(g *group) {
+	want := g.cfg.StandbySize()
+	now := z.clock.Now()
+	var pool []*member
+	for _, mem := range g.members {
+		if !mem.pooled() || mem.phase == phaseDeleting {
+			continue
+		}
+		if mem.phase == phaseFailed {
+			z.removeLocked(g, mem, "standby order failed") // reported when it failed; refilled below
+			continue
+		}
+		if mem.standby == standbyStopped && now.Sub(mem.createdAt.Time()) > g.cfg.Standby.StandbyMaxAge() {
+			z.removeLocked(g, mem, "standby instance past its maxAge")
+			continue
+		}
+		pool = append(pool, mem)
+	}
+	if len(pool) > want {
+		sort.Slice(pool, func(i, j int) bool {
+			if (pool[i].standby == standbyStopped) != (pool[j].standby == standbyStopped) {
+				return pool[i].standby == standbyStopped
+			}
+			return pool[i].createdAt > pool[j].createdAt
+		})
+		for _, mem := range pool[want:] {
+			z.removeLocked(g, mem, "standby pool above its size")
+		}
+		return
+	}
+	if _, off := z.offerings.backedOff(g.cfg.Name); off {
+		return
+	}
+	for n := len(pool); n < want && g.live+n < g.cfg.MaxSize; n++ {
+		mem := z.newMember(g)
+		mem.standby = standbyWarming
+		z.store.add(g, mem)
+		z.orderer.order(g, mem)
+	}
+}
+
+// newMember makes the member for a new order of g.
+func (z *sizer) newMember(g *group) *member {
+	mem := &member{
+		name:      z.store.newName(g, z.namePrefix(g)),
+		g:         g,
+		phase:     phaseCreating,
+		createdAt: stampOf(z.clock.Now()),
+	}
+	mem.providerID, mem.placeholder = cloud.ProviderIDOf(z.clients[g.cfg.Cloud].p, mem.name), true
+	return mem
+}
+
+// warmedLocked returns g's warming members whose warm-up is done, marked
+// stopping: they ran warmFor since a list first showed them running and,
+// where the core sees Nodes, their Node showed its GPUs. Callers hold the
+// store's lock and stop them once it is released (stop).
+func (y *syncer) warmedLocked(g *group, now time.Time) []*member {
+	var out []*member
+	for _, mem := range g.members {
+		if mem.standby != standbyWarming || !mem.running() {
+			continue
+		}
+		x := mem.extras()
+		if x.warmSince.IsZero() {
+			x.warmSince = now
+		}
+		if now.Sub(x.warmSince) < g.cfg.Standby.StandbyWarmFor() {
+			continue
+		}
+		if y.nodes != nil {
+			if st, ok := y.nodes.Startup(mem.providerIDs()...); !ok || !st.GPUsSeen && g.itype.GPUCount > 0 {
+				continue // not joined or not warm yet
+			}
+		}
+		y.store.change(g, mem, func() { mem.standby = standbyStopping })
+		out = append(out, mem)
+	}
+	return out
+}
+
+// stop stops warmed members' instances in the background and, once
+// stopped, bills them at the stopped price and deletes their Nodes: the
+// kubelet registers them again when they start, and a stopped node would
+// only be a NotReady one to every controller meanwhile.
+func (y *syncer) stop(ctx context.Context, cloudName string, mems []*member) {
+	s := y.store
+	for _, mem := range mems {
+		s.mu.RLock()
+		inst := mem.instance()
+		s.mu.RUnlock()
+		y.orderer().run(func() {
+			err := y.clients[cloudName].stop(ctx, inst)
+			s.mu.Lock()
+			g := mem.g
+			if g.members[mem.name] != mem || mem.standby != standbyStopping {
+				s.mu.Unlock()
+				return
+			}
+			if err != nil {
+				y.log.Warn("could not stop a warmed standby instance; the next sync tries again", "group", g.cfg.Name, "instance", mem.name, "error", err)
+				s.change(g, mem, func() { mem.standby = standbyWarming })
+				s.mu.Unlock()
+				return
+			}
+			stopped := y.clients[cloudName].stoppedPrice(mem.offering())
+			s.change(g, mem, func() { mem.standby, mem.state, mem.price = standbyStopped, stateStopped, stopped })
+			y.sizer.publishLocked(g)
+			s.mu.Unlock()
+			y.log.Info("standby instance warmed and stopped", "group", g.cfg.Name, "instance", mem.name)
+			if y.nodes != nil {
+				if err := y.nodes.Delete(ctx, append([]string{inst.ProviderID}, inst.Aliases...)...); err != nil {
+					y.log.Warn("could not delete a stopped standby instance's Node", "instance", inst.Name, "error", err)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,133 @@
+package nodegroup
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/gpuscaler/gpuscaler/internal/cloud"
+	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
+)
+
+const standbyGroup = `
+clusterName: test
+sync: {period: 30s, requestsPerSecond: 10000, maxConcurrentCreates: 8}
+clouds:
+  sim: {bootDelay: 60s, deleteDelay: 10s, startDelay: 15s, stoppedPrice: 0.05}
+nodeGroups:
+  - {name: g, cloud: sim, instanceType: 1V100.6V, locations: [FIN-01], maxSize: 5, standby: {size: 1, warmFor: 60s}}
+`
+
+// poolReady waits until g's pool holds one stopped instance.
+func poolReady(h *harness) cloud.Instance {
+	h.t.Helper()
+	var stopped cloud.Instance
+	h.eventually("a stopped standby instance", func() bool {
+		h.clk.Step(30 * time.Second)
+		h.mgr.syncer.kick("sim")
+		for _, in := range h.engine.Instances("test") {
+			if in.State == cloud.StateStopped && in.Standby {
+				stopped = in
+				return h.metric("gpuscaler_nodegroup_instances", map[string]string{"group": "g", "state": "standby"}) == 1
+			}
+		}
+		return false
+	})
+	return stopped
+}
+
+// A group with a standby pool orders an instance for it, lets it warm,
+// and stops it: no capacity (target 0, listed to no front end), billed at
+// the stopped price. Scaling up starts it instead of ordering (running
+// after the cloud's start delay, not a boot), and the pool refills.
+func TestStandbyPoolWarmsStopsAndStartsOnDemand(t *testing.T) {
+	w := &wrapped{}
+	h := newWrappedHarness(t, standbyGroup, sim.Options{}, Options{}, func(c *sim.Cloud) cloud.Provider { w.Provider = c; return w })
+	stopped := poolReady(h)
+	if n, _ := h.mgr.TargetSize("g"); n != 0 {
+		t.Fatalf("target %d with only a standby instance, want 0", n)
+	}
+	if insts, _ := h.mgr.Instances("g"); len(insts) != 0 {
+		t.Fatalf("front ends see %d instances, want none: a standby instance is no capacity", len(insts))
+	}
+	if _, ok := h.mgr.GroupForProviderID(stopped.ProviderID); ok {
+		t.Fatal("a standby instance's provider ID maps to the group")
+	}
+	if got := h.mgr.GroupSpend("g"); got != 0.05 {
+		t.Fatalf("spend %.3f/h with one stopped instance, want the stopped price 0.05", got)
+	}
+	ctx := context.Background()
+	if err := h.mgr.IncreaseSize(ctx, "g", 1); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("the standby instance taken", func() bool {
+		insts, _ := h.mgr.Instances("g")
+		return len(insts) == 1 && insts[0].Name == stopped.Name && !insts[0].StartedAt.IsZero()
+	})
+	h.clk.Step(15 * time.Second)
+	h.mgr.syncer.kick("sim")
+	h.eventually("it runs one start delay later", func() bool { r, _, _, _ := h.states("g"); return r == 1 })
+	if creates, _ := w.counts(); creates != 2 { // the first standby order, and the pool's refill
+		t.Errorf("%d creates, want 2: the scale-up took the standby instance, the pool refilled", creates)
+	}
+	if v := h.metric("gpuscaler_standby_starts_total", map[string]string{"group": "g", "result": "ok"}); v != 1 {
+		t.Errorf("standby starts %v, want 1", v)
+	}
+	refill := poolReady(h)
+	if refill.Name == stopped.Name {
+		t.Fatal("the pool's instance is the one started")
+	}
+	if n, _ := h.mgr.TargetSize("g"); n != 1 {
+		t.Errorf("target %d, want 1", n)
+	}
+}
+
+// A start the cloud refuses falls back to a fresh order at once, and is
+// counted; the refused instance is deleted.
+func TestStandbyStartFailureOrdersFresh(t *testing.T) {
+	w := &wrapped{}
+	h := newWrappedHarness(t, standbyGroup, sim.Options{}, Options{}, func(c *sim.Cloud) cloud.Provider { w.Provider = c; return w })
+	stopped := poolReady(h)
+	h.engine.FailNext("start")
+	if err := h.mgr.IncreaseSize(context.Background(), "g", 1); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("a fresh order", func() bool { creates, _ := w.counts(); return creates >= 2 })
+	if v := h.metric("gpuscaler_standby_starts_total", map[string]string{"group": "g", "result": "failed"}); v != 1 {
+		t.Errorf("failed standby starts %v, want 1", v)
+	}
+	h.settle(2 * time.Minute)
+	h.eventually("one running", func() bool { r, _, _, _ := h.states("g"); return r == 1 })
+	for _, in := range h.engine.Instances("test") {
+		if in.Name == stopped.Name {
+			t.Fatalf("the instance whose start failed is still there: %+v", in)
+		}
+	}
+	if n, _ := h.mgr.TargetSize("g"); n != 1 {
+		t.Errorf("target %d, want 1", n)
+	}
+}
+
+// A restart finds the stopped instance again and keeps it in the pool:
+// not adopted as capacity (the target stays 0), not deleted as stopped
+// for good, and not ordered again.
+func TestStandbyPoolSurvivesARestart(t *testing.T) {
+	w := &wrapped{}
+	h := newWrappedHarness(t, standbyGroup, sim.Options{}, Options{}, func(c *sim.Cloud) cloud.Provider { w.Provider = c; return w })
+	stopped := poolReady(h)
+	h.restart()
+	h.settle(3 * time.Minute)
+	if n, _ := h.mgr.TargetSize("g"); n != 0 {
+		t.Fatalf("target %d after a restart, want 0", n)
+	}
+	if creates, _ := w.counts(); creates != 1 {
+		t.Errorf("%d creates after a restart, want 1: the pool was ordered again", creates)
+	}
+	ins := h.engine.Instances("test")
+	if len(ins) != 1 || ins[0].Name != stopped.Name || ins[0].State != cloud.StateStopped {
+		t.Fatalf("the cloud holds %+v, want the one stopped instance", ins)
+	}
+	if got := h.mgr.GroupSpend("g"); got != 0.05 {
+		t.Errorf("spend %.3f/h after the restart, want 0.05", got)
+	}
+}

@@ -1,0 +1,70 @@
+package e2e
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpuscaler/gpuscaler/api/v1alpha1"
+	"github.com/gpuscaler/gpuscaler/internal/cloud"
+)
+
+// TestStandbyPoolOnARealCluster: a group with a standby pool orders an
+// instance for it, which registers, shows its GPUs and is stopped, its Node
+// gone. A pending GPU pod under the NodeProvisioner then runs on that
+// instance, started in the cloud's start delay, well inside the cold boot
+// it would otherwise wait; and the pool refills.
+func TestStandbyPoolOnARealCluster(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	const coldBoot = 40 * time.Second
+	c := startControllerOn(t, ctx, "{bootDelay: 40s, deleteDelay: 1s, startDelay: 1s}",
+		"  - {name: h100, cloud: sim, instanceType: 1H100.80S.30V, locations: [FIN-01], maxSize: 3, standby: {size: 1, warmFor: 1s}}\n")
+	env, engine, kube := c.env, c.engine, c.kube
+	np := &v1alpha1.NodeProvisioner{ObjectMeta: metav1.ObjectMeta{Name: "gpus"}, Spec: v1alpha1.NodeProvisionerSpec{NodeGroups: []string{"h100"}}}
+	if err := kube.Create(ctx, np); err != nil {
+		t.Fatal(err)
+	}
+	stopped := func() []cloud.Instance {
+		var out []cloud.Instance
+		for _, in := range engine.Instances("e2e") {
+			if in.State == cloud.StateStopped && in.Standby {
+				out = append(out, in)
+			}
+		}
+		return out
+	}
+	waitFor(t, ctx, "a warmed, stopped standby instance and no Node for it", func() bool {
+		nodes, err := env.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		return err == nil && len(stopped()) == 1 && len(gpuReady(nodes.Items)) == 0
+	})
+	pooled := stopped()[0]
+	if n := engine.Count("e2e"); n != 1 {
+		t.Fatalf("%d instances for a pool of one and no pods", n)
+	}
+
+	asked := time.Now()
+	if _, err := env.Client.CoreV1().Pods("default").Create(ctx, gpuPod("work"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var node string
+	waitFor(t, ctx, "the pod Running", func() bool {
+		p, err := env.Client.CoreV1().Pods("default").Get(ctx, "work", metav1.GetOptions{})
+		node = p.Spec.NodeName
+		return err == nil && p.Status.Phase == corev1.PodRunning
+	})
+	if took := time.Since(asked); took >= coldBoot {
+		t.Errorf("the pod ran after %s, no sooner than a cold boot (%s)", took.Round(time.Second), coldBoot)
+	}
+	if node != pooled.Name {
+		t.Errorf("the pod runs on %s, want the standby instance %s", node, pooled.Name)
+	}
+	waitFor(t, ctx, "the pool refilled", func() bool {
+		s := stopped()
+		return len(s) == 1 && s[0].Name != pooled.Name
+	})
+}
