@@ -233,6 +233,18 @@ func (f *fakeNodes) Delete(_ context.Context, ids ...string) error {
 	return nil
 }
 
+func (f *fakeNodes) Untaint(_ context.Context, key string, ids ...string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, id := range ids {
+		if st, ok := f.startup[id]; ok && key == TaintStandby {
+			st.Standby = false
+			f.startup[id] = st
+		}
+	}
+	return nil
+}
+
 func (f *fakeNodes) register(id string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -160,6 +160,9 @@ func (o *orderer) create(ctx context.Context, g *group, mem *member) {
 		var spec cloud.CreateSpec
 		if ok {
 			spec = o.templater.spec(g, mem.name, k)
+			if mem.pooled() {
+				spec.Taints = g.poolTaints()
+			}
 			spec.ProviderID = mem.providerID
 		}
 		s.mu.Unlock()

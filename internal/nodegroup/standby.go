@@ -2,8 +2,11 @@ package nodegroup
 
 import (
 	"context"
+	"slices"
 	"sort"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
 )
@@ -35,6 +38,39 @@ const (
 	// standbyStarting: taken for demand, its start in flight; live.
 	standbyStarting
 )
+
+// TaintStandby keeps pods off an instance of a standby pool while it warms
+// up: its orders register their Nodes with it, and gpuscaler lifts it
+// once the instance serves (started for demand, or taken while warming).
+const TaintStandby = "gpuscaler.dev/standby"
+
+// poolTaints are what the orders of g's standby pool register with: the
+// group's taints and TaintStandby. Callers hold the store's lock.
+func (g *group) poolTaints() []corev1.Taint {
+	if g.standbyTaints == nil {
+		g.standbyTaints = append(slices.Clone(g.cfg.Taints), corev1.Taint{Key: TaintStandby, Effect: corev1.TaintEffectNoSchedule})
+	}
+	return g.standbyTaints
+}
+
+// untaintLocked returns the provider IDs of g's serving members whose Node
+// still carries TaintStandby, for the sync to lift once the lock is
+// released.
+func (y *syncer) untaintLocked(g *group) [][]string {
+	if y.nodes == nil || g.cfg.StandbySize() == 0 {
+		return nil
+	}
+	var out [][]string
+	for _, mem := range g.members {
+		if mem.standby != standbyNone || mem.phase != phaseCreated {
+			continue
+		}
+		if st, ok := y.nodes.Startup(mem.providerIDs()...); ok && st.Standby {
+			out = append(out, mem.providerIDs())
+		}
+	}
+	return out
+}
 
 // pooled reports whether the member is in its group's standby pool rather
 // than capacity.

@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
 	"github.com/gpuscaler/gpuscaler/internal/config"
 	"github.com/gpuscaler/gpuscaler/internal/gpu"
@@ -138,6 +140,9 @@ type group struct {
 	// still terminating): they bill until gone, so caps count them. Set
 	// by each list.
 	lingering map[string]float64
+	// standbyTaints are the group's taints and TaintStandby, shared by the
+	// orders of its standby pool; made on first use.
+	standbyTaints []corev1.Taint
 }
 
 func newGroup(cfg config.NodeGroup, index int, forms *aliasForms) *group {

@@ -252,6 +252,7 @@ func (y *syncer) sync(ctx context.Context, cloudName string, initial bool) error
 		y.sizer.adoptedLocked(g, adopted, initial && !g.inherited)
 		y.sizer.reconcileLocked(g)
 		out.stop = append(out.stop, y.warmedLocked(g, start)...)
+		out.untaint = append(out.untaint, y.untaintLocked(g)...)
 		g.recount()
 		y.startups.observeLocked(g)
 	}
@@ -297,6 +298,11 @@ func (y *syncer) sync(ctx context.Context, cloudName string, initial bool) error
 		y.orderer().release(ctx, name)
 	}
 	y.stop(ctx, cloudName, out.stop)
+	for _, pids := range out.untaint {
+		if err := y.nodes.Untaint(ctx, TaintStandby, pids...); err != nil {
+			y.log.Warn("could not lift the standby taint of a node that serves; the next sync tries again", "node", pids[0], "error", err)
+		}
+	}
 	return nil
 }
 
@@ -313,6 +319,9 @@ type afterLock struct {
 	release []string
 	// stop are standby members done warming: their instances are stopped.
 	stop []*member
+	// untaint are the provider IDs of serving members whose Nodes still
+	// carry TaintStandby.
+	untaint [][]string
 }
 
 // reissue is the script of an instance ordered before a restart.

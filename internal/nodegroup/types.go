@@ -69,6 +69,9 @@ type Nodes interface {
 	// Delete deletes the Node that carries one of the provider IDs; no such
 	// Node is success.
 	Delete(ctx context.Context, providerIDs ...string) error
+	// Untaint removes a taint (by key) from the Node that carries one of
+	// the provider IDs; no such Node, or no such taint, is success.
+	Untaint(ctx context.Context, key string, providerIDs ...string) error
 	// Startup tells how far the Node that carries one of the provider IDs
 	// has come; ok is false when there is no such Node.
 	Startup(providerIDs ...string) (s Startup, ok bool)
@@ -90,6 +93,9 @@ type Startup struct {
 	// GPUsSeen: the Node has shown GPUs or MIG devices allocatable at some
 	// point (they may be gone for now, while the device plugin restarts).
 	GPUsSeen bool
+	// Standby: the Node carries TaintStandby (registered by an order of a
+	// standby pool).
+	Standby bool
 	// Leaving: a front end marked the Node for deletion (the taint
 	// cluster-autoscaler, Karpenter or the NodeProvisioner puts on a node
 	// before deleting it). Its instance, if it vanishes, is not replaced.

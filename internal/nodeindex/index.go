@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -169,7 +170,7 @@ func (x *Index) Startup(providerIDs ...string) (nodegroup.Startup, bool) {
 	if !exists || !isNode {
 		return nodegroup.Startup{}, false
 	}
-	s := nodegroup.Startup{Registered: n.CreationTimestamp.Time, Leaving: leaving(n)}
+	s := nodegroup.Startup{Registered: n.CreationTimestamp.Time, Leaving: leaving(n), Standby: hasTaint(n, nodegroup.TaintStandby)}
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
 			s.Ready = c.LastTransitionTime.Time
@@ -226,6 +227,37 @@ func (x *Index) Delete(ctx context.Context, providerIDs ...string) error {
 	}
 	x.log.Info("deleted the Node of an instance that is gone", "node", name, "providerID", n.Spec.ProviderID)
 	return nil
+}
+
+// Untaint removes the taint of key from the Node that carries one of the
+// provider IDs, with the Node's resourceVersion (a conflict is tried again
+// by the next sync); no such Node or taint is success.
+func (x *Index) Untaint(ctx context.Context, key string, providerIDs ...string) error {
+	name, ok := x.node(providerIDs...)
+	if !ok {
+		return nil
+	}
+	n, err := x.kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if !hasTaint(n, key) {
+		return nil
+	}
+	n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == key })
+	if _, err := x.kube.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	x.log.Info("lifted a taint from a node", "node", name, "taint", key)
+	return nil
+}
+
+// hasTaint reports whether n carries a taint of key.
+func hasTaint(n *corev1.Node, key string) bool {
+	return slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == key })
 }
 
 // Event records an Event about an instance on its Node, when it has one;

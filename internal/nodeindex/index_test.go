@@ -109,6 +109,31 @@ func TestIndexOnARealCluster(t *testing.T) {
 	}
 	wait(t, ctx, "the taint seen", func() bool { s, _ = x.Startup("verda://gpu-2"); return s.Leaving })
 
+	// A standby pool's taint is seen, and lifted by Untaint; the other
+	// taints stay.
+	n, err = env.Client.CoreV1().Nodes().Get(ctx, "gpu-2", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: nodegroup.TaintStandby, Effect: corev1.TaintEffectNoSchedule})
+	if _, err := env.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, ctx, "the standby taint seen", func() bool { s, _ = x.Startup("verda://gpu-2"); return s.Standby })
+	if err := x.Untaint(ctx, nodegroup.TaintStandby, "verda://gpu-2"); err != nil {
+		t.Fatal(err)
+	}
+	n, err = env.Client.CoreV1().Nodes().Get(ctx, "gpu-2", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hasTaint(n, nodegroup.TaintStandby) || !hasTaint(n, "ToBeDeletedByClusterAutoscaler") {
+		t.Fatalf("taints after Untaint: %+v, want the standby one gone and the other kept", n.Spec.Taints)
+	}
+	if err := x.Untaint(ctx, nodegroup.TaintStandby, "verda://nothing"); err != nil {
+		t.Fatalf("untainting what has no Node: %v", err)
+	}
+
 	// A second index filled from a list with the GPUs already there does not
 	// know when they came.
 	y := New(env.Client, slog.New(slog.DiscardHandler))
