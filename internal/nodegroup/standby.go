@@ -94,6 +94,9 @@ func (mem *member) since() time.Time {
 // and start. It returns nil when the pool has none, or a cost cap refuses
 // a stopped one's full price. Callers hold the store's lock.
 func (z *sizer) takeLocked(g *group) *member {
+	if g.cfg.StandbySize() == 0 || g.counts[stateStandby] == 0 {
+		return nil // no pool: no scan of the group's members
+	}
 	var best *member
 	rank := func(mem *member) int {
 		switch {
@@ -184,6 +187,9 @@ func (z *sizer) start(g *group, mem *member, inst cloud.Instance) {
 // live members. Callers hold the store's lock.
 func (z *sizer) poolLocked(g *group) {
 	want := g.cfg.StandbySize()
+	if want == 0 && g.counts[stateStandby] == 0 {
+		return
+	}
 	now := z.clock.Now()
 	var pool []*member
 	for _, mem := range g.members {
@@ -240,6 +246,9 @@ func (z *sizer) newMember(g *group) *member {
 // where the core sees Nodes, their Node showed its GPUs. Callers hold the
 // store's lock and stop them once it is released (stop).
 func (y *syncer) warmedLocked(g *group, now time.Time) []*member {
+	if g.counts[stateStandby] == 0 {
+		return nil
+	}
 	var out []*member
 	for _, mem := range g.members {
 		if mem.standby != standbyWarming || !mem.running() {

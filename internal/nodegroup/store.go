@@ -368,12 +368,15 @@ func (s stamp) Time() time.Time {
 // stateLabel is the member's state in the instances gauge.
 // memberStates are stateLabel's answers, the state label of
 // gpuscaler_nodegroup_instances.
-var memberStates = []string{"creating", "running", "deleting", "failed", "standby"}
+var memberStates = []string{"creating", "running", "deleting", "failed", stateStandby}
+
+// stateStandby is the state label of a standby pool's members.
+const stateStandby = "standby"
 
 func (mem *member) stateLabel() string {
 	switch {
 	case mem.pooled() && mem.phase != phaseDeleting:
-		return "standby"
+		return stateStandby
 	case mem.phase == phaseFailed:
 		return "failed"
 	case mem.phase == phaseDeleting:
