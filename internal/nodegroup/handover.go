@@ -96,6 +96,14 @@ func (m *Manager) inheritMember(g *group, pm *member) {
 	mem := new(member)
 	*mem = *pm
 	mem.g = g
+	// A standby stop or start in flight stays with the old core; the next
+	// sync of this one takes it up again from what the cloud lists.
+	switch mem.standby {
+	case standbyStopping:
+		mem.standby = standbyWarming
+	case standbyStarting:
+		mem.standby = standbyNone
+	}
 	if pm.x != nil {
 		x := *pm.x
 		x.aliases = slices.Clone(pm.x.aliases)

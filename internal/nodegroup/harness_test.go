@@ -273,6 +273,7 @@ type wrapped struct {
 	onCreate func(ctx context.Context, spec cloud.CreateSpec) (cloud.Instance, error, bool)
 	onDelete func(inst cloud.Instance) (error, bool)
 	onList   func([]cloud.Instance) []cloud.Instance
+	onStart  func(ctx context.Context, inst cloud.Instance) (error, bool)
 	creates  int
 	deletes  int
 }
@@ -321,6 +322,14 @@ func (w *wrapped) Stop(ctx context.Context, inst cloud.Instance) error {
 }
 
 func (w *wrapped) Start(ctx context.Context, inst cloud.Instance) error {
+	w.mu.Lock()
+	hook := w.onStart
+	w.mu.Unlock()
+	if hook != nil {
+		if err, handled := hook(ctx, inst); handled {
+			return err
+		}
+	}
 	return w.Provider.(cloud.Stopper).Start(ctx, inst)
 }
 

@@ -151,6 +151,13 @@ func (o *orderer) create(ctx context.Context, g *group, mem *member) {
 		price, ok := o.offerings.usable(g.cfg.Cloud, k, g.itype.Price(k.CapacityType))
 		if ok {
 			if err := o.cost.check(g, mem, price); err != nil {
+				if mem.pooled() {
+					// A standby pool is never worth a cost cap: the order
+					// goes, and the group does not back off for it.
+					s.drop(g, mem)
+					s.mu.Unlock()
+					return
+				}
 				o.failLocked(g, mem, CodeCostLimit, ErrorClassOther, err.Error(), true)
 				s.mu.Unlock()
 				return

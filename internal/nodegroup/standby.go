@@ -222,6 +222,9 @@ func (z *sizer) poolLocked(g *group) {
 		return
 	}
 	for n := len(pool); n < want && g.live+n < g.cfg.MaxSize; n++ {
+		if z.cost.check(g, nil, z.offerings.estimate(g)) != nil {
+			return // the pool waits for room under the cost caps
+		}
 		mem := z.newMember(g)
 		mem.standby = standbyWarming
 		z.store.add(g, mem)

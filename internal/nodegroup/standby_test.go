@@ -131,3 +131,46 @@ func TestStandbyPoolSurvivesARestart(t *testing.T) {
 		t.Errorf("spend %.3f/h after the restart, want 0.05", got)
 	}
 }
+
+// A reload while a standby instance's start is in flight: the old core's
+// start ends with its context, unsent; the new core, which took the member
+// over as one that serves, finds it still stopped and starts it again,
+// so the scale-up is neither lost nor ordered twice.
+func TestReloadDuringAStandbyStartStartsItAgain(t *testing.T) {
+	w := &wrapped{}
+	h := newWrappedHarness(t, standbyGroup, sim.Options{}, Options{}, func(c *sim.Cloud) cloud.Provider { w.Provider = c; return w })
+	stopped := poolReady(h)
+	cut := make(chan struct{})
+	w.mu.Lock()
+	w.onStart = func(ctx context.Context, _ cloud.Instance) (error, bool) {
+		w.mu.Lock()
+		first := cut != nil
+		c := cut
+		cut = nil
+		w.mu.Unlock()
+		if !first {
+			return nil, false
+		}
+		close(c)
+		<-ctx.Done() // the reload stops the core mid-start
+		return ctx.Err(), true
+	}
+	w.mu.Unlock()
+	if err := h.mgr.IncreaseSize(context.Background(), "g", 1); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("the first start in flight", func() bool { w.mu.Lock(); defer w.mu.Unlock(); return cut == nil })
+	h.reload(standbyGroup)
+	h.eventually("the standby instance running for the scale-up", func() bool {
+		h.clk.Step(15 * time.Second)
+		h.mgr.syncer.kick("sim")
+		insts, _ := h.mgr.Instances("g")
+		return len(insts) == 1 && insts[0].Name == stopped.Name && insts[0].State == StateRunning
+	})
+	if n, _ := h.mgr.TargetSize("g"); n != 1 {
+		t.Errorf("target %d after the reload, want 1", n)
+	}
+	if creates, _ := w.counts(); creates > 2 { // the pool's first order and its refill
+		t.Errorf("%d creates, want at most 2: the scale-up was ordered fresh", creates)
+	}
+}

@@ -298,6 +298,12 @@ func (y *syncer) sync(ctx context.Context, cloudName string, initial bool) error
 		y.orderer().release(ctx, name)
 	}
 	y.stop(ctx, cloudName, out.stop)
+	for _, mem := range out.start {
+		s.mu.RLock()
+		inst := mem.instance()
+		s.mu.RUnlock()
+		y.orderer().run(func() { y.sizer.start(mem.g, mem, inst) })
+	}
 	for _, pids := range out.untaint {
 		if err := y.nodes.Untaint(ctx, TaintStandby, pids...); err != nil {
 			y.log.Warn("could not lift the standby taint of a node that serves; the next sync tries again", "node", pids[0], "error", err)
@@ -322,6 +328,9 @@ type afterLock struct {
 	// untaint are the provider IDs of serving members whose Nodes still
 	// carry TaintStandby.
 	untaint [][]string
+	// start are members taken from a standby pool whose start was lost (a
+	// reload or a restart in the middle): started again.
+	start []*member
 }
 
 // reissue is the script of an instance ordered before a restart.
@@ -437,6 +446,12 @@ func (y *syncer) fold(ctx context.Context, cloudName string, g *group, l *listin
 			case in.State == cloud.StateStopped && in.Standby && mem.standby == standbyWarming:
 				// Its stop took effect though the answer was lost.
 				mem.standby, mem.price = standbyStopped, y.clients[cloudName].stoppedPrice(mem.offering())
+			case in.State == cloud.StateStopped && in.Standby && mem.standby == standbyNone && mem.phase == phaseCreated &&
+				mem.recordedAt < stampOf(start):
+				// Taken for demand, and its start lost with the core that
+				// sent it: started again (a start is idempotent).
+				mem.standby = standbyStarting
+				out.start = append(out.start, mem)
 			case in.State == cloud.StateStopped && mem.phase != phaseDeleting && !in.Standby:
 				// Gone for the cluster, not for the bill: delete it (below)
 				// and let the group order a replacement.

@@ -51,8 +51,10 @@ type backend struct {
 	// settleAfter is how long after the faults stop the cloud may still
 	// hold leftovers (a startup script is kept until its instance booted).
 	settleAfter time.Duration
-	// prices are the hourly prices by instance type and capacity type.
-	prices map[string]float64
+	// prices are the hourly prices by instance type and capacity type;
+	// stoppedPrice a standby pool's stopped instance's.
+	prices       map[string]float64
+	stoppedPrice float64
 	// engine holds the cloud's instances and capacity (behind its fake
 	// API, if any): the campaign sells offerings out through it.
 	engine *sim.Engine
@@ -75,13 +77,13 @@ sync: {period: 100ms, requestsPerSecond: 100000, maxConcurrentCreates: 4, offeri
 leakedInstances: {gracePeriod: 1s}
 `
 
-// simGroups are the simulated cloud's groups: one with minSize 1 and
-// spot first, one of 8-GPU machines.
+// simGroups are the simulated cloud's groups: one with a standby pool, one
+// with minSize 1 and spot first, one of 8-GPU machines.
 const simGroups = `
 clouds:
-  sim: {bootDelay: 40ms, deleteDelay: 30ms, defaultCapacity: 6} # offeringCapacity
+  sim: {bootDelay: 40ms, deleteDelay: 30ms, startDelay: 10ms, startFailureRate: 0.2, defaultCapacity: 6} # offeringCapacity
 nodeGroups:
-  - {name: a, cloud: sim, instanceType: 1H100.80S.30V, locations: [FIN-01, FIN-02], maxSize: 6}
+  - {name: a, cloud: sim, instanceType: 1H100.80S.30V, locations: [FIN-01, FIN-02], maxSize: 6, standby: {size: 1, warmFor: 50ms}}
   - {name: b, cloud: sim, instanceType: 1A100.22V, locations: [FIN-01], capacityPolicy: prefer-spot, minSize: 1, maxSize: 4}
   - {name: c, cloud: sim, instanceType: 8H100.80S.176V, locations: [FIN-03], maxSize: 2}
 `
@@ -169,7 +171,7 @@ func simBackend(t *testing.T, seed uint64) *backend {
 		t.Fatal(err)
 	}
 	cfg, prices := parse(t, campaignConfig, engine.Catalog(), true)
-	b := &backend{name: sim.Name, cfg: cfg, prices: prices, engine: engine,
+	b := &backend{name: sim.Name, cfg: cfg, prices: prices, engine: engine, stoppedPrice: engine.StoppedPrice(cloud.OfferingKey{}),
 		provider:  func(*slog.Logger) cloud.Provider { return engine.Account(cfg.ClusterName) },
 		instances: func() []cloud.Instance { return engine.Instances(cfg.ClusterName) },
 		lose:      func(name string) bool { return engine.Reclaim(name) == nil },
@@ -406,6 +408,9 @@ func (b *backend) spend() (total float64, byGroup map[string]float64) {
 	byGroup = map[string]float64{}
 	for _, in := range b.instances() {
 		p := b.prices[priceKey(in.InstanceType, in.CapacityType)]
+		if in.State == cloud.StateStopped && in.Standby {
+			p = b.stoppedPrice // a standby pool's: its disk
+		}
 		total += p
 		byGroup[in.Group] += p
 	}

@@ -682,12 +682,17 @@ func (c *campaign) checkVanished() {
 // the target.
 func (c *campaign) disagreement() string {
 	byGroup := map[string][]string{}
+	standby := map[string]int{}
 	seen := map[string]bool{}
 	for _, in := range c.b.instances() {
 		if seen[in.Name] {
 			return "two instances named " + in.Name
 		}
 		seen[in.Name] = true
+		if in.State == cloud.StateStopped && in.Standby {
+			standby[in.Group]++ // a standby pool's: no member
+			continue
+		}
 		if in.State != cloud.StateRunning {
 			return fmt.Sprintf("instance %s is %s", in.Name, in.State)
 		}
@@ -722,6 +727,10 @@ func (c *campaign) disagreement() string {
 		}
 		if target, _ := c.mgr.TargetSize(g.Name); len(insts) > target {
 			return fmt.Sprintf("group %s: %d members for a target of %d", g.Name, len(insts), target)
+		}
+		if standby[g.Name] > g.StandbySize() {
+			// Fewer may be kept, where maxSize or a cost cap leaves no room.
+			return fmt.Sprintf("group %s: %d stopped standby instances for a pool of %d", g.Name, standby[g.Name], g.StandbySize())
 		}
 	}
 	return ""
