@@ -178,3 +178,51 @@ nodeGroups:
 		t.Fatalf("%d instances at the cloud under a cap for 1", n)
 	}
 }
+
+// A machine terminated just after its launch, whose delete fails for a
+// while, and which a lagging list leaves out at first: the core keeps it
+// as being deleted until a list can judge it, rather than dropping it,
+// adopting it live when a later list shows it again, and then taking its
+// retried delete for a vanish (seen in a chaos campaign).
+func TestTerminatedLaunchIsNeverAdoptedAgain(t *testing.T) {
+	w := &wrapped{}
+	blocked := true
+	w.onDelete = func(cloud.Instance) (error, bool) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if blocked {
+			return cloud.Errorf(cloud.ErrTransient, "delete", "503 service unavailable"), true
+		}
+		return nil, false
+	}
+	h := newWrappedHarness(t, oneGroupLeaky, sim.Options{ListLag: 45 * time.Second}, Options{ResolveAfter: time.Minute},
+		func(c *sim.Cloud) cloud.Provider { w.Provider = c; return w })
+	ctx := context.Background()
+	in, err := h.mgr.Launch(ctx, LaunchRequest{Owner: "karpenter", Cloud: "sim", Offering: h100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.mgr.Terminate(ctx, in.ProviderID); err != nil {
+		t.Fatal(err)
+	}
+	for range 12 { // two minutes of syncs: the first lists leave it out, the later show it
+		h.mgr.syncer.kick("sim")
+		time.Sleep(2 * time.Millisecond)
+		for _, got := range h.mgr.Launched("karpenter") {
+			if got.State != StateDeleting {
+				t.Fatalf("the terminated machine is back as %v", got.State)
+			}
+		}
+		h.clk.Step(10 * time.Second)
+	}
+	w.mu.Lock()
+	blocked = false
+	w.mu.Unlock()
+	h.settle(10 * time.Minute)
+	if n := h.engine.Count("test"); n != 0 {
+		t.Errorf("%d instances left", n)
+	}
+	if v := h.metric("gpuscaler_instances_vanished_total", nil); v > 0 {
+		t.Errorf("%v instances taken for vanished", v)
+	}
+}

@@ -550,11 +550,12 @@ func (y *syncer) failed(g *group, mem *member, in cloud.Instance) {
 func (y *syncer) missing(g *group, mem *member, start time.Time, out *afterLock) {
 	s := y.store
 	// How long a list may leave out a recorded instance before its silence
-	// means the instance is gone; none for one gpuscaler deleted.
+	// means the instance is gone: one gpuscaler deletes too, as its delete
+	// may have failed (and be retried) while a list that lags leaves the
+	// fresh instance out; dropped then, a later list would show it again
+	// past its tombstone, adopted live, and the retried delete would take
+	// it as a vanished one.
 	lag := y.resolveAfter
-	if mem.phase == phaseDeleting {
-		lag = 0
-	}
 	// An order whose answer was lost, then withdrawn (a target decrease)
 	// before a list told whether it landed, is resolved as a lost answer
 	// is; it would otherwise wait, deleting, for a list to show it forever.
@@ -721,11 +722,10 @@ func (y *syncer) orderer() *orderer { return y.sizer.orderer }
 // synced.
 func (y *syncer) nodeless(mem *member) bool {
 	if y.nodes == nil {
-		// No Nodes to tell by (the core run without a cluster): an
-		// instance that may have been deleted before the restart is
-		// taken for one, since replacing it would buy a GPU nobody
-		// asked for, while a front end that needs it asks again.
-		return true
+		// No Nodes to tell by (the core run without a cluster): nothing
+		// shows that the process before deleted it. In a cluster the
+		// front ends' deletion taints do (leaving).
+		return false
 	}
 	registered, synced := y.nodes.Registered(mem.providerIDs()...)
 	return synced && !registered
