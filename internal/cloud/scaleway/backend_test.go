@@ -449,3 +449,44 @@ func TestDiscardReadsTheStateAgain(t *testing.T) {
 		t.Fatalf("%d server deletes, want the refused one and one after reading again", n)
 	}
 }
+
+// TestStandbyPool: a group's standby server is made, booted, powered off
+// (`poweroff`, which bills its volume only) and tagged as standby, so the
+// core counts it in the pool and no front end sees it; a scale-up powers
+// it on (the tag goes), and the pool makes another.
+func TestStandbyPool(t *testing.T) {
+	b := newBackend(t, 5, groupsYAML+"    standby: {size: 1, warmFor: 50ms}\n", scwtest.Options{})
+	standby := func() []scwtest.ServerView {
+		var out []scwtest.ServerView
+		for _, sv := range b.fake.Servers() {
+			if sv.State == "stopped" && slices.Contains(sv.Tags, "gpuscaler-standby") {
+				out = append(out, sv)
+			}
+		}
+		return out
+	}
+	b.wait(t, "a powered-off standby server", func() bool { return len(standby()) == 1 })
+	pooled := standby()[0]
+	if n, _ := b.mgr.TargetSize("l4"); n != 0 {
+		t.Fatalf("target %d with a standby server only", n)
+	}
+	if insts, _ := b.mgr.Instances("l4"); len(insts) != 0 {
+		t.Fatalf("front ends see %+v", insts)
+	}
+	if err := b.mgr.IncreaseSize(context.Background(), "l4", 1); err != nil {
+		t.Fatal(err)
+	}
+	b.wait(t, "the standby server running for the scale-up", func() bool {
+		r := b.running(t, "l4")
+		return len(r) == 1 && strings.HasSuffix(r[0].ProviderID, "/"+pooled.ID)
+	})
+	for _, sv := range b.fake.Servers() {
+		if sv.ID == pooled.ID && slices.Contains(sv.Tags, "gpuscaler-standby") {
+			t.Fatalf("the started server keeps its standby tag: %v", sv.Tags)
+		}
+	}
+	b.wait(t, "the pool refilled", func() bool { s := standby(); return len(s) == 1 && s[0].ID != pooled.ID })
+	if v, s := b.fake.VolumeCount(), b.fake.ServerCount(); v != s {
+		t.Fatalf("%d volumes for %d servers", v, s)
+	}
+}

@@ -27,7 +27,17 @@ const (
 	tagCluster = "gpuscaler-cluster="
 	tagGroup   = "gpuscaler-group="
 	tagOwner   = "gpuscaler-owner="
+	// tagStandby marks a server powered off for a standby pool: stopped on
+	// purpose, to be started again, not lost.
+	tagStandby = "gpuscaler-standby"
 )
+
+// blockPricePerGBHour is what Scaleway's Block Storage bills per GB and
+// hour in PAR, WAW and AMS (docs-content pages/instances/faq.mdx), the
+// whole bill of a powered-off server's boot volume ("When a server is
+// powered off, only its volumes and any reserved flexible IP address are
+// billed", pages/instances/how-to/power-off-instance.mdx).
+const blockPricePerGBHour = 0.000118
 
 // Defaults.
 const (
@@ -110,6 +120,7 @@ var (
 	_ cloud.Provider       = (*Cloud)(nil)
 	_ cloud.IDAssigner     = (*Cloud)(nil)
 	_ cloud.RequestLimiter = (*Cloud)(nil)
+	_ cloud.Stopper        = (*Cloud)(nil)
 )
 
 // New returns the backend over an SDK client (see NewClient).
@@ -376,7 +387,7 @@ func (c *Cloud) List(ctx context.Context) ([]cloud.Instance, error) {
 			}
 			in := c.instance(sv, group, owner)
 			names[sv.Name] = true
-			if in.State == cloud.StateDeleting || in.State == cloud.StateStopped {
+			if in.State == cloud.StateDeleting || in.State == cloud.StateStopped && !in.Standby {
 				leaving[sv.Name] = true
 			}
 			out = append(out, in)
@@ -459,6 +470,12 @@ func (c *Cloud) instance(sv *instance.Server, group, owner string) cloud.Instanc
 		in.State = cloud.StateDeleting
 	case instance.ServerStateLocked:
 		in.State, in.Error = cloud.StateFailed, "server locked: "+sv.StateDetail
+	case instance.ServerStateStopped:
+		if slices.Contains(sv.Tags, tagStandby) {
+			in.State, in.Standby = cloud.StateStopped, true // powered off for a standby pool
+			break
+		}
+		fallthrough
 	default: // stopped, stopped in place
 		in.State = cloud.StatePending
 		if !starting && time.Since(in.CreatedAt) > c.opts.StartGrace {
@@ -559,6 +576,88 @@ func (c *Cloud) Create(ctx context.Context, spec cloud.CreateSpec) (cloud.Instan
 		Group: spec.Group, Owner: spec.Owner, InstanceType: spec.InstanceType, Location: spec.Location,
 		CapacityType: cloud.OnDemand, State: cloud.StatePending, CreatedAt: created,
 	}, nil
+}
+
+// Stop powers a running server off for a standby pool (cloud.Stopper):
+// tagged first, so that a list never shows it stopped without the mark
+// (a stopped server without it is one lost, deleted and replaced), then
+// `poweroff`, which releases its hypervisor slot and leaves its volumes
+// billing only; `stop_in_place` would bill it in full.
+func (c *Cloud) Stop(ctx context.Context, inst cloud.Instance) error {
+	zone := scw.Zone(inst.Location)
+	sv, err := c.server(ctx, zone, inst.ID)
+	if err != nil {
+		return err
+	}
+	if err := c.setStandbyTag(ctx, sv, true); err != nil {
+		return err
+	}
+	if sv.State == instance.ServerStateStopped {
+		return nil
+	}
+	return c.retry(ctx, "poweroff", func() error {
+		_, err := c.inst.ServerAction(&instance.ServerActionRequest{Zone: zone, ServerID: sv.ID, Action: instance.ServerActionPoweroff}, scw.WithContext(ctx))
+		if err != nil {
+			if now, gerr := c.server(ctx, zone, sv.ID); gerr == nil && (now.State == instance.ServerStateStopped || now.State == instance.ServerStateStopping) {
+				return nil // an earlier poweroff whose answer was lost
+			}
+		}
+		return err
+	})
+}
+
+// Start powers a standby server on (cloud.Stopper) and takes its standby
+// tag off. It needs a hypervisor slot again: a shortage answers
+// ErrCapacity.
+func (c *Cloud) Start(ctx context.Context, inst cloud.Instance) error {
+	zone := scw.Zone(inst.Location)
+	sv, err := c.server(ctx, zone, inst.ID)
+	if err != nil {
+		return err
+	}
+	if sv.State == instance.ServerStateStopped {
+		err = c.retry(ctx, "poweron", func() error {
+			_, err := c.inst.ServerAction(&instance.ServerActionRequest{Zone: zone, ServerID: sv.ID, Action: instance.ServerActionPoweron}, scw.WithContext(ctx))
+			if err != nil && c.started(ctx, sv) {
+				return nil
+			}
+			return err
+		})
+		if err != nil {
+			if errors.Is(err, cloud.ErrCapacity) {
+				c.markOutOfStock(string(zone), sv.CommercialType)
+			}
+			return err
+		}
+	}
+	if err := c.setStandbyTag(ctx, sv, false); err != nil {
+		// Harmless while it runs (the mark counts only on a stopped
+		// server); the next Stop sets it again anyway.
+		c.log.Warn("scaleway: standby tag not removed from a started server", "server", sv.Name, "error", err)
+	}
+	return nil
+}
+
+// StoppedPrice is a powered-off server's hourly bill: its boot volume
+// (the default size; a group's diskSizeGiB is not known here).
+func (c *Cloud) StoppedPrice(cloud.OfferingKey) float64 {
+	return defaultDiskGiB * blockPricePerGBHour
+}
+
+// setStandbyTag adds or removes tagStandby on a server, keeping its
+// other tags (PATCH replaces the list whole).
+func (c *Cloud) setStandbyTag(ctx context.Context, sv *instance.Server, on bool) error {
+	if slices.Contains(sv.Tags, tagStandby) == on {
+		return nil
+	}
+	tags := slices.DeleteFunc(slices.Clone(sv.Tags), func(t string) bool { return t == tagStandby })
+	if on {
+		tags = append(tags, tagStandby)
+	}
+	return c.retry(ctx, "tags", func() error {
+		_, err := c.inst.UpdateServer(&instance.UpdateServerRequest{Zone: sv.Zone, ServerID: sv.ID, Tags: &tags}, scw.WithContext(ctx))
+		return err
+	})
 }
 
 // start uploads a made server's cloud-init and powers it on.

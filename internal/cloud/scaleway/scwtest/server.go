@@ -126,6 +126,7 @@ func New(engine *sim.Engine, opts Options) *Server {
 	mux.HandleFunc("POST /instance/v1/zones/{zone}/servers", s.createServer)
 	mux.HandleFunc("GET /instance/v1/zones/{zone}/servers/{id}", s.getServer)
 	mux.HandleFunc("DELETE /instance/v1/zones/{zone}/servers/{id}", s.deleteServer)
+	mux.HandleFunc("PATCH /instance/v1/zones/{zone}/servers/{id}", s.updateServer)
 	mux.HandleFunc("POST /instance/v1/zones/{zone}/servers/{id}/action", s.action)
 	mux.HandleFunc("GET /instance/v1/zones/{zone}/servers/{id}/user_data", s.userDataKeys)
 	mux.HandleFunc("GET /instance/v1/zones/{zone}/servers/{id}/user_data/{key}", s.getUserData)
@@ -192,7 +193,8 @@ func (s *Server) Instances() []cloud.Instance {
 	var out []cloud.Instance
 	for _, sv := range s.servers {
 		out = append(out, cloud.Instance{ID: sv.id, Name: sv.name, Group: groupTag(sv.tags), InstanceType: sv.commercialType,
-			Location: sv.zone, CapacityType: cloud.OnDemand, State: states[sv.state], CreatedAt: sv.createdAt})
+			Location: sv.zone, CapacityType: cloud.OnDemand, State: states[sv.state], CreatedAt: sv.createdAt,
+			Standby: sv.state == "stopped" && slices.Contains(sv.tags, "gpuscaler-standby")})
 	}
 	return out
 }
@@ -657,6 +659,31 @@ func (s *Server) getServer(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.mu.Lock()
+	out := s.view(sv)
+	s.mu.Unlock()
+	writeJSON(w, http.StatusOK, map[string]any{"server": out})
+}
+
+// updateServer changes a server's tags, the one field gpuscaler updates:
+// PATCH …/servers/{id} with the new list whole, answered with the server
+// (scaleway-sdk-go v1.39.0 api/instance/v1: updateServer's method and
+// path, UpdateServerRequest's `tags`, UpdateServerResponse's `server`).
+func (s *Server) updateServer(w http.ResponseWriter, r *http.Request) {
+	sv, ok := s.lookup(w, r)
+	if !ok {
+		return
+	}
+	var b struct {
+		Tags *[]string `json:"tags"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&b); err != nil {
+		apiError(w, http.StatusBadRequest, "invalid_arguments", "invalid argument(s)", nil)
+		return
+	}
+	s.mu.Lock()
+	if b.Tags != nil {
+		sv.tags = slices.Clone(*b.Tags)
+	}
 	out := s.view(sv)
 	s.mu.Unlock()
 	writeJSON(w, http.StatusOK, map[string]any{"server": out})
