@@ -45,7 +45,7 @@
 //   - ListLagger: how long a list may leave an accepted order out; only the
 //     simulated cloud knows its own, the others get ResolveAfter.
 //   - Stopper: instances stopped and started again, billing less while
-//     stopped, for standby pools (the simulated cloud).
+//     stopped, for standby pools (the simulated cloud, Scaleway).
 //   - GroupDescriber, Advisor, Topology: existing instance groups made node
 //     groups, online config advice, and nested locations (GCP).
 //
