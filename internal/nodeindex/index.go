@@ -203,17 +203,11 @@ func leaving(n *corev1.Node) bool {
 // that it still carries it (a name reused by a new Node is left alone); no
 // such Node is success.
 func (x *Index) Delete(ctx context.Context, providerIDs ...string) error {
-	name, ok := x.node(providerIDs...)
-	if !ok {
-		return nil
-	}
-	n, err := x.kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
+	n, err := x.get(ctx, providerIDs...)
+	if n == nil || err != nil {
 		return err
 	}
+	name := n.Name
 	carries := false
 	for _, pid := range providerIDs {
 		carries = carries || n.Spec.ProviderID == pid
@@ -233,26 +227,31 @@ func (x *Index) Delete(ctx context.Context, providerIDs ...string) error {
 // provider IDs, with the Node's resourceVersion (a conflict is tried again
 // by the next sync); no such Node or taint is success.
 func (x *Index) Untaint(ctx context.Context, key string, providerIDs ...string) error {
-	name, ok := x.node(providerIDs...)
-	if !ok {
-		return nil
-	}
-	n, err := x.kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
+	n, err := x.get(ctx, providerIDs...)
+	if n == nil || err != nil || !hasTaint(n, key) {
 		return err
 	}
-	if !hasTaint(n, key) {
-		return nil
-	}
+	name := n.Name
 	n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == key })
 	if _, err := x.kube.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		return err
 	}
 	x.log.Info("lifted a taint from a node", "node", name, "taint", key)
 	return nil
+}
+
+// get reads, from the API server, the Node that carries one of the
+// provider IDs; nil when there is none.
+func (x *Index) get(ctx context.Context, providerIDs ...string) (*corev1.Node, error) {
+	name, ok := x.node(providerIDs...)
+	if !ok {
+		return nil, nil
+	}
+	n, err := x.kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	return n, err
 }
 
 // hasTaint reports whether n carries a taint of key.

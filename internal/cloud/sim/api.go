@@ -171,28 +171,17 @@ func (e *Engine) Delete(ctx context.Context, cluster string, inst cloud.Instance
 // stopped price and gives its capacity back until started. One stopped
 // already is success.
 func (e *Engine) Stop(ctx context.Context, cluster string, inst cloud.Instance) error {
-	if err := e.call(ctx, "stop"); err != nil {
-		return err
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.advanceLocked()
-	in, ok := e.instances[inst.Name]
-	switch {
-	case !ok || in.order.cluster != cluster:
-		return cloud.Errorf(cloud.ErrNotFound, "stop", "no instance %q", inst.Name)
-	case in.state == stopped:
-		return nil
-	case in.state != running:
-		return cloud.Errorf(cloud.ErrInvalid, "stop", "instance %q is %s, not running", inst.Name, states[in.state])
-	}
-	in.state, in.due = stopped, 0
-	e.used[*in.offering]--
-	e.notifyLocked()
-	if e.lostLocked("stop") {
-		return cloud.Errorf(cloud.ErrTransient, "stop", "simulated timeout after the stop reached the cloud")
-	}
-	return nil
+	return e.power(ctx, "stop", cluster, inst.Name, func(in *instance) error {
+		switch in.state {
+		case stopped:
+			return nil
+		case running:
+			in.state, in.due = stopped, 0
+			e.used[*in.offering]--
+			return nil
+		}
+		return cloud.Errorf(cloud.ErrInvalid, "stop", "instance %q is %s, not running", in.name, states[in.state])
+	})
 }
 
 // Start powers one of a cluster's stopped instances on: it runs
@@ -200,31 +189,45 @@ func (e *Engine) Stop(ctx context.Context, cluster string, inst cloud.Instance) 
 // start failure rate, it is refused (ErrCapacity) and stays stopped. One
 // starting or running already is success.
 func (e *Engine) Start(ctx context.Context, cluster string, inst cloud.Instance) error {
-	if err := e.call(ctx, "start"); err != nil {
+	return e.power(ctx, "start", cluster, inst.Name, func(in *instance) error {
+		switch in.state {
+		case pending, running:
+			return nil
+		case stopped:
+		default:
+			return cloud.Errorf(cloud.ErrInvalid, "start", "instance %q is %s, not stopped", in.name, states[in.state])
+		}
+		k := *in.offering
+		if e.used[k] >= e.capacity[k] || e.startFailureRate > 0 && e.rng.Float64() < e.startFailureRate {
+			return cloud.Errorf(cloud.ErrCapacity, "start", "not enough resources to start %s (%s) in %s", k.InstanceType, k.CapacityType, k.Location)
+		}
+		e.used[k]++
+		in.state = pending
+		e.scheduleLocked(in, e.clock.Now().Add(e.startDelay).UnixNano())
+		return nil
+	})
+}
+
+// power is the front door of a stop or a start: the call, the instance
+// looked up in the cluster, act on it under the engine's lock, and the
+// answer lost when a test asks for it.
+func (e *Engine) power(ctx context.Context, op, cluster, name string, act func(*instance) error) error {
+	if err := e.call(ctx, op); err != nil {
 		return err
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.advanceLocked()
-	in, ok := e.instances[inst.Name]
-	switch {
-	case !ok || in.order.cluster != cluster:
-		return cloud.Errorf(cloud.ErrNotFound, "start", "no instance %q", inst.Name)
-	case in.state == pending || in.state == running:
-		return nil
-	case in.state != stopped:
-		return cloud.Errorf(cloud.ErrInvalid, "start", "instance %q is %s, not stopped", inst.Name, states[in.state])
+	in, ok := e.instances[name]
+	if !ok || in.order.cluster != cluster {
+		return cloud.Errorf(cloud.ErrNotFound, op, "no instance %q", name)
 	}
-	k := *in.offering
-	if e.used[k] >= e.capacity[k] || e.startFailureRate > 0 && e.rng.Float64() < e.startFailureRate {
-		return cloud.Errorf(cloud.ErrCapacity, "start", "not enough resources to start %s (%s) in %s", k.InstanceType, k.CapacityType, k.Location)
+	if err := act(in); err != nil {
+		return err
 	}
-	e.used[k]++
-	in.state = pending
-	e.scheduleLocked(in, e.clock.Now().Add(e.startDelay).UnixNano())
 	e.notifyLocked()
-	if e.lostLocked("start") {
-		return cloud.Errorf(cloud.ErrTransient, "start", "simulated timeout after the start reached the cloud")
+	if e.lostLocked(op) {
+		return cloud.Errorf(cloud.ErrTransient, op, "simulated timeout after the %s reached the cloud", op)
 	}
 	return nil
 }
