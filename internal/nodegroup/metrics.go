@@ -31,6 +31,9 @@ type Metrics struct {
 	// standbyStarts counts standby instances started for demand, by
 	// result (ok, failed: a fresh order was placed instead).
 	standbyStarts *prometheus.CounterVec
+	// standbyStartup is startup's counterpart for instances started from
+	// a standby pool, from the start.
+	standbyStartup *prometheus.HistogramVec
 }
 
 // Steps of a node's start-up, the step label of
@@ -123,6 +126,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "gpuscaler_standby_starts_total",
 			Help: "Standby instances started for demand, by node group and result (ok; failed: the instance was deleted and a fresh one ordered at once).",
 		}, []string{"group", "result"}),
+		standbyStartup: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "gpuscaler_standby_start_duration_seconds",
+			Help:    "Time from a standby instance's start to its Node registered, Ready, and (GPU groups) GPUs allocatable, by node group and step: gpuscaler_node_startup_duration_seconds for instances started from a standby pool.",
+			Buckets: startupBuckets,
+		}, []string{"group", "step"}),
 		targetMismatches: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gpuscaler_target_mismatches_total",
 			Help: "Changes after which a node group's target and its live members disagreed, by node group; any is a bug to report.",
@@ -130,7 +138,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.apiCalls, m.apiLatency, m.instances, m.targetSize, m.scaleUpFailures, m.hourlySpend, m.leaked,
-			m.deleteFailures, m.vanished, m.unknownGroup, m.stockOuts, m.costLimit, m.startup, m.gpuGap, m.gpuTimeouts, m.refusedMoves, m.targetMismatches, m.standbyStarts)
+			m.deleteFailures, m.vanished, m.unknownGroup, m.stockOuts, m.costLimit, m.startup, m.gpuGap, m.gpuTimeouts, m.refusedMoves, m.targetMismatches, m.standbyStarts, m.standbyStartup)
 	}
 	return m
 }

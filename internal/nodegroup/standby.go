@@ -158,6 +158,7 @@ func (z *sizer) start(g *group, mem *member, inst cloud.Instance) {
 			mem.standby = standbyNone
 			mem.extras().startedAt = z.clock.Now()
 			mem.recordedAt = stampOf(z.clock.Now())
+			mem.steps = 0 // its Node registers again: the start-up is timed anew
 		})
 		z.log.Info("standby instance started", "group", g.cfg.Name, "instance", mem.name)
 		z.publishLocked(g)

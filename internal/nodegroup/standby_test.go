@@ -174,3 +174,57 @@ func TestReloadDuringAStandbyStartStartsItAgain(t *testing.T) {
 		t.Errorf("%d creates, want at most 2: the scale-up was ordered fresh", creates)
 	}
 }
+
+// Where the core sees Nodes, a standby instance is stopped only once its
+// Node has shown its GPUs, and one started for demand is timed from its
+// start in gpuscaler_standby_start_duration_seconds, apart from the cold
+// start-ups of gpuscaler_node_startup_duration_seconds.
+func TestStandbyStartIsTimedApart(t *testing.T) {
+	nodes := newFakeNodes()
+	h := newHarness(t, standbyGroup, sim.Options{}, Options{Nodes: nodes})
+	register := func(name string, gpusAfter time.Duration) {
+		pid := cloud.ProviderID("sim", name)
+		now := h.clk.Now()
+		nodes.register(pid)
+		nodes.mu.Lock()
+		nodes.startup[pid] = Startup{Registered: now, Ready: now, GPUs: now.Add(gpusAfter), GPUsSeen: true}
+		nodes.mu.Unlock()
+	}
+	var warming string
+	h.eventually("the pool's instance running", func() bool {
+		h.clk.Step(30 * time.Second)
+		h.mgr.syncer.kick("sim")
+		for _, in := range h.engine.Instances("test") {
+			if in.State == cloud.StateRunning {
+				warming = in.Name
+				return true
+			}
+		}
+		return false
+	})
+	h.clk.Step(2 * time.Minute)
+	h.mgr.syncer.kick("sim")
+	time.Sleep(20 * time.Millisecond)
+	if in := h.engine.Instances("test"); len(in) != 1 || in[0].State != cloud.StateRunning {
+		t.Fatalf("stopped before its Node showed GPUs: %+v", in)
+	}
+	register(warming, 20*time.Second)
+	stopped := poolReady(h)
+	if stopped.Name != warming {
+		t.Fatalf("stopped %s, want %s", stopped.Name, warming)
+	}
+	if err := h.mgr.IncreaseSize(context.Background(), "g", 1); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("started", func() bool { insts, _ := h.mgr.Instances("g"); return len(insts) == 1 && !insts[0].StartedAt.IsZero() })
+	h.clk.Step(15 * time.Second)
+	register(warming, 10*time.Second)
+	h.eventually("the standby start-up timed", func() bool {
+		h.mgr.syncer.kick("sim")
+		n, _ := h.histogram("gpuscaler_standby_start_duration_seconds", map[string]string{"group": "g", "step": "gpus"})
+		return n == 1
+	})
+	if n, _ := h.histogram("gpuscaler_node_startup_duration_seconds", map[string]string{"group": "g", "step": "gpus"}); n != 1 {
+		t.Errorf("%d cold start-ups timed, want the warm-up's 1", n)
+	}
+}

@@ -44,6 +44,9 @@ func (u *startups) observeLocked(g *group) {
 			continue
 		}
 		if mem.steps == 0 {
+			if at := mem.peek().startedAt; !at.IsZero() && s.Registered.Before(at) {
+				continue // the Node from before its stop: wait for the new one
+			}
 			if s.Registered.Before(u.since) {
 				// A Node from before this core: its later changes (Ready
 				// after an outage, GPUs back after a device plugin
@@ -61,7 +64,7 @@ func (u *startups) observeLocked(g *group) {
 		}
 		u.step(mem, seenRegistered, stepRegistered, s.Registered)
 		if u.step(mem, seenReady, stepReady, s.Ready) {
-			mem.readyAfter = max(s.Ready.Sub(mem.createdAt.Time()), 0)
+			mem.readyAfter = max(s.Ready.Sub(mem.since()), 0)
 		}
 		switch {
 		case mem.steps&seenGPUs != 0 || !s.GPUsSeen:
@@ -71,7 +74,7 @@ func (u *startups) observeLocked(g *group) {
 			if u.step(mem, seenGPUs, stepGPUs, s.GPUs) && mem.steps&seenReady != 0 {
 				// From the first Ready this core saw, not a later one
 				// after a flap.
-				gap := s.GPUs.Sub(mem.createdAt.Time()) - mem.readyAfter
+				gap := s.GPUs.Sub(mem.since()) - mem.readyAfter
 				u.metrics.gpuGap.WithLabelValues(mem.group()).Observe(max(gap, 0).Seconds())
 			}
 		}
@@ -79,13 +82,18 @@ func (u *startups) observeLocked(g *group) {
 }
 
 // step observes one step reached at at (zero: not yet), once; it reports
-// whether it observed it.
+// whether it observed it. A member started from a standby pool counts
+// from its start, in the standby start-up's histogram.
 func (u *startups) step(mem *member, bit uint8, label string, at time.Time) bool {
 	if mem.steps&bit != 0 || at.IsZero() {
 		return false
 	}
 	mem.steps |= bit
-	u.metrics.startup.WithLabelValues(mem.group(), label).Observe(max(at.Sub(mem.createdAt.Time()), 0).Seconds())
+	h := u.metrics.startup
+	if !mem.peek().startedAt.IsZero() {
+		h = u.metrics.standbyStartup
+	}
+	h.WithLabelValues(mem.group(), label).Observe(max(at.Sub(mem.since()), 0).Seconds())
 	return true
 }
 
