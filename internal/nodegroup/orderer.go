@@ -372,9 +372,10 @@ func (o *orderer) unknown(g *group, mem *member, err error) {
 		}
 		mem.extras().unknownSince = o.clock.Now()
 	})
+	cloudName := mem.cloud() // a launched member's is in its extras, which a sync may change
 	s.mu.Unlock()
 	o.log.Warn("create answer lost; waiting for a list to say whether it landed", "group", g.cfg.Name, "instance", mem.name, "error", err)
-	o.kick(mem.cloud())
+	o.kick(cloudName)
 }
 
 // release tells the bootstrapper an order for name did not go through.

@@ -145,7 +145,7 @@ func (z *sizer) takeLocked(g *group) *member {
 // error) deletes the instance and orders a fresh one at once.
 func (z *sizer) start(g *group, mem *member, inst cloud.Instance) {
 	ctx := z.ctx()
-	err := z.clients[mem.cloud()].start(ctx, inst)
+	err := z.clients[g.cfg.Cloud].start(ctx, inst)
 	s := z.store
 	s.mu.Lock()
 	defer s.mu.Unlock()

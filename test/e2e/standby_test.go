@@ -68,3 +68,42 @@ func TestStandbyPoolOnARealCluster(t *testing.T) {
 		return len(s) == 1 && s[0].Name != pooled.Name
 	})
 }
+
+// TestRealClusterAutoscalerTakesFromTheStandbyPool: the real
+// cluster-autoscaler scales a GPU group with a standby pool of one for a
+// pending pod: gpuscaler starts the pool's stopped instance instead of
+// ordering, the pod runs well inside the cold boot, and the pool refills.
+// cluster-autoscaler never sees the pool's instances as the group's (they
+// map to no node group), so it neither counts nor removes them.
+func TestRealClusterAutoscalerTakesFromTheStandbyPool(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	const coldBoot = 60 * time.Second
+	r := startRealCA(t, ctx, "bootDelay: 60s, deleteDelay: 1s, startDelay: 1s, stoppedPrice: 0.05",
+		"  - {name: h100, cloud: sim, instanceType: 1H100.80S.30V, locations: [FIN-01], maxSize: 3, taints: [{key: nvidia.com/gpu, value: present, effect: NoSchedule}], standby: {size: 1, warmFor: 1s}}\n",
+		"--scan-interval=2s", "--scale-down-unneeded-time=5m", "--max-node-provision-time=5m", "--v=3")
+	stopped := func() bool {
+		mfs := scrape(t, r.metricsAddr)
+		return value(mfs, "gpuscaler_nodegroup_instances", map[string]string{"group": "h100", "state": "standby"}) == 1 &&
+			value(mfs, "gpuscaler_hourly_spend", map[string]string{"group": "h100"}) == 0.05
+	}
+	waitFor(t, ctx, "the pool's instance warmed and stopped", stopped)
+	pods := r.env.Client.CoreV1().Pods("default")
+	asked := time.Now()
+	if _, err := pods.Create(ctx, gpuPod("infer"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "the pod running", func() bool { return runningPods(ctx, pods) == 1 })
+	if took := time.Since(asked); took >= coldBoot {
+		t.Errorf("the pod ran after %s, no sooner than a cold boot (%s)", took.Round(time.Second), coldBoot)
+	}
+	if v := value(scrape(t, r.metricsAddr), "gpuscaler_standby_starts_total", map[string]string{"group": "h100", "result": "ok"}); v != 1 {
+		t.Errorf("%v standby starts, want 1", v)
+	}
+	waitFor(t, ctx, "the pool refilled", func() bool { return r.live(t, "h100") == 1 && stopped() })
+	if n := r.creates(t); n != 2 {
+		t.Errorf("%v creates, want 2: the pool's first and its refill", n)
+	}
+	r.assertNotForbidden(t)
+}
