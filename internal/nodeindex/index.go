@@ -7,6 +7,7 @@ package nodeindex
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -16,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -232,8 +234,16 @@ func (x *Index) Untaint(ctx context.Context, key string, providerIDs ...string) 
 		return err
 	}
 	name := n.Name
-	n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == key })
-	if _, err := x.kube.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil && !apierrors.IsNotFound(err) {
+	// A merge patch of the taints whole, with the resourceVersion read: a
+	// Node changed meanwhile is a conflict, tried again by the next sync.
+	patch, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{"resourceVersion": n.ResourceVersion},
+		"spec":     map[string]any{"taints": slices.DeleteFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == key })},
+	})
+	if err != nil {
+		return err
+	}
+	if _, err := x.kube.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		return err
 	}
 	x.log.Info("lifted a taint from a node", "node", name, "taint", key)

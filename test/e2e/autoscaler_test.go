@@ -39,7 +39,14 @@ const (
 func startRealCA(t *testing.T, ctx context.Context, simCloud, nodeGroups string, caArgs ...string) *realCA {
 	t.Helper()
 	env := testenv.Start(t, testenv.Options{ControllerManager: true, Scheduler: true, Kwok: true})
-	values := map[string]any{"mode": "provider"}
+	// The groups go into the chart's values as they would be installed:
+	// some grants depend on them (a standby pool's Node patch).
+	var groups []any
+	if err := yaml.Unmarshal([]byte(nodeGroups), &groups); err != nil {
+		t.Fatal(err)
+	}
+	values := map[string]any{"mode": "provider", "config": map[string]any{"clusterName": "realca",
+		"clouds": map[string]any{"sim": map[string]any{}}, "nodeGroups": groups}}
 	accounts, err := env.InstallChartRBAC(ctx, chartDir, caRelease, caNamespace, values)
 	if err != nil {
 		t.Fatal(err)

@@ -79,16 +79,20 @@ func TestRealClusterAutoscalerTakesFromTheStandbyPool(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	const coldBoot = 60 * time.Second
-	r := startRealCA(t, ctx, "bootDelay: 60s, deleteDelay: 1s, startDelay: 1s, stoppedPrice: 0.05",
+	const coldBoot = 30 * time.Second
+	r := startRealCA(t, ctx, "bootDelay: 30s, deleteDelay: 1s, startDelay: 1s, stoppedPrice: 0.05",
 		"  - {name: h100, cloud: sim, instanceType: 1H100.80S.30V, locations: [FIN-01], maxSize: 3, taints: [{key: nvidia.com/gpu, value: present, effect: NoSchedule}], standby: {size: 1, warmFor: 1s}}\n",
 		"--scan-interval=2s", "--scale-down-unneeded-time=5m", "--max-node-provision-time=5m", "--v=3")
-	stopped := func() bool {
+	// stopped: the pool holds one instance, and stops is how many the
+	// provider has stopped.
+	stopped := func(stops float64) bool {
 		mfs := scrape(t, r.metricsAddr)
 		return value(mfs, "gpuscaler_nodegroup_instances", map[string]string{"group": "h100", "state": "standby"}) == 1 &&
-			value(mfs, "gpuscaler_hourly_spend", map[string]string{"group": "h100"}) == 0.05
+			value(mfs, "gpuscaler_cloud_api_calls_total", map[string]string{"operation": "stop", "result": "ok"}) == stops
 	}
-	waitFor(t, ctx, "the pool's instance warmed and stopped", stopped)
+	waitFor(t, ctx, "the pool's instance warmed and stopped", func() bool {
+		return stopped(1) && value(scrape(t, r.metricsAddr), "gpuscaler_hourly_spend", map[string]string{"group": "h100"}) == 0.05
+	})
 	pods := r.env.Client.CoreV1().Pods("default")
 	asked := time.Now()
 	if _, err := pods.Create(ctx, gpuPod("infer"), metav1.CreateOptions{}); err != nil {
@@ -101,7 +105,7 @@ func TestRealClusterAutoscalerTakesFromTheStandbyPool(t *testing.T) {
 	if v := value(scrape(t, r.metricsAddr), "gpuscaler_standby_starts_total", map[string]string{"group": "h100", "result": "ok"}); v != 1 {
 		t.Errorf("%v standby starts, want 1", v)
 	}
-	waitFor(t, ctx, "the pool refilled", func() bool { return r.live(t, "h100") == 1 && stopped() })
+	waitFor(t, ctx, "the pool refilled", func() bool { return r.live(t, "h100") == 1 && stopped(2) })
 	if n := r.creates(t); n != 2 {
 		t.Errorf("%v creates, want 2: the pool's first and its refill", n)
 	}
