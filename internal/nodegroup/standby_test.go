@@ -2,6 +2,7 @@ package nodegroup
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -226,5 +227,30 @@ func TestStandbyStartIsTimedApart(t *testing.T) {
 	})
 	if n, _ := h.histogram("gpuscaler_node_startup_duration_seconds", map[string]string{"group": "g", "step": "gpus"}); n != 1 {
 		t.Errorf("%d cold start-ups timed, want the warm-up's 1", n)
+	}
+}
+
+// A stopped instance older than the pool's maxAge is deleted and another
+// warmed in its place; a reload that makes the pool smaller deletes the
+// instances past its size.
+func TestStandbyPoolAgesAndShrinks(t *testing.T) {
+	w := &wrapped{}
+	doc := strings.Replace(standbyGroup, "standby: {size: 1, warmFor: 60s}", "standby: {size: 1, warmFor: 60s, maxAge: 1h}", 1)
+	h := newWrappedHarness(t, doc, sim.Options{}, Options{}, func(c *sim.Cloud) cloud.Provider { w.Provider = c; return w })
+	first := poolReady(h)
+	h.settle(70 * time.Minute)
+	second := poolReady(h)
+	if second.Name == first.Name {
+		t.Fatalf("the pool still holds %s past its maxAge", first.Name)
+	}
+	for _, in := range h.engine.Instances("test") {
+		if in.Name == first.Name {
+			t.Fatalf("the aged instance is still at the cloud: %+v", in)
+		}
+	}
+	h.reload(strings.Replace(doc, "size: 1,", "size: 0,", 1))
+	h.settle(2 * time.Minute)
+	if n := h.engine.Count("test"); n != 0 {
+		t.Fatalf("%d instances after the pool went to size 0", n)
 	}
 }
