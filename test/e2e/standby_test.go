@@ -77,10 +77,9 @@ func TestStandbyPoolOnARealCluster(t *testing.T) {
 // map to no node group), so it neither counts nor removes them.
 func TestRealClusterAutoscalerTakesFromTheStandbyPool(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	const coldBoot = 30 * time.Second
-	r := startRealCA(t, ctx, "bootDelay: 30s, deleteDelay: 1s, startDelay: 1s, stoppedPrice: 0.05",
+	r := startRealCA(t, ctx, "bootDelay: 20s, deleteDelay: 1s, startDelay: 1s, stoppedPrice: 0.05",
 		"  - {name: h100, cloud: sim, instanceType: 1H100.80S.30V, locations: [FIN-01], maxSize: 3, taints: [{key: nvidia.com/gpu, value: present, effect: NoSchedule}], standby: {size: 1, warmFor: 1s}}\n",
 		"--scan-interval=2s", "--scale-down-unneeded-time=5m", "--max-node-provision-time=5m", "--v=3")
 	// stopped: the pool holds one instance, and stops is how many the
@@ -99,11 +98,17 @@ func TestRealClusterAutoscalerTakesFromTheStandbyPool(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, ctx, "the pod running", func() bool { return runningPods(ctx, pods) == 1 })
-	if took := time.Since(asked); took >= coldBoot {
-		t.Errorf("the pod ran after %s, no sooner than a cold boot (%s)", took.Round(time.Second), coldBoot)
-	}
-	if v := value(scrape(t, r.metricsAddr), "gpuscaler_standby_starts_total", map[string]string{"group": "h100", "result": "ok"}); v != 1 {
+	t.Logf("the pod ran %s after it was created", time.Since(asked).Round(time.Second))
+	// It runs on the started instance: the pool's refill may be on its
+	// way, but no instance was ordered for the pod (a cold order would
+	// also show as a second create before the pool's stop of it).
+	mfs := scrape(t, r.metricsAddr)
+	if v := value(mfs, "gpuscaler_standby_starts_total", map[string]string{"group": "h100", "result": "ok"}); v != 1 {
 		t.Errorf("%v standby starts, want 1", v)
+	}
+	if v := value(mfs, "gpuscaler_nodegroup_instances", map[string]string{"group": "h100", "state": "running"}) +
+		value(mfs, "gpuscaler_nodegroup_instances", map[string]string{"group": "h100", "state": "creating"}); v != 1 {
+		t.Errorf("%v instances serve the group, want the one started", v)
 	}
 	waitFor(t, ctx, "the pool refilled", func() bool { return r.live(t, "h100") == 1 && stopped(2) })
 	if n := r.creates(t); n != 2 {
