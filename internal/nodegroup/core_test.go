@@ -995,10 +995,12 @@ func TestRestartDoesNotReplaceWhatALaggingListStillShows(t *testing.T) {
 	}
 }
 
-// A node that ran (its Node registered) and is reclaimed just after a
-// restart, before a list that cannot lag confirms it, is no instance the
-// process before deleted: it is replaced as any vanished one.
-func TestRestartStillReplacesAReclaimedNode(t *testing.T) {
+// restartThenLose runs one instance of group g whose Node registers (with
+// startup, when given), restarts the core, and deletes the instance at the
+// cloud as a spot reclaim or the process before would, then lets four
+// minutes pass.
+func restartThenLose(t *testing.T, startup *Startup) (*harness, *wrapped) {
+	t.Helper()
 	nodes := newFakeNodes()
 	// Wrapped: a cloud that does not say its list lag, so the minute
 	// after the restart is one whose lists may lag.
@@ -1011,11 +1013,24 @@ func TestRestartStillReplacesAReclaimedNode(t *testing.T) {
 	h.eventually("1 running", func() bool { r, _, _, _ := h.states("g"); return r == 1 })
 	insts, _ := h.mgr.Instances("g")
 	nodes.register(insts[0].ProviderID)
+	if startup != nil {
+		nodes.mu.Lock()
+		nodes.startup[insts[0].ProviderID] = *startup
+		nodes.mu.Unlock()
+	}
 	h.restart()
-	if err := h.acct.Delete(ctx, h.engine.Instances("test")[0]); err != nil { // a spot reclaim
+	if err := h.acct.Delete(ctx, h.engine.Instances("test")[0]); err != nil {
 		t.Fatal(err)
 	}
 	h.settle(4 * time.Minute)
+	return h, w
+}
+
+// A node that ran (its Node registered) and is reclaimed just after a
+// restart, before a list that cannot lag confirms it, is no instance the
+// process before deleted: it is replaced as any vanished one.
+func TestRestartStillReplacesAReclaimedNode(t *testing.T) {
+	h, _ := restartThenLose(t, nil)
 	h.eventually("a replacement running", func() bool { r, _, _, _ := h.states("g"); return r == 1 })
 	if n, _ := h.mgr.TargetSize("g"); n != 1 {
 		t.Errorf("target %d after the reclaim, want 1", n)
@@ -1030,24 +1045,7 @@ func TestRestartStillReplacesAReclaimedNode(t *testing.T) {
 // nothing is ordered in its place (seen in a chaos campaign on GCP, where
 // a MIG carries a deleteInstances out after its answer).
 func TestRestartDoesNotReplaceANodeBeingDeleted(t *testing.T) {
-	nodes := newFakeNodes()
-	w := &wrapped{}
-	h := newWrappedHarness(t, oneGroupLeaky, sim.Options{}, Options{ResolveAfter: time.Minute, Nodes: nodes}, func(c *sim.Cloud) cloud.Provider { w.Provider = c; return w })
-	ctx := context.Background()
-	if err := h.mgr.IncreaseSize(ctx, "g", 1); err != nil {
-		t.Fatal(err)
-	}
-	h.eventually("1 running", func() bool { r, _, _, _ := h.states("g"); return r == 1 })
-	insts, _ := h.mgr.Instances("g")
-	nodes.register(insts[0].ProviderID)
-	nodes.mu.Lock()
-	nodes.startup[insts[0].ProviderID] = Startup{Registered: h.clk.Now(), Leaving: true}
-	nodes.mu.Unlock()
-	h.restart()
-	if err := h.acct.Delete(ctx, h.engine.Instances("test")[0]); err != nil { // the delete the process before sent
-		t.Fatal(err)
-	}
-	h.settle(4 * time.Minute)
+	h, w := restartThenLose(t, &Startup{Registered: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), Leaving: true})
 	if n, _ := h.mgr.TargetSize("g"); n != 0 {
 		t.Errorf("target %d after the tainted node went, want 0", n)
 	}
