@@ -150,6 +150,16 @@ type listing struct {
 	dups map[string][]cloud.Instance
 }
 
+// lists reports whether the listing shows an instance of that name.
+func (l *listing) lists(name string) bool {
+	for _, byName := range l.groups {
+		if _, ok := byName[name]; ok {
+			return true
+		}
+	}
+	return false
+}
+
 func newListing(start time.Time, insts []cloud.Instance) *listing {
 	l := &listing{start: start, insts: insts, groups: map[string]map[string]int32{}}
 	sizes := map[string]int{}
@@ -241,7 +251,10 @@ func (y *syncer) sync(ctx context.Context, cloudName string, initial bool) error
 	var reissue []reissue
 	s.mu.Lock()
 	for name, at := range s.tombstones {
-		if !start.Before(at.Add(y.resolveAfter)) {
+		// Gone only once a list that cannot lag behind the delete leaves
+		// it out: a delete that failed and is retried keeps it listed,
+		// and it must not be adopted meanwhile.
+		if !start.Before(at.Add(y.resolveAfter)) && !l.lists(name) {
 			delete(s.tombstones, name)
 		}
 	}
@@ -470,7 +483,7 @@ func (y *syncer) fold(ctx context.Context, cloudName string, g *group, l *listin
 		in, dups := pick(l.named(key, name, first), "")
 		y.reaper.duplicatesLocked(cloudName, dups)
 		lingering += y.listPrice(cloudName, dups...)
-		if at, ok := s.tombstones[name]; ok && start.Before(at.Add(y.resolveAfter)) {
+		if _, ok := s.tombstones[name]; ok {
 			lingering += y.listPrice(cloudName, in)
 			// An instance this process deleted, shown again by a list that
 			// lags: deleted again (deletes are idempotent), never adopted
@@ -550,12 +563,12 @@ func (y *syncer) failed(g *group, mem *member, in cloud.Instance) {
 func (y *syncer) missing(g *group, mem *member, start time.Time, out *afterLock) {
 	s := y.store
 	// How long a list may leave out a recorded instance before its silence
-	// means the instance is gone: one gpuscaler deletes too, as its delete
-	// may have failed (and be retried) while a list that lags leaves the
-	// fresh instance out; dropped then, a later list would show it again
-	// past its tombstone, adopted live, and the retried delete would take
-	// it as a vanished one.
+	// means the instance is gone; none for one gpuscaler deleted (its
+	// tombstone keeps a list that shows it again from adopting it).
 	lag := y.resolveAfter
+	if mem.phase == phaseDeleting {
+		lag = 0
+	}
 	// An order whose answer was lost, then withdrawn (a target decrease)
 	// before a list told whether it landed, is resolved as a lost answer
 	// is; it would otherwise wait, deleting, for a list to show it forever.
