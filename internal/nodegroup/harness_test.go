@@ -192,10 +192,11 @@ type fakeNodes struct {
 	startup    map[string]Startup // by provider ID, of registered Nodes
 	unsynced   bool
 	deleted    [][]string
+	pods       map[string][]string // by provider ID: pods that run work
 }
 
 func newFakeNodes() *fakeNodes {
-	return &fakeNodes{registered: map[string]bool{}, startup: map[string]Startup{}}
+	return &fakeNodes{registered: map[string]bool{}, startup: map[string]Startup{}, pods: map[string][]string{}}
 }
 
 func (f *fakeNodes) Startup(ids ...string) (Startup, bool) {
@@ -243,6 +244,24 @@ func (f *fakeNodes) Untaint(_ context.Context, key string, ids ...string) error 
 		}
 	}
 	return nil
+}
+
+func (f *fakeNodes) Workloads(_ context.Context, ids ...string) ([]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, id := range ids {
+		if f.registered[id] {
+			return f.pods[id], nil
+		}
+	}
+	return nil, nil
+}
+
+// bind puts pods that run work on the Node under id.
+func (f *fakeNodes) bind(id string, pods ...string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.pods[id] = pods
 }
 
 func (f *fakeNodes) register(id string) {

@@ -2,8 +2,10 @@ package nodegroup
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -287,6 +289,9 @@ func (y *syncer) stop(ctx context.Context, cloudName string, mems []*member) {
 		inst := mem.instance()
 		s.mu.RUnlock()
 		y.orderer().run(func() {
+			if busy := y.busy(ctx, mem, inst); busy {
+				return
+			}
 			err := y.clients[cloudName].stop(ctx, inst)
 			s.mu.Lock()
 			g := mem.g
@@ -312,4 +317,40 @@ func (y *syncer) stop(ctx context.Context, cloudName string, mems []*member) {
 			}
 		})
 	}
+}
+
+// busy reports whether a warmed member's Node runs work, which its stop
+// would kill: a pod that tolerates every taint, TaintStandby with them, or
+// one bound to the node by name. Such a member stays warming, billed as
+// running, until its pods are gone; the pool refills around it meanwhile
+// only once it is stopped. A failed pod list is busy too: the next sync
+// asks again.
+func (y *syncer) busy(ctx context.Context, mem *member, inst cloud.Instance) bool {
+	if y.nodes == nil {
+		return false
+	}
+	pods, err := y.nodes.Workloads(ctx, append([]string{inst.ProviderID}, inst.Aliases...)...)
+	if err == nil && len(pods) == 0 {
+		return false
+	}
+	s := y.store
+	s.mu.Lock()
+	g, first := mem.g, false
+	if g.members[mem.name] == mem && mem.standby == standbyStopping {
+		s.change(g, mem, func() { mem.standby = standbyWarming })
+		x := mem.extras()
+		first, x.busy = !x.busy && err == nil, err == nil
+	}
+	s.mu.Unlock()
+	if err != nil {
+		y.log.Warn("could not list a warmed standby instance's pods; it is stopped later", "group", g.cfg.Name, "instance", mem.name, "error", err)
+		return true
+	}
+	if !first {
+		return true
+	}
+	y.log.Warn("a warmed standby instance runs pods; it is stopped once they are gone", "group", g.cfg.Name, "instance", mem.name, "pods", pods)
+	y.orderer().events.warn(g.cfg.Name, mem.name, inst.ProviderID, "StandbyBusy",
+		fmt.Sprintf("standby instance %s is not stopped: pods %s run on it (they tolerate %s)", mem.name, strings.Join(pods, ", "), TaintStandby))
+	return true
 }

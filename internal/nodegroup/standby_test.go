@@ -254,3 +254,50 @@ func TestStandbyPoolAgesAndShrinks(t *testing.T) {
 		t.Fatalf("%d instances after the pool went to size 0", n)
 	}
 }
+
+// A warmed standby instance whose Node runs work (a pod that tolerates
+// every taint) is not stopped, which would kill the pod: it stays running
+// until the pod is gone, then stops.
+func TestStandbyInstanceRunningAPodIsNotStopped(t *testing.T) {
+	nodes, events := newFakeNodes(), &eventLog{}
+	h := newHarness(t, standbyGroup, sim.Options{}, Options{Nodes: nodes, Events: events})
+	var warming string
+	h.eventually("the pool's instance running", func() bool {
+		h.clk.Step(30 * time.Second)
+		h.mgr.syncer.kick("sim")
+		for _, in := range h.engine.Instances("test") {
+			if in.State == cloud.StateRunning {
+				warming = in.Name
+				return true
+			}
+		}
+		return false
+	})
+	pid := cloud.ProviderID("sim", warming)
+	now := h.clk.Now()
+	nodes.setStartup(pid, Startup{Registered: now, Ready: now, GPUs: now, GPUsSeen: true, Standby: true})
+	nodes.bind(pid, "ml/tolerates-everything")
+	for range 6 {
+		h.clk.Step(30 * time.Second)
+		h.mgr.syncer.kick("sim")
+		time.Sleep(20 * time.Millisecond)
+	}
+	if in := h.engine.Instances("test"); len(in) != 1 || in[0].State != cloud.StateRunning {
+		t.Fatalf("a standby instance running a pod was stopped: %+v", in)
+	}
+	events.mu.Lock()
+	busy := 0
+	for _, ev := range events.events {
+		if ev.Reason == "StandbyBusy" {
+			busy++
+		}
+	}
+	events.mu.Unlock()
+	if busy != 1 {
+		t.Errorf("%d StandbyBusy events, want 1 (once, not per sync)", busy)
+	}
+	nodes.bind(pid)
+	if stopped := poolReady(h); stopped.Name != warming {
+		t.Fatalf("stopped %s, want %s once its pod left", stopped.Name, warming)
+	}
+}

@@ -270,6 +270,9 @@ type extras struct {
 	// warm-up counts from then); startedAt when a standby member was
 	// started for demand.
 	warmSince, startedAt time.Time
+	// busy: a standby member's stop waits for pods that run on its Node
+	// (reported once, when first found).
+	busy bool
 }
 
 // extras returns the member's extras to change, making them on first use.

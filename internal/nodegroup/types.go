@@ -75,6 +75,10 @@ type Nodes interface {
 	// Startup tells how far the Node that carries one of the provider IDs
 	// has come; ok is false when there is no such Node.
 	Startup(providerIDs ...string) (s Startup, ok bool)
+	// Workloads returns the pods that run work on the Node that carries
+	// one of the provider IDs: every pod bound to it but a DaemonSet's, a
+	// static (mirror) pod, or one that finished. No such Node is none.
+	Workloads(ctx context.Context, providerIDs ...string) ([]string, error)
 }
 
 // Startup is how far a Node has come since it registered, with when it got

@@ -250,6 +250,44 @@ func (x *Index) Untaint(ctx context.Context, key string, providerIDs ...string) 
 	return nil
 }
 
+// Workloads lists, from the API server, the pods bound to the Node that
+// carries one of the provider IDs, and returns the namespaced names of
+// those that run work: not a DaemonSet's, not a static pod's mirror, not
+// finished. No such Node is none.
+func (x *Index) Workloads(ctx context.Context, providerIDs ...string) ([]string, error) {
+	name, ok := x.node(providerIDs...)
+	if !ok {
+		return nil, nil
+	}
+	pods, err := x.kube.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + name})
+	if err != nil {
+		return nil, fmt.Errorf("list the pods on node %s: %w", name, err)
+	}
+	var out []string
+	for i := range pods.Items {
+		if p := &pods.Items[i]; works(p) {
+			out = append(out, p.Namespace+"/"+p.Name)
+		}
+	}
+	return out, nil
+}
+
+// works reports whether a pod runs work a node's stop would kill: it has
+// not finished, and neither a DaemonSet nor the kubelet (a static pod)
+// owns it; those run on every node and come back with it.
+func works(p *corev1.Pod) bool {
+	if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		return false
+	}
+	if _, mirror := p.Annotations[corev1.MirrorPodAnnotationKey]; mirror {
+		return false
+	}
+	if c := metav1.GetControllerOf(p); c != nil && c.Kind == "DaemonSet" {
+		return false
+	}
+	return true
+}
+
 // get reads, from the API server, the Node that carries one of the
 // provider IDs; nil when there is none.
 func (x *Index) get(ctx context.Context, providerIDs ...string) (*corev1.Node, error) {

@@ -134,6 +134,44 @@ func TestIndexOnARealCluster(t *testing.T) {
 		t.Fatalf("untainting what has no Node: %v", err)
 	}
 
+	// Workloads: the pods bound to the Node that a stop would kill; not a
+	// DaemonSet's, not a static pod's mirror, not a finished one, not
+	// another Node's.
+	pod := func(name, node string, change func(*corev1.Pod)) {
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: metav1.NamespaceDefault},
+			Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "busybox"}}},
+		}
+		if change != nil {
+			change(p)
+		}
+		phase := p.Status.Phase
+		created, err := env.Client.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if phase != "" {
+			created.Status.Phase = phase
+			if _, err := env.Client.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	yes := true
+	pod("training", "gpu-2", nil)
+	pod("elsewhere", "gpu-9", nil)
+	pod("exporter", "gpu-2", func(p *corev1.Pod) {
+		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "DaemonSet", Name: "dcgm", UID: "u1", Controller: &yes}}
+	})
+	pod("static", "gpu-2", func(p *corev1.Pod) { p.Annotations = map[string]string{corev1.MirrorPodAnnotationKey: "x"} })
+	pod("done", "gpu-2", func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded })
+	if got, err := x.Workloads(ctx, "verda://gpu-2"); err != nil || len(got) != 1 || got[0] != "default/training" {
+		t.Fatalf("Workloads = %v, %v; want [default/training]", got, err)
+	}
+	if got, err := x.Workloads(ctx, "verda://nothing"); err != nil || len(got) != 0 {
+		t.Fatalf("Workloads of no Node = %v, %v; want none", got, err)
+	}
+
 	// A second index filled from a list with the GPUs already there does not
 	// know when they came.
 	y := New(env.Client, slog.New(slog.DiscardHandler))
