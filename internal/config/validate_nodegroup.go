@@ -134,7 +134,7 @@ func validateStandby(p *field.Path, g *NodeGroup, s *Standby) field.ErrorList {
 // instance.
 func standbyRefused(cloudName string) string {
 	switch cloudName {
-	case CloudSim, CloudScaleway:
+	case CloudSim, CloudScaleway, CloudGCP:
 		return ""
 	case CloudVerda:
 		return "Verda bills a shut-down instance in full (docs.verda.com: shutdown instances continue to charge), so a standby pool would cost as much as running nodes"

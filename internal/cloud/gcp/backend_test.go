@@ -42,8 +42,9 @@ const groupsYAML = `
 
 func newBackend(t *testing.T, capacity int, groups string, fakeOpts gcptest.Options) *backend {
 	t.Helper()
+	start := 30 * time.Millisecond
 	engine, err := gcptest.NewEngine(sim.Config{BootDelay: sim.Duration(30 * time.Millisecond), DeleteDelay: sim.Duration(30 * time.Millisecond),
-		DefaultCapacity: &capacity}, sim.Options{})
+		StartDelay: &start, DefaultCapacity: &capacity}, sim.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -642,4 +643,83 @@ func oneMIG(t *testing.T, fakeOpts gcptest.Options) (*gcptest.Server, *gcp.Cloud
 	prov := gcp.New(clients, gcp.Options{Project: project, PollInterval: 5 * time.Millisecond, CreateWatch: time.Second,
 		Groups: map[string]gcp.Group{"l4": gcp.NewGroup("l4", "g2-standard-8", []string{"us-central1-a"}, map[string]string{"instanceGroup": "gpu-l4"})}})
 	return fake, prov, clients
+}
+
+// TestStandbyPool: a group's standby instance is a member its MIG keeps
+// stopped (stopInstances: targetSize down, targetStoppedSize up), billed
+// as its disk; a scale-up starts it (startInstances) rather than ordering;
+// a restart finds the pool again from the MIG's own record; a start the
+// zone has no resources for deletes the member and orders elsewhere.
+func TestStandbyPool(t *testing.T) {
+	b := newBackend(t, 5, strings.Replace(groupsYAML, "gpu-l4}}", "gpu-l4}, standby: {size: 1, warmFor: 50ms}}", 1), gcptest.Options{})
+	var zone string
+	var pooled []string
+	b.wait(t, "a stopped standby member", func() bool {
+		for _, z := range []string{"us-central1-a", "us-central1-b"} {
+			if names, size := b.fake.Stopped(z, "gpu-l4"); len(names) == 1 && size == 1 && b.fake.TargetSize(z, "gpu-l4") == 0 {
+				zone, pooled = z, names
+				return b.mgr.GroupSpend("l4") < 0.1
+			}
+		}
+		return false
+	})
+	if n, _ := b.mgr.TargetSize("l4"); n != 0 {
+		t.Fatalf("target %d with a standby member only", n)
+	}
+	if got, want := b.mgr.GroupSpend("l4"), 100*0.17/730; got < want*0.99 || got > want*1.01 {
+		t.Fatalf("spend %.4f/h with a stopped member, want its disk's %.4f", got, want)
+	}
+	creates := b.fake.Calls()["POST createInstances"]
+	if err := b.mgr.IncreaseSize(context.Background(), "l4", 1); err != nil {
+		t.Fatal(err)
+	}
+	b.wait(t, "the standby member running for the scale-up", func() bool {
+		r := b.running(t, "l4")
+		return len(r) == 1 && r[0].Name == pooled[0]
+	})
+	if got := b.fake.Calls()["POST startInstances"]; got != 1 {
+		t.Fatalf("%d startInstances calls, want 1", got)
+	}
+	b.wait(t, "the pool refilled", func() bool {
+		for _, z := range []string{"us-central1-a", "us-central1-b"} {
+			if names, _ := b.fake.Stopped(z, "gpu-l4"); len(names) == 1 && names[0] != pooled[0] {
+				zone, pooled = z, names
+				return true
+			}
+		}
+		return false
+	})
+	if got := b.fake.Calls()["POST createInstances"] - creates; got != 1 {
+		t.Fatalf("%d orders for a scale-up and a refill, want 1: the refill", got)
+	}
+
+	// A restart reads the pool back from the MIG: no order, no delete.
+	b.stop()
+	creates, deletes := b.fake.Calls()["POST createInstances"], b.fake.Calls()["POST deleteInstances"]
+	b.start(t)
+	b.wait(t, "the restarted core sees 1 running", func() bool { return len(b.running(t, "l4")) == 1 })
+	time.Sleep(300 * time.Millisecond) // a few syncs
+	if names, size := b.fake.Stopped(zone, "gpu-l4"); len(names) != 1 || names[0] != pooled[0] || size != 1 {
+		t.Fatalf("after a restart the pool is %v (targetStoppedSize %d), want %v", names, size, pooled)
+	}
+	if c, d := b.fake.Calls()["POST createInstances"]-creates, b.fake.Calls()["POST deleteInstances"]-deletes; c != 0 || d != 0 {
+		t.Fatalf("a restart made %d orders and %d deletes, want none", c, d)
+	}
+
+	// The pool's zone has no resources left when a start comes.
+	b.engine.SetCapacity(cloud.OfferingKey{InstanceType: "g2-standard-8", Location: zone, CapacityType: cloud.OnDemand}, 0)
+	if err := b.mgr.IncreaseSize(context.Background(), "l4", 1); err != nil {
+		t.Fatal(err)
+	}
+	b.wait(t, "a fresh order in its place", func() bool {
+		r := b.running(t, "l4")
+		return len(r) == 2 && !slices.ContainsFunc(r, func(in nodegroup.Instance) bool { return in.Name == pooled[0] })
+	})
+	b.wait(t, "the failed member gone from its MIG", func() bool {
+		_, ok := b.fake.Instances(zone, "gpu-l4")[pooled[0]]
+		return !ok
+	})
+	if !strings.Contains(b.logs.String(), "ZONE_RESOURCE_POOL_EXHAUSTED") {
+		t.Error("the start's stock-out is not in the logs")
+	}
 }

@@ -554,6 +554,14 @@ func (c *Cloud) instance(group string, g Group, m MIG, mi *compute.ManagedInstan
 			in.State = cloud.StatePending
 		}
 	}
+	// A member the group keeps stopped (stopInstances) is in a standby
+	// pool: the MIG's own record, which a restart reads again.
+	if mi.TargetStatus == "STOPPED" || mi.TargetStatus == "SUSPENDED" {
+		if in.State != cloud.StateDeleting {
+			in.State, in.Error = cloud.StateStopped, ""
+		}
+		in.Standby = true
+	}
 	return in
 }
 

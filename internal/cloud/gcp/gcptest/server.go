@@ -23,7 +23,15 @@
 // group's zone or region; listManagedInstances paged only for a group
 // whose listManagedInstancesResults is PAGINATED (maxResults default
 // 500); failed operations carrying httpErrorStatusCode and
-// httpErrorMessage beside their errors.
+// httpErrorMessage beside their errors; stopInstances and startInstances
+// (standby pools) as the document describes them: stop only running
+// members, start only stopped ones, each moving one from targetSize to
+// targetStoppedSize or back, the operation DONE once accepted and the
+// member's STOPPING or STARTING action seen through listManagedInstances,
+// its targetStatus STOPPED while the group keeps it stopped. A start that
+// finds no resources in the zone shows ZONE_RESOURCE_POOL_EXHAUSTED in
+// lastAttempt, as a create does (the resource-errors page names restarts
+// among what meets it), and the group tries again.
 package gcptest
 
 import (
@@ -32,6 +40,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -130,7 +139,9 @@ type Template struct {
 type igm struct {
 	zone, name, template, machineType, base, description string
 	targetSize                                           int
-	members                                              map[string]*member // by instance name
+	// targetStoppedSize counts the members the group keeps stopped.
+	targetStoppedSize int
+	members           map[string]*member // by instance name
 	// busy is the operation running on the group, if any.
 	busy string
 	// paginated: listManagedInstancesResults is PAGINATED (the default,
@@ -145,8 +156,13 @@ type member struct {
 	zone string
 	// metadata is the per-instance config's preserved metadata.
 	metadata map[string]string
-	// action is the MIG's current action: CREATING, DELETING or NONE.
-	action    string
+	// action is the MIG's current action: CREATING, DELETING, STOPPING,
+	// STARTING or NONE.
+	action string
+	// stopped: the group keeps the member stopped (targetStatus STOPPED).
+	stopped bool
+	// starting: a settle is asking the engine to start it.
+	starting  bool
 	lastError string
 	// state, when set, is what the list says of the member instead.
 	state   *MemberState
@@ -182,6 +198,8 @@ func New(engine *sim.Engine, opts Options) *Server {
 	mux.HandleFunc("POST "+base+"instanceGroupManagers/{igm}/createInstances", s.createInstances)
 	mux.HandleFunc("POST "+base+"instanceGroupManagers/{igm}/deleteInstances", s.deleteInstances)
 	mux.HandleFunc("POST "+base+"instanceGroupManagers/{igm}/resize", s.resize)
+	mux.HandleFunc("POST "+base+"instanceGroupManagers/{igm}/stopInstances", s.stopInstances)
+	mux.HandleFunc("POST "+base+"instanceGroupManagers/{igm}/startInstances", s.startInstances)
 	mux.HandleFunc("GET "+base+"operations/{op}", s.getOperation)
 	mux.HandleFunc("GET "+base+"instances", s.listInstances)
 	mux.HandleFunc("POST "+base+"instanceGroupManagers", s.insertIGM)
@@ -193,6 +211,8 @@ func New(engine *sim.Engine, opts Options) *Server {
 	mux.HandleFunc("POST "+regional+"instanceGroupManagers/{igm}/listManagedInstances", s.listManaged)
 	mux.HandleFunc("POST "+regional+"instanceGroupManagers/{igm}/createInstances", s.createInstances)
 	mux.HandleFunc("POST "+regional+"instanceGroupManagers/{igm}/deleteInstances", s.deleteInstances)
+	mux.HandleFunc("POST "+regional+"instanceGroupManagers/{igm}/stopInstances", s.stopInstances)
+	mux.HandleFunc("POST "+regional+"instanceGroupManagers/{igm}/startInstances", s.startInstances)
 	mux.HandleFunc("GET "+regional+"operations/{op}", s.getOperation)
 	mux.HandleFunc("GET /compute/v1/projects/{project}/global/instanceTemplates/{t}", s.getTemplate)
 	mux.HandleFunc("GET /compute/v1/projects/{project}/regions/{region}/instanceTemplates/{t}", s.getTemplate)
@@ -358,6 +378,25 @@ func (s *Server) TargetSize(zone, name string) int {
 	return -1
 }
 
+// Stopped returns the members a group keeps stopped (a standby pool's),
+// by name, with its targetStoppedSize.
+func (s *Server) Stopped(zone, name string) (names []string, targetStoppedSize int) {
+	s.settle()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	g, ok := s.igms[zone+"/"+name]
+	if !ok {
+		return nil, -1
+	}
+	for n, m := range g.members {
+		if m.stopped && m.action == "NONE" {
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names)
+	return names, g.targetStoppedSize
+}
+
 func (s *Server) middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		parts := strings.Split(r.URL.Path, "/")
@@ -435,7 +474,7 @@ func (s *Server) getIGM(w http.ResponseWriter, r *http.Request) {
 		"kind": "compute#instanceGroupManager", "id": "4" + strconv.Itoa(len(g.name)*1000003), "name": g.name,
 		where:              "https://www.googleapis.com/compute/v1/projects/" + s.opts.Project + "/" + scope(g.zone),
 		"instanceTemplate": "https://www.googleapis.com/compute/v1/" + g.template, "baseInstanceName": g.base, "description": g.description,
-		"targetSize": g.targetSize, "currentActions": actions, "status": map[string]any{"isStable": actions["creating"] == 0 && actions["deleting"] == 0},
+		"targetSize": g.targetSize, "targetStoppedSize": g.targetStoppedSize, "currentActions": actions, "status": map[string]any{"isStable": actions["creating"] == 0 && actions["deleting"] == 0},
 		"listManagedInstancesResults": paging,
 	})
 }
@@ -622,8 +661,8 @@ func (s *Server) settle() {
 		live[in.Name] = in
 	}
 	s.mu.Lock()
-	var retry []*member
-	var retryGroup []*igm
+	var retry, restart []*member
+	var retryGroup, restartGroup []*igm
 	for _, g := range s.igms {
 		for name, m := range g.members {
 			in, ok := live[engineName(g, name)]
@@ -635,12 +674,51 @@ func (s *Server) settle() {
 				m.action, m.lastError = "NONE", ""
 			case m.action == "DELETING" && !ok:
 				delete(g.members, name)
+			case m.action == "STOPPING" && ok && in.State == cloud.StateStopped:
+				m.action = "NONE"
+			case m.action == "STARTING" && ok && in.State == cloud.StateRunning:
+				m.action, m.lastError = "NONE", ""
+			case m.action == "STARTING" && ok && in.State == cloud.StateStopped && !m.starting:
+				m.starting = true
+				restart, restartGroup = append(restart, m), append(restartGroup, g)
 			}
 		}
 	}
 	s.mu.Unlock()
 	for i, m := range retry {
 		s.make(retryGroup[i], m)
+	}
+	for i, m := range restart {
+		s.start(restartGroup[i], m)
+	}
+}
+
+// start asks the engine to start a member's stopped instance; no
+// resources left in its zone are left in lastAttempt, and a later settle
+// tries again, as a MIG does.
+func (s *Server) start(g *igm, m *member) {
+	s.mu.Lock()
+	name := engineName(g, m.name)
+	s.mu.Unlock()
+	var err error
+	for _, in := range s.engine.Instances(account) {
+		if in.Name == name {
+			err = s.acct.Start(context.Background(), in)
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m.starting = false
+	switch {
+	case err == nil:
+	case cloud.Class(err) == cloud.ErrCapacity:
+		zone := m.zone
+		if zone == "" {
+			zone = g.zone
+		}
+		m.lastError = "ZONE_RESOURCE_POOL_EXHAUSTED: The zone 'projects/" + s.opts.Project + "/zones/" + zone + "' does not have enough resources available to fulfill the request."
+	default:
+		m.lastError = "UNKNOWN: " + err.Error()
 	}
 }
 
@@ -718,11 +796,25 @@ func (s *Server) managedJSON(g *igm, m *member) map[string]any {
 			status = "PROVISIONING"
 		}
 	}
-	if m.action == "DELETING" {
+	if m.action == "DELETING" || m.action == "STOPPING" {
 		status = "STOPPING"
 	}
+	target := "RUNNING"
+	switch {
+	case m.stopped && m.action == "NONE":
+		// The discovery document's TERMINATED: "stopped (either by
+		// explicit action or underlying failure)".
+		status, target = "TERMINATED", "STOPPED"
+	case m.stopped:
+		target = "STOPPED"
+	case m.action == "STARTING":
+		status = "STAGING"
+		if m.lastError != "" {
+			status = "TERMINATED"
+		}
+	}
 	out := map[string]any{
-		"id": m.id, "name": m.name, "currentAction": m.action, "targetStatus": "RUNNING",
+		"id": m.id, "name": m.name, "currentAction": m.action, "targetStatus": target,
 	}
 	if s.opts.NoMemberNames {
 		delete(out, "name")
@@ -1069,8 +1161,12 @@ func (s *Server) removeMembers(g *igm, names []string) (missing []string) {
 			continue
 		}
 		if m.action != "DELETING" {
-			m.action = "DELETING"
-			g.targetSize--
+			if m.stopped {
+				g.targetStoppedSize--
+			} else {
+				g.targetSize--
+			}
+			m.action, m.stopped = "DELETING", false
 		}
 		if in, ok := live[engineName(g, name)]; ok {
 			gone = append(gone, in)
@@ -1176,4 +1272,81 @@ func (s *Server) listInstances(w http.ResponseWriter, r *http.Request) {
 			"networkInterfaces": []map[string]any{{"name": "nic0", "networkIP": in.IP}}})
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"kind": "compute#instanceList", "items": items})
+}
+
+// stopInstances stops running members and keeps them stopped: each moves
+// from targetSize to targetStoppedSize. The discovery document: "You can
+// only specify instances that are running in this request"; what GCP
+// answers otherwise is not recorded, and the fake fails the operation.
+func (s *Server) stopInstances(w http.ResponseWriter, r *http.Request) {
+	s.power(w, r, "stopInstances", func(g *igm, m *member) {
+		m.stopped, m.action = true, "STOPPING"
+		g.targetSize--
+		g.targetStoppedSize++
+	})
+}
+
+// startInstances starts stopped members: each moves from
+// targetStoppedSize to targetSize ("you can only specify instances that
+// are stopped"). The engine starts them at the next settle.
+func (s *Server) startInstances(w http.ResponseWriter, r *http.Request) {
+	s.power(w, r, "startInstances", func(g *igm, m *member) {
+		m.stopped, m.action, m.lastError = false, "STARTING", ""
+		g.targetStoppedSize--
+		g.targetSize++
+	})
+}
+
+// power runs a stopInstances or startInstances: every instance named must
+// be a member that move accepts, or the operation fails and none moves.
+// Stopped instances stop in the engine at once.
+func (s *Server) power(w http.ResponseWriter, r *http.Request, kind string, move func(*igm, *member)) {
+	if s.repeated(w, r) {
+		return
+	}
+	g, ok := s.group(w, r)
+	if !ok {
+		return
+	}
+	var b struct {
+		Instances []string `json:"instances"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&b); err != nil || len(b.Instances) == 0 {
+		apiError(w, http.StatusBadRequest, "invalid", "Invalid value for field 'resource.instances': ''. At least one instance is required.")
+		return
+	}
+	s.startOperation(w, r, g, kind, func() (string, string) {
+		names := make([]string, 0, len(b.Instances))
+		for _, ref := range b.Instances {
+			name, ok := s.memberRef(g, ref)
+			if !ok {
+				return "INVALID_FIELD_VALUE", "Invalid value for field 'instances': '" + ref + "'. The URL is malformed or outside the group's " + scope(g.zone)
+			}
+			names = append(names, name)
+		}
+		s.mu.Lock()
+		for _, n := range names {
+			if m, ok := g.members[n]; !ok {
+				s.mu.Unlock()
+				return "RESOURCE_NOT_FOUND", "The instance " + n + " is not a member of the group"
+			} else if m.stopped == (kind == "stopInstances") || m.action != "NONE" {
+				s.mu.Unlock()
+				return "INVALID_FIELD_VALUE", "The instance " + n + " is not " + map[bool]string{true: "running", false: "stopped"}[kind == "stopInstances"]
+			}
+		}
+		var stop []string
+		for _, n := range names {
+			move(g, g.members[n])
+			if kind == "stopInstances" {
+				stop = append(stop, engineName(g, n))
+			}
+		}
+		s.mu.Unlock()
+		for _, in := range s.engine.Instances(account) {
+			if slices.Contains(stop, in.Name) {
+				_ = s.acct.Stop(context.Background(), in)
+			}
+		}
+		return "", ""
+	})
 }
