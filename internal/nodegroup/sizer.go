@@ -134,7 +134,7 @@ func (z *sizer) decrease(name string, delta int) error {
 }
 
 // deleteNodes deletes the members with the given provider IDs and lowers
-// the target by as many. Every ID must belong to the group, or nothing is
+// the target by as many, less those past maxSize. Every ID must belong to the group, or nothing is
 // deleted. Instances the cloud has (booting or running) may not take the
 // group's live members below minSize, where they would be bought again at
 // once; failed and unfulfilled slots always may go.
@@ -167,10 +167,17 @@ func (z *sizer) deleteNodes(name string, providerIDs []string) error {
 		return fmt.Errorf("%w: deleting %d nodes would take group %q from %d to %d live nodes, below minSize %d",
 			ErrSizeLimit, len(doomed), name, g.live, g.live-len(doomed), g.cfg.MinSize)
 	}
+	// Members past maxSize (a restart rebuilt the group from more
+	// instances than that) are over the target already: deletes take from
+	// them first, and lower the target only past them.
+	over := 0
+	if g.target == g.cfg.MaxSize {
+		over = max(g.live-g.target, 0)
+	}
 	for _, mem := range doomed {
 		z.removeLocked(g, mem, "deleted by the autoscaler")
 	}
-	g.target = max(g.target-len(doomed), 0)
+	g.target = max(g.target-max(len(doomed)-over, 0), 0)
 	z.log.Info("delete nodes", "group", name, "count", len(doomed), "target", g.target)
 	z.reconcileLocked(g)
 	return nil

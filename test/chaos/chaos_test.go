@@ -594,6 +594,7 @@ func (c *campaign) settle() {
 	for i := 0; ; i++ {
 		if i%25 == 0 {
 			c.collectGarbage()
+			c.scaleDownPastMax()
 		}
 		why = c.disagreement()
 		if why == "" {
@@ -618,6 +619,33 @@ func (c *campaign) settle() {
 	c.stockoutsMet += counter(c.t, c.reg, "gpuscaler_stockouts_total", "")
 	c.t.Logf("%s: %d actions, %d restarts, %d reloads, %d NodeClaims launched, %d reclaims, %d offerings sold out (%v stock-outs met), %d failed orders reported; faults: %s; %d instances at the end",
 		c.b.describe(), c.actions, c.restarts, c.reloads, c.launched, c.reclaims, c.stockouts, c.stockoutsMet, c.failedCreates, c.b.injected(), len(c.b.instances()))
+}
+
+// scaleDownPastMax deletes the running members of a group past its
+// maxSize, as cluster-autoscaler's scale-down deletes the nodes it does not
+// need (every node of a settling campaign is empty). A restart rebuilds a
+// group from the cloud with its target capped at maxSize and leaves the
+// rest to scale-down: one way there is a delete the old process took and
+// could not finish (its retry cut short), which cluster-autoscaler picks
+// again once its deletion taint is older than five minutes
+// (actuation.IsNodeBeingDeleted, MaxCloudProviderNodeDeletionTime).
+func (c *campaign) scaleDownPastMax() {
+	ctx := context.Background()
+	for _, g := range c.cfg.NodeGroups {
+		target, _ := c.mgr.TargetSize(g.Name)
+		insts, _ := c.mgr.Instances(g.Name)
+		var running []string
+		for _, in := range insts {
+			if in.State == nodegroup.StateRunning && in.ProviderID != "" {
+				running = append(running, in.ProviderID)
+			}
+		}
+		if target < g.MaxSize || len(running) <= target {
+			continue
+		}
+		slices.Sort(running)
+		_ = c.mgr.DeleteNodes(ctx, g.Name, running[target:])
+	}
 }
 
 // decreasedRE finds the instances the core deleted for a target decrease.
