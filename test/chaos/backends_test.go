@@ -301,7 +301,7 @@ nodeGroups:
 
 func scalewayBackend(t *testing.T, seed uint64) *backend {
 	engine, err := scwtest.NewEngine(sim.Config{BootDelay: sim.Duration(40 * time.Millisecond), DeleteDelay: sim.Duration(30 * time.Millisecond),
-		DefaultCapacity: ptr(offeringCapacity)}, sim.Options{})
+		StartDelay: ptr(10 * time.Millisecond), StartFailureRate: 0.2, DefaultCapacity: ptr(offeringCapacity)}, sim.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -317,11 +317,12 @@ func scalewayBackend(t *testing.T, seed uint64) *backend {
 clouds:
   scaleway: {}
 nodeGroups:
-  - {name: a, cloud: scaleway, instanceType: L4-1-24G, locations: [fr-par-2, nl-ams-1], maxSize: 6}
+  - {name: a, cloud: scaleway, instanceType: L4-1-24G, locations: [fr-par-2, nl-ams-1], maxSize: 6, standby: {size: 1, warmFor: 50ms}}
   - {name: b, cloud: scaleway, instanceType: L40S-1-48G, locations: [fr-par-2], minSize: 1, maxSize: 4}
   - {name: c, cloud: scaleway, instanceType: H100-2-80G, locations: [fr-par-2], maxSize: 2}
 `, engine.Catalog(), true)
 	return withFaults(fake, seed, &backend{name: scaleway.Name, cfg: cfg, prices: prices, bootstrap: script{}, engine: engine,
+		stoppedPrice: (&scaleway.Cloud{}).StoppedPrice(cloud.OfferingKey{}),
 		provider: func(log *slog.Logger) cloud.Provider {
 			c, err := scaleway.NewClient(scaleway.ClientOptions{AccessKey: accessKey, SecretKey: secretKey, ProjectID: projectID,
 				APIURL: fake.URL, RequestsPerSecond: 100000})
@@ -349,7 +350,7 @@ nodeGroups:
 // MIG recreates a VM lost to a host failure itself, under its name).
 func gcpBackend(t *testing.T, seed uint64) *backend {
 	engine, err := gcptest.NewEngine(sim.Config{BootDelay: sim.Duration(40 * time.Millisecond), DeleteDelay: sim.Duration(30 * time.Millisecond),
-		DefaultCapacity: ptr(offeringCapacity)}, sim.Options{})
+		StartDelay: ptr(10 * time.Millisecond), StartFailureRate: 0.2, DefaultCapacity: ptr(offeringCapacity)}, sim.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -361,7 +362,7 @@ func gcpBackend(t *testing.T, seed uint64) *backend {
 clouds:
   gcp: {project: ` + project + `}
 nodeGroups:
-  - {name: a, cloud: gcp, instanceType: g2-standard-8, locations: [us-central1-a, us-central1-b], maxSize: 6}
+  - {name: a, cloud: gcp, instanceType: g2-standard-8, locations: [us-central1-a, us-central1-b], maxSize: 6, standby: {size: 1, warmFor: 50ms}}
   - {name: b, cloud: gcp, instanceType: a2-highgpu-1g, locations: [us-central1-a], minSize: 1, maxSize: 4}
   - {name: c, cloud: gcp, instanceType: g2-standard-8, locations: [europe-west4-a], maxSize: 2}
 `
@@ -394,10 +395,11 @@ nodeGroups:
 	}
 	cfg, prices := parse(t, doc, catalog, true)
 	return withFaults(fake, seed, &backend{name: gcp.Name, cfg: cfg, prices: prices, engine: engine,
-		provider:  func(log *slog.Logger) cloud.Provider { return build(log) },
-		instances: func() []cloud.Instance { return fake.Project() },
-		lose:      fake.Lose,
-		leftovers: func() string { return "" },
+		stoppedPrice: (&gcp.Cloud{}).StoppedPrice(cloud.OfferingKey{}),
+		provider:     func(log *slog.Logger) cloud.Provider { return build(log) },
+		instances:    func() []cloud.Instance { return fake.Project() },
+		lose:         fake.Lose,
+		leftovers:    func() string { return "" },
 	})
 }
 
