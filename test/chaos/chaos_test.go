@@ -617,8 +617,11 @@ func (c *campaign) settle() {
 	c.checkDecreases()
 	c.checkLifecycle()
 	c.stockoutsMet += counter(c.t, c.reg, "gpuscaler_stockouts_total", "")
-	c.t.Logf("%s: %d actions, %d restarts, %d reloads, %d NodeClaims launched, %d reclaims, %d offerings sold out (%v stock-outs met), %d failed orders reported; faults: %s; %d instances at the end",
-		c.b.describe(), c.actions, c.restarts, c.reloads, c.launched, c.reclaims, c.stockouts, c.stockoutsMet, c.failedCreates, c.b.injected(), len(c.b.instances()))
+	logs := c.logs.String()
+	c.t.Logf("%s: %d actions, %d restarts, %d reloads, %d NodeClaims launched, %d reclaims, %d offerings sold out (%v stock-outs met), %d failed orders reported; standby: %d stopped, %d started, %d starts failed; faults: %s; %d instances at the end",
+		c.b.describe(), c.actions, c.restarts, c.reloads, c.launched, c.reclaims, c.stockouts, c.stockoutsMet, c.failedCreates,
+		strings.Count(logs, `msg="standby instance warmed and stopped"`), strings.Count(logs, `msg="standby instance started"`),
+		strings.Count(logs, `msg="standby instance would not start`), c.b.injected(), len(c.b.instances()))
 }
 
 // scaleDownPastMax deletes the running members of a group past its
