@@ -34,6 +34,9 @@ type Metrics struct {
 	// standbyStartup is startup's counterpart for instances started from
 	// a standby pool, from the start.
 	standbyStartup *prometheus.HistogramVec
+	// standbyOldest is when each group's oldest stopped standby instance
+	// was ordered (0 with none): its age is time() minus it.
+	standbyOldest *prometheus.GaugeVec
 }
 
 // Steps of a node's start-up, the step label of
@@ -131,6 +134,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help:    "Time from a standby instance's start to its Node registered, Ready, and (GPU groups) GPUs allocatable, by node group and step: gpuscaler_node_startup_duration_seconds for instances started from a standby pool.",
 			Buckets: startupBuckets,
 		}, []string{"group", "step"}),
+		standbyOldest: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "gpuscaler_standby_oldest_created_timestamp_seconds",
+			Help: "When the oldest stopped instance of a node group's standby pool was ordered, in Unix seconds; 0 when the pool holds none. Its age is time() minus this; maxAge replaces it.",
+		}, []string{"group"}),
 		targetMismatches: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gpuscaler_target_mismatches_total",
 			Help: "Changes after which a node group's target and its live members disagreed, by node group; any is a bug to report.",
@@ -138,7 +145,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.apiCalls, m.apiLatency, m.instances, m.targetSize, m.scaleUpFailures, m.hourlySpend, m.leaked,
-			m.deleteFailures, m.vanished, m.unknownGroup, m.stockOuts, m.costLimit, m.startup, m.gpuGap, m.gpuTimeouts, m.refusedMoves, m.targetMismatches, m.standbyStarts, m.standbyStartup)
+			m.deleteFailures, m.vanished, m.unknownGroup, m.stockOuts, m.costLimit, m.startup, m.gpuGap, m.gpuTimeouts, m.refusedMoves, m.targetMismatches, m.standbyStarts, m.standbyStartup, m.standbyOldest)
 	}
 	return m
 }
@@ -185,6 +192,13 @@ func (m *Metrics) preset(cfg *config.Config, manage func(string) bool) {
 		m.gpuGap.WithLabelValues(g.Name)
 		m.gpuTimeouts.WithLabelValues(g.Name)
 		m.targetMismatches.WithLabelValues(g.Name)
+		for _, result := range []string{"ok", "failed"} {
+			m.standbyStarts.WithLabelValues(g.Name, result)
+		}
+		for _, step := range []string{stepRegistered, stepReady, stepGPUs} {
+			m.standbyStartup.WithLabelValues(g.Name, step)
+		}
+		m.standbyOldest.WithLabelValues(g.Name)
 		for _, ct := range capacityTypes(g.CapacityPolicy) {
 			for _, loc := range g.Locations {
 				m.stockOuts.WithLabelValues(g.Cloud, g.InstanceType, loc, string(ct))

@@ -305,6 +305,19 @@ func (z *sizer) publishLocked(g *group) {
 	}
 	z.metrics.targetSize.WithLabelValues(g.cfg.Name).Set(float64(g.target))
 	z.metrics.hourlySpend.WithLabelValues(g.cfg.Name, g.itype.PriceCurrency()).Set(z.cost.groupSpend(g))
+	if g.cfg.StandbySize() > 0 || g.counts[stateStandby] > 0 {
+		var oldest time.Time
+		for _, mem := range g.members {
+			if t := mem.createdAt.Time(); mem.standby == standbyStopped && (oldest.IsZero() || t.Before(oldest)) {
+				oldest = t
+			}
+		}
+		at := 0.0
+		if !oldest.IsZero() {
+			at = float64(oldest.UnixNano()) / 1e9
+		}
+		z.metrics.standbyOldest.WithLabelValues(g.cfg.Name).Set(at)
+	}
 }
 
 // newestFirst sorts members by creation time, newest first.

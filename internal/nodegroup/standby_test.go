@@ -54,6 +54,9 @@ func TestStandbyPoolWarmsStopsAndStartsOnDemand(t *testing.T) {
 	if _, ok := h.mgr.GroupForProviderID(stopped.ProviderID); ok {
 		t.Fatal("a standby instance's provider ID maps to the group")
 	}
+	if at := h.metric("gpuscaler_standby_oldest_created_timestamp_seconds", map[string]string{"group": "g"}); at <= 0 || at > float64(h.clk.Now().Unix()) {
+		t.Errorf("the oldest standby instance ordered at %v, want a time before now", at)
+	}
 	if got := h.mgr.GroupSpend("g"); got != 0.05 {
 		t.Fatalf("spend %.3f/h with one stopped instance, want the stopped price 0.05", got)
 	}
