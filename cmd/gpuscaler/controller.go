@@ -76,7 +76,7 @@ changes, so a standby takes over with the configuration in force.`,
 				cfg.Metrics.Address = f.metricsAddr
 			}
 			if f.leaderElectionNS == "" {
-				f.leaderElectionNS = podNamespace()
+				f.leaderElectionNS = daemon.PodNamespace(os.Getenv)
 			}
 			return runController(cmd.Context(), cfg, src.reloadPath(), f, env.runtimeOptions(config.ManagedByNodeProvisioner, log, g.kube), env, log)
 		},
@@ -92,19 +92,6 @@ changes, so a standby takes over with the configuration in force.`,
 	cmd.Flags().StringVar(&f.metricsAddr, "metrics-address", "", "overrides metrics.address (host:port, or 0 to turn it off)")
 	cmd.Flags().DurationVar(&f.reloadPeriod, "config-reload-period", 10*time.Second, "how often the config file is checked for changes")
 	return cmd
-}
-
-// podNamespace is the namespace the process runs in, or kube-system.
-func podNamespace() string {
-	if ns := os.Getenv("POD_NAMESPACE"); ns != "" {
-		return ns
-	}
-	if b, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace"); err == nil {
-		if ns := strings.TrimSpace(string(b)); ns != "" {
-			return ns
-		}
-	}
-	return "kube-system"
 }
 
 // runController runs the NodeProvisioner controller until ctx is done.

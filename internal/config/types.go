@@ -405,6 +405,10 @@ type Standby struct {
 	// before it is stopped (its Node joins, its GPUs come up, its images
 	// are pulled); default 2 minutes.
 	WarmFor *metav1.Duration `json:"warmFor,omitempty"`
+	// PrePullImages are pulled onto each instance while it warms, by a pod
+	// bound to its Node, before it is stopped: a pod started from the
+	// pool finds them there. Where gpuscaler watches Nodes only.
+	PrePullImages []string `json:"prePullImages,omitempty"`
 }
 
 // Default standby settings.

@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -126,6 +127,19 @@ func validateStandby(p *field.Path, g *NodeGroup, s *Standby) field.ErrorList {
 	errs = append(errs, within(p.Child("maxAge"), s.MaxAge, time.Hour, 60*24*time.Hour,
 		"older standby instances are replaced (GCP deletes stopped VMs' reservations, images drift)")...)
 	errs = append(errs, within(p.Child("warmFor"), s.WarmFor, 0, 2*time.Hour, "how long a new standby instance runs before it is stopped")...)
+	seen := map[string]bool{}
+	for i, img := range s.PrePullImages {
+		ip := p.Child("prePullImages").Index(i)
+		switch {
+		case strings.TrimSpace(img) == "":
+			errs = append(errs, field.Required(ip, "name an image, e.g. nvcr.io/nvidia/pytorch:24.05-py3"))
+		case strings.ContainsAny(img, " \t\n"):
+			errs = append(errs, field.Invalid(ip, img, "not an image reference: it holds white space"))
+		case seen[img]:
+			errs = append(errs, field.Duplicate(ip, img))
+		}
+		seen[img] = true
+	}
 	return errs
 }
 

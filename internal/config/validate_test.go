@@ -233,6 +233,16 @@ func TestValidateInvalidFields(t *testing.T) {
 			g.Cloud, g.Locations, g.Standby = CloudVerda, []string{"FIN-01"}, &Standby{Size: 1}
 		}),
 			[]string{"nodeGroups[0].standby"}, field.ErrorTypeForbidden},
+		{"standby image missing", group0(func(g *NodeGroup) {
+			g.Standby = &Standby{Size: 1, PrePullImages: []string{"nvcr.io/nvidia/pytorch:24.05-py3", " "}}
+		}),
+			[]string{"nodeGroups[0].standby.prePullImages[1]"}, field.ErrorTypeRequired},
+		{"standby image twice", group0(func(g *NodeGroup) {
+			g.Standby = &Standby{Size: 1, PrePullImages: []string{"vllm/vllm-openai:v0.6", "vllm/vllm-openai:v0.6"}}
+		}),
+			[]string{"nodeGroups[0].standby.prePullImages[1]"}, field.ErrorTypeDuplicate},
+		{"standby image spaces", group0(func(g *NodeGroup) { g.Standby = &Standby{Size: 1, PrePullImages: []string{"vllm openai"}} }),
+			[]string{"nodeGroups[0].standby.prePullImages[0]"}, field.ErrorTypeInvalid},
 		{"standby under karpenter", group0(func(g *NodeGroup) { g.ManagedBy, g.Standby = ManagedByKarpenter, &Standby{Size: 1} }),
 			[]string{"nodeGroups[0].standby"}, field.ErrorTypeForbidden},
 		{"utilization threshold", group0(func(g *NodeGroup) {

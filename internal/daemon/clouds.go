@@ -81,7 +81,7 @@ func buildClouds(ctx context.Context, cfg *config.Config, opts Options) (*clouds
 			return nil, fmt.Errorf("kubeconfig: %w", err)
 		}
 		out.kube = kube
-		out.nodes = nodeindex.New(kube, log.With("component", "node-index"))
+		out.nodes = nodeindex.New(kube, log.With("component", "node-index"), opts.Namespace)
 		out.background = append(out.background, out.nodes.Run)
 	}
 	if s := cfg.Clouds.Sim; s != nil {
@@ -98,7 +98,7 @@ func buildClouds(ctx context.Context, cfg *config.Config, opts Options) (*clouds
 			reg := sim.NewRegistrar(acct, kube, sim.RegistrarOptions{Kwok: *s.Kwok, GPUStartup: SimGPUStartup(*s), Logger: log.With("component", "sim-registrar")})
 			out.background = append(out.background, reg.Run)
 			if out.nodes == nil {
-				out.nodes = nodeindex.New(kube, log.With("component", "node-index"))
+				out.nodes = nodeindex.New(kube, log.With("component", "node-index"), opts.Namespace)
 				out.background = append(out.background, out.nodes.Run)
 			}
 		}

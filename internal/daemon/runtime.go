@@ -16,6 +16,7 @@ import (
 	"os"
 	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -54,6 +55,9 @@ type Options struct {
 	// need the cluster; nil leaves the process without cluster access
 	// (the provider with no kubeconfig).
 	Kube *rest.Config
+	// Namespace is where the process runs the pods that pull standby
+	// instances' images: its own; default PodNamespace().
+	Namespace string
 
 	// preflight, set by Preflight, leaves out of Build what only the
 	// place the process runs in can answer.
@@ -106,6 +110,9 @@ func Build(ctx context.Context, cfg *config.Config, opts Options) (*Runtime, err
 	}
 	if opts.EnvOrigin == nil {
 		opts.EnvOrigin = func(string) string { return "" }
+	}
+	if opts.Namespace == "" {
+		opts.Namespace = PodNamespace(opts.Getenv)
 	}
 	cs, err := buildClouds(ctx, cfg, opts)
 	if err != nil {
@@ -453,4 +460,19 @@ func cloudGroups(cfg *config.Config) []cloudGroup {
 		}
 	}
 	return out
+}
+
+// PodNamespace is the namespace the process runs in: POD_NAMESPACE (the
+// chart sets it from the downward API), else its service account's, else
+// kube-system.
+func PodNamespace(getenv func(string) string) string {
+	if ns := getenv("POD_NAMESPACE"); ns != "" {
+		return ns
+	}
+	if b, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace"); err == nil {
+		if ns := strings.TrimSpace(string(b)); ns != "" {
+			return ns
+		}
+	}
+	return "kube-system"
 }

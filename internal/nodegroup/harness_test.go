@@ -193,10 +193,14 @@ type fakeNodes struct {
 	unsynced   bool
 	deleted    [][]string
 	pods       map[string][]string // by provider ID: pods that run work
+	// pulls are the pre-pulls by provider ID, once asked for (PrePull);
+	// pullAsks and pullEnds count PrePull and EndPrePull calls.
+	pulls              map[string]Pull
+	pullAsks, pullEnds int
 }
 
 func newFakeNodes() *fakeNodes {
-	return &fakeNodes{registered: map[string]bool{}, startup: map[string]Startup{}, pods: map[string][]string{}}
+	return &fakeNodes{registered: map[string]bool{}, startup: map[string]Startup{}, pods: map[string][]string{}, pulls: map[string]Pull{}}
 }
 
 func (f *fakeNodes) Startup(ids ...string) (Startup, bool) {
@@ -255,6 +259,46 @@ func (f *fakeNodes) Workloads(_ context.Context, ids ...string) ([]string, error
 		}
 	}
 	return nil, nil
+}
+
+func (f *fakeNodes) PrePull(_ context.Context, _ []string, ids ...string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.pullAsks++
+	if _, ok := f.pulls[ids[0]]; !ok {
+		f.pulls[ids[0]] = Pull{Started: true}
+	}
+	return nil
+}
+
+func (f *fakeNodes) PrePulled(_ []string, ids ...string) Pull {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, id := range ids {
+		if p, ok := f.pulls[id]; ok {
+			return p
+		}
+	}
+	return Pull{}
+}
+
+func (f *fakeNodes) EndPrePull(_ context.Context, ids ...string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, id := range ids {
+		if _, ok := f.pulls[id]; ok {
+			delete(f.pulls, id)
+			f.pullEnds++
+		}
+	}
+	return nil
+}
+
+// setPull says how far the pull on the Node under id has come.
+func (f *fakeNodes) setPull(id string, p Pull) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.pulls[id] = p
 }
 
 // bind puts pods that run work on the Node under id.

@@ -247,15 +247,16 @@ func (z *sizer) newMember(g *group) *member {
 	return mem
 }
 
-// warmedLocked returns g's warming members whose warm-up is done, marked
-// stopping: they ran warmFor since a list first showed them running and,
-// where the core sees Nodes, their Node showed its GPUs. Callers hold the
-// store's lock and stop them once it is released (stop).
-func (y *syncer) warmedLocked(g *group, now time.Time) []*member {
+// warmedLocked files g's warming members whose warm-up is done in
+// out.stop, marked stopping: they ran warmFor since a list first showed
+// them running and, where the core sees Nodes, their Node showed its GPUs
+// and pulled the pool's prePullImages (whose pulls it files in
+// out.prePull to start). Callers hold the store's lock and stop them once
+// it is released (stop).
+func (y *syncer) warmedLocked(g *group, now time.Time, out *afterLock) {
 	if g.counts[stateStandby] == 0 {
-		return nil
+		return
 	}
-	var out []*member
 	for _, mem := range g.members {
 		if mem.standby != standbyWarming || !mem.running() {
 			continue
@@ -271,11 +272,47 @@ func (y *syncer) warmedLocked(g *group, now time.Time) []*member {
 			if st, ok := y.nodes.Startup(mem.providerIDs()...); !ok || !st.GPUsSeen && g.itype.GPUCount > 0 {
 				continue // not joined or not warm yet
 			}
+			if !y.pulledLocked(g, mem, out) {
+				continue
+			}
 		}
 		y.store.change(g, mem, func() { mem.standby = standbyStopping })
-		out = append(out, mem)
+		out.stop = append(out.stop, mem)
 	}
-	return out
+}
+
+// pulledLocked reports whether a warming member's Node has the pool's
+// prePullImages, filing the pull to start in out.prePull when it has not
+// begun. A pull that fails (a wrong name, a registry that refuses) is
+// reported once and let go: the instance is stopped without the images
+// rather than kept running at full price. Callers hold the store's lock.
+func (y *syncer) pulledLocked(g *group, mem *member, out *afterLock) bool {
+	images := g.cfg.Standby.PrePullImages
+	pp, ok := y.nodes.(PrePuller)
+	if len(images) == 0 || !ok {
+		return true
+	}
+	p := pp.PrePulled(images, mem.providerIDs()...)
+	switch {
+	case p.Failed != "":
+		if x := mem.extras(); !x.pullFailed {
+			x.pullFailed = true
+			y.log.Warn("a standby instance could not pull an image; it is stopped without it", "group", g.cfg.Name, "instance", mem.name, "error", p.Failed)
+			y.orderer().events.warn(g.cfg.Name, mem.name, mem.providerID, "PrePullFailed", "standby instance "+mem.name+" could not pull "+p.Failed)
+		}
+		return true
+	case !p.Started:
+		out.prePull = append(out.prePull, prePull{group: g.cfg.Name, images: images, ids: mem.providerIDs()})
+		return false
+	}
+	return p.Done
+}
+
+// prePull is a pull of a standby pool's images to start on a Node.
+type prePull struct {
+	group  string
+	images []string
+	ids    []string
 }
 
 // stop stops warmed members' instances in the background and, once
@@ -289,6 +326,7 @@ func (y *syncer) stop(ctx context.Context, cloudName string, mems []*member) {
 		inst := mem.instance()
 		s.mu.RUnlock()
 		y.orderer().run(func() {
+			y.endPrePull(ctx, inst)
 			if busy := y.busy(ctx, mem, inst); busy {
 				return
 			}
@@ -353,4 +391,14 @@ func (y *syncer) busy(ctx context.Context, mem *member, inst cloud.Instance) boo
 	y.orderer().events.warn(g.cfg.Name, mem.name, inst.ProviderID, "StandbyBusy",
 		fmt.Sprintf("standby instance %s is not stopped: pods %s run on it (they tolerate %s)", mem.name, strings.Join(pods, ", "), TaintStandby))
 	return true
+}
+
+// endPrePull deletes the pod that pulled a standby instance's images, if
+// any: before a stop, and once the instance serves.
+func (y *syncer) endPrePull(ctx context.Context, inst cloud.Instance) {
+	if pp, ok := y.nodes.(PrePuller); ok {
+		if err := pp.EndPrePull(ctx, append([]string{inst.ProviderID}, inst.Aliases...)...); err != nil {
+			y.log.Warn("could not delete a standby instance's pre-pull pod", "instance", inst.Name, "error", err)
+		}
+	}
 }

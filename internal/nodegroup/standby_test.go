@@ -304,3 +304,76 @@ func TestStandbyInstanceRunningAPodIsNotStopped(t *testing.T) {
 		t.Fatalf("stopped %s, want %s once its pod left", stopped.Name, warming)
 	}
 }
+
+// A pool with prePullImages has each warming instance's Node pull them
+// and is stopped only once they are there; the pull's pod is ended before
+// the stop. A pull that fails is reported once and the instance stopped
+// without it, not kept running at full price.
+func TestStandbyWaitsForItsImages(t *testing.T) {
+	doc := strings.Replace(standbyGroup, "standby: {size: 1, warmFor: 60s}", "standby: {size: 2, warmFor: 60s, prePullImages: [vllm/vllm-openai:v0.6.3]}", 1)
+	nodes, events := newFakeNodes(), &eventLog{}
+	h := newHarness(t, doc, sim.Options{}, Options{Nodes: nodes, Events: events})
+	var warming []string
+	h.eventually("the pool's instances running", func() bool {
+		h.clk.Step(30 * time.Second)
+		h.mgr.syncer.kick("sim")
+		warming = warming[:0]
+		for _, in := range h.engine.Instances("test") {
+			if in.State == cloud.StateRunning {
+				warming = append(warming, in.Name)
+			}
+		}
+		return len(warming) == 2
+	})
+	now := h.clk.Now()
+	pids := []string{cloud.ProviderID("sim", warming[0]), cloud.ProviderID("sim", warming[1])}
+	for _, pid := range pids {
+		nodes.setStartup(pid, Startup{Registered: now, Ready: now, GPUs: now, GPUsSeen: true, Standby: true})
+	}
+	for range 6 {
+		h.clk.Step(30 * time.Second)
+		h.mgr.syncer.kick("sim")
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, in := range h.engine.Instances("test") {
+		if in.State != cloud.StateRunning {
+			t.Fatalf("%s is %s before its images were pulled", in.Name, in.State)
+		}
+	}
+	nodes.mu.Lock()
+	asks := nodes.pullAsks
+	nodes.mu.Unlock()
+	if asks < 2 {
+		t.Fatalf("%d pulls asked for, want one for each of the 2 warming instances", asks)
+	}
+	nodes.setPull(pids[0], Pull{Started: true, Done: true})
+	nodes.setPull(pids[1], Pull{Started: true, Failed: "vllm/vllm-openai:v0.6.3: ImagePullBackOff: unauthorized"})
+	h.eventually("both stopped", func() bool {
+		h.clk.Step(30 * time.Second)
+		h.mgr.syncer.kick("sim")
+		stopped := 0
+		for _, in := range h.engine.Instances("test") {
+			if in.State == cloud.StateStopped {
+				stopped++
+			}
+		}
+		return stopped == 2
+	})
+	nodes.mu.Lock()
+	ends := nodes.pullEnds
+	nodes.mu.Unlock()
+	if ends != 2 {
+		t.Errorf("%d pre-pull pods ended, want 2 (one before each stop)", ends)
+	}
+	events.mu.Lock()
+	failed := 0
+	for _, ev := range events.events {
+		if ev.Reason == "PrePullFailed" {
+			failed++
+		}
+	}
+	events.mu.Unlock()
+	if failed != 1 {
+		t.Errorf("%d PrePullFailed events, want 1", failed)
+	}
+}

@@ -273,6 +273,8 @@ type extras struct {
 	// busy: a standby member's stop waits for pods that run on its Node
 	// (reported once, when first found).
 	busy bool
+	// pullFailed: a standby member's pre-pull failed (reported once).
+	pullFailed bool
 }
 
 // extras returns the member's extras to change, making them on first use.

@@ -264,7 +264,7 @@ func (y *syncer) sync(ctx context.Context, cloudName string, initial bool) error
 		delete(l.groups, g.cfg.Name)
 		y.sizer.adoptedLocked(g, adopted, initial && !g.inherited)
 		y.sizer.reconcileLocked(g)
-		out.stop = append(out.stop, y.warmedLocked(g, start)...)
+		y.warmedLocked(g, start, &out)
 		out.untaint = append(out.untaint, y.untaintLocked(g)...)
 		g.recount()
 		y.startups.observeLocked(g)
@@ -310,6 +310,13 @@ func (y *syncer) sync(ctx context.Context, cloudName string, initial bool) error
 	for _, name := range out.release {
 		y.orderer().release(ctx, name)
 	}
+	if pp, ok := y.nodes.(PrePuller); ok {
+		for _, p := range out.prePull {
+			if err := pp.PrePull(ctx, p.images, p.ids...); err != nil {
+				y.log.Warn("could not start pulling a standby instance's images; the next sync tries again", "group", p.group, "node", p.ids[0], "error", err)
+			}
+		}
+	}
 	y.stop(ctx, cloudName, out.stop)
 	for _, mem := range out.start {
 		s.mu.RLock()
@@ -320,6 +327,13 @@ func (y *syncer) sync(ctx context.Context, cloudName string, initial bool) error
 	for _, pids := range out.untaint {
 		if err := y.nodes.Untaint(ctx, TaintStandby, pids...); err != nil {
 			y.log.Warn("could not lift the standby taint of a node that serves; the next sync tries again", "node", pids[0], "error", err)
+			continue
+		}
+		if pp, ok := y.nodes.(PrePuller); ok {
+			// Taken while it warmed: its pull is no use to anyone now.
+			if err := pp.EndPrePull(ctx, pids...); err != nil {
+				y.log.Warn("could not delete the pre-pull pod of a node that serves", "node", pids[0], "error", err)
+			}
 		}
 	}
 	return nil
@@ -344,6 +358,8 @@ type afterLock struct {
 	// start are members taken from a standby pool whose start was lost (a
 	// reload or a restart in the middle): started again.
 	start []*member
+	// prePull are the pulls of standby pools' images to start.
+	prePull []prePull
 }
 
 // reissue is the script of an instance ordered before a restart.

@@ -81,6 +81,27 @@ type Nodes interface {
 	Workloads(ctx context.Context, providerIDs ...string) ([]string, error)
 }
 
+// PrePuller is implemented by Nodes that can pull images onto a Node
+// before its instance joins a standby pool (config.Standby.PrePullImages).
+type PrePuller interface {
+	// PrePull starts pulling images onto the Node that carries one of the
+	// provider IDs; one under way already is success.
+	PrePull(ctx context.Context, images []string, providerIDs ...string) error
+	// PrePulled reports how far that pull has come, from memory.
+	PrePulled(images []string, providerIDs ...string) Pull
+	// EndPrePull ends it (a stop, or the instance serves); none is success.
+	EndPrePull(ctx context.Context, providerIDs ...string) error
+}
+
+// Pull is how far the pull of a standby instance's images has come.
+type Pull struct {
+	// Started: the pull was asked for; Done: every image is on the Node.
+	Started, Done bool
+	// Failed names an image the Node cannot pull and why (a wrong name, a
+	// registry that refuses it), "" while none failed.
+	Failed string
+}
+
 // Startup is how far a Node has come since it registered, with when it got
 // there; a zero time is a step not reached, or reached at a time nobody
 // saw (before the process started watching).

@@ -36,6 +36,11 @@ type Index struct {
 	log      *slog.Logger
 	recorder events.EventRecorder
 	bcast    events.EventBroadcaster
+	// namespace holds the pods that pull standby instances' images, which
+	// pods watches; no namespace, no pre-pulls (pods nil).
+	namespace  string
+	podFactory informers.SharedInformerFactory
+	pods       cache.SharedIndexInformer
 
 	mu    sync.RWMutex
 	byPID map[string]string // provider ID -> node name
@@ -51,8 +56,10 @@ var (
 	_ nodegroup.EventSink = (*Index)(nil)
 )
 
-// New builds an index over a cluster; Run fills and follows it.
-func New(kube kubernetes.Interface, log *slog.Logger) *Index {
+// New builds an index over a cluster; Run fills and follows it. namespace
+// is where it runs the pods that pull standby instances' images (the
+// process's own); empty runs none.
+func New(kube kubernetes.Interface, log *slog.Logger, namespace string) *Index {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -60,6 +67,12 @@ func New(kube kubernetes.Interface, log *slog.Logger) *Index {
 	x := &Index{
 		kube: kube, factory: factory, informer: factory.Core().V1().Nodes().Informer(), log: log,
 		byPID: map[string]string{}, pidOf: map[string]string{}, gpusAt: map[string]time.Time{},
+	}
+	if namespace != "" {
+		x.namespace = namespace
+		x.podFactory = informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithNamespace(namespace),
+			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = PrePullLabel }))
+		x.pods = x.podFactory.Core().V1().Pods().Informer()
 	}
 	x.bcast = events.NewBroadcaster(&events.EventSinkImpl{Interface: kube.EventsV1()})
 	x.recorder = x.bcast.NewRecorder(newScheme(), "gpuscaler")
@@ -121,7 +134,13 @@ func (x *Index) Run(ctx context.Context) error {
 	defer x.bcast.Shutdown()
 	x.factory.Start(ctx.Done())
 	defer x.factory.Shutdown()
-	if !cache.WaitForCacheSync(ctx.Done(), x.informer.HasSynced) {
+	synced := []cache.InformerSynced{x.informer.HasSynced}
+	if x.podFactory != nil {
+		x.podFactory.Start(ctx.Done())
+		defer x.podFactory.Shutdown()
+		synced = append(synced, x.pods.HasSynced)
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return nil // ctx ended first
 	}
 	x.mu.Lock()
@@ -274,13 +293,17 @@ func (x *Index) Workloads(ctx context.Context, providerIDs ...string) ([]string,
 
 // works reports whether a pod runs work a node's stop would kill: it has
 // not finished, and neither a DaemonSet nor the kubelet (a static pod)
-// owns it; those run on every node and come back with it.
+// owns it (those run on every node and come back with it), nor gpuscaler
+// (a pre-pull pod).
 func works(p *corev1.Pod) bool {
 	if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 		return false
 	}
 	if _, mirror := p.Annotations[corev1.MirrorPodAnnotationKey]; mirror {
 		return false
+	}
+	if p.Labels[PrePullLabel] != "" {
+		return false // gpuscaler's own, pulling a standby instance's images
 	}
 	if c := metav1.GetControllerOf(p); c != nil && c.Kind == "DaemonSet" {
 		return false

@@ -22,7 +22,7 @@ func TestIndexOnARealCluster(t *testing.T) {
 	env := testenv.Start(t, testenv.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	x := New(env.Client, slog.New(slog.DiscardHandler))
+	x := New(env.Client, slog.New(slog.DiscardHandler), metav1.NamespaceDefault)
 	if _, synced := x.Registered("verda://a"); synced {
 		t.Fatal("synced before the informer ran")
 	}
@@ -172,9 +172,72 @@ func TestIndexOnARealCluster(t *testing.T) {
 		t.Fatalf("Workloads of no Node = %v, %v; want none", got, err)
 	}
 
+	// Pre-pull: a pod bound to the Node, tolerating every taint, one
+	// container per image; not a workload; done once the kubelet has
+	// every image; ended by EndPrePull.
+	images := []string{"nvcr.io/nvidia/pytorch:24.05-py3", "vllm/vllm-openai:v0.6.3"}
+	if p := x.PrePulled(images, "verda://gpu-2"); p.Started {
+		t.Fatalf("a pull before any was asked for: %+v", p)
+	}
+	for range 2 { // a second ask is no second pod
+		if err := x.PrePull(ctx, images, "verda://gpu-2"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pp, err := env.Client.CoreV1().Pods(metav1.NamespaceDefault).Get(ctx, "prepull-gpu-2", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pp.Spec.NodeName != "gpu-2" || len(pp.Spec.Containers) != 2 || pp.Spec.Containers[1].Image != images[1] ||
+		len(pp.Spec.Tolerations) != 1 || pp.Spec.Tolerations[0].Operator != corev1.TolerationOpExists || pp.Spec.RestartPolicy != corev1.RestartPolicyNever {
+		t.Fatalf("the pre-pull pod: %+v", pp.Spec)
+	}
+	if got, _ := x.Workloads(ctx, "verda://gpu-2"); len(got) != 1 {
+		t.Fatalf("Workloads = %v with the pre-pull pod, want only default/training", got)
+	}
+	wait(t, ctx, "the pull seen", func() bool { return x.PrePulled(images, "verda://gpu-2").Started })
+	if p := x.PrePulled(images, "verda://gpu-2"); p.Done || p.Failed != "" {
+		t.Fatalf("a pull the kubelet has not begun: %+v", p)
+	}
+	// The kubelet: the first image pulled (its container could not start,
+	// as meant), the second still pulling.
+	pp.Status.ContainerStatuses = []corev1.ContainerStatus{
+		{Name: "image-0", Image: "nvcr.io/nvidia/pytorch@sha256:1111", ImageID: "nvcr.io/nvidia/pytorch@sha256:1111", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 128, Reason: "StartError"}}},
+		{Name: "image-1", Image: images[1], State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}}},
+	}
+	if pp, err = env.Client.CoreV1().Pods(metav1.NamespaceDefault).UpdateStatus(ctx, pp, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, ctx, "the first image seen", func() bool {
+		obj, _, _ := x.pods.GetStore().GetByKey("default/prepull-gpu-2")
+		return len(obj.(*corev1.Pod).Status.ContainerStatuses) == 2
+	})
+	if p := x.PrePulled(images, "verda://gpu-2"); p.Done {
+		t.Fatalf("done with one image of two: %+v", p)
+	}
+	pp.Status.ContainerStatuses[1].State = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff", Message: "Back-off pulling image"}}
+	if pp, err = env.Client.CoreV1().Pods(metav1.NamespaceDefault).UpdateStatus(ctx, pp, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, ctx, "the failed pull seen", func() bool { return x.PrePulled(images, "verda://gpu-2").Failed != "" })
+	pp.Status.ContainerStatuses[1].State = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "RunContainerError"}}
+	if _, err = env.Client.CoreV1().Pods(metav1.NamespaceDefault).UpdateStatus(ctx, pp, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, ctx, "both images pulled", func() bool { return x.PrePulled(images, "verda://gpu-2").Done })
+	if err := x.EndPrePull(ctx, "verda://gpu-2"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.Client.CoreV1().Pods(metav1.NamespaceDefault).Get(ctx, "prepull-gpu-2", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the pre-pull pod after EndPrePull: %v", err)
+	}
+	if err := x.EndPrePull(ctx, "verda://gpu-2"); err != nil {
+		t.Fatalf("ending a pull that is over: %v", err)
+	}
+
 	// A second index filled from a list with the GPUs already there does not
 	// know when they came.
-	y := New(env.Client, slog.New(slog.DiscardHandler))
+	y := New(env.Client, slog.New(slog.DiscardHandler), "")
 	go func() { _ = y.Run(ctx) }()
 	wait(t, ctx, "the second index filled", func() bool { r, _ := y.Registered("verda://gpu-2"); return r })
 	if s, _ := y.Startup("verda://gpu-2"); !s.GPUsSeen || !s.GPUs.IsZero() || !s.Ready.Equal(readyAt.Time) {

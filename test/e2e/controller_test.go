@@ -90,7 +90,7 @@ nodeGroups:
 func runController(t testing.TB, ctx context.Context, env *testenv.Env, cfg *config.Config, clouds map[string]cloud.Provider, boot nodegroup.Bootstrapper) (context.Context, client.Client) {
 	t.Helper()
 	log := slog.New(slog.DiscardHandler)
-	nodes := nodeindex.New(env.Client, log)
+	nodes := nodeindex.New(env.Client, log, metav1.NamespaceDefault)
 	core, err := nodegroup.New(cfg, clouds, nodegroup.Options{Logger: log, Registerer: prometheus.NewRegistry(), Bootstrap: boot, Nodes: nodes, Events: nodes})
 	if err != nil {
 		t.Fatal(err)

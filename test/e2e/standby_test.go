@@ -13,8 +13,9 @@ import (
 )
 
 // TestStandbyPoolOnARealCluster: a group with a standby pool orders an
-// instance for it, which registers, shows its GPUs and is stopped, its Node
-// gone. A pending GPU pod under the NodeProvisioner then runs on that
+// instance for it, which registers, shows its GPUs, pulls the pool's
+// images (a pod bound to its Node, run by kwok) and is stopped, its Node
+// and the pull's pod gone. A pending GPU pod under the NodeProvisioner then runs on that
 // instance, started in the cloud's start delay, well inside the cold boot
 // it would otherwise wait; and the pool refills.
 func TestStandbyPoolOnARealCluster(t *testing.T) {
@@ -23,7 +24,7 @@ func TestStandbyPoolOnARealCluster(t *testing.T) {
 	defer cancel()
 	const coldBoot = 40 * time.Second
 	c := startControllerOn(t, ctx, "{bootDelay: 40s, deleteDelay: 1s, startDelay: 1s}",
-		"  - {name: h100, cloud: sim, instanceType: 1H100.80S.30V, locations: [FIN-01], maxSize: 3, standby: {size: 1, warmFor: 1s}}\n")
+		"  - {name: h100, cloud: sim, instanceType: 1H100.80S.30V, locations: [FIN-01], maxSize: 3, standby: {size: 1, warmFor: 1s, prePullImages: [vllm/vllm-openai:v0.6.3]}}\n")
 	env, engine, kube := c.env, c.engine, c.kube
 	np := &v1alpha1.NodeProvisioner{ObjectMeta: metav1.ObjectMeta{Name: "gpus"}, Spec: v1alpha1.NodeProvisionerSpec{NodeGroups: []string{"h100"}}}
 	if err := kube.Create(ctx, np); err != nil {
@@ -38,11 +39,24 @@ func TestStandbyPoolOnARealCluster(t *testing.T) {
 		}
 		return out
 	}
-	waitFor(t, ctx, "a warmed, stopped standby instance and no Node for it", func() bool {
+	var pulledOn string
+	waitFor(t, ctx, "the pool's images pulled by a pod bound to its Node", func() bool {
+		p, err := env.Client.CoreV1().Pods(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{LabelSelector: "gpuscaler.dev/prepull"})
+		if err != nil || len(p.Items) != 1 {
+			return false
+		}
+		pulledOn = p.Items[0].Spec.NodeName
+		return len(stopped()) == 0 // not stopped before its images are there
+	})
+	waitFor(t, ctx, "a warmed, stopped standby instance and no Node or pull pod for it", func() bool {
 		nodes, err := env.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-		return err == nil && len(stopped()) == 1 && len(gpuReady(nodes.Items)) == 0
+		p, perr := env.Client.CoreV1().Pods(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{LabelSelector: "gpuscaler.dev/prepull"})
+		return err == nil && perr == nil && len(stopped()) == 1 && len(gpuReady(nodes.Items)) == 0 && len(p.Items) == 0
 	})
 	pooled := stopped()[0]
+	if pulledOn != pooled.Name {
+		t.Errorf("the images were pulled on %s, want the pool's instance %s", pulledOn, pooled.Name)
+	}
 	if n := engine.Count("e2e"); n != 1 {
 		t.Fatalf("%d instances for a pool of one and no pods", n)
 	}
