@@ -137,6 +137,9 @@ type run struct {
 	// bootDelay is the simulated cloud's, for Nodes' start-up; startDelay
 	// its start of a stopped instance.
 	bootDelay, startDelay time.Duration
+	// start is when the run begins: 0, the trace's start, or for the
+	// foresight policy one start-up time before its first arrival.
+	start time.Duration
 
 	cl   *cluster
 	pods []*pod
@@ -218,12 +221,23 @@ func newRun(ctx context.Context, trace Trace, opts Options) (*run, error) {
 	// clock from its own goroutines, and the outcome depend on their
 	// timing: a run leaves them out.
 	simCfg.FaultRate, simCfg.APILatency = 0, nil
-	clk := testclock.NewFakeClock(epoch)
+	// The foresight policy knows the first arrivals too: it may order for
+	// them one start-up time before the trace begins, as it does for every
+	// later one. Reactive policies have nothing to act on before then.
+	var start time.Duration
+	if opts.Policy == Foresight && len(trace.Pods) > 0 {
+		boot := sim.DefaultBootDelay
+		if simCfg.BootDelay != nil {
+			boot = *simCfg.BootDelay
+		}
+		start = min(0, trace.Pods[0].At-(boot+opts.GPUStartup+opts.Loop))
+	}
+	clk := testclock.NewFakeClock(epoch.Add(start))
 	engine, err := sim.NewEngine(simCfg, sim.Options{Clock: clk})
 	if err != nil {
 		return nil, fmt.Errorf("clouds.sim: %w", err)
 	}
-	r := &run{opts: opts, trace: trace, clock: clk, engine: engine, reg: prometheus.NewRegistry(), cl: newCluster(),
+	r := &run{opts: opts, trace: trace, clock: clk, engine: engine, now: start, start: start, reg: prometheus.NewRegistry(), cl: newCluster(),
 		bootDelay: sim.DefaultBootDelay, startDelay: engine.StartDelay(), res: &Result{Policy: opts.Policy, Trace: trace.Name, Standby: opts.Standby},
 		failed: map[string][]string{}, instances: map[string][]nodegroup.Instance{}}
 	if simCfg.BootDelay != nil {
@@ -294,7 +308,7 @@ func (r *run) settle() error {
 // (or drainFor has passed).
 func (r *run) play(ctx context.Context) error {
 	end := r.trace.End()
-	nextLoop, nextSample, nextProgress := time.Duration(0), time.Duration(0), time.Hour
+	nextLoop, nextSample, nextProgress := r.start, time.Duration(0), time.Hour
 	for {
 		if err := ctx.Err(); err != nil {
 			return err

@@ -370,6 +370,23 @@ func TestForesightOnAHandComputedTrace(t *testing.T) {
 	}
 }
 
+// A pod that arrives as the trace begins does not wait under foresight:
+// the bound knows it too, and orders its node one start-up time before.
+// Before, the run began at the first arrival and every burst at the
+// start of a trace (bursty-batch's first) waited a cold start, which put
+// the bound's p95 near the reactive policies'.
+func TestForesightOrdersBeforeTheTraceBegins(t *testing.T) {
+	cfg := parse(t, oneGroup)
+	trace := Trace{Name: "at-once", Pods: []Pod{{Name: "a", At: 0, Duration: 10 * time.Minute, GPUs: 1}}}
+	res := play(t, cfg, trace, Options{Policy: Foresight, GPUStartup: time.Minute})
+	if res.Wait(1) != 0 {
+		t.Errorf("wait %s, want 0: the node is ordered before the trace begins", res.Wait(1))
+	}
+	if other := play(t, cfg, trace, Options{Policy: Baseline, GPUStartup: time.Minute}); other.Wait(1) < 120*time.Second {
+		t.Errorf("the baseline waited %s, want its whole start-up: it reacts", other.Wait(1))
+	}
+}
+
 // The table puts every policy against the foresight bound.
 func TestTableAgainstForesight(t *testing.T) {
 	bound := &Result{Policy: Foresight, Trace: "t", waits: []time.Duration{0, 0}, GPUHoursPaid: 10, Cost: 20}
