@@ -38,9 +38,10 @@ nodeGroups:
 type simulateFlags struct {
 	config, trace, format, provisioner, html, sweep, policy string
 	seed                                                    uint64
-	standby                                                 int
+	standby, days                                           int
 	scale                                                   float64
-	gpuStartup, loop                                        time.Duration
+	gpuStartup, loop, trainFor                              time.Duration
+	forecast                                                bool
 }
 
 func newSimulateCommand(g *globalFlags) *cobra.Command {
@@ -74,6 +75,9 @@ cost, next to a baseline that scales as cluster-autoscaler does with its default
 	fl.StringVar(&f.provisioner, "provisioner", "", "a NodeProvisioner manifest whose spec the NodeProvisioner policy uses (default: its defaults over every group)")
 	fl.DurationVar(&f.gpuStartup, "gpu-startup", time.Minute, "time from an instance running to its GPUs being allocatable")
 	fl.IntVar(&f.standby, "standby", defaultStandby, "standby pool size for each group without one; with --policy all, the NodeProvisioner also runs with it beside its run without (0: none)")
+	fl.IntVar(&f.days, "days", 1, "days of a built-in trace, each drawn anew (the forecast learns on the first ones)")
+	fl.BoolVar(&f.forecast, "forecast", false, "the NodeProvisioner also orders ahead of a forecast of the pool's demand, learned on the trace itself; with --policy all, as a column of its own")
+	fl.DurationVar(&f.trainFor, "train-for", 24*time.Hour, "how long the forecast learns before it orders ahead")
 	fl.DurationVar(&f.loop, "loop", 10*time.Second, "autoscaler loop period (the core lists the cloud every sync.period of the config)")
 	fl.StringVar(&f.html, "html", "", "also write a self-contained HTML report (charts over time and the table) to this file")
 	fl.StringVar(&f.sweep, "sweep", "", "run a grid over one NodeProvisioner setting, e.g. minUnutilizedGPUNodes=0..3, and print the frontier of p95 wait against cost")
@@ -143,25 +147,40 @@ func runSimulate(cmd *cobra.Command, f *simulateFlags, log *slog.Logger) error {
 		return fmt.Errorf("--standby %d: want 0 or more", f.standby)
 	}
 	type column struct {
-		policy  simulate.Policy
-		standby int
+		policy   simulate.Policy
+		standby  int
+		forecast bool
 	}
 	var columns []column
 	switch f.policy {
 	case "all", "both":
-		columns = []column{{simulate.NodeProvisioner, 0}, {simulate.Baseline, 0}, {simulate.Foresight, 0}}
+		columns = []column{{simulate.NodeProvisioner, 0, false}, {simulate.Baseline, 0, false}, {simulate.Foresight, 0, false}}
+		if f.forecast {
+			columns = slices.Insert(columns, 1, column{simulate.NodeProvisioner, 0, true})
+		}
 		if f.standby > 0 {
-			columns = slices.Insert(columns, 1, column{simulate.NodeProvisioner, f.standby})
+			columns = slices.Insert(columns, 1, column{simulate.NodeProvisioner, f.standby, false})
 		}
 	case string(simulate.NodeProvisioner), string(simulate.Baseline), string(simulate.Foresight):
-		columns = []column{{simulate.Policy(f.policy), f.standby}}
+		if f.forecast && f.policy != string(simulate.NodeProvisioner) {
+			return fmt.Errorf("--forecast: only the nodeprovisioner policy orders ahead of a forecast, not %s", f.policy)
+		}
+		columns = []column{{simulate.Policy(f.policy), f.standby, f.forecast}}
 	default:
 		return fmt.Errorf("--policy %q: want nodeprovisioner, cluster-autoscaler, foresight or all", f.policy)
+	}
+	if f.forecast && trace.End() < f.trainFor {
+		return fmt.Errorf("--forecast: the trace spans %s, no more than --train-for %s: nothing is left to forecast (a built-in trace takes --days)", trace.End().Round(time.Minute), f.trainFor)
+	}
+	if f.forecast {
+		// Every column is measured on the days the forecast did not learn
+		// on, alike.
+		opts.TrainFor, opts.MeasureFrom = f.trainFor, f.trainFor
 	}
 	var results []*simulate.Result
 	for _, c := range columns {
 		p := c.policy
-		opts.Policy, opts.Standby = p, c.standby
+		opts.Policy, opts.Standby, opts.Forecast = p, c.standby, c.forecast
 		r, err := simulate.Run(ctx, trace, opts)
 		if err != nil {
 			return fmt.Errorf("%s: %w", p, err)
@@ -177,7 +196,10 @@ func runSimulate(cmd *cobra.Command, f *simulateFlags, log *slog.Logger) error {
 // loadTrace reads --trace: a built-in name, else a file.
 func loadTrace(f *simulateFlags) (simulate.Trace, error) {
 	if slices.Contains(simulate.Builtins, f.trace) {
-		return simulate.Builtin(f.trace, f.scale, f.seed)
+		return simulate.BuiltinDays(f.trace, f.scale, f.seed, f.days)
+	}
+	if f.days != 1 {
+		return simulate.Trace{}, fmt.Errorf("--days %d: only a built-in trace is drawn for a number of days; a file is as long as it is", f.days)
 	}
 	file, err := os.Open(f.trace)
 	if err != nil {

@@ -15,14 +15,41 @@ var Builtins = []string{"diurnal-inference", "bursty-batch", "training-jobs"}
 // Builtin generates a built-in trace of one day. scale multiplies its
 // arrival rate (1 peaks at a few dozen GPUs); seed makes it repeat.
 func Builtin(name string, scale float64, seed uint64) (Trace, error) {
+	return BuiltinDays(name, scale, seed, 1)
+}
+
+// BuiltinDays generates a built-in trace of days days, each drawn as
+// Builtin draws one (the first is Builtin's), one after the other.
+func BuiltinDays(name string, scale float64, seed uint64, days int) (Trace, error) {
 	if !(scale > 0 && scale <= 100) {
 		return Trace{}, fmt.Errorf("scale %v: want more than 0, at most 100", scale)
 	}
+	if days < 1 || days > 28 {
+		return Trace{}, fmt.Errorf("days %d: want 1 to 28", days)
+	}
 	rng := rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))
 	t := Trace{Name: name}
-	const day = 24 * time.Hour
+	if days > 1 {
+		t.Name = fmt.Sprintf("%s ×%d days", name, days)
+	}
+	for d := range days {
+		if err := builtinDay(&t, name, scale, rng, time.Duration(d)*day); err != nil {
+			return Trace{}, err
+		}
+	}
+	slices.SortStableFunc(t.Pods, func(a, b Pod) int { return int(a.At - b.At) })
+	return t, nil
+}
+
+// day is a built-in trace's span.
+const day = 24 * time.Hour
+
+// builtinDay adds one day of a built-in trace to t, from offset on.
+func builtinDay(t *Trace, name string, scale float64, rng *rand.Rand, offset time.Duration) error {
+	prefix := strings.SplitN(name, "-", 2)[0]
 	add := func(p Pod) {
-		p.Name = fmt.Sprintf("%s-%06d", strings.SplitN(name, "-", 2)[0], len(t.Pods))
+		p.Name = fmt.Sprintf("%s-%06d", prefix, len(t.Pods))
+		p.At += offset
 		t.Pods = append(t.Pods, p)
 	}
 	switch name {
@@ -72,10 +99,9 @@ func Builtin(name string, scale float64, seed uint64) (Trace, error) {
 			}
 		}
 	default:
-		return Trace{}, fmt.Errorf("trace %q: no such built-in trace (have %s)", name, strings.Join(Builtins, ", "))
+		return fmt.Errorf("trace %q: no such built-in trace (have %s)", name, strings.Join(Builtins, ", "))
 	}
-	slices.SortStableFunc(t.Pods, func(a, b Pod) int { return int(a.At - b.At) })
-	return t, nil
+	return nil
 }
 
 // lognormal draws a duration around median with the given spread, at

@@ -21,8 +21,13 @@ type Result struct {
 	// started for demand, and failed to.
 	Standby                           int
 	StandbyStarts, StandbyStartFailed int
-	// Simulated is the virtual time the run covered.
-	Simulated time.Duration
+	// Forecast: the run ordered ahead of a forecast; ForecastPeak is the
+	// most pods it ever planned ahead for in one loop.
+	Forecast     bool
+	ForecastPeak int
+	// Simulated is the virtual time the run covered; MeasuredFrom when its
+	// figures begin (Options.MeasureFrom).
+	Simulated, MeasuredFrom time.Duration
 	// Pods is how many the trace had; Finished how many ran to the end;
 	// Unplaced how many never started (their wait runs to the end).
 	Pods, Finished, Unplaced int
@@ -101,7 +106,12 @@ func (r *run) sample() {
 // result completes the run's figures with the core's metrics.
 func (r *run) result() *Result {
 	res := r.res
-	res.Pods = len(r.pods)
+	res.Pods, res.MeasuredFrom = 0, r.opts.MeasureFrom
+	for _, p := range r.pods {
+		if p.At >= r.opts.MeasureFrom {
+			res.Pods++
+		}
+	}
 	families, err := r.reg.Gather()
 	if err == nil {
 		res.StockOuts = int(sum(families, "gpuscaler_stockouts_total"))
@@ -155,6 +165,9 @@ func WriteTable(w io.Writer, results ...*Result) error {
 	row("", func(r *Result) string { return r.Name() })
 	row("trace", func(r *Result) string { return r.Trace })
 	row("simulated", func(r *Result) string { return fmtDuration(r.Simulated) })
+	if slices.ContainsFunc(results, func(r *Result) bool { return r.MeasuredFrom > 0 }) {
+		row("measured from", func(r *Result) string { return fmtDuration(r.MeasuredFrom) })
+	}
 	row("pods (unplaced)", func(r *Result) string { return fmt.Sprintf("%d (%d)", r.Pods, r.Unplaced) })
 	row("pending p50", dur(0.5))
 	row("pending p95", dur(0.95))
@@ -185,10 +198,14 @@ func WriteTable(w io.Writer, results ...*Result) error {
 
 // Name is the run's column header: its policy, and its standby pool.
 func (r *Result) Name() string {
-	if r.Standby > 0 {
-		return fmt.Sprintf("%s +standby %d", r.Policy, r.Standby)
+	name := string(r.Policy)
+	if r.Forecast {
+		name += " +forecast"
 	}
-	return string(r.Policy)
+	if r.Standby > 0 {
+		name += fmt.Sprintf(" +standby %d", r.Standby)
+	}
+	return name
 }
 
 // foresightOf is the foresight policy's result among results, if any.

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -19,6 +21,7 @@ import (
 	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
 	"github.com/gpuscaler/gpuscaler/internal/config"
 	"github.com/gpuscaler/gpuscaler/internal/daemon"
+	"github.com/gpuscaler/gpuscaler/internal/forecast"
 	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
 	"github.com/gpuscaler/gpuscaler/internal/provisioner"
 	"github.com/gpuscaler/gpuscaler/internal/provisioner/plan"
@@ -64,6 +67,8 @@ const (
 	// defaultStandbyGPUStartup is a standby instance's GPU start-up once
 	// started: the device plugin registering again.
 	defaultStandbyGPUStartup = 15 * time.Second
+	// defaultTrainFor is how long the forecast learns before it orders.
+	defaultTrainFor = 24 * time.Hour
 	// drainFor bounds how long after the trace's last arrival a run goes
 	// on, for the pods still running or waiting.
 	drainFor = 12 * time.Hour
@@ -104,6 +109,18 @@ type Options struct {
 	// to its GPUs allocatable: drivers installed and images pulled at its
 	// warm-up, only the device plugin registers again; default 15 s.
 	StandbyGPUStartup time.Duration
+	// Forecast has the NodeProvisioner policy also order ahead of demand:
+	// a forecast profile (internal/forecast) learns the pool's demand,
+	// GPUs asked for by running and pending pods, and once it has learned
+	// for TrainFor (default a day), each loop plans for the most it
+	// expects within one start-up time as if that many one-GPU pods were
+	// pending.
+	Forecast bool
+	TrainFor time.Duration
+	// MeasureFrom leaves out of the results what happens before it: the
+	// waits of pods that arrive earlier, and the GPU-hours and cost until
+	// then (a forecast's training days, for every policy alike).
+	MeasureFrom time.Duration
 	// Progress, when set, is called about every simulated hour.
 	Progress func(done, total time.Duration)
 	// Logger receives the core's logs; default none.
@@ -140,6 +157,12 @@ type run struct {
 	// start is when the run begins: 0, the trace's start, or for the
 	// foresight policy one start-up time before its first arrival.
 	start time.Duration
+	// profiles learn the pool's demand for the forecast (Options.Forecast),
+	// by shape of pod; arrivals are counted in the slot of arrivedAt.
+	profiles  map[shape]*demandProfile
+	arrivedAt time.Time
+	// learning is when the forecast first observed.
+	learning time.Time
 
 	cl   *cluster
 	pods []*pod
@@ -237,11 +260,21 @@ func newRun(ctx context.Context, trace Trace, opts Options) (*run, error) {
 	if err != nil {
 		return nil, fmt.Errorf("clouds.sim: %w", err)
 	}
+	if opts.Forecast && opts.TrainFor == 0 {
+		opts.TrainFor = defaultTrainFor
+	}
 	r := &run{opts: opts, trace: trace, clock: clk, engine: engine, now: start, start: start, reg: prometheus.NewRegistry(), cl: newCluster(),
 		bootDelay: sim.DefaultBootDelay, startDelay: engine.StartDelay(), res: &Result{Policy: opts.Policy, Trace: trace.Name, Standby: opts.Standby},
 		failed: map[string][]string{}, instances: map[string][]nodegroup.Instance{}}
 	if simCfg.BootDelay != nil {
 		r.bootDelay = *simCfg.BootDelay
+	}
+	if opts.Forecast {
+		if opts.Policy != NodeProvisioner {
+			return nil, fmt.Errorf("forecast: only the %s policy orders ahead of a forecast", NodeProvisioner)
+		}
+		r.profiles = map[shape]*demandProfile{}
+		r.res.Forecast = true
 	}
 	for _, g := range cfg.NodeGroups {
 		if g.Cloud == sim.Name {
@@ -342,6 +375,10 @@ func (r *run) play(ctx context.Context) error {
 		}
 		for r.next < len(r.pods) && r.pods[r.next].At <= t {
 			r.cl.arrive(r.pods[r.next], t)
+			if r.profiles != nil {
+				p := r.pods[r.next]
+				r.profileOf(shape{p.GPUs, p.MIG}).arrived++
+			}
 			r.next++
 			r.dirty = true
 		}
@@ -365,7 +402,7 @@ func (r *run) play(ctx context.Context) error {
 		}
 		r.cl.schedule(t, func(p *pod) {
 			r.dirty = true
-			if p.requeued == 0 {
+			if p.requeued == 0 && p.At >= r.opts.MeasureFrom {
 				r.res.waits = append(r.res.waits, t-p.At)
 			} else {
 				r.res.requeueWaits = append(r.res.requeueWaits, t-p.since)
@@ -379,7 +416,7 @@ func (r *run) play(ctx context.Context) error {
 		}
 	}
 	for _, p := range r.cl.pending {
-		if p.requeued == 0 {
+		if p.requeued == 0 && p.At >= r.opts.MeasureFrom {
 			r.res.Unplaced++
 			r.res.waits = append(r.res.waits, r.now-p.At)
 		}
@@ -390,10 +427,11 @@ func (r *run) play(ctx context.Context) error {
 
 // account adds the GPU-hours and spend from the last event until t.
 func (r *run) account(t time.Duration) {
-	if t <= r.now {
+	from := max(r.now, r.opts.MeasureFrom)
+	if t <= from {
 		return
 	}
-	h := (t - r.now).Hours()
+	h := (t - from).Hours()
 	r.res.GPUHoursPaid += r.heldGPUs * h
 	r.res.GPUHoursUsed += r.cl.used * h
 	r.res.Cost += r.spend * h
@@ -538,8 +576,9 @@ func (r *run) instancesOf(group string) ([]nodegroup.Instance, error) {
 // again only when the cluster or the core changed since the last one, or
 // pods wait: otherwise it would be the same.
 func (r *run) provision(ctx context.Context) (bool, error) {
-	if r.dirty || len(r.cl.pending) > 0 || r.last == nil {
-		pool, p, err := r.plan(r.opts.Provisioner)
+	ahead := r.ahead()
+	if r.dirty || len(r.cl.pending) > 0 || r.last == nil || len(ahead) > 0 {
+		pool, p, err := r.plan(r.opts.Provisioner, ahead...)
 		if err != nil {
 			return false, err
 		}
@@ -743,4 +782,125 @@ func (r *run) scaleDown(ctx context.Context, unneeded func(*node) bool, delay ti
 		deleted = true
 	}
 	return deleted, nil
+}
+
+// shape is a kind of pod the forecast learns apart: its GPUs, or its MIG
+// slice. Pods of one shape need the same nodes, so the pods planned
+// ahead are of the shapes that are expected.
+type shape struct {
+	gpus int
+	mig  string
+}
+
+// demandProfile is what the forecast learns of one shape: how many of its
+// pods run or wait (level) and how many arrive (arrivals), by slot; and
+// the arrivals of the slot under way.
+type demandProfile struct {
+	level, arrivals *forecast.Profile
+	arrived         float64
+	// expected is what the profile forecast for the arrivals of the slot
+	// under way (NaN: nothing); missed and came are the smoothed absolute
+	// error of those forecasts and the smoothed arrivals, slot by slot.
+	expected     float64
+	missed, came float64
+	scored       bool
+}
+
+// Forecast accuracy: a shape is ordered ahead for only while its
+// forecasts of arrivals miss by less than maxMiss of what arrives,
+// smoothed over slots by missAlpha (some twenty slots).
+const (
+	maxMiss   = 0.5
+	missAlpha = 0.05
+)
+
+// trusted reports whether a shape's forecast has hit well enough to
+// order on (a forecast of nothing that saw nothing has).
+func (dp *demandProfile) trusted() bool {
+	return dp.scored && dp.missed <= maxMiss*dp.came
+}
+
+// profileOf is a shape's profile, made on first use.
+func (r *run) profileOf(s shape) *demandProfile {
+	dp := r.profiles[s]
+	if dp == nil {
+		level, _ := forecast.New(0, 0)
+		arrivals, _ := forecast.New(0, 0)
+		dp = &demandProfile{level: level, arrivals: arrivals, expected: math.NaN()}
+		if !r.learning.IsZero() {
+			// None of the shape ran since the forecast began to learn.
+			level.Observe(r.learning, 0)
+			arrivals.Observe(r.learning, 0)
+		}
+		r.profiles[s] = dp
+	}
+	return dp
+}
+
+// ahead feeds the forecast the demand now, by shape, and returns the pods
+// it adds to the plan: for each shape, the pods it expects within one
+// start-up time beyond those running or waiting now, and those it expects
+// to arrive meanwhile (nodes ordered now are Ready only then), rounded:
+// demand that comes at random, a pod now and then, is not ordered ahead.
+// None without a forecast, or before it has learned Options.TrainFor.
+func (r *run) ahead() []*corev1.Pod {
+	if r.profiles == nil {
+		return nil
+	}
+	now := epoch.Add(r.now)
+	if r.learning.IsZero() {
+		r.learning = now
+	}
+	if slot := now.Truncate(forecast.DefaultSlot); !slot.Equal(r.arrivedAt) {
+		for _, dp := range r.profiles {
+			if !math.IsNaN(dp.expected) {
+				dp.missed += missAlpha * (math.Abs(dp.arrived-dp.expected) - dp.missed)
+				dp.came += missAlpha * (dp.arrived - dp.came)
+				dp.scored = true
+			}
+			dp.arrived = 0
+			dp.expected = math.NaN()
+			if v, ok := dp.arrivals.Forecast(slot); ok {
+				dp.expected = v
+			}
+		}
+		r.arrivedAt = slot
+	}
+	count := map[shape]float64{}
+	for _, p := range r.cl.pending {
+		count[shape{p.GPUs, p.MIG}]++
+	}
+	for _, p := range r.running {
+		count[shape{p.GPUs, p.MIG}]++
+	}
+	for s := range count {
+		r.profileOf(s)
+	}
+	shapes := make([]shape, 0, len(r.profiles))
+	for s, dp := range r.profiles {
+		dp.level.Observe(now, count[s])
+		dp.arrivals.Observe(now, dp.arrived)
+		shapes = append(shapes, s)
+	}
+	if now.Sub(r.learning) < r.opts.TrainFor {
+		return nil
+	}
+	slices.SortFunc(shapes, func(a, b shape) int { return cmp.Or(cmp.Compare(a.gpus, b.gpus), strings.Compare(a.mig, b.mig)) })
+	lead := r.bootDelay + r.opts.GPUStartup + r.opts.Loop
+	var out []*corev1.Pod
+	for _, s := range shapes {
+		dp := r.profiles[s]
+		peak, ok := dp.level.Peak(now, lead)
+		if !ok || !dp.trusted() {
+			continue // demand that comes at random is met as it comes
+		}
+		level, _ := dp.level.Forecast(now)
+		incoming, _ := dp.arrivals.Peak(now, lead)
+		n := int(math.Round(max(peak-level, 0) + incoming*float64(lead)/float64(forecast.DefaultSlot)))
+		for i := range n {
+			out = append(out, podObject(Pod{Name: fmt.Sprintf("forecast-%d-%s-%d", s.gpus, s.mig, i), GPUs: s.gpus, MIG: s.mig}))
+		}
+	}
+	r.res.ForecastPeak = max(r.res.ForecastPeak, len(out))
+	return out
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"strings"
@@ -485,5 +486,102 @@ nodeGroups:
 				t.Errorf("cost %.2f with standby, %.2f without: more than 3%% more", warm.Cost, cold.Cost)
 			}
 		})
+	}
+}
+
+// dailyAtNine is three days on which four one-GPU pods arrive at 9:00
+// for an hour: what a forecast learns on the first day and orders ahead
+// for on the others.
+func dailyAtNine() Trace {
+	tr := Trace{Name: "nine"}
+	for d := range 3 {
+		for i := range 4 {
+			tr.Pods = append(tr.Pods, Pod{Name: fmt.Sprintf("d%d-%d", d, i), At: time.Duration(d)*24*time.Hour + 9*time.Hour, Duration: time.Hour, GPUs: 1})
+		}
+	}
+	return tr
+}
+
+// With a forecast trained on the first day, the pods of the next days do
+// not wait: their nodes are ordered one start-up time before 9:00. The
+// NodeProvisioner without one waits each morning's cold start (60 s boot,
+// 60 s GPU start-up). Only the days after the training are measured.
+func TestForecastOrdersAheadOfADailyPattern(t *testing.T) {
+	cfg := parse(t, oneGroup)
+	opts := Options{Policy: NodeProvisioner, GPUStartup: time.Minute, MeasureFrom: 24 * time.Hour}
+	without := play(t, cfg, dailyAtNine(), opts)
+	opts.Forecast, opts.TrainFor = true, 24*time.Hour
+	with := play(t, cfg, dailyAtNine(), opts)
+	if with.Pods != 8 || without.Pods != 8 {
+		t.Fatalf("%d and %d pods measured, want the 8 of the last two days", with.Pods, without.Pods)
+	}
+	if without.Wait(0.5) < 2*time.Minute {
+		t.Errorf("without a forecast the median wait is %s, want the 2 min cold start", without.Wait(0.5))
+	}
+	if with.Wait(1) != 0 {
+		t.Errorf("with a forecast the longest wait is %s, want 0", with.Wait(1))
+	}
+	if with.Name() != "nodeprovisioner +forecast" || with.ForecastPeak < 4 {
+		t.Errorf("%q planned ahead for at most %d GPUs, want the 4 of 9:00", with.Name(), with.ForecastPeak)
+	}
+	// What it buys: the nodes ahead of 9:00, a few minutes a day.
+	if extra := with.GPUHoursPaid - without.GPUHoursPaid; extra <= 0 || extra > 2 {
+		t.Errorf("%.2f GPU-hours more with a forecast, want a few minutes of 4 GPUs on each of 2 days", extra)
+	}
+}
+
+// Only the NodeProvisioner orders ahead of a forecast.
+func TestForecastIsTheNodeProvisioners(t *testing.T) {
+	cfg := parse(t, oneGroup)
+	if _, err := Run(context.Background(), dailyAtNine(), Options{Config: cfg, Policy: Baseline, Forecast: true}); err == nil {
+		t.Fatal("the baseline ran with a forecast")
+	}
+}
+
+// A built-in trace of several days begins with the day Builtin draws.
+func TestBuiltinDays(t *testing.T) {
+	one, err := Builtin("diurnal-inference", 1, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	three, err := BuiltinDays("diurnal-inference", 1, 7, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(three.Pods); n < 2*len(one.Pods) || three.End() < 47*time.Hour {
+		t.Fatalf("%d pods over %s for 3 days, against %d for one", n, three.End(), len(one.Pods))
+	}
+	for i, p := range one.Pods {
+		if q := three.Pods[i]; q.At != p.At || q.Duration != p.Duration || q.GPUs != p.GPUs {
+			t.Fatalf("pod %d: %+v, want the first day's %+v", i, q, p)
+		}
+	}
+	if _, err := BuiltinDays("diurnal-inference", 1, 7, 0); err == nil {
+		t.Error("0 days was drawn")
+	}
+}
+
+// Demand that comes at random (training jobs, a Poisson stream of
+// eight-GPU jobs) is not forecast: its forecasts miss by more than half
+// of what arrives, so nothing is ordered ahead for it and the run costs
+// what the NodeProvisioner alone does.
+func TestForecastLeavesRandomDemandAlone(t *testing.T) {
+	cfg := parse(t, `clusterName: sim
+clouds:
+  sim: {bootDelay: 90s, defaultCapacity: 200}
+nodeGroups:
+  - {name: h100, cloud: sim, instanceType: 1H100.80S.30V, locations: [FIN-01], maxSize: 60}
+  - {name: h100x8, cloud: sim, instanceType: 8H100.80S.176V, locations: [FIN-01], maxSize: 10}
+`)
+	trace, err := BuiltinDays("training-jobs", 1, 1, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := Options{Policy: NodeProvisioner, MeasureFrom: 24 * time.Hour}
+	without := play(t, cfg, trace, opts)
+	opts.Forecast = true
+	with := play(t, cfg, trace, opts)
+	if with.ForecastPeak != 0 || !near(with.GPUHoursPaid, without.GPUHoursPaid) {
+		t.Errorf("planned ahead for up to %d pods; GPU-hours %.1f against %.1f without: want nothing ordered ahead", with.ForecastPeak, with.GPUHoursPaid, without.GPUHoursPaid)
 	}
 }
