@@ -48,6 +48,22 @@ func (c *costGuard) capped(g *group) bool {
 	return g.cfg.MaxHourlyCost > 0 || c.cfg.MaxHourlyCost > 0
 }
 
+// over is how far group g's spend, or the cluster's, is past its cap
+// per hour; 0 within both. Callers hold the store's lock.
+func (c *costGuard) over(g *group) float64 {
+	over := 0.0
+	if limit := g.cfg.MaxHourlyCost; limit > 0 {
+		over = max(over, c.groupSpend(g)-limit)
+	}
+	if limit := c.cfg.MaxHourlyCost; limit > 0 {
+		over = max(over, c.totalSpend()-limit)
+	}
+	if over < 1e-9 {
+		return 0
+	}
+	return over
+}
+
 // check refuses adding add per hour to group g (the launches for none);
 // exclude is a member already counted that the addition replaces (the order
 // being priced), or nil.

@@ -195,7 +195,11 @@ func (z *sizer) poolLocked(g *group) {
 	}
 	now := z.clock.Now()
 	var pool []*member
+	leaving := 0.0 // pool members being deleted: billing until gone
 	for _, mem := range g.members {
+		if mem.pooled() && mem.phase == phaseDeleting {
+			leaving += mem.price
+		}
 		if !mem.pooled() || mem.phase == phaseDeleting {
 			continue
 		}
@@ -218,6 +222,24 @@ func (z *sizer) poolLocked(g *group) {
 		})
 		for _, mem := range pool[want:] {
 			z.removeLocked(g, mem, "standby pool above its size")
+		}
+		return
+	}
+	// Over a cost cap (instances found at the cloud were adopted, a
+	// failed order ran after all): the pool, which serves nothing yet,
+	// gives way first, those billed in full (warming) before the stopped.
+	if over := z.cost.over(g) - leaving; over > 1e-9 {
+		newestFirst(pool)
+		sort.SliceStable(pool, func(i, j int) bool { return pool[i].standby != standbyStopped && pool[j].standby == standbyStopped })
+		for _, mem := range pool {
+			if over <= 0 {
+				break
+			}
+			// A deleted instance bills until it is gone, but no longer
+			// stands in the way of the members that serve.
+			over -= mem.price
+			z.log.Warn("deleting a standby instance: the group is over a cost cap", "group", g.cfg.Name, "instance", mem.name)
+			z.removeLocked(g, mem, "over a cost cap")
 		}
 		return
 	}

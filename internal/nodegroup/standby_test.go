@@ -377,3 +377,51 @@ func TestStandbyWaitsForItsImages(t *testing.T) {
 		t.Errorf("%d PrePullFailed events, want 1", failed)
 	}
 }
+
+// A group pushed over its cost cap by instances it did not order (found
+// at the cloud and adopted) gives up its standby pool first: the pool
+// serves nothing yet, the adopted instance may.
+func TestStandbyPoolGivesWayToACostCap(t *testing.T) {
+	// 1V100.6V is 0.1381/h on demand: room for two.
+	doc := strings.Replace(standbyGroup, "maxSize: 5, standby:", "maxSize: 5, maxHourlyCost: 0.28, standby:", 1)
+	w := &wrapped{}
+	h := newWrappedHarness(t, doc, sim.Options{}, Options{}, func(c *sim.Cloud) cloud.Provider { w.Provider = c; return w })
+	if err := h.mgr.IncreaseSize(context.Background(), "g", 1); err != nil {
+		t.Fatal(err)
+	}
+	var pooled string
+	h.eventually("one serving, one warming for the pool", func() bool {
+		h.clk.Step(10 * time.Second)
+		h.mgr.syncer.kick("sim")
+		r, _, _, _ := h.states("g")
+		for _, in := range h.engine.Instances("test") {
+			if in.State == cloud.StateRunning && !strings.HasPrefix(in.Name, "found") {
+				if insts, _ := h.mgr.Instances("g"); len(insts) == 1 && insts[0].Name != in.Name {
+					pooled = in.Name
+				}
+			}
+		}
+		return r == 1 && pooled != ""
+	})
+	if _, err := h.acct.Create(context.Background(), cloud.CreateSpec{Name: "found-1", Group: "g", InstanceType: "1V100.6V", Location: "FIN-01", CapacityType: cloud.OnDemand}); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("the pool's instance deleted for the adopted one", func() bool {
+		h.clk.Step(10 * time.Second)
+		h.mgr.syncer.kick("sim")
+		for _, in := range h.engine.Instances("test") {
+			if in.Name == pooled {
+				return false
+			}
+		}
+		return h.mgr.GroupSpend("g") <= 0.28 // the delete counted until a list shows it done
+	})
+	h.settle(time.Minute)
+	if got := h.mgr.GroupSpend("g"); got > 0.28+1e-9 {
+		insts, _ := h.mgr.Instances("g")
+		t.Fatalf("spend %.4f/h, over the cap 0.28; core %+v; cloud %+v", got, insts, h.engine.Instances("test"))
+	}
+	if n, _ := h.mgr.TargetSize("g"); n != 2 {
+		t.Fatalf("target %d, want 2: the serving member and the adopted one", n)
+	}
+}

@@ -6,10 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"math/rand/v2"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -157,12 +155,8 @@ type run struct {
 	// start is when the run begins: 0, the trace's start, or for the
 	// foresight policy one start-up time before its first arrival.
 	start time.Duration
-	// profiles learn the pool's demand for the forecast (Options.Forecast),
-	// by shape of pod; arrivals are counted in the slot of arrivedAt.
-	profiles  map[shape]*demandProfile
-	arrivedAt time.Time
-	// learning is when the forecast first observed.
-	learning time.Time
+	// demand learns the pool's demand for the forecast (Options.Forecast).
+	demand *forecast.Demand
 
 	cl   *cluster
 	pods []*pod
@@ -273,7 +267,7 @@ func newRun(ctx context.Context, trace Trace, opts Options) (*run, error) {
 		if opts.Policy != NodeProvisioner {
 			return nil, fmt.Errorf("forecast: only the %s policy orders ahead of a forecast", NodeProvisioner)
 		}
-		r.profiles = map[shape]*demandProfile{}
+		r.demand = forecast.NewDemand()
 		r.res.Forecast = true
 	}
 	for _, g := range cfg.NodeGroups {
@@ -375,9 +369,9 @@ func (r *run) play(ctx context.Context) error {
 		}
 		for r.next < len(r.pods) && r.pods[r.next].At <= t {
 			r.cl.arrive(r.pods[r.next], t)
-			if r.profiles != nil {
+			if r.demand != nil {
 				p := r.pods[r.next]
-				r.profileOf(shape{p.GPUs, p.MIG}).arrived++
+				r.demand.Arrive(epoch.Add(t), forecast.Shape{GPUs: p.GPUs, MIG: p.MIG})
 			}
 			r.next++
 			r.dirty = true
@@ -784,121 +778,30 @@ func (r *run) scaleDown(ctx context.Context, unneeded func(*node) bool, delay ti
 	return deleted, nil
 }
 
-// shape is a kind of pod the forecast learns apart: its GPUs, or its MIG
-// slice. Pods of one shape need the same nodes, so the pods planned
-// ahead are of the shapes that are expected.
-type shape struct {
-	gpus int
-	mig  string
-}
-
-// demandProfile is what the forecast learns of one shape: how many of its
-// pods run or wait (level) and how many arrive (arrivals), by slot; and
-// the arrivals of the slot under way.
-type demandProfile struct {
-	level, arrivals *forecast.Profile
-	arrived         float64
-	// expected is what the profile forecast for the arrivals of the slot
-	// under way (NaN: nothing); missed and came are the smoothed absolute
-	// error of those forecasts and the smoothed arrivals, slot by slot.
-	expected     float64
-	missed, came float64
-	scored       bool
-}
-
-// Forecast accuracy: a shape is ordered ahead for only while its
-// forecasts of arrivals miss by less than maxMiss of what arrives,
-// smoothed over slots by missAlpha (some twenty slots).
-const (
-	maxMiss   = 0.5
-	missAlpha = 0.05
-)
-
-// trusted reports whether a shape's forecast has hit well enough to
-// order on (a forecast of nothing that saw nothing has).
-func (dp *demandProfile) trusted() bool {
-	return dp.scored && dp.missed <= maxMiss*dp.came
-}
-
-// profileOf is a shape's profile, made on first use.
-func (r *run) profileOf(s shape) *demandProfile {
-	dp := r.profiles[s]
-	if dp == nil {
-		level, _ := forecast.New(0, 0)
-		arrivals, _ := forecast.New(0, 0)
-		dp = &demandProfile{level: level, arrivals: arrivals, expected: math.NaN()}
-		if !r.learning.IsZero() {
-			// None of the shape ran since the forecast began to learn.
-			level.Observe(r.learning, 0)
-			arrivals.Observe(r.learning, 0)
-		}
-		r.profiles[s] = dp
-	}
-	return dp
-}
-
-// ahead feeds the forecast the demand now, by shape, and returns the pods
-// it adds to the plan: for each shape, the pods it expects within one
-// start-up time beyond those running or waiting now, and those it expects
-// to arrive meanwhile (nodes ordered now are Ready only then), rounded:
-// demand that comes at random, a pod now and then, is not ordered ahead.
-// None without a forecast, or before it has learned Options.TrainFor.
+// ahead feeds the forecast the demand now, by shape of pod, and returns
+// the pods it adds to the plan (forecast.Demand.Ahead within one start-up
+// time: boot, GPU start-up, a loop). None without a forecast, or before
+// it has learned Options.TrainFor.
 func (r *run) ahead() []*corev1.Pod {
-	if r.profiles == nil {
+	if r.demand == nil {
 		return nil
 	}
 	now := epoch.Add(r.now)
-	if r.learning.IsZero() {
-		r.learning = now
-	}
-	if slot := now.Truncate(forecast.DefaultSlot); !slot.Equal(r.arrivedAt) {
-		for _, dp := range r.profiles {
-			if !math.IsNaN(dp.expected) {
-				dp.missed += missAlpha * (math.Abs(dp.arrived-dp.expected) - dp.missed)
-				dp.came += missAlpha * (dp.arrived - dp.came)
-				dp.scored = true
-			}
-			dp.arrived = 0
-			dp.expected = math.NaN()
-			if v, ok := dp.arrivals.Forecast(slot); ok {
-				dp.expected = v
-			}
-		}
-		r.arrivedAt = slot
-	}
-	count := map[shape]float64{}
+	count := map[forecast.Shape]int{}
 	for _, p := range r.cl.pending {
-		count[shape{p.GPUs, p.MIG}]++
+		count[forecast.Shape{GPUs: p.GPUs, MIG: p.MIG}]++
 	}
 	for _, p := range r.running {
-		count[shape{p.GPUs, p.MIG}]++
+		count[forecast.Shape{GPUs: p.GPUs, MIG: p.MIG}]++
 	}
-	for s := range count {
-		r.profileOf(s)
-	}
-	shapes := make([]shape, 0, len(r.profiles))
-	for s, dp := range r.profiles {
-		dp.level.Observe(now, count[s])
-		dp.arrivals.Observe(now, dp.arrived)
-		shapes = append(shapes, s)
-	}
-	if now.Sub(r.learning) < r.opts.TrainFor {
+	r.demand.Observe(now, count)
+	if r.demand.Learned(now) < r.opts.TrainFor {
 		return nil
 	}
-	slices.SortFunc(shapes, func(a, b shape) int { return cmp.Or(cmp.Compare(a.gpus, b.gpus), strings.Compare(a.mig, b.mig)) })
-	lead := r.bootDelay + r.opts.GPUStartup + r.opts.Loop
 	var out []*corev1.Pod
-	for _, s := range shapes {
-		dp := r.profiles[s]
-		peak, ok := dp.level.Peak(now, lead)
-		if !ok || !dp.trusted() {
-			continue // demand that comes at random is met as it comes
-		}
-		level, _ := dp.level.Forecast(now)
-		incoming, _ := dp.arrivals.Peak(now, lead)
-		n := int(math.Round(max(peak-level, 0) + incoming*float64(lead)/float64(forecast.DefaultSlot)))
-		for i := range n {
-			out = append(out, podObject(Pod{Name: fmt.Sprintf("forecast-%d-%s-%d", s.gpus, s.mig, i), GPUs: s.gpus, MIG: s.mig}))
+	for _, w := range r.demand.Ahead(now, r.bootDelay+r.opts.GPUStartup+r.opts.Loop) {
+		for i := range w.Pods {
+			out = append(out, podObject(Pod{Name: fmt.Sprintf("forecast-%d-%s-%d", w.Shape.GPUs, w.Shape.MIG, i), GPUs: w.Shape.GPUs, MIG: w.Shape.MIG}))
 		}
 	}
 	r.res.ForecastPeak = max(r.res.ForecastPeak, len(out))

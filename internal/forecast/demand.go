@@ -1,0 +1,162 @@
+package forecast
+
+import (
+	"cmp"
+	"math"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Shape is a kind of pod demand is learned for apart: its GPUs, or its
+// MIG slice. Pods of one shape need the same nodes, so what is ordered
+// ahead is of the shapes expected.
+type Shape struct {
+	GPUs int
+	MIG  string
+}
+
+// Forecast accuracy: a shape is ordered ahead for only while its
+// forecasts of arrivals miss by at most MaxMiss of what arrives,
+// smoothed slot by slot with missAlpha (some twenty slots).
+const (
+	MaxMiss   = 0.5
+	missAlpha = 0.05
+)
+
+// Demand learns a pool's demand by shape of pod: how many pods of each
+// shape run or wait, and how many arrive, per slot of the day and week;
+// and how well its forecasts of arrivals hit. Not safe for concurrent use.
+type Demand struct {
+	shapes map[Shape]*series
+	// since is the first observation; slot the slot under way.
+	since, slot time.Time
+}
+
+// series is one shape's profiles and the slot under way's arrivals.
+type series struct {
+	level, arrivals *Profile
+	arrived         float64
+	// expected is the forecast of the slot under way's arrivals (NaN:
+	// none); missed and came smooth the forecasts' absolute error and
+	// the arrivals, over the slots scored.
+	expected     float64
+	missed, came float64
+	scored       bool
+}
+
+// NewDemand returns a Demand that has learned nothing.
+func NewDemand() *Demand { return &Demand{shapes: map[Shape]*series{}} }
+
+// of is a shape's series, made on first use: none of the shape ran
+// since the Demand began to learn.
+func (d *Demand) of(s Shape) *series {
+	sr := d.shapes[s]
+	if sr == nil {
+		level, _ := New(0, 0)
+		arrivals, _ := New(0, 0)
+		sr = &series{level: level, arrivals: arrivals, expected: math.NaN()}
+		if !d.since.IsZero() {
+			level.Observe(d.since, 0)
+			arrivals.Observe(d.since, 0)
+		}
+		d.shapes[s] = sr
+	}
+	return sr
+}
+
+// Arrive counts a pod of a shape that arrived (became pending) at a
+// time. Calls of Arrive and Observe must come in time order.
+func (d *Demand) Arrive(at time.Time, s Shape) {
+	d.roll(at)
+	d.of(s).arrived++
+}
+
+// roll moves to the slot of a time: the slot before is scored.
+func (d *Demand) roll(now time.Time) {
+	if d.since.IsZero() {
+		d.since = now
+	}
+	if slot := now.Truncate(DefaultSlot); !slot.Equal(d.slot) {
+		for _, sr := range d.shapes {
+			sr.score()
+			if v, ok := sr.arrivals.Forecast(slot); ok {
+				sr.expected = v
+			}
+		}
+		d.slot = slot
+	}
+}
+
+// Observe records how many pods of each shape run or wait now; a shape
+// left out has none.
+func (d *Demand) Observe(now time.Time, count map[Shape]int) {
+	d.roll(now)
+	for s := range count {
+		d.of(s)
+	}
+	for s, sr := range d.shapes {
+		sr.level.Observe(now, float64(count[s]))
+		sr.arrivals.Observe(now, sr.arrived)
+	}
+}
+
+// score closes a slot: its forecast of arrivals against what arrived.
+func (sr *series) score() {
+	if !math.IsNaN(sr.expected) {
+		sr.missed += missAlpha * (math.Abs(sr.arrived-sr.expected) - sr.missed)
+		sr.came += missAlpha * (sr.arrived - sr.came)
+		sr.scored = true
+	}
+	sr.arrived, sr.expected = 0, math.NaN()
+}
+
+// Learned is how long the Demand has observed, up to now.
+func (d *Demand) Learned(now time.Time) time.Duration {
+	if d.since.IsZero() {
+		return 0
+	}
+	return now.Sub(d.since)
+}
+
+// Trusted reports whether a shape's forecasts of arrivals hit well enough
+// to order on: they missed by at most MaxMiss of what arrived (a forecast
+// of nothing that saw nothing hit).
+func (d *Demand) Trusted(s Shape) bool {
+	sr := d.shapes[s]
+	return sr != nil && sr.scored && sr.missed <= MaxMiss*sr.came
+}
+
+// Ahead is what to order ahead of at now, by shape: for each trusted
+// shape, the growth its profile expects within lead (the time an order
+// takes to serve), or, if more, the pods it expects to arrive meanwhile
+// (what departures free covers the rest), rounded: demand that comes now
+// and then is met as it comes. Shapes come sorted
+// by GPUs, then MIG slice; none with nothing to order.
+func (d *Demand) Ahead(now time.Time, lead time.Duration) []Want {
+	var out []Want
+	for s, sr := range d.shapes {
+		if !d.Trusted(s) {
+			continue
+		}
+		peak, ok := sr.level.Peak(now, lead)
+		if !ok {
+			continue
+		}
+		level, _ := sr.level.Forecast(now)
+		incoming, _ := sr.arrivals.Peak(now, lead)
+		if n := int(math.Round(max(peak-level, incoming*float64(lead)/float64(DefaultSlot)))); n > 0 {
+			out = append(out, Want{Shape: s, Pods: n})
+		}
+	}
+	slices.SortFunc(out, func(a, b Want) int {
+		return cmp.Or(cmp.Compare(a.Shape.GPUs, b.Shape.GPUs), strings.Compare(a.Shape.MIG, b.Shape.MIG))
+	})
+	return out
+}
+
+// Want is a number of pods of a shape to order ahead for.
+type Want struct {
+	Shape Shape
+	Pods  int
+}
