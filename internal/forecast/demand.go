@@ -79,6 +79,11 @@ func (d *Demand) roll(now time.Time) {
 	}
 	if slot := now.Truncate(DefaultSlot); !slot.Equal(d.slot) {
 		for _, sr := range d.shapes {
+			if !d.slot.IsZero() {
+				// The slot's last arrivals, at its end: after its last
+				// Observe, but its own.
+				sr.arrivals.Observe(d.slot.Add(DefaultSlot-time.Nanosecond), sr.arrived)
+			}
 			sr.score()
 			if v, ok := sr.arrivals.Forecast(slot); ok {
 				sr.expected = v

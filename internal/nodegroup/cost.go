@@ -48,20 +48,16 @@ func (c *costGuard) capped(g *group) bool {
 	return g.cfg.MaxHourlyCost > 0 || c.cfg.MaxHourlyCost > 0
 }
 
-// over is how far group g's spend, or the cluster's, is past its cap
-// per hour; 0 within both. Callers hold the store's lock.
-func (c *costGuard) over(g *group) float64 {
-	over := 0.0
+// over is how far group g's spend is past its cap, and the cluster's
+// past its, per hour; 0 within a cap. Callers hold the store's lock.
+func (c *costGuard) over(g *group) (group, cluster float64) {
 	if limit := g.cfg.MaxHourlyCost; limit > 0 {
-		over = max(over, c.groupSpend(g)-limit)
+		group = max(c.groupSpend(g)-limit, 0)
 	}
 	if limit := c.cfg.MaxHourlyCost; limit > 0 {
-		over = max(over, c.totalSpend()-limit)
+		cluster = max(c.totalSpend()-limit, 0)
 	}
-	if over < 1e-9 {
-		return 0
-	}
-	return over
+	return group, cluster
 }
 
 // check refuses adding add per hour to group g (the launches for none);

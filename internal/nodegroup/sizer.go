@@ -305,19 +305,19 @@ func (z *sizer) publishLocked(g *group) {
 	}
 	z.metrics.targetSize.WithLabelValues(g.cfg.Name).Set(float64(g.target))
 	z.metrics.hourlySpend.WithLabelValues(g.cfg.Name, g.itype.PriceCurrency()).Set(z.cost.groupSpend(g))
-	if g.cfg.StandbySize() > 0 || g.counts[stateStandby] > 0 {
-		var oldest time.Time
+	var oldest time.Time
+	if g.counts[stateStandby] > 0 { // no pool, no scan
 		for _, mem := range g.members {
-			if t := mem.createdAt.Time(); mem.standby == standbyStopped && (oldest.IsZero() || t.Before(oldest)) {
+			if t := mem.createdAt.Time(); mem.standby == standbyStopped && mem.phase != phaseDeleting && (oldest.IsZero() || t.Before(oldest)) {
 				oldest = t
 			}
 		}
-		at := 0.0
-		if !oldest.IsZero() {
-			at = float64(oldest.UnixNano()) / 1e9
-		}
-		z.metrics.standbyOldest.WithLabelValues(g.cfg.Name).Set(at)
 	}
+	at := 0.0
+	if !oldest.IsZero() {
+		at = float64(oldest.UnixNano()) / 1e9
+	}
+	z.metrics.standbyOldest.WithLabelValues(g.cfg.Name).Set(at)
 }
 
 // newestFirst sorts members by creation time, newest first.

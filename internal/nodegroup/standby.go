@@ -195,11 +195,7 @@ func (z *sizer) poolLocked(g *group) {
 	}
 	now := z.clock.Now()
 	var pool []*member
-	leaving := 0.0 // pool members being deleted: billing until gone
 	for _, mem := range g.members {
-		if mem.pooled() && mem.phase == phaseDeleting {
-			leaving += mem.price
-		}
 		if !mem.pooled() || mem.phase == phaseDeleting {
 			continue
 		}
@@ -228,16 +224,14 @@ func (z *sizer) poolLocked(g *group) {
 	// Over a cost cap (instances found at the cloud were adopted, a
 	// failed order ran after all): the pool, which serves nothing yet,
 	// gives way first, those billed in full (warming) before the stopped.
-	if over := z.cost.over(g) - leaving; over > 1e-9 {
+	if over := z.overCapLocked(g); over > 1e-9 {
 		newestFirst(pool)
 		sort.SliceStable(pool, func(i, j int) bool { return pool[i].standby != standbyStopped && pool[j].standby == standbyStopped })
 		for _, mem := range pool {
-			if over <= 0 {
+			if over <= 1e-9 {
 				break
 			}
-			// A deleted instance bills until it is gone, but no longer
-			// stands in the way of the members that serve.
-			over -= mem.price
+			over -= z.priceOf(g, mem)
 			z.log.Warn("deleting a standby instance: the group is over a cost cap", "group", g.cfg.Name, "instance", mem.name)
 			z.removeLocked(g, mem, "over a cost cap")
 		}
@@ -255,6 +249,44 @@ func (z *sizer) poolLocked(g *group) {
 		z.store.add(g, mem)
 		z.orderer.order(g, mem)
 	}
+}
+
+// overCapLocked is how far g, or the cluster, is over its cost cap per
+// hour, less what the standby instances being deleted bill (until they
+// are gone they still count, but no longer stand in the way of the
+// members that serve): of g's for g's cap, of every group's for the
+// cluster's. Callers hold the store's lock.
+func (z *sizer) overCapLocked(g *group) float64 {
+	leaving := func(g *group) float64 {
+		sum := 0.0
+		for _, mem := range g.members {
+			if mem.pooled() && mem.phase == phaseDeleting {
+				sum += z.priceOf(g, mem)
+			}
+		}
+		return sum
+	}
+	groupOver, clusterOver := z.cost.over(g)
+	over := 0.0
+	if groupOver > 0 {
+		over = groupOver - leaving(g)
+	}
+	if clusterOver > 0 {
+		for _, name := range z.store.order {
+			clusterOver -= leaving(z.store.groups[name])
+		}
+		over = max(over, clusterOver)
+	}
+	return over
+}
+
+// priceOf is what a member bills per hour, or the group's estimate while
+// its offering is not priced yet.
+func (z *sizer) priceOf(g *group, mem *member) float64 {
+	if mem.price > 0 {
+		return mem.price
+	}
+	return z.offerings.estimate(g)
 }
 
 // newMember makes the member for a new order of g.
@@ -315,6 +347,10 @@ func (y *syncer) pulledLocked(g *group, mem *member, out *afterLock) bool {
 		return true
 	}
 	p := pp.PrePulled(images, mem.providerIDs()...)
+	if x := mem.peek(); !p.Done && p.Failed == "" && !x.warmSince.IsZero() &&
+		y.clock.Since(x.warmSince) > g.cfg.Standby.StandbyWarmFor()+prePullTimeout {
+		p.Failed = fmt.Sprintf("not every image pulled within %s", prePullTimeout)
+	}
 	switch {
 	case p.Failed != "":
 		if x := mem.extras(); !x.pullFailed {
@@ -329,6 +365,16 @@ func (y *syncer) pulledLocked(g *group, mem *member, out *afterLock) bool {
 	}
 	return p.Done
 }
+
+// prePullTimeout bounds a pull of a standby pool's images past warmFor:
+// an instance is not kept running in full for a pull that does not end
+// (a registry that hangs, a pod the kubelet refused).
+const prePullTimeout = 15 * time.Minute
+
+// busyTimeout bounds how long a warmed member waits for the pods that
+// landed on it: past it, the member is taken into the group as one that
+// serves (it does), and the pool refills.
+const busyTimeout = 10 * time.Minute
 
 // prePull is a pull of a standby pool's images to start on a Node.
 type prePull struct {
@@ -348,10 +394,10 @@ func (y *syncer) stop(ctx context.Context, cloudName string, mems []*member) {
 		inst := mem.instance()
 		s.mu.RUnlock()
 		y.orderer().run(func() {
-			y.endPrePull(ctx, inst)
 			if busy := y.busy(ctx, mem, inst); busy {
 				return
 			}
+			y.endPrePull(ctx, inst)
 			err := y.clients[cloudName].stop(ctx, inst)
 			s.mu.Lock()
 			g := mem.g
@@ -382,9 +428,9 @@ func (y *syncer) stop(ctx context.Context, cloudName string, mems []*member) {
 // busy reports whether a warmed member's Node runs work, which its stop
 // would kill: a pod that tolerates every taint, TaintStandby with them, or
 // one bound to the node by name. Such a member stays warming, billed as
-// running, until its pods are gone; the pool refills around it meanwhile
-// only once it is stopped. A failed pod list is busy too: the next sync
-// asks again.
+// running, until its pods are gone, or for busyTimeout: then it serves
+// the group (its target one higher, within maxSize) and the pool refills.
+// A failed pod list is busy too: the next sync asks again.
 func (y *syncer) busy(ctx context.Context, mem *member, inst cloud.Instance) bool {
 	if y.nodes == nil {
 		return false
@@ -395,13 +441,31 @@ func (y *syncer) busy(ctx context.Context, mem *member, inst cloud.Instance) boo
 	}
 	s := y.store
 	s.mu.Lock()
-	g, first := mem.g, false
+	g, first, taken := mem.g, false, false
 	if g.members[mem.name] == mem && mem.standby == standbyStopping {
 		s.change(g, mem, func() { mem.standby = standbyWarming })
 		x := mem.extras()
-		first, x.busy = !x.busy && err == nil, err == nil
+		if err == nil {
+			first = x.busySince.IsZero()
+			if first {
+				x.busySince = y.clock.Now()
+			}
+			if y.clock.Since(x.busySince) > busyTimeout && g.live < g.cfg.MaxSize {
+				// It serves: a member of the group from now on.
+				s.change(g, mem, func() { mem.standby = standbyNone })
+				g.target++
+				y.sizer.reconcileLocked(g)
+				taken = true
+			}
+		}
 	}
 	s.mu.Unlock()
+	if taken {
+		y.log.Warn("a standby instance has run pods for too long; it serves the group now", "group", g.cfg.Name, "instance", mem.name, "pods", pods)
+		y.orderer().events.warn(g.cfg.Name, mem.name, inst.ProviderID, "StandbyServes",
+			fmt.Sprintf("standby instance %s runs pods %s past %s: it is the group's now, and the pool refills", mem.name, strings.Join(pods, ", "), busyTimeout))
+		return true
+	}
 	if err != nil {
 		y.log.Warn("could not list a warmed standby instance's pods; it is stopped later", "group", g.cfg.Name, "instance", mem.name, "error", err)
 		return true

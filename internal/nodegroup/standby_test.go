@@ -425,3 +425,80 @@ func TestStandbyPoolGivesWayToACostCap(t *testing.T) {
 		t.Fatalf("target %d, want 2: the serving member and the adopted one", n)
 	}
 }
+
+// warmingWithNode runs a group with a standby pool until its warming
+// instance runs with a Node that showed its GPUs, and returns the
+// instance's provider ID.
+func warmingWithNode(t *testing.T, h *harness, nodes *fakeNodes) string {
+	t.Helper()
+	var warming string
+	h.eventually("the pool's instance running", func() bool {
+		h.clk.Step(30 * time.Second)
+		h.mgr.syncer.kick("sim")
+		for _, in := range h.engine.Instances("test") {
+			if in.State == cloud.StateRunning {
+				warming = in.Name
+				return true
+			}
+		}
+		return false
+	})
+	pid := cloud.ProviderID("sim", warming)
+	now := h.clk.Now()
+	nodes.setStartup(pid, Startup{Registered: now, Ready: now, GPUs: now, GPUsSeen: true, Standby: true})
+	return pid
+}
+
+// A warmed instance whose pods stay past busyTimeout is not kept warming
+// at full price for ever: it serves the group, whose target rises by one,
+// and the pool orders another.
+func TestStandbyInstanceBusyTooLongServes(t *testing.T) {
+	nodes, events := newFakeNodes(), &eventLog{}
+	h := newHarness(t, standbyGroup, sim.Options{}, Options{Nodes: nodes, Events: events})
+	pid := warmingWithNode(t, h, nodes)
+	nodes.bind(pid, "ml/tolerates-everything")
+	h.eventually("the busy instance taken into the group", func() bool {
+		h.clk.Step(time.Minute)
+		h.mgr.syncer.kick("sim")
+		n, _ := h.mgr.TargetSize("g")
+		return n == 1
+	})
+	if !events.has("StandbyServes", strings.TrimPrefix(pid, "sim://")) {
+		t.Errorf("no StandbyServes Event: %+v", events.events)
+	}
+	if _, ok := h.mgr.GroupForProviderID(pid); !ok {
+		t.Error("the instance that serves maps to no group")
+	}
+	h.eventually("the pool refilled", func() bool {
+		h.clk.Step(30 * time.Second)
+		h.mgr.syncer.kick("sim")
+		return h.engine.Count("test") == 2
+	})
+}
+
+// A pull of the pool's images that never ends is given up past warmFor
+// and prePullTimeout: the instance is stopped without them, and a
+// PrePullFailed Event says so.
+func TestStandbyPullThatNeverEndsIsGivenUp(t *testing.T) {
+	doc := strings.Replace(standbyGroup, "standby: {size: 1, warmFor: 60s}", "standby: {size: 1, warmFor: 60s, prePullImages: [vllm/vllm-openai:v0.6.3]}", 1)
+	nodes, events := newFakeNodes(), &eventLog{}
+	h := newHarness(t, doc, sim.Options{}, Options{Nodes: nodes, Events: events})
+	pid := warmingWithNode(t, h, nodes)
+	for range 4 {
+		h.clk.Step(time.Minute)
+		h.mgr.syncer.kick("sim")
+		time.Sleep(20 * time.Millisecond)
+	}
+	if in := h.engine.Instances("test"); len(in) != 1 || in[0].State != cloud.StateRunning {
+		t.Fatalf("stopped while its pull was under way: %+v", in)
+	}
+	h.eventually("stopped once the pull is given up", func() bool {
+		h.clk.Step(time.Minute)
+		h.mgr.syncer.kick("sim")
+		in := h.engine.Instances("test")
+		return len(in) == 1 && in[0].State == cloud.StateStopped
+	})
+	if !events.has("PrePullFailed", strings.TrimPrefix(pid, "sim://")) {
+		t.Errorf("no PrePullFailed Event: %+v", events.events)
+	}
+}

@@ -270,9 +270,9 @@ type extras struct {
 	// warm-up counts from then); startedAt when a standby member was
 	// started for demand.
 	warmSince, startedAt time.Time
-	// busy: a standby member's stop waits for pods that run on its Node
-	// (reported once, when first found).
-	busy bool
+	// busySince is when a standby member's stop first found pods that run
+	// on its Node (reported once, then).
+	busySince time.Time
 	// pullFailed: a standby member's pre-pull failed (reported once).
 	pullFailed bool
 }

@@ -134,13 +134,15 @@ func (x *Index) Run(ctx context.Context) error {
 	defer x.bcast.Shutdown()
 	x.factory.Start(ctx.Done())
 	defer x.factory.Shutdown()
-	synced := []cache.InformerSynced{x.informer.HasSynced}
 	if x.podFactory != nil {
+		// Not waited for: the Nodes serve every group, the pre-pull pods
+		// only standby pools with images, and a cluster that denies the
+		// pod watch must not hold the Nodes up (PrePull creates the pod
+		// again; one there already is success).
 		x.podFactory.Start(ctx.Done())
 		defer x.podFactory.Shutdown()
-		synced = append(synced, x.pods.HasSynced)
 	}
-	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+	if !cache.WaitForCacheSync(ctx.Done(), x.informer.HasSynced) {
 		return nil // ctx ended first
 	}
 	x.mu.Lock()

@@ -257,7 +257,7 @@ func newRun(ctx context.Context, trace Trace, opts Options) (*run, error) {
 	if opts.Forecast && opts.TrainFor == 0 {
 		opts.TrainFor = defaultTrainFor
 	}
-	r := &run{opts: opts, trace: trace, clock: clk, engine: engine, now: start, start: start, reg: prometheus.NewRegistry(), cl: newCluster(),
+	r := &run{opts: opts, trace: trace, clock: clk, engine: engine, now: start, start: start, nextSync: start, reg: prometheus.NewRegistry(), cl: newCluster(),
 		bootDelay: sim.DefaultBootDelay, startDelay: engine.StartDelay(), res: &Result{Policy: opts.Policy, Trace: trace.Name, Standby: opts.Standby},
 		failed: map[string][]string{}, instances: map[string][]nodegroup.Instance{}}
 	if simCfg.BootDelay != nil {
@@ -396,9 +396,10 @@ func (r *run) play(ctx context.Context) error {
 		}
 		r.cl.schedule(t, func(p *pod) {
 			r.dirty = true
-			if p.requeued == 0 && p.At >= r.opts.MeasureFrom {
+			switch {
+			case p.requeued == 0 && p.At >= r.opts.MeasureFrom:
 				r.res.waits = append(r.res.waits, t-p.At)
-			} else {
+			case p.requeued > 0 && p.since >= r.opts.MeasureFrom:
 				r.res.requeueWaits = append(r.res.requeueWaits, t-p.since)
 			}
 			i, _ := slices.BinarySearchFunc(r.running, p.done, func(q *pod, d time.Duration) int { return cmp.Compare(q.done, d) })
@@ -421,7 +422,10 @@ func (r *run) play(ctx context.Context) error {
 
 // account adds the GPU-hours and spend from the last event until t.
 func (r *run) account(t time.Duration) {
-	from := max(r.now, r.opts.MeasureFrom)
+	from := r.now // the foresight policy's orders before the trace count
+	if r.opts.MeasureFrom > 0 {
+		from = max(r.now, r.opts.MeasureFrom)
+	}
 	if t <= from {
 		return
 	}
@@ -792,7 +796,9 @@ func (r *run) ahead() []*corev1.Pod {
 		count[forecast.Shape{GPUs: p.GPUs, MIG: p.MIG}]++
 	}
 	for _, p := range r.running {
-		count[forecast.Shape{GPUs: p.GPUs, MIG: p.MIG}]++
+		if p.node != nil && p.started { // not one a reclaim put back in the queue
+			count[forecast.Shape{GPUs: p.GPUs, MIG: p.MIG}]++
+		}
 	}
 	r.demand.Observe(now, count)
 	if r.demand.Learned(now) < r.opts.TrainFor {

@@ -40,8 +40,13 @@ func (c *Cloud) StoppedPrice(cloud.OfferingKey) float64 {
 // already (an earlier Stop whose answer was lost) is success.
 func (c *Cloud) Stop(ctx context.Context, inst cloud.Instance) error {
 	m, ref, mi, err := c.member(ctx, inst, "stop")
-	if err != nil || mi == nil {
+	if err != nil {
 		return err
+	}
+	if mi == nil {
+		// Not a member (abandoned, or gone): nothing the MIG can stop,
+		// and nothing to bill at the stopped price.
+		return cloud.Errorf(cloud.ErrNotFound, "stop", "instance %s is not a member of %s/%s", inst.Name, m.Location, m.Name)
 	}
 	if mi.TargetStatus == "STOPPED" {
 		return nil
@@ -74,6 +79,24 @@ func (c *Cloud) Start(ctx context.Context, inst cloud.Instance) error {
 	}
 	if mi.TargetStatus != "STOPPED" && mi.TargetStatus != "SUSPENDED" {
 		return nil // started already: an earlier Start whose answer was lost
+	}
+	// A stop's operation is done once the MIG accepted it; the VM may
+	// still be stopping, and startInstances takes only stopped ones.
+	for deadline := time.Now().Add(c.opts.CreateWatch); mi.CurrentAction == "STOPPING" || mi.CurrentAction == "SUSPENDING"; {
+		if time.Now().After(deadline) {
+			return cloud.Errorf(cloud.ErrTransient, "start", "instance %s is still stopping", inst.Name)
+		}
+		select {
+		case <-ctx.Done():
+			return cloud.NewError(cloud.ErrTransient, "start", ctx.Err())
+		case <-time.After(c.opts.PollInterval):
+		}
+		if mi, err = c.find(ctx, m, inst.Name); err != nil {
+			return err
+		}
+		if mi == nil {
+			return cloud.Errorf(cloud.ErrNotFound, "start", "instance %s left %s/%s while it stopped", inst.Name, m.Location, m.Name)
+		}
 	}
 	err = c.mutate(ctx, m, "start", func(requestID string) (*compute.Operation, error) {
 		if m.Regional() {
