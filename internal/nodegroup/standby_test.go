@@ -264,21 +264,8 @@ func TestStandbyPoolAgesAndShrinks(t *testing.T) {
 func TestStandbyInstanceRunningAPodIsNotStopped(t *testing.T) {
 	nodes, events := newFakeNodes(), &eventLog{}
 	h := newHarness(t, standbyGroup, sim.Options{}, Options{Nodes: nodes, Events: events})
-	var warming string
-	h.eventually("the pool's instance running", func() bool {
-		h.clk.Step(30 * time.Second)
-		h.mgr.syncer.kick("sim")
-		for _, in := range h.engine.Instances("test") {
-			if in.State == cloud.StateRunning {
-				warming = in.Name
-				return true
-			}
-		}
-		return false
-	})
-	pid := cloud.ProviderID("sim", warming)
-	now := h.clk.Now()
-	nodes.setStartup(pid, Startup{Registered: now, Ready: now, GPUs: now, GPUsSeen: true, Standby: true})
+	pid := warmingWithNode(t, h, nodes)
+	warming := strings.TrimPrefix(pid, "sim://")
 	nodes.bind(pid, "ml/tolerates-everything")
 	for range 6 {
 		h.clk.Step(30 * time.Second)

@@ -401,18 +401,21 @@ func TestTableAgainstForesight(t *testing.T) {
 	}
 }
 
-// On each built-in trace (a tenth of its pods, a pool that never runs
-// out) the foresight policy bounds the two that react: no longer a p95
-// wait and no more GPU-hours paid than either.
-func TestForesightBoundsTheOthers(t *testing.T) {
-	cfg := parse(t, `clusterName: sim
+// amplePool is a pool of the built-in traces' shapes that never runs out.
+const amplePool = `clusterName: sim
 clouds:
   sim: {bootDelay: 90s, defaultCapacity: 200}
 nodeGroups:
   - {name: h100, cloud: sim, instanceType: 1H100.80S.30V, locations: [FIN-01], maxSize: 60}
   - {name: h100x8, cloud: sim, instanceType: 8H100.80S.176V, locations: [FIN-01], maxSize: 10}
   - {name: a100-mig, cloud: sim, instanceType: 1A100.22V, locations: [FIN-01], maxSize: 20, mig: {profile: all-1g.10gb, strategy: mixed}}
-`)
+`
+
+// On each built-in trace (a tenth of its pods, a pool that never runs
+// out) the foresight policy bounds the two that react: no longer a p95
+// wait and no more GPU-hours paid than either.
+func TestForesightBoundsTheOthers(t *testing.T) {
+	cfg := parse(t, amplePool)
 	for _, name := range Builtins {
 		t.Run(name, func(t *testing.T) {
 			trace, err := Builtin(name, 0.1, 1)
@@ -566,13 +569,7 @@ func TestBuiltinDays(t *testing.T) {
 // of what arrives, so nothing is ordered ahead for it and the run costs
 // what the NodeProvisioner alone does.
 func TestForecastLeavesRandomDemandAlone(t *testing.T) {
-	cfg := parse(t, `clusterName: sim
-clouds:
-  sim: {bootDelay: 90s, defaultCapacity: 200}
-nodeGroups:
-  - {name: h100, cloud: sim, instanceType: 1H100.80S.30V, locations: [FIN-01], maxSize: 60}
-  - {name: h100x8, cloud: sim, instanceType: 8H100.80S.176V, locations: [FIN-01], maxSize: 10}
-`)
+	cfg := parse(t, amplePool)
 	trace, err := BuiltinDays("training-jobs", 1, 1, 3)
 	if err != nil {
 		t.Fatal(err)

@@ -1093,13 +1093,9 @@ func (s *Server) deleteInstances(w http.ResponseWriter, r *http.Request) {
 		// malformed reference, or one outside the group's zone or
 		// region, always fails the operation; an instance that is not a
 		// member, or is being deleted already, fails it unless skipped.
-		names := make([]string, 0, len(b.Instances))
-		for _, ref := range b.Instances {
-			name, ok := s.memberRef(g, ref)
-			if !ok {
-				return "INVALID_FIELD_VALUE", "Invalid value for field 'instances': '" + ref + "'. The URL is malformed or outside the group's " + scope(g.zone)
-			}
-			names = append(names, name)
+		names, code, msg := s.memberRefs(g, b.Instances)
+		if code != "" {
+			return code, msg
 		}
 		if !b.Skip {
 			if invalid := s.notDeletable(g, names); len(invalid) > 0 {
@@ -1128,6 +1124,20 @@ func (s *Server) memberRef(g *igm, ref string) (string, bool) {
 		return name, strings.HasPrefix(zone, g.zone+"-")
 	}
 	return name, zone == g.zone
+}
+
+// memberRefs are the instance names of references (memberRef), or the
+// error code and message that fail the operation at the first malformed
+// one, or one outside the group's zone or region.
+func (s *Server) memberRefs(g *igm, refs []string) (names []string, code, msg string) {
+	for _, ref := range refs {
+		name, ok := s.memberRef(g, ref)
+		if !ok {
+			return nil, "INVALID_FIELD_VALUE", "Invalid value for field 'instances': '" + ref + "'. The URL is malformed or outside the group's " + scope(g.zone)
+		}
+		names = append(names, name)
+	}
+	return names, "", ""
 }
 
 // notDeletable returns the names that are not members of g or whose
@@ -1316,13 +1326,9 @@ func (s *Server) power(w http.ResponseWriter, r *http.Request, kind string, move
 		return
 	}
 	s.startOperation(w, r, g, kind, func() (string, string) {
-		names := make([]string, 0, len(b.Instances))
-		for _, ref := range b.Instances {
-			name, ok := s.memberRef(g, ref)
-			if !ok {
-				return "INVALID_FIELD_VALUE", "Invalid value for field 'instances': '" + ref + "'. The URL is malformed or outside the group's " + scope(g.zone)
-			}
-			names = append(names, name)
+		names, code, msg := s.memberRefs(g, b.Instances)
+		if code != "" {
+			return code, msg
 		}
 		s.mu.Lock()
 		for _, n := range names {
