@@ -808,6 +808,19 @@ func (l *eventLog) Event(ev Event) {
 	l.events = append(l.events, ev)
 }
 
+// count is how many Events of a reason were recorded.
+func (l *eventLog) count(reason string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, ev := range l.events {
+		if ev.Reason == reason {
+			n++
+		}
+	}
+	return n
+}
+
 func (l *eventLog) has(reason, instance string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -275,15 +275,7 @@ func TestStandbyInstanceRunningAPodIsNotStopped(t *testing.T) {
 	if in := h.engine.Instances("test"); len(in) != 1 || in[0].State != cloud.StateRunning {
 		t.Fatalf("a standby instance running a pod was stopped: %+v", in)
 	}
-	events.mu.Lock()
-	busy := 0
-	for _, ev := range events.events {
-		if ev.Reason == "StandbyBusy" {
-			busy++
-		}
-	}
-	events.mu.Unlock()
-	if busy != 1 {
+	if busy := events.count("StandbyBusy"); busy != 1 {
 		t.Errorf("%d StandbyBusy events, want 1 (once, not per sync)", busy)
 	}
 	nodes.bind(pid)
@@ -352,15 +344,7 @@ func TestStandbyWaitsForItsImages(t *testing.T) {
 	if ends != 2 {
 		t.Errorf("%d pre-pull pods ended, want 2 (one before each stop)", ends)
 	}
-	events.mu.Lock()
-	failed := 0
-	for _, ev := range events.events {
-		if ev.Reason == "PrePullFailed" {
-			failed++
-		}
-	}
-	events.mu.Unlock()
-	if failed != 1 {
+	if failed := events.count("PrePullFailed"); failed != 1 {
 		t.Errorf("%d PrePullFailed events, want 1", failed)
 	}
 }
