@@ -1,7 +1,9 @@
 package forecast
 
 import (
+	"encoding/json"
 	"math/rand/v2"
+	"reflect"
 	"testing"
 	"time"
 )
@@ -50,5 +52,43 @@ func TestDemandOrdersAheadOnlyForWhatItPredicts(t *testing.T) {
 	}
 	if got := d.Learned(before); got < 3*day {
 		t.Errorf("learned %s", got)
+	}
+}
+
+// A Demand written and read back forecasts and trusts as it did.
+func TestDemandRoundTrips(t *testing.T) {
+	d := NewDemand()
+	daily := Shape{GPUs: 1}
+	mig := Shape{MIG: "1g.10gb"}
+	for now := monday; now.Before(monday.Add(2 * day)); now = now.Add(time.Minute) {
+		count := map[Shape]int{mig: 1}
+		if now.Hour() == 9 {
+			count[daily] = 4
+		}
+		if now.Hour() == 9 && now.Minute() == 0 {
+			for range 4 {
+				d.Arrive(now, daily)
+			}
+		}
+		d.Observe(now, count)
+	}
+	b, err := json.Marshal(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var e Demand
+	if err := json.Unmarshal(b, &e); err != nil {
+		t.Fatal(err)
+	}
+	at := monday.Add(2*day + 8*time.Hour + 58*time.Minute)
+	want, got := d.Ahead(at, 3*time.Minute), e.Ahead(at, 3*time.Minute)
+	if len(want) == 0 || !reflect.DeepEqual(want, got) {
+		t.Fatalf("ahead %+v after a round trip, want %+v", got, want)
+	}
+	if e.Trusted(daily) != d.Trusted(daily) || e.Trusted(mig) != d.Trusted(mig) || e.Learned(at) != d.Learned(at) {
+		t.Fatal("trust or learning changed in a round trip")
+	}
+	if err := json.Unmarshal([]byte(`{"shapes":[{"gpus":1}]}`), &e); err == nil {
+		t.Fatal("a shape without its profiles was read")
 	}
 }
