@@ -433,6 +433,15 @@ func (s *Standby) StandbyWarmFor() time.Duration {
 	return s.WarmFor.Duration
 }
 
+// StandbyImages are the images the group's standby pool pulls before an
+// instance stops; none without a pool.
+func (g *NodeGroup) StandbyImages() []string {
+	if g.Standby == nil {
+		return nil
+	}
+	return g.Standby.PrePullImages
+}
+
 // StandbySize is the group's standby pool size; 0 without one.
 func (g *NodeGroup) StandbySize() int {
 	if g.Standby == nil {

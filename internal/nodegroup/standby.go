@@ -341,7 +341,7 @@ func (y *syncer) warmedLocked(g *group, now time.Time, out *afterLock) {
 // reported once and let go: the instance is stopped without the images
 // rather than kept running at full price. Callers hold the store's lock.
 func (y *syncer) pulledLocked(g *group, mem *member, out *afterLock) bool {
-	images := g.cfg.Standby.PrePullImages
+	images := g.cfg.StandbyImages()
 	pp, ok := y.nodes.(PrePuller)
 	if len(images) == 0 || !ok {
 		return true
@@ -397,7 +397,9 @@ func (y *syncer) stop(ctx context.Context, cloudName string, mems []*member) {
 			if busy := y.busy(ctx, mem, inst); busy {
 				return
 			}
-			y.endPrePull(ctx, inst)
+			if len(mem.g.cfg.StandbyImages()) > 0 {
+				y.endPrePull(ctx, inst)
+			}
 			err := y.clients[cloudName].stop(ctx, inst)
 			s.mu.Lock()
 			g := mem.g

@@ -265,7 +265,11 @@ func (y *syncer) sync(ctx context.Context, cloudName string, initial bool) error
 		y.sizer.adoptedLocked(g, adopted, initial && !g.inherited)
 		y.sizer.reconcileLocked(g)
 		y.warmedLocked(g, start, &out)
-		out.untaint = append(out.untaint, y.untaintLocked(g)...)
+		untaint := y.untaintLocked(g)
+		out.untaint = append(out.untaint, untaint...)
+		if len(g.cfg.StandbyImages()) > 0 {
+			out.endPull = append(out.endPull, untaint...)
+		}
 		g.recount()
 		y.startups.observeLocked(g)
 	}
@@ -327,9 +331,10 @@ func (y *syncer) sync(ctx context.Context, cloudName string, initial bool) error
 	for _, pids := range out.untaint {
 		if err := y.nodes.Untaint(ctx, TaintStandby, pids...); err != nil {
 			y.log.Warn("could not lift the standby taint of a node that serves; the next sync tries again", "node", pids[0], "error", err)
-			continue
 		}
-		if pp, ok := y.nodes.(PrePuller); ok {
+	}
+	if pp, ok := y.nodes.(PrePuller); ok {
+		for _, pids := range out.endPull {
 			// Taken while it warmed: its pull is no use to anyone now.
 			if err := pp.EndPrePull(ctx, pids...); err != nil {
 				y.log.Warn("could not delete the pre-pull pod of a node that serves", "node", pids[0], "error", err)
@@ -358,8 +363,10 @@ type afterLock struct {
 	// start are members taken from a standby pool whose start was lost (a
 	// reload or a restart in the middle): started again.
 	start []*member
-	// prePull are the pulls of standby pools' images to start.
+	// prePull are the pulls of standby pools' images to start; endPull
+	// the provider IDs of serving members whose pull is to end.
 	prePull []prePull
+	endPull [][]string
 }
 
 // reissue is the script of an instance ordered before a restart.

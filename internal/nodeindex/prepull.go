@@ -135,7 +135,8 @@ func pulled(cs corev1.ContainerStatus) bool {
 }
 
 // EndPrePull deletes the pre-pull pod of the Node that carries one of the
-// provider IDs; none is success.
+// provider IDs; none is success, and once the pod watch has listed, one it
+// does not hold is not asked for.
 func (x *Index) EndPrePull(ctx context.Context, providerIDs ...string) error {
 	if x.pods == nil {
 		return nil
@@ -143,6 +144,11 @@ func (x *Index) EndPrePull(ctx context.Context, providerIDs ...string) error {
 	node, ok := x.node(providerIDs...)
 	if !ok {
 		return nil
+	}
+	if x.pods.HasSynced() {
+		if _, exists, _ := x.pods.GetStore().GetByKey(x.namespace + "/" + prePullName(node)); !exists {
+			return nil // from memory: no pod, no call
+		}
 	}
 	err := x.kube.CoreV1().Pods(x.namespace).Delete(ctx, prePullName(node), metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
