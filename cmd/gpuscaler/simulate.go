@@ -146,6 +146,12 @@ func runSimulate(cmd *cobra.Command, f *simulateFlags, log *slog.Logger) error {
 	if f.standby < 0 {
 		return fmt.Errorf("--standby %d: want 0 or more", f.standby)
 	}
+	if f.forecast && trace.End() <= f.trainFor {
+		// Too short to learn on and then play: run without, and say so.
+		fmt.Fprintf(out, "no forecast: the trace spans %s, no more than --train-for %s, so nothing would be left to play after training (a built-in trace takes --days)\n\n",
+			trace.End().Round(time.Minute), f.trainFor)
+		f.forecast = false
+	}
 	type column struct {
 		policy   simulate.Policy
 		standby  int
@@ -168,9 +174,6 @@ func runSimulate(cmd *cobra.Command, f *simulateFlags, log *slog.Logger) error {
 		columns = []column{{simulate.Policy(f.policy), f.standby, f.forecast}}
 	default:
 		return fmt.Errorf("--policy %q: want nodeprovisioner, cluster-autoscaler, foresight or all", f.policy)
-	}
-	if f.forecast && trace.End() < f.trainFor {
-		return fmt.Errorf("--forecast: the trace spans %s, no more than --train-for %s: nothing is left to forecast (a built-in trace takes --days)", trace.End().Round(time.Minute), f.trainFor)
 	}
 	if f.forecast {
 		// Every column is measured on the days the forecast did not learn

@@ -43,3 +43,22 @@ func TestSimulateRefusesABadLine(t *testing.T) {
 		t.Fatalf("error %v, want one naming %s line 3", err, path)
 	}
 }
+
+// A trace too short to learn on runs without the forecast and says why;
+// --days is only for built-in traces.
+func TestSimulateForecastNeedsDays(t *testing.T) {
+	var out, errOut bytes.Buffer
+	root := newRootCommand(&out, &errOut)
+	root.SetArgs([]string{"simulate", "--trace", "../../examples/traces/small.csv", "--forecast", "--standby", "0", "--log-level", "error"})
+	if err := root.Execute(); err != nil {
+		t.Fatalf("%v\n%s", err, errOut.String())
+	}
+	if s := out.String(); !strings.Contains(s, "no forecast: the trace spans") || strings.Contains(s, "+forecast") {
+		t.Errorf("output:\n%s", s)
+	}
+	root = newRootCommand(&out, &errOut)
+	root.SetArgs([]string{"simulate", "--trace", "../../examples/traces/small.csv", "--days", "3"})
+	if err := root.Execute(); err == nil || !strings.Contains(err.Error(), "--days 3") {
+		t.Errorf("--days on a file: %v", err)
+	}
+}
