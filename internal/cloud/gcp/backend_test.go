@@ -723,3 +723,35 @@ func TestStandbyPool(t *testing.T) {
 		t.Error("the start's stock-out is not in the logs")
 	}
 }
+
+// A scale-up that takes a standby member while the MIG still stops its
+// VM (stopInstances is DONE once accepted) starts it once it has stopped,
+// rather than failing the start and buying a fresh instance.
+func TestStandbyStartWaitsForTheStop(t *testing.T) {
+	b := newBackend(t, 5, strings.Replace(groupsYAML, "gpu-l4}}", "gpu-l4}, standby: {size: 1, warmFor: 50ms}}", 1), gcptest.Options{StopDelay: 3 * time.Second})
+	b.wait(t, "the core counts its pool's member stopped", func() bool {
+		spend := b.mgr.GroupSpend("l4")
+		return spend > 0 && spend < 0.1
+	})
+	var stopping string
+	for _, z := range []string{"us-central1-a", "us-central1-b"} {
+		for name, action := range b.fake.Instances(z, "gpu-l4") {
+			if action == "STOPPING" {
+				stopping = name
+			}
+		}
+	}
+	if stopping == "" {
+		t.Fatalf("no member stopping 3 s long: %v", b.fake.Instances("us-central1-a", "gpu-l4"))
+	}
+	if err := b.mgr.IncreaseSize(context.Background(), "l4", 1); err != nil {
+		t.Fatal(err)
+	}
+	b.wait(t, "the member started for the scale-up", func() bool {
+		r := b.running(t, "l4")
+		return len(r) == 1 && r[0].Name == stopping
+	})
+	if strings.Contains(b.logs.String(), "would not start") {
+		t.Fatal("the start failed while the VM stopped, and a fresh instance was ordered")
+	}
+}

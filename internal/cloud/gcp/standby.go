@@ -81,8 +81,9 @@ func (c *Cloud) Start(ctx context.Context, inst cloud.Instance) error {
 		return nil // started already: an earlier Start whose answer was lost
 	}
 	// A stop's operation is done once the MIG accepted it; the VM may
-	// still be stopping, and startInstances takes only stopped ones.
-	for deadline := time.Now().Add(c.opts.CreateWatch); mi.CurrentAction == "STOPPING" || mi.CurrentAction == "SUSPENDING"; {
+	// still be stopping (a graceful shutdown), and startInstances takes
+	// only stopped ones: wait, as long as an operation may take.
+	for deadline := time.Now().Add(c.opts.OperationTimeout); mi.CurrentAction == "STOPPING" || mi.CurrentAction == "SUSPENDING"; {
 		if time.Now().After(deadline) {
 			return cloud.Errorf(cloud.ErrTransient, "start", "instance %s is still stopping", inst.Name)
 		}

@@ -88,6 +88,10 @@ type Options struct {
 	OperationDelay time.Duration
 	// GPUQuota caps the GPUs the project may run; 0 = no limit.
 	GPUQuota int
+	// StopDelay is how long a member stopped by stopInstances shows
+	// STOPPING before its VM stops (the operation is DONE at once);
+	// default none.
+	StopDelay time.Duration
 	// NoMemberNames answers managed instances with their instance URL and
 	// no name, as cluster-autoscaler's recorded listManagedInstances
 	// answers do (cloudprovider/gce/gce_manager_test.go's templates).
@@ -162,7 +166,9 @@ type member struct {
 	// stopped: the group keeps the member stopped (targetStatus STOPPED).
 	stopped bool
 	// starting: a settle is asking the engine to start it.
-	starting  bool
+	starting bool
+	// stopAt is when a member's stop reaches its VM (Options.StopDelay).
+	stopAt    time.Time
 	lastError string
 	// state, when set, is what the list says of the member instead.
 	state   *MemberState
@@ -663,6 +669,7 @@ func (s *Server) settle() {
 	s.mu.Lock()
 	var retry, restart []*member
 	var retryGroup, restartGroup []*igm
+	var stop []cloud.Instance
 	for _, g := range s.igms {
 		for name, m := range g.members {
 			in, ok := live[engineName(g, name)]
@@ -676,6 +683,9 @@ func (s *Server) settle() {
 				delete(g.members, name)
 			case m.action == "STOPPING" && ok && in.State == cloud.StateStopped:
 				m.action = "NONE"
+			case m.action == "STOPPING" && ok && in.State == cloud.StateRunning && !m.stopAt.IsZero() && !time.Now().Before(m.stopAt):
+				m.stopAt = time.Time{}
+				stop = append(stop, in)
 			case m.action == "STARTING" && ok && in.State == cloud.StateRunning:
 				m.action, m.lastError = "NONE", ""
 			case m.action == "STARTING" && ok && in.State == cloud.StateStopped && !m.starting:
@@ -690,6 +700,9 @@ func (s *Server) settle() {
 	}
 	for i, m := range restart {
 		s.start(restartGroup[i], m)
+	}
+	for _, in := range stop {
+		_ = s.acct.Stop(context.Background(), in)
 	}
 }
 
@@ -1343,7 +1356,9 @@ func (s *Server) power(w http.ResponseWriter, r *http.Request, kind string, move
 		var stop []string
 		for _, n := range names {
 			move(g, g.members[n])
-			if kind == "stopInstances" {
+			if kind == "stopInstances" && s.opts.StopDelay > 0 {
+				g.members[n].stopAt = time.Now().Add(s.opts.StopDelay) // a later settle stops it
+			} else if kind == "stopInstances" {
 				stop = append(stop, engineName(g, n))
 			}
 		}
