@@ -150,6 +150,7 @@ func (d *Demand) Ahead(now time.Time, lead time.Duration) []Want {
 		if !ok {
 			continue
 		}
+		// A slot not seen is one before the shape was: none of it ran.
 		level, _ := sr.level.Forecast(now)
 		incoming, _ := sr.arrivals.Peak(now, lead)
 		if n := int(math.Round(max(peak-level, incoming*float64(lead)/float64(DefaultSlot)))); n > 0 {
