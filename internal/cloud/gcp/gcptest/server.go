@@ -910,6 +910,24 @@ func (s *Server) listManaged(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, body)
 }
 
+// mutation starts a request that changes a group's members: a repeated
+// requestId is answered with its operation (repeated), the group must
+// exist, and the body decodes into body. ok is false once answered.
+func (s *Server) mutation(w http.ResponseWriter, r *http.Request, body any) (*igm, bool) {
+	if s.repeated(w, r) {
+		return nil, false
+	}
+	g, ok := s.group(w, r)
+	if !ok {
+		return nil, false
+	}
+	if err := json.NewDecoder(r.Body).Decode(body); err != nil {
+		apiError(w, http.StatusBadRequest, "invalid", "Invalid JSON payload")
+		return nil, false
+	}
+	return g, true
+}
+
 // repeated answers a mutation whose requestId started an operation
 // before with that operation, and reports true: the discovery document's
 // requestId, "the server will know to ignore the request if it has
@@ -1036,13 +1054,6 @@ func (s *Server) getOperation(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) createInstances(w http.ResponseWriter, r *http.Request) {
-	if s.repeated(w, r) {
-		return
-	}
-	g, ok := s.group(w, r)
-	if !ok {
-		return
-	}
 	var b struct {
 		Instances []struct {
 			Name           string `json:"name"`
@@ -1051,7 +1062,11 @@ func (s *Server) createInstances(w http.ResponseWriter, r *http.Request) {
 			} `json:"preservedState"`
 		} `json:"instances"`
 	}
-	if err := json.NewDecoder(r.Body).Decode(&b); err != nil || len(b.Instances) == 0 {
+	g, ok := s.mutation(w, r, &b)
+	if !ok {
+		return
+	}
+	if len(b.Instances) == 0 {
 		apiError(w, http.StatusBadRequest, "invalid", "Invalid value for field 'resource.instances': ''. At least one instance is required.")
 		return
 	}
@@ -1086,19 +1101,12 @@ func (s *Server) createInstances(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) deleteInstances(w http.ResponseWriter, r *http.Request) {
-	if s.repeated(w, r) {
-		return
-	}
-	g, ok := s.group(w, r)
-	if !ok {
-		return
-	}
 	var b struct {
 		Instances []string `json:"instances"`
 		Skip      bool     `json:"skipInstancesOnValidationError"`
 	}
-	if err := json.NewDecoder(r.Body).Decode(&b); err != nil {
-		apiError(w, http.StatusBadRequest, "invalid", "Invalid JSON payload")
+	g, ok := s.mutation(w, r, &b)
+	if !ok {
 		return
 	}
 	s.startOperation(w, r, g, "deleteInstances", func() (string, string) {
@@ -1324,17 +1332,14 @@ func (s *Server) startInstances(w http.ResponseWriter, r *http.Request) {
 // be a member that move accepts, or the operation fails and none moves.
 // Stopped instances stop in the engine at once.
 func (s *Server) power(w http.ResponseWriter, r *http.Request, kind string, move func(*igm, *member)) {
-	if s.repeated(w, r) {
-		return
-	}
-	g, ok := s.group(w, r)
-	if !ok {
-		return
-	}
 	var b struct {
 		Instances []string `json:"instances"`
 	}
-	if err := json.NewDecoder(r.Body).Decode(&b); err != nil || len(b.Instances) == 0 {
+	g, ok := s.mutation(w, r, &b)
+	if !ok {
+		return
+	}
+	if len(b.Instances) == 0 {
 		apiError(w, http.StatusBadRequest, "invalid", "Invalid value for field 'resource.instances': ''. At least one instance is required.")
 		return
 	}
