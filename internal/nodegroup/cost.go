@@ -60,16 +60,22 @@ func (c *costGuard) over(g *group) (group, cluster float64) {
 	return group, cluster
 }
 
+// priceOf is what a member bills per hour, or the group's estimate while
+// its offering is not priced yet.
+func (c *costGuard) priceOf(g *group, mem *member) float64 {
+	if mem.price > 0 {
+		return mem.price
+	}
+	return c.offerings.estimate(g)
+}
+
 // check refuses adding add per hour to group g (the launches for none);
 // exclude is a member already counted that the addition replaces (the order
 // being priced), or nil.
 func (c *costGuard) check(g *group, exclude *member, add float64) error {
 	less := 0.0
 	if exclude != nil && exclude.committed() {
-		less = exclude.price
-		if less == 0 {
-			less = c.offerings.estimate(g)
-		}
+		less = c.priceOf(g, exclude)
 	}
 	if limit := g.cfg.MaxHourlyCost; limit > 0 {
 		if spend := c.groupSpend(g) - less + add; spend > limit+1e-9 {

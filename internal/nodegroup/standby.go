@@ -231,7 +231,7 @@ func (z *sizer) poolLocked(g *group) {
 			if over <= 1e-9 {
 				break
 			}
-			over -= z.priceOf(g, mem)
+			over -= z.cost.priceOf(g, mem)
 			z.log.Warn("deleting a standby instance: the group is over a cost cap", "group", g.cfg.Name, "instance", mem.name)
 			z.removeLocked(g, mem, "over a cost cap")
 		}
@@ -261,7 +261,7 @@ func (z *sizer) overCapLocked(g *group) float64 {
 		sum := 0.0
 		for _, mem := range g.members {
 			if mem.pooled() && mem.phase == phaseDeleting {
-				sum += z.priceOf(g, mem)
+				sum += z.cost.priceOf(g, mem)
 			}
 		}
 		return sum
@@ -278,15 +278,6 @@ func (z *sizer) overCapLocked(g *group) float64 {
 		over = max(over, clusterOver)
 	}
 	return over
-}
-
-// priceOf is what a member bills per hour, or the group's estimate while
-// its offering is not priced yet.
-func (z *sizer) priceOf(g *group, mem *member) float64 {
-	if mem.price > 0 {
-		return mem.price
-	}
-	return z.offerings.estimate(g)
 }
 
 // newMember makes the member for a new order of g.
@@ -391,14 +382,14 @@ func (y *syncer) stop(ctx context.Context, cloudName string, mems []*member) {
 	s := y.store
 	for _, mem := range mems {
 		s.mu.RLock()
-		inst := mem.instance()
+		inst, ids := mem.instance(), mem.providerIDs()
 		s.mu.RUnlock()
 		y.orderer().run(func() {
-			if busy := y.busy(ctx, mem, inst); busy {
+			if busy := y.busy(ctx, mem, ids); busy {
 				return
 			}
 			if len(mem.g.cfg.StandbyImages()) > 0 {
-				y.endPrePull(ctx, inst)
+				y.endPrePull(ctx, inst.Name, ids)
 			}
 			err := y.clients[cloudName].stop(ctx, inst)
 			s.mu.Lock()
@@ -419,7 +410,7 @@ func (y *syncer) stop(ctx context.Context, cloudName string, mems []*member) {
 			s.mu.Unlock()
 			y.log.Info("standby instance warmed and stopped", "group", g.cfg.Name, "instance", mem.name)
 			if y.nodes != nil {
-				if err := y.nodes.Delete(ctx, append([]string{inst.ProviderID}, inst.Aliases...)...); err != nil {
+				if err := y.nodes.Delete(ctx, ids...); err != nil {
 					y.log.Warn("could not delete a stopped standby instance's Node", "instance", inst.Name, "error", err)
 				}
 			}
@@ -433,11 +424,11 @@ func (y *syncer) stop(ctx context.Context, cloudName string, mems []*member) {
 // running, until its pods are gone, or for busyTimeout: then it serves
 // the group (its target one higher, within maxSize) and the pool refills.
 // A failed pod list is busy too: the next sync asks again.
-func (y *syncer) busy(ctx context.Context, mem *member, inst cloud.Instance) bool {
+func (y *syncer) busy(ctx context.Context, mem *member, ids []string) bool {
 	if y.nodes == nil {
 		return false
 	}
-	pods, err := y.nodes.Workloads(ctx, append([]string{inst.ProviderID}, inst.Aliases...)...)
+	pods, err := y.nodes.Workloads(ctx, ids...)
 	if err == nil && len(pods) == 0 {
 		return false
 	}
@@ -464,7 +455,7 @@ func (y *syncer) busy(ctx context.Context, mem *member, inst cloud.Instance) boo
 	s.mu.Unlock()
 	if taken {
 		y.log.Warn("a standby instance has run pods for too long; it serves the group now", "group", g.cfg.Name, "instance", mem.name, "pods", pods)
-		y.orderer().events.warn(g.cfg.Name, mem.name, inst.ProviderID, "StandbyServes",
+		y.orderer().events.warn(g.cfg.Name, mem.name, ids[0], "StandbyServes",
 			fmt.Sprintf("standby instance %s runs pods %s past %s: it is the group's now, and the pool refills", mem.name, strings.Join(pods, ", "), busyTimeout))
 		return true
 	}
@@ -476,17 +467,17 @@ func (y *syncer) busy(ctx context.Context, mem *member, inst cloud.Instance) boo
 		return true
 	}
 	y.log.Warn("a warmed standby instance runs pods; it is stopped once they are gone", "group", g.cfg.Name, "instance", mem.name, "pods", pods)
-	y.orderer().events.warn(g.cfg.Name, mem.name, inst.ProviderID, "StandbyBusy",
+	y.orderer().events.warn(g.cfg.Name, mem.name, ids[0], "StandbyBusy",
 		fmt.Sprintf("standby instance %s is not stopped: pods %s run on it (they tolerate %s)", mem.name, strings.Join(pods, ", "), TaintStandby))
 	return true
 }
 
 // endPrePull deletes the pod that pulled a standby instance's images, if
 // any: before a stop, and once the instance serves.
-func (y *syncer) endPrePull(ctx context.Context, inst cloud.Instance) {
+func (y *syncer) endPrePull(ctx context.Context, name string, ids []string) {
 	if pp, ok := y.nodes.(PrePuller); ok {
-		if err := pp.EndPrePull(ctx, append([]string{inst.ProviderID}, inst.Aliases...)...); err != nil {
-			y.log.Warn("could not delete a standby instance's pre-pull pod", "instance", inst.Name, "error", err)
+		if err := pp.EndPrePull(ctx, ids...); err != nil {
+			y.log.Warn("could not delete a standby instance's pre-pull pod", "instance", name, "error", err)
 		}
 	}
 }
