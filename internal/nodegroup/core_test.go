@@ -232,13 +232,7 @@ nodeGroups:
   - {name: g, cloud: sim, instanceType: 1V100.6V, locations: [FIN-01], maxSize: 2}
 `
 	h := newHarness(t, doc, sim.Options{}, Options{})
-	for _, name := range []string{"g-other1", "g-other2", "g-other3"} {
-		if _, err := h.acct.Create(context.Background(), cloud.CreateSpec{
-			Name: name, Group: "g", InstanceType: "1V100.6V", Location: "FIN-01", CapacityType: cloud.OnDemand,
-		}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	h.behindTheBack("g-other1", "g-other2", "g-other3")
 	h.settle(2 * time.Minute)
 	if n, _ := h.mgr.TargetSize("g"); n != 2 {
 		t.Fatalf("target %d, want 2 (adopted up to maxSize)", n)
@@ -257,6 +251,19 @@ nodeGroups:
 	}
 }
 
+// behindTheBack creates instances of group g (1V100.6V in FIN-01) at the
+// cloud, as another replica's orders or lost answers leave them.
+func (h *harness) behindTheBack(names ...string) {
+	h.t.Helper()
+	for _, name := range names {
+		if _, err := h.acct.Create(context.Background(), cloud.CreateSpec{
+			Name: name, Group: "g", InstanceType: "1V100.6V", Location: "FIN-01", CapacityType: cloud.OnDemand,
+		}); err != nil {
+			h.t.Fatal(err)
+		}
+	}
+}
+
 // A restart that finds more instances than maxSize keeps them all with the
 // target at maxSize (none is killed for it); a front end's delete then
 // takes from that surplus first: the target stays at maxSize while the
@@ -269,13 +276,7 @@ nodeGroups:
   - {name: g, cloud: sim, instanceType: 1V100.6V, locations: [FIN-01], maxSize: 2}
 `
 	h := newHarness(t, doc, sim.Options{}, Options{})
-	for _, name := range []string{"g-one", "g-two", "g-three"} {
-		if _, err := h.acct.Create(context.Background(), cloud.CreateSpec{
-			Name: name, Group: "g", InstanceType: "1V100.6V", Location: "FIN-01", CapacityType: cloud.OnDemand,
-		}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	h.behindTheBack("g-one", "g-two", "g-three")
 	h.restart()
 	h.settle(2 * time.Minute)
 	if n, _ := h.mgr.TargetSize("g"); n != 2 || len(h.cloudInstances()["g"]) != 3 {

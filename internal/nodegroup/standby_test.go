@@ -194,18 +194,7 @@ func TestStandbyStartIsTimedApart(t *testing.T) {
 		nodes.startup[pid] = Startup{Registered: now, Ready: now, GPUs: now.Add(gpusAfter), GPUsSeen: true}
 		nodes.mu.Unlock()
 	}
-	var warming string
-	h.eventually("the pool's instance running", func() bool {
-		h.clk.Step(30 * time.Second)
-		h.mgr.syncer.kick("sim")
-		for _, in := range h.engine.Instances("test") {
-			if in.State == cloud.StateRunning {
-				warming = in.Name
-				return true
-			}
-		}
-		return false
-	})
+	warming := warmingUp(h)
 	h.clk.Step(2 * time.Minute)
 	h.mgr.syncer.kick("sim")
 	time.Sleep(20 * time.Millisecond)
@@ -374,9 +363,7 @@ func TestStandbyPoolGivesWayToACostCap(t *testing.T) {
 		}
 		return r == 1 && pooled != ""
 	})
-	if _, err := h.acct.Create(context.Background(), cloud.CreateSpec{Name: "found-1", Group: "g", InstanceType: "1V100.6V", Location: "FIN-01", CapacityType: cloud.OnDemand}); err != nil {
-		t.Fatal(err)
-	}
+	h.behindTheBack("found-1")
 	h.eventually("the pool's instance deleted for the adopted one", func() bool {
 		h.clk.Step(10 * time.Second)
 		h.mgr.syncer.kick("sim")
@@ -397,11 +384,10 @@ func TestStandbyPoolGivesWayToACostCap(t *testing.T) {
 	}
 }
 
-// warmingWithNode runs a group with a standby pool until its warming
-// instance runs with a Node that showed its GPUs, and returns the
-// instance's provider ID.
-func warmingWithNode(t *testing.T, h *harness, nodes *fakeNodes) string {
-	t.Helper()
+// warmingUp runs a group with a standby pool until its warming instance
+// runs, and returns the instance's name.
+func warmingUp(h *harness) string {
+	h.t.Helper()
 	var warming string
 	h.eventually("the pool's instance running", func() bool {
 		h.clk.Step(30 * time.Second)
@@ -414,7 +400,15 @@ func warmingWithNode(t *testing.T, h *harness, nodes *fakeNodes) string {
 		}
 		return false
 	})
-	pid := cloud.ProviderID("sim", warming)
+	return warming
+}
+
+// warmingWithNode runs a group with a standby pool until its warming
+// instance runs with a Node that showed its GPUs, and returns the
+// instance's provider ID.
+func warmingWithNode(t *testing.T, h *harness, nodes *fakeNodes) string {
+	t.Helper()
+	pid := cloud.ProviderID("sim", warmingUp(h))
 	now := h.clk.Now()
 	nodes.setStartup(pid, Startup{Registered: now, Ready: now, GPUs: now, GPUsSeen: true, Standby: true})
 	return pid
