@@ -134,10 +134,11 @@ func (z *sizer) decrease(name string, delta int) error {
 }
 
 // deleteNodes deletes the members with the given provider IDs and lowers
-// the target by as many, less those past maxSize. Every ID must belong to the group, or nothing is
-// deleted. Instances the cloud has (booting or running) may not take the
-// group's live members below minSize, where they would be bought again at
-// once; failed and unfulfilled slots always may go.
+// the target by as many, less those past maxSize. Every ID must belong to
+// the group, or nothing is deleted. Instances the cloud has (booting or
+// running) may not take the group's live members below minSize, where
+// they would be bought again at once; failed and unfulfilled slots always
+// may go.
 func (z *sizer) deleteNodes(name string, providerIDs []string) error {
 	s := z.store
 	s.mu.Lock()
