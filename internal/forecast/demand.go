@@ -157,10 +157,34 @@ func (d *Demand) Ahead(now time.Time, lead time.Duration) []Want {
 			out = append(out, Want{Shape: s, Pods: n})
 		}
 	}
-	slices.SortFunc(out, func(a, b Want) int {
-		return cmp.Or(cmp.Compare(a.Shape.GPUs, b.Shape.GPUs), strings.Compare(a.Shape.MIG, b.Shape.MIG))
-	})
+	slices.SortFunc(out, func(a, b Want) int { return compareShapes(a.Shape, b.Shape) })
 	return out
+}
+
+// Expected is how many pods, of every shape, the Demand expects to run
+// or wait at a time; ok is false while no shape has seen its slot.
+func (d *Demand) Expected(at time.Time) (pods float64, ok bool) {
+	for _, sr := range d.shapes {
+		if v, seen := sr.level.Forecast(at); seen {
+			pods, ok = pods+v, true
+		}
+	}
+	return pods, ok
+}
+
+// Shapes are the shapes the Demand has seen, sorted by GPUs, then MIG
+// slice.
+func (d *Demand) Shapes() []Shape {
+	out := make([]Shape, 0, len(d.shapes))
+	for s := range d.shapes {
+		out = append(out, s)
+	}
+	slices.SortFunc(out, compareShapes)
+	return out
+}
+
+func compareShapes(a, b Shape) int {
+	return cmp.Or(cmp.Compare(a.GPUs, b.GPUs), strings.Compare(a.MIG, b.MIG))
 }
 
 // Want is a number of pods of a shape to order ahead for.
@@ -202,7 +226,7 @@ func (d *Demand) MarshalJSON() ([]byte, error) {
 		st.Shapes = append(st.Shapes, ss)
 	}
 	slices.SortFunc(st.Shapes, func(a, b shapeState) int {
-		return cmp.Or(cmp.Compare(a.GPUs, b.GPUs), strings.Compare(a.MIG, b.MIG))
+		return compareShapes(Shape{a.GPUs, a.MIG}, Shape{b.GPUs, b.MIG})
 	})
 	return json.Marshal(st)
 }

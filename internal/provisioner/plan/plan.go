@@ -111,6 +111,10 @@ type Plan struct {
 	// Reason says what drove the additions: "pending", "utilization",
 	// "buffer", "minNodes", or "" when nothing is added.
 	Reason string
+	// Filled counts, per group, the nodes with nothing on them (ready,
+	// or coming) that pending pods were planned onto: with Add, the
+	// nodes the pending pods take that nothing else uses.
+	Filled map[string]int
 }
 
 // Utilization is Requested / Allocatable, 0 for an empty pool.
@@ -130,6 +134,8 @@ type bin struct {
 	used  bool
 	// existing: a ready node; it does not count as new or as buffer.
 	existing bool
+	// empty: a ready or coming node with nothing on it.
+	empty bool
 }
 
 // Compute plans one pool: place the pending pods (on coming nodes first,
@@ -137,7 +143,7 @@ type bin struct {
 // utilization is above the band or the buffer is short, then pick idle
 // nodes that may go when nothing is added.
 func Compute(pool Pool, nodes []Node, pending []*corev1.Pod) Plan {
-	p := Plan{Add: map[string]int{}, GroupAllocatable: map[string]float64{}, GroupRequested: map[string]float64{}}
+	p := Plan{Add: map[string]int{}, GroupAllocatable: map[string]float64{}, GroupRequested: map[string]float64{}, Filled: map[string]int{}}
 	index := map[string]int{}
 	gpusOf := make([]float64, len(pool.Groups))
 	for i, g := range pool.Groups {
@@ -154,10 +160,10 @@ func Compute(pool Pool, nodes []Node, pending []*corev1.Pod) Plan {
 		if n.Coming && ok {
 			alloc = gpusOf[gi]
 			if tmpl := pool.Groups[gi].Template; tmpl != nil && n.Requested == 0 {
-				bins = append(bins, &bin{group: gi, node: tmpl, free: tmpl.Status.Allocatable.DeepCopy()})
+				bins = append(bins, &bin{group: gi, node: tmpl, free: tmpl.Status.Allocatable.DeepCopy(), empty: true})
 			}
 		} else if ok && n.Object != nil && n.freeGPUs() > minGPU {
-			bins = append(bins, &bin{group: gi, node: n.Object, free: n.room(), existing: true})
+			bins = append(bins, &bin{group: gi, node: n.Object, free: n.room(), existing: true, empty: n.Requested == 0})
 		}
 		p.Allocatable += alloc
 		p.Requested += n.Requested
@@ -205,6 +211,9 @@ func Compute(pool Pool, nodes []Node, pending []*corev1.Pod) Plan {
 		for _, b := range bins {
 			if FitsIn(req, b.free) && admits(pod, b.node) {
 				Subtract(b.free, req)
+				if b.empty && !b.used {
+					p.Filled[pool.Groups[b.group].Name]++
+				}
 				b.used, placed = true, true
 				break
 			}
