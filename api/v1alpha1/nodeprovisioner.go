@@ -121,6 +121,37 @@ type NodeProvisionerSpec struct {
 	// +kubebuilder:validation:Pattern=`^[0-9]+(\.[0-9]+)?$`
 	// +optional
 	MaxHourlyCost string `json:"maxHourlyCost,omitempty"`
+
+	// Forecast orders capacity ahead of the demand the pool's own history
+	// predicts (docs/provisioner.md, "Ordering ahead of a forecast"). The
+	// pool learns its demand whether or not this is set; unset, nothing is
+	// ordered ahead.
+	// +optional
+	Forecast *Forecast `json:"forecast,omitempty"`
+}
+
+// Forecast configures ordering ahead of a pool's learned demand.
+type Forecast struct {
+	// MaxExtraHourlyCost caps, per hour, the capacity ordered ahead beyond
+	// what the pool's pending pods need: a decimal in the clouds' currency
+	// ("6", "2.50"). "0" learns and reports without ordering.
+	// +kubebuilder:validation:Pattern=`^[0-9]+(\.[0-9]+)?$`
+	MaxExtraHourlyCost string `json:"maxExtraHourlyCost"`
+
+	// TrainFor is how long the pool's demand must have been observed
+	// before anything is ordered ahead: a week sees every weekday once.
+	// +kubebuilder:default="168h"
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s')",message="a duration such as 24h or 168h"
+	// +optional
+	TrainFor *metav1.Duration `json:"trainFor,omitempty"`
+
+	// LeadTime is how long a new node of the pool takes from order to
+	// running pods (boot, join, GPU drivers, image pull): the forecast
+	// orders for the demand expected within it.
+	// +kubebuilder:default="10m"
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="a positive duration such as 5m"
+	// +optional
+	LeadTime *metav1.Duration `json:"leadTime,omitempty"`
 }
 
 // Defragmentation configures the moving of GPU pods that frees whole

@@ -11,6 +11,10 @@ const (
 	ConditionScalingUp           = "ScalingUp"
 	ConditionScalingDown         = "ScalingDown"
 	ConditionCapacityUnavailable = "CapacityUnavailable"
+	// ConditionForecasting is True while the pool orders ahead of its
+	// forecast; its reason says why not otherwise (Learning, Missing,
+	// Disabled).
+	ConditionForecasting = "Forecasting"
 )
 
 // NodeProvisionerStatus is what the controller observed and did.
@@ -43,7 +47,11 @@ type NodeProvisionerStatus struct {
 	// defragmentation started in the last hour (its cap counts them).
 	// +optional
 	DefragmentationEvictions []metav1.Time `json:"defragmentationEvictions,omitempty"`
-	// Conditions: Ready, ScalingUp, ScalingDown, CapacityUnavailable.
+	// Forecast is what the pool learned of its demand.
+	// +optional
+	Forecast *ForecastStatus `json:"forecast,omitempty"`
+	// Conditions: Ready, ScalingUp, ScalingDown, CapacityUnavailable,
+	// Forecasting.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -62,4 +70,19 @@ type GroupStatus struct {
 	// CapacityUnavailable is set while the group's offerings are stocked out.
 	// +optional
 	CapacityUnavailable bool `json:"capacityUnavailable,omitempty"`
+}
+
+// ForecastStatus is a pool's demand against its forecast.
+type ForecastStatus struct {
+	// Learned is how long the pool's demand has been observed.
+	Learned metav1.Duration `json:"learned"`
+	// Pods is how many GPU pods run or wait in the pool now; ExpectedPods
+	// how many the forecast expected now (absent before it has seen this
+	// time of day).
+	Pods int32 `json:"pods"`
+	// +optional
+	ExpectedPods *int32 `json:"expectedPods,omitempty"`
+	// AheadPods is how many pods the last plan ordered ahead for.
+	// +optional
+	AheadPods int32 `json:"aheadPods,omitempty"`
 }
