@@ -129,7 +129,19 @@ func runSimulate(cmd *cobra.Command, f *simulateFlags, log *slog.Logger) error {
 	opts.Progress = progress(cmd.ErrOrStderr(), trace.Name)
 	ctx := cmd.Context()
 	fmt.Fprintf(out, "trace %s: %d pods over %s; pool: %s\n\n", trace.Name, len(trace.Pods), trace.End().Round(time.Minute), nameOr(f.config, "built-in"))
+	if f.forecast && trace.End() <= f.trainFor {
+		// Too short to learn on and then play: run without, and say so.
+		fmt.Fprintf(out, "no forecast: the trace spans %s, no more than --train-for %s, so nothing would be left to play after training (a built-in trace takes --days)\n\n",
+			trace.End().Round(time.Minute), f.trainFor)
+		f.forecast = false
+	}
+	if f.forecast {
+		// Every column is measured on the days the forecast did not learn
+		// on, alike.
+		opts.TrainFor, opts.MeasureFrom = f.trainFor, f.trainFor
+	}
 	if f.sweep != "" {
+		opts.Forecast = f.forecast
 		sw, err := simulate.ParseSweep(f.sweep)
 		if err != nil {
 			return err
@@ -145,12 +157,6 @@ func runSimulate(cmd *cobra.Command, f *simulateFlags, log *slog.Logger) error {
 	}
 	if f.standby < 0 {
 		return fmt.Errorf("--standby %d: want 0 or more", f.standby)
-	}
-	if f.forecast && trace.End() <= f.trainFor {
-		// Too short to learn on and then play: run without, and say so.
-		fmt.Fprintf(out, "no forecast: the trace spans %s, no more than --train-for %s, so nothing would be left to play after training (a built-in trace takes --days)\n\n",
-			trace.End().Round(time.Minute), f.trainFor)
-		f.forecast = false
 	}
 	type column struct {
 		policy   simulate.Policy
@@ -174,11 +180,6 @@ func runSimulate(cmd *cobra.Command, f *simulateFlags, log *slog.Logger) error {
 		columns = []column{{simulate.Policy(f.policy), f.standby, f.forecast}}
 	default:
 		return fmt.Errorf("--policy %q: want nodeprovisioner, cluster-autoscaler, foresight or all", f.policy)
-	}
-	if f.forecast {
-		// Every column is measured on the days the forecast did not learn
-		// on, alike.
-		opts.TrainFor, opts.MeasureFrom = f.trainFor, f.trainFor
 	}
 	var results []*simulate.Result
 	for _, c := range columns {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"time"
@@ -112,7 +113,8 @@ type Options struct {
 	// GPUs asked for by running and pending pods, and once it has learned
 	// for TrainFor (default a day), each loop plans for the most it
 	// expects within one start-up time as if that many one-GPU pods were
-	// pending.
+	// pending. The Provisioner spec's forecast.maxExtraHourlyCost, when
+	// set, caps what is ordered ahead as it does in a cluster.
 	Forecast bool
 	TrainFor time.Duration
 	// MeasureFrom leaves out of the results what happens before it: the
@@ -157,6 +159,8 @@ type run struct {
 	start time.Duration
 	// demand learns the pool's demand for the forecast (Options.Forecast).
 	demand *forecast.Demand
+	// aheadBefore is how many pods the last loop planned ahead for.
+	aheadBefore int
 
 	cl   *cluster
 	pods []*pod
@@ -212,6 +216,9 @@ func newRun(ctx context.Context, trace Trace, opts Options) (*run, error) {
 	}
 	if opts.StandbyGPUStartup == 0 {
 		opts.StandbyGPUStartup = defaultStandbyGPUStartup
+	}
+	if _, err := provisioner.MaxExtraHourlyCost(opts.Provisioner.Forecast); err != nil {
+		return nil, err
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
@@ -574,17 +581,25 @@ func (r *run) instancesOf(group string) ([]nodegroup.Instance, error) {
 // again only when the cluster or the core changed since the last one, or
 // pods wait: otherwise it would be the same.
 func (r *run) provision(ctx context.Context) (bool, error) {
-	ahead := r.ahead()
-	if r.dirty || len(r.cl.pending) > 0 || r.last == nil || len(ahead) > 0 {
-		pool, p, err := r.plan(r.opts.Provisioner, ahead...)
+	ahead, asked := r.ahead(), false
+	// A plan made for pods expected is made again once none are: the
+	// nodes it kept for them may go.
+	aheadBefore := r.aheadBefore
+	r.aheadBefore = len(ahead)
+	if r.dirty || len(r.cl.pending) > 0 || r.last == nil || len(ahead) > 0 || aheadBefore > 0 {
+		maxExtra := math.Inf(1)
+		if fc := r.opts.Provisioner.Forecast; fc != nil && fc.MaxExtraHourlyCost != "" {
+			maxExtra, _ = provisioner.MaxExtraHourlyCost(fc) // checked by Run
+		}
+		pool, p, err := r.planAhead(r.opts.Provisioner, ahead, maxExtra)
 		if err != nil {
 			return false, err
 		}
 		r.last, r.dirty = &p, false
-		if r.scaleUp(ctx, pool, p) {
-			return true, nil
+		if asked = r.scaleUp(ctx, pool, p); asked && p.Reason != provisioner.ReasonForecast {
+			return true, nil // as the controller: only orders ahead let scale-down go on
 		}
-	} else if len(r.last.Add) > 0 {
+	} else if len(r.last.Add) > 0 && r.last.Reason != provisioner.ReasonForecast {
 		return false, nil // the core refused it last time; nothing changed since
 	}
 	delay := defaultScaleDownWait
@@ -595,7 +610,8 @@ func (r *run) provision(ctx context.Context) (bool, error) {
 	for _, name := range r.last.Remove {
 		doomed[name] = true
 	}
-	return r.scaleDown(ctx, func(n *node) bool { return doomed[n.name] }, delay, true)
+	down, err := r.scaleDown(ctx, func(n *node) bool { return doomed[n.name] }, delay, true)
+	return asked || down, err
 }
 
 // baseline is one loop of the cluster-autoscaler-like baseline; it reports
@@ -688,15 +704,35 @@ func (r *run) neededBy(soon []*pod) map[*node]bool {
 // made as the controller makes it; extra are pods taken as pending too
 // (the foresight policy's pods to come).
 func (r *run) plan(spec v1alpha1.NodeProvisionerSpec, extra ...*corev1.Pod) (plan.Pool, plan.Plan, error) {
-	pool, err := r.pool(spec)
+	pool, snapshot, pending, err := r.view(spec)
 	if err != nil {
 		return pool, plan.Plan{}, err
 	}
+	return pool, plan.Compute(pool, snapshot, append(slices.Clip(pending), extra...)), nil
+}
+
+// planAhead is plan with the pods a forecast expects planned for as the
+// controller plans them (provisioner.PlanAhead), within maxExtra an hour.
+func (r *run) planAhead(spec v1alpha1.NodeProvisionerSpec, expected []*corev1.Pod, maxExtra float64) (plan.Pool, plan.Plan, error) {
+	pool, snapshot, pending, err := r.view(spec)
+	if err != nil {
+		return pool, plan.Plan{}, err
+	}
+	p, _ := provisioner.PlanAhead(pool, snapshot, pending, expected, maxExtra)
+	return pool, p, nil
+}
+
+// view is the planner's input for a spec: the pool, its nodes and the
+// pods that wait.
+func (r *run) view(spec v1alpha1.NodeProvisionerSpec) (plan.Pool, []plan.Node, []*corev1.Pod, error) {
+	pool, err := r.pool(spec)
+	if err != nil {
+		return pool, nil, nil, err
+	}
 	nodes, pods, pending := r.cl.objects()
-	pending = append(slices.Clip(pending), extra...)
 	groupOf := func(n *corev1.Node) string { return r.cl.nodes[n.Name].group }
 	snapshot, _ := provisioner.Snapshot(pool, nodes, pods, groupOf, r.instancesOf)
-	return pool, plan.Compute(pool, snapshot, pending), nil
+	return pool, snapshot, pending, nil
 }
 
 // pool is the planner's input for a spec over the run's groups, built from

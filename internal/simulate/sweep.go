@@ -15,8 +15,9 @@ import (
 )
 
 // SweepFields are the NodeProvisioner settings a sweep can vary, each over
-// whole numbers (scaleDownDelay in minutes).
-var SweepFields = []string{"minUnutilizedGPUNodes", "minGPUUtilizationPercent", "maxGPUUtilizationPercent", "scaleDownDelay"}
+// whole numbers (scaleDownDelay in minutes; forecast.maxExtraHourlyCost,
+// with Options.Forecast, in the clouds' currency).
+var SweepFields = []string{"minUnutilizedGPUNodes", "minGPUUtilizationPercent", "maxGPUUtilizationPercent", "scaleDownDelay", "forecast.maxExtraHourlyCost"}
 
 // Sweep is a grid over one NodeProvisioner setting.
 type Sweep struct {
@@ -67,12 +68,22 @@ func (sw Sweep) apply(spec v1alpha1.NodeProvisionerSpec, v int) v1alpha1.NodePro
 		spec.MaxGPUUtilizationPercent = &n
 	case "scaleDownDelay":
 		spec.ScaleDownDelay = &metav1.Duration{Duration: time.Duration(v) * time.Minute}
+	case "forecast.maxExtraHourlyCost":
+		fc := v1alpha1.Forecast{}
+		if spec.Forecast != nil {
+			fc = *spec.Forecast
+		}
+		fc.MaxExtraHourlyCost = strconv.Itoa(v)
+		spec.Forecast = &fc
 	}
 	return spec
 }
 
 // Run plays the trace once per value with the NodeProvisioner policy.
 func (sw Sweep) Run(ctx context.Context, trace Trace, opts Options) ([]*Result, error) {
+	if strings.HasPrefix(sw.Field, "forecast.") && !opts.Forecast {
+		return nil, fmt.Errorf("sweep over %s: the run has no forecast", sw.Field)
+	}
 	opts.Policy = NodeProvisioner
 	base := opts.Provisioner
 	var out []*Result

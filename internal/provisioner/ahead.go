@@ -1,0 +1,161 @@
+package provisioner
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/gpuscaler/gpuscaler/api/v1alpha1"
+	"github.com/gpuscaler/gpuscaler/internal/provisioner/plan"
+)
+
+// ReasonForecast is the plan reason of nodes ordered ahead of a forecast.
+const ReasonForecast = "forecast"
+
+// PlanAhead plans a pool for its pending pods and, within maxExtra of
+// hourly cost (math.Inf(1): no cap), for as many of the pods a forecast
+// expects (expected, in the order to serve them) as that buys. ahead is
+// how many of them it planned for.
+//
+// Capacity for expected pods is, first, nodes with nothing on them that
+// stay (on their way: perhaps ordered ahead before), then idle nodes the
+// plan without them would remove (keeping one costs what ordering it
+// would, and deleting a node to buy its twin minutes later costs both),
+// then new nodes; all of them count against maxExtra. Nothing else
+// changes: the pending pods get what they would get without a forecast,
+// and every other idle node goes as it would.
+func PlanAhead(pool plan.Pool, snapshot []plan.Node, pending, expected []*corev1.Pod, maxExtra float64) (p plan.Plan, ahead int) {
+	base := plan.Compute(pool, snapshot, pending)
+	if len(expected) == 0 || maxExtra <= 0 {
+		return base, 0
+	}
+	// The pool as it is once the reactive plan's idle nodes are gone: the
+	// expected pods are planned on what stays, and what they add is
+	// theirs.
+	doomed := map[string]bool{}
+	for _, name := range base.Remove {
+		doomed[name] = true
+	}
+	rest := slices.DeleteFunc(slices.Clone(snapshot), func(n plan.Node) bool { return doomed[n.Name] })
+	after := pool
+	after.Groups = slices.Clone(pool.Groups)
+	for _, n := range snapshot {
+		if !doomed[n.Name] {
+			continue
+		}
+		for i := range after.Groups {
+			if g := &after.Groups[i]; g.Name == n.Group {
+				g.Nodes--
+				g.Spend -= g.Price
+			}
+		}
+	}
+	try := func(k int) plan.Plan {
+		return plan.Compute(after, rest, append(slices.Clip(pending), expected[:k]...))
+	}
+	// What the expected pods hold: the nodes they add, and the empty ones
+	// (idle, or on their way) they take, which would otherwise go. Nodes
+	// ordered ahead earlier count here until pods come to them.
+	ref := try(0)
+	cost := func(q plan.Plan) float64 {
+		c := 0.0
+		for _, g := range pool.Groups {
+			c += float64(q.Add[g.Name]-ref.Add[g.Name]+q.Filled[g.Name]-ref.Filled[g.Name]) * g.Price
+		}
+		return c
+	}
+	// The most expected pods whose capacity fits maxExtra: the cost grows
+	// with the pods planned for.
+	var best plan.Plan
+	if q := try(len(expected)); cost(q) <= maxExtra+1e-9 {
+		best, ahead = q, len(expected)
+	} else {
+		lo, hi := 0, len(expected) // lo fits, hi does not
+		for hi-lo > 1 {
+			mid := (lo + hi) / 2
+			if q := try(mid); cost(q) <= maxExtra+1e-9 {
+				best, lo = q, mid
+			} else {
+				hi = mid
+			}
+		}
+		ahead = lo
+	}
+	if ahead == 0 || !adds(best, ref) {
+		return base, ahead
+	}
+	// What the expected pods add is taken from the doomed nodes of each
+	// group first, then ordered.
+	p = base
+	p.Add = map[string]int{}
+	kept := map[string]int{}
+	for _, g := range pool.Groups {
+		extra := best.Add[g.Name] - ref.Add[g.Name]
+		if extra <= 0 {
+			if base.Add[g.Name] > 0 {
+				p.Add[g.Name] = base.Add[g.Name]
+			}
+			continue
+		}
+		for _, n := range snapshot {
+			if doomed[n.Name] && n.Group == g.Name && kept[g.Name] < extra {
+				kept[g.Name]++
+			}
+		}
+		if n := base.Add[g.Name] + extra - kept[g.Name]; n > 0 {
+			p.Add[g.Name] = n
+		}
+	}
+	// The nodes kept are the last the reactive plan would remove of
+	// their groups: it removes in the order it prefers.
+	p.Remove = nil
+	for i := len(base.Remove) - 1; i >= 0; i-- {
+		name := base.Remove[i]
+		g := groupOfNode(snapshot, name)
+		if kept[g] > 0 {
+			kept[g]--
+			continue
+		}
+		p.Remove = append(p.Remove, name)
+	}
+	slices.Reverse(p.Remove)
+	if p.Reason == "" {
+		p.Reason = ReasonForecast
+	}
+	return p, ahead
+}
+
+// groupOfNode is the group of the snapshot's node of a name.
+func groupOfNode(snapshot []plan.Node, name string) string {
+	for _, n := range snapshot {
+		if n.Name == name {
+			return n.Group
+		}
+	}
+	return ""
+}
+
+// adds reports whether q adds nodes ref does not.
+func adds(q, ref plan.Plan) bool {
+	for g, n := range q.Add {
+		if n > ref.Add[g] {
+			return true
+		}
+	}
+	return false
+}
+
+// MaxExtraHourlyCost is a forecast spec's cap, 0 when unset.
+func MaxExtraHourlyCost(spec *v1alpha1.Forecast) (float64, error) {
+	if spec == nil || spec.MaxExtraHourlyCost == "" {
+		return 0, nil
+	}
+	v, err := strconv.ParseFloat(spec.MaxExtraHourlyCost, 64)
+	if err != nil || v < 0 || math.IsInf(v, 0) || math.IsNaN(v) {
+		return 0, fmt.Errorf("forecast.maxExtraHourlyCost %q: want a decimal of at least 0", spec.MaxExtraHourlyCost)
+	}
+	return v, nil
+}

@@ -1,0 +1,95 @@
+package provisioner
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpuscaler/gpuscaler/internal/provisioner/plan"
+)
+
+// PlanAhead on hand-computed pools: one group of 1-GPU nodes at 2/h.
+func TestPlanAhead(t *testing.T) {
+	tmpl := &corev1.Node{Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}}}
+	pool := func(nodes int) plan.Pool {
+		return plan.Pool{Groups: []plan.Group{{Name: "a", Template: tmpl, Nodes: nodes, MaxSize: 10, Price: 2, Spend: 2 * float64(nodes)}}}
+	}
+	pods := func(prefix string, n int) []*corev1.Pod {
+		var out []*corev1.Pod
+		for i := range n {
+			p := gpuPodNamed(fmt.Sprintf("%s-%d", prefix, i), 1)
+			p.Spec.NodeSelector = nil
+			out = append(out, p)
+		}
+		return out
+	}
+	idle := func(n int) []plan.Node {
+		var out []plan.Node
+		for i := range n {
+			out = append(out, plan.Node{Name: fmt.Sprintf("idle-%d", i), Group: "a", GPUs: 1, Removable: true, Object: tmpl})
+		}
+		return out
+	}
+	coming := func(n int) []plan.Node {
+		var out []plan.Node
+		for i := range n {
+			out = append(out, plan.Node{Name: fmt.Sprintf("coming-%d", i), Group: "a", Coming: true})
+		}
+		return out
+	}
+	inf := math.Inf(1)
+	for _, tt := range []struct {
+		name              string
+		pool              plan.Pool
+		nodes             []plan.Node
+		pending, expected int
+		maxExtra          float64
+		add, ahead        int
+		remove            []string
+		reason            string
+	}{
+		// 1 pending pod, 3 expected at 2/h each: 4.5/h buys two of them.
+		{"capped", pool(0), nil, 1, 3, 4.5, 3, 2, nil, "pending"},
+		{"uncapped", pool(0), nil, 1, 3, inf, 4, 3, nil, "pending"},
+		{"nothing pending", pool(0), nil, 0, 2, inf, 2, 2, nil, ReasonForecast},
+		{"no budget", pool(0), nil, 1, 3, 0, 1, 0, nil, "pending"},
+		{"budget below a node", pool(0), nil, 0, 3, 1.9, 0, 0, nil, ""},
+		// Three idle nodes the reactive plan removes: the two expected
+		// pods keep the last two it would remove, and order nothing.
+		{"keeps idle nodes", pool(3), idle(3), 0, 2, inf, 0, 2, []string{"idle-0"}, ReasonForecast},
+		{"keeps within the budget", pool(3), idle(3), 0, 2, 2, 0, 1, []string{"idle-0", "idle-1"}, ReasonForecast},
+		// One idle node, three expected: it stays and two are ordered.
+		{"keeps, then orders", pool(1), idle(1), 0, 3, inf, 2, 3, nil, ReasonForecast},
+		// Two nodes on their way, ordered ahead before: they count
+		// against the cap until pods come to them.
+		{"counts what is on its way", pool(2), coming(2), 0, 3, 5, 0, 2, nil, ""},
+		{"orders past what is on its way", pool(2), coming(2), 0, 3, 6, 1, 3, nil, ReasonForecast},
+		// A pending pod takes one of them first.
+		{"pending first", pool(2), coming(2), 1, 3, 4, 1, 2, nil, ReasonForecast},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			p, ahead := PlanAhead(tt.pool, tt.nodes, pods("pending", tt.pending), pods("expected", tt.expected), tt.maxExtra)
+			if p.Add["a"] != tt.add || ahead != tt.ahead || !slices.Equal(p.Remove, tt.remove) || p.Reason != tt.reason {
+				t.Fatalf("add %d, ahead %d, remove %v, reason %q; want add %d, ahead %d, remove %v, reason %q",
+					p.Add["a"], ahead, p.Remove, p.Reason, tt.add, tt.ahead, tt.remove, tt.reason)
+			}
+		})
+	}
+}
+
+// gpuPodNamed is a pod in namespace ml asking for whole GPUs, on the
+// inference pool's nodes.
+func gpuPodNamed(name string, gpus int64) *corev1.Pod {
+	q := *resource.NewQuantity(gpus, resource.DecimalSI)
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ml", UID: types.UID(name)},
+		Spec: corev1.PodSpec{
+			Containers:   []corev1.Container{{Name: "main", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{"nvidia.com/gpu": q}}}},
+			NodeSelector: map[string]string{"pool": "inference"},
+		}}
+}
