@@ -42,6 +42,9 @@ type controllerFlags struct {
 	leaseRenew       time.Duration
 	leaseRetryPeriod time.Duration
 	leaderElectionID string
+	// forecastConfigMap names the ConfigMap, in the pod's namespace, that
+	// keeps what the pools learned of their demand.
+	forecastConfigMap string
 }
 
 func newControllerCommand(g *globalFlags) *cobra.Command {
@@ -90,6 +93,8 @@ changes, so a standby takes over with the configuration in force.`,
 	cmd.Flags().DurationVar(&f.leaseRenew, "leader-elect-renew-deadline", 10*time.Second, "how long the leader tries to renew before it gives up")
 	cmd.Flags().DurationVar(&f.leaseRetryPeriod, "leader-elect-retry-period", 2*time.Second, "how often candidates try to take the lease")
 	cmd.Flags().StringVar(&f.metricsAddr, "metrics-address", "", "overrides metrics.address (host:port, or 0 to turn it off)")
+	cmd.Flags().StringVar(&f.forecastConfigMap, "forecast-configmap", "gpuscaler-forecast",
+		"the ConfigMap, in the pod's namespace, that keeps the pools' learned demand across restarts")
 	cmd.Flags().DurationVar(&f.reloadPeriod, "config-reload-period", 10*time.Second, "how often the config file is checked for changes")
 	return cmd
 }
@@ -182,8 +187,13 @@ func runController(ctx context.Context, cfg *config.Config, cfgPath string, f co
 		existing.Describer, existing.Zone, existing.ClusterName = d, cfg.Clouds.GCP.Zone, cfg.ClusterName
 		existing.Adopt = rt.AdoptInstanceGroups
 	}
+	store := &provisioner.ConfigMapStore{Reader: mgr.GetAPIReader(), Writer: mgr.GetClient(), Namespace: daemon.PodNamespace(os.Getenv), Name: f.forecastConfigMap}
+	forecaster, err := provisioner.NewForecaster(store, nil, rt.Registerer())
+	if err != nil {
+		return err
+	}
 	r := &provisioner.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Core: core, Deleter: core, Recorder: mgr.GetEventRecorder("gpuscaler"),
-		Logger: log.With("controller", "nodeprovisioner"), Existing: existing}
+		Logger: log.With("controller", "nodeprovisioner"), Existing: existing, Forecaster: forecaster}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return err
 	}

@@ -76,6 +76,9 @@ type Reconciler struct {
 	// node before it reads the node's pods; default
 	// DefaultDeleteDelayAfterTaint.
 	DeleteDelayAfterTaint time.Duration
+	// Forecaster learns each pool's demand and orders ahead of it
+	// (spec.forecast); nil learns nothing.
+	Forecaster *Forecaster
 }
 
 // SetupWithManager registers the controller: NodeProvisioners, and every
@@ -167,8 +170,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 	}
 	snapshot, ordering := Snapshot(pool, nodePtrs, podPtrs, groupOf, r.Core.Instances)
-	p := plan.Compute(pool, snapshot, pending)
-	r.Logger.Debug("plan", "pool", np.Name, "nodes", len(snapshot), "pending", len(pending), "add", p.Add, "reason", p.Reason, "unplaced", len(p.Unplaced))
+	outlook := r.observe(ctx, &np, nodePtrs, podPtrs, pending, groupOf)
+	maxExtra, _ := MaxExtraHourlyCost(np.Spec.Forecast)
+	p, ahead := PlanAhead(pool, snapshot, pending, outlook.Ahead, maxExtra)
+	r.Logger.Debug("plan", "pool", np.Name, "nodes", len(snapshot), "pending", len(pending), "add", p.Add, "reason", p.Reason, "unplaced", len(p.Unplaced), "ahead", ahead)
+	if r.Forecaster != nil {
+		if err := r.Forecaster.Report(ctx, np.Name, outlook, ahead); err != nil {
+			r.Logger.Warn("could not save the forecasts", "error", err)
+		}
+		setForecastStatus(&np, outlook, ahead)
+	}
 	for _, g := range pool.Groups {
 		n := p.Add[g.Name]
 		if n == 0 {
@@ -188,7 +199,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		np.Status.LastScaleTime = &now
 	}
 	scalingDown := false
-	if len(p.Add) == 0 {
+	if len(p.Add) == 0 || p.Reason == ReasonForecast {
+		// Only a plan that orders for pods that wait now holds back
+		// scale-down: what is ordered ahead never keeps a node the
+		// forecast did not take (PlanAhead).
 		scalingDown = r.scaleDown(ctx, &np, p.Remove, nodes.Items, owned)
 		if scalingDown {
 			now := metav1.Now()
@@ -476,9 +490,10 @@ func gpuQuantity(v float64) resource.Quantity {
 
 // scaleUpReasons are the ScalingUp condition's reasons by plan reason.
 var scaleUpReasons = map[string]string{
-	"":            "Steady",
-	"pending":     "PendingPods",
-	"utilization": "AboveUtilizationBand",
-	"buffer":      "WarmBuffer",
-	"minNodes":    "MinNodes",
+	"":             "Steady",
+	"pending":      "PendingPods",
+	"utilization":  "AboveUtilizationBand",
+	"buffer":       "WarmBuffer",
+	"minNodes":     "MinNodes",
+	ReasonForecast: "Forecast",
 }

@@ -87,6 +87,11 @@ func (r *Reconciler) finalize(ctx context.Context, np *v1alpha1.NodeProvisioner)
 	if err := r.releaseNodes(ctx, np); err != nil {
 		return reconcile.Result{}, err
 	}
+	if r.Forecaster != nil {
+		if err := r.Forecaster.Forget(ctx, np.Name); err != nil {
+			r.Logger.Warn("could not drop the pool's forecast", "pool", np.Name, "error", err)
+		}
+	}
 	patch := client.MergeFrom(np.DeepCopy())
 	controllerutil.RemoveFinalizer(np, Finalizer)
 	if err := r.Client.Patch(ctx, np, patch); err != nil {

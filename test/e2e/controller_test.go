@@ -56,6 +56,14 @@ func startController(t testing.TB, ctx context.Context, groups string, gpuStartu
 // clouds.sim section.
 func startControllerOn(t testing.TB, ctx context.Context, simSection, groups string, gpuStartup ...sim.GPUStartup) *controllerEnv {
 	t.Helper()
+	return startControllerWith(t, ctx, simSection, groups, nil, gpuStartup...)
+}
+
+// startControllerWith is startControllerOn with the NodeProvisioner
+// controller's Forecaster made by forecaster (nil: none).
+func startControllerWith(t testing.TB, ctx context.Context, simSection, groups string, forecaster func(*testenv.Env) *provisioner.Forecaster,
+	gpuStartup ...sim.GPUStartup) *controllerEnv {
+	t.Helper()
 	env := testenv.Start(t, testenv.Options{ControllerManager: true, Scheduler: true, Kwok: true, CRDDirs: []string{"../../deploy/crds"}})
 	log := slog.New(slog.DiscardHandler)
 	cfg, err := config.Parse([]byte(`
@@ -73,7 +81,11 @@ nodeGroups:
 		t.Fatal(err)
 	}
 	acct := engine.Account(cfg.ClusterName)
-	runCtx, kube := runController(t, ctx, env, cfg, map[string]cloud.Provider{"sim": acct}, nil)
+	var fc *provisioner.Forecaster
+	if forecaster != nil {
+		fc = forecaster(env)
+	}
+	runCtx, kube := runController(t, ctx, env, cfg, map[string]cloud.Provider{"sim": acct}, nil, fc)
 	opts := sim.RegistrarOptions{Kwok: true, Logger: log}
 	if len(gpuStartup) > 0 {
 		opts.GPUStartup = gpuStartup[0]
@@ -84,10 +96,11 @@ nodeGroups:
 }
 
 // runController runs the core of cfg over the clouds, rendering startup
-// scripts with boot (nil: none), and the NodeProvisioner controller
-// against env, until the test ends; it returns their context and a client
-// that knows the CRDs.
-func runController(t testing.TB, ctx context.Context, env *testenv.Env, cfg *config.Config, clouds map[string]cloud.Provider, boot nodegroup.Bootstrapper) (context.Context, client.Client) {
+// scripts with boot (nil: none), and the NodeProvisioner controller with
+// the Forecaster fc (nil: none) against env, until the test ends; it
+// returns their context and a client that knows the CRDs.
+func runController(t testing.TB, ctx context.Context, env *testenv.Env, cfg *config.Config, clouds map[string]cloud.Provider, boot nodegroup.Bootstrapper,
+	fc *provisioner.Forecaster) (context.Context, client.Client) {
 	t.Helper()
 	log := slog.New(slog.DiscardHandler)
 	nodes := nodeindex.New(env.Client, log, metav1.NamespaceDefault)
@@ -108,7 +121,8 @@ func runController(t testing.TB, ctx context.Context, env *testenv.Env, cfg *con
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &provisioner.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Core: core, Deleter: core, Recorder: mgr.GetEventRecorder("gpuscaler"), Logger: log}
+	r := &provisioner.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Core: core, Deleter: core, Recorder: mgr.GetEventRecorder("gpuscaler"), Logger: log,
+		Forecaster: fc}
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
@@ -250,6 +264,17 @@ nodeGroups:
 		}
 		n, err := env.Client.CoreV1().Nodes().Get(ctx, p.Spec.NodeName, metav1.GetOptions{})
 		return err == nil && n.Labels["node.kubernetes.io/instance-type"] == "1L40S.20V"
+	})
+	// The forecast learns the pool from the start: its gauges the
+	// dashboard shows (all but the expected pods, which need a day seen).
+	waitFor(t, ctx, "the pool's forecast gauges on /metrics", func() bool {
+		mfs := scrape(t, metricsAddr)
+		for _, name := range controllerOnly {
+			if _, ok := mfs[name]; !ok && name != "gpuscaler_forecast_expected_pods" {
+				return false
+			}
+		}
+		return value(mfs, "gpuscaler_forecast_actual_pods", map[string]string{"pool": "l40s"}) == 1
 	})
 
 	// An invalid config is refused: an Event says so and the old one stays.

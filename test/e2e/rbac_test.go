@@ -280,5 +280,23 @@ func TestChartRBACRefuses(t *testing.T) {
 			_, err := c.CoreV1().Secrets("tenant-a").List(ctx, metav1.ListOptions{})
 			return err
 		}},
+		{"create, read and replace the forecasts' ConfigMap", true, func(c kubernetes.Interface) error {
+			got, err := c.CoreV1().ConfigMaps(mintNS).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "gpuscaler-forecast"}}, metav1.CreateOptions{})
+			if err == nil {
+				got, err = c.CoreV1().ConfigMaps(mintNS).Get(ctx, got.Name, metav1.GetOptions{})
+			}
+			if err == nil {
+				_, err = c.CoreV1().ConfigMaps(mintNS).Update(ctx, got, metav1.UpdateOptions{})
+			}
+			return err
+		}},
+		{"read another ConfigMap of its namespace", false, func(c kubernetes.Interface) error {
+			_, err := c.CoreV1().ConfigMaps(mintNS).Get(ctx, "gm-gpuscaler", metav1.GetOptions{})
+			return err
+		}},
+		{"list the ConfigMaps of its namespace", false, func(c kubernetes.Interface) error {
+			_, err := c.CoreV1().ConfigMaps(mintNS).List(ctx, metav1.ListOptions{})
+			return err
+		}},
 	})
 }

@@ -80,7 +80,7 @@ nodeGroups:
 	if err != nil {
 		t.Fatal(err)
 	}
-	runCtx, kube := runController(t, ctx, env, cfg, map[string]cloud.Provider{scaleway.Name: prov}, renderer)
+	runCtx, kube := runController(t, ctx, env, cfg, map[string]cloud.Provider{scaleway.Name: prov}, renderer, nil)
 	kubelets := fake.Kubelets(env.Client, sim.RegistrarOptions{Kwok: true, Logger: log})
 	go func() { _ = kubelets.Run(runCtx) }()
 

@@ -1,0 +1,149 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+	testclock "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gpuscaler/gpuscaler/api/v1alpha1"
+	"github.com/gpuscaler/gpuscaler/internal/forecast"
+	"github.com/gpuscaler/gpuscaler/internal/provisioner"
+	"github.com/gpuscaler/gpuscaler/internal/testenv"
+)
+
+// TestNodeProvisionerOrdersAheadOfItsForecast: a pool whose three
+// one-GPU pods have come at 9:00 every day for a week (what an earlier
+// process learned, in the forecast's ConfigMap on the real API server)
+// orders their nodes at 8:52, before any pod exists, within its
+// maxExtraHourlyCost: two nodes at 2.29/h under a cap of 5, the third
+// once the cap is 7. The learning goes on into the same ConfigMap.
+func TestNodeProvisionerOrdersAheadOfItsForecast(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	monday := time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC)
+	week := 7 * 24 * time.Hour
+	clk := testclock.NewFakeClock(monday.Add(week + 8*time.Hour + 52*time.Minute))
+	var store *provisioner.ConfigMapStore
+	var learned []byte // what the week taught
+	c := startControllerWith(t, ctx, "{bootDelay: 1s, deleteDelay: 1s}",
+		"  - {name: h100, cloud: sim, instanceType: 1H100.80S.30V, locations: [FIN-01], maxSize: 10}\n",
+		func(env *testenv.Env) *provisioner.Forecaster {
+			kube := controllerClient(t, env)
+			store = &provisioner.ConfigMapStore{Reader: kube, Writer: kube, Namespace: metav1.NamespaceDefault, Name: "gpuscaler-forecast"}
+			// What a week of the habit taught an earlier process.
+			d := forecast.NewDemand()
+			shape := forecast.Shape{GPUs: 1}
+			for now := monday; now.Before(monday.Add(week)); now = now.Add(time.Minute) {
+				running := 0
+				if h := now.Sub(monday) % (24 * time.Hour); h >= 9*time.Hour && h < 17*time.Hour {
+					running = 3
+					if h == 9*time.Hour {
+						for range 3 {
+							d.Arrive(now, shape)
+						}
+					}
+				}
+				d.Observe(now, map[forecast.Shape]int{shape: running})
+			}
+			var err error
+			if learned, err = d.MarshalJSON(); err != nil {
+				t.Fatal(err)
+			}
+			b := learned
+			if err := store.Save(ctx, map[string][]byte{"inference": b}); err != nil {
+				t.Fatal(err)
+			}
+			fc, err := provisioner.NewForecaster(store, clk, prometheus.NewRegistry())
+			if err != nil {
+				t.Fatal(err)
+			}
+			return fc
+		})
+	kube, engine := c.kube, c.engine
+	np := &v1alpha1.NodeProvisioner{ObjectMeta: metav1.ObjectMeta{Name: "inference"}, Spec: v1alpha1.NodeProvisionerSpec{
+		NodeGroups: []string{"h100"},
+		Forecast:   &v1alpha1.Forecast{MaxExtraHourlyCost: "5"},
+	}}
+	if err := kube.Create(ctx, np); err != nil {
+		t.Fatal(err)
+	}
+	status := func() v1alpha1.NodeProvisioner {
+		var got v1alpha1.NodeProvisioner
+		_ = kube.Get(ctx, client.ObjectKey{Name: "inference"}, &got)
+		return got
+	}
+	waitFor(t, ctx, "two nodes ordered ahead under a cap of 5/h", func() bool {
+		got := status()
+		cond := apimeta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionForecasting)
+		return engine.Count("e2e") == 2 && got.Status.Forecast != nil && got.Status.Forecast.AheadPods == 2 &&
+			cond != nil && cond.Status == metav1.ConditionTrue && cond.Reason == provisioner.ForecastOrdering
+	})
+	got := status()
+	if learned := got.Status.Forecast.Learned.Duration; learned < week {
+		t.Errorf("status says %s learned, want the week in the ConfigMap", learned)
+	}
+	waitFor(t, ctx, "a ScaledUp event for the forecast", func() bool {
+		evs, err := c.env.Client.EventsV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "regarding.name=inference"})
+		if err != nil {
+			return false
+		}
+		for _, e := range evs.Items {
+			if e.Reason == "ScaledUp" && strings.Contains(e.Note, "(forecast)") {
+				return true
+			}
+		}
+		return false
+	})
+	time.Sleep(3 * time.Second) // reconciles come and go: the cap still holds
+	if n := engine.Count("e2e"); n != 2 {
+		t.Fatalf("%d instances under a cap of two nodes' price", n)
+	}
+
+	// change updates the NodeProvisioner, again while the controller's
+	// status writes conflict.
+	change := func(mutate func(*v1alpha1.NodeProvisioner)) {
+		t.Helper()
+		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			got := status()
+			mutate(&got)
+			return kube.Update(ctx, &got)
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	change(func(np *v1alpha1.NodeProvisioner) { np.Spec.Forecast.MaxExtraHourlyCost = "7" })
+	waitFor(t, ctx, "the third node once the cap allows it", func() bool {
+		return engine.Count("e2e") == 3
+	})
+
+	// A new slot: what the pool saw since is saved where the next leader
+	// reads it.
+	clk.Step(forecast.DefaultSlot)
+	change(func(np *v1alpha1.NodeProvisioner) { np.Annotations = map[string]string{"test/poke": "1"} }) // a reconcile now
+	waitFor(t, ctx, "the forecast saved into its ConfigMap", func() bool {
+		saved, err := store.Load(ctx)
+		if err != nil || saved["inference"] == nil {
+			return false
+		}
+		d := forecast.NewDemand()
+		return !bytes.Equal(saved["inference"], learned) && d.UnmarshalJSON(saved["inference"]) == nil && d.Learned(clk.Now()) > week
+	})
+	var cm corev1.ConfigMap
+	if err := kube.Get(ctx, client.ObjectKey{Namespace: metav1.NamespaceDefault, Name: "gpuscaler-forecast"}, &cm); err != nil {
+		t.Fatal(err)
+	}
+	if size := len(cm.BinaryData["inference"]); size == 0 || size > 64<<10 {
+		t.Errorf("the pool's forecast takes %d bytes in its ConfigMap", size)
+	}
+}
