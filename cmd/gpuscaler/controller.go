@@ -18,6 +18,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/spf13/cobra"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -28,6 +29,7 @@ import (
 	"github.com/gpuscaler/gpuscaler/api/v1alpha1"
 	"github.com/gpuscaler/gpuscaler/internal/config"
 	"github.com/gpuscaler/gpuscaler/internal/daemon"
+	"github.com/gpuscaler/gpuscaler/internal/forecast/configmap"
 	"github.com/gpuscaler/gpuscaler/internal/provisioner"
 	"github.com/gpuscaler/gpuscaler/internal/serve"
 )
@@ -187,7 +189,11 @@ func runController(ctx context.Context, cfg *config.Config, cfgPath string, f co
 		existing.Describer, existing.Zone, existing.ClusterName = d, cfg.Clouds.GCP.Zone, cfg.ClusterName
 		existing.Adopt = rt.AdoptInstanceGroups
 	}
-	store := &provisioner.ConfigMapStore{Reader: mgr.GetAPIReader(), Writer: mgr.GetClient(), Namespace: daemon.PodNamespace(os.Getenv), Name: f.forecastConfigMap}
+	kube, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return fmt.Errorf("kubeconfig: %w", err)
+	}
+	store := &configmap.Store{ConfigMaps: kube.CoreV1().ConfigMaps(daemon.PodNamespace(os.Getenv)), Name: f.forecastConfigMap}
 	forecaster, err := provisioner.NewForecaster(store, nil, rt.Registerer())
 	if err != nil {
 		return err

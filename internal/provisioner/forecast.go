@@ -31,21 +31,12 @@ const (
 	DefaultLeadTime = 10 * time.Minute
 )
 
-// ForecastStore keeps what each pool learned across restarts and leader
-// changes.
-type ForecastStore interface {
-	// Load returns each pool's saved forecast.Demand (its JSON), by pool.
-	Load(ctx context.Context) (map[string][]byte, error)
-	// Save replaces what is saved with the pools given.
-	Save(ctx context.Context, pools map[string][]byte) error
-}
-
 // Forecaster learns each pool's GPU demand from what the controller sees
 // (pods that run on the pool's nodes or wait for it, by shape), saves it
 // every slot, and tells the plan which pods to provision ahead. Safe for
 // concurrent use.
 type Forecaster struct {
-	store ForecastStore
+	store forecast.Store
 	clock clock.PassiveClock
 	met   *forecastMetrics
 
@@ -74,7 +65,7 @@ type learner struct {
 // NewForecaster returns a Forecaster that keeps pools' demand in store (nil:
 // in memory only) on the clock given (nil: the real one), its metrics
 // registered with reg (nil: none).
-func NewForecaster(store ForecastStore, clk clock.PassiveClock, reg prometheus.Registerer) (*Forecaster, error) {
+func NewForecaster(store forecast.Store, clk clock.PassiveClock, reg prometheus.Registerer) (*Forecaster, error) {
 	if clk == nil {
 		clk = clock.RealClock{}
 	}

@@ -16,7 +16,7 @@ import (
 	"github.com/gpuscaler/gpuscaler/internal/forecast"
 )
 
-// memoryStore is a ForecastStore in memory (the ConfigMap one runs against
+// memoryStore is a forecast.Store in memory (the ConfigMap one runs against
 // a real API server in the e2e tests).
 type memoryStore struct{ saved map[string][]byte }
 

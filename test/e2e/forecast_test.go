@@ -17,6 +17,7 @@ import (
 
 	"github.com/gpuscaler/gpuscaler/api/v1alpha1"
 	"github.com/gpuscaler/gpuscaler/internal/forecast"
+	"github.com/gpuscaler/gpuscaler/internal/forecast/configmap"
 	"github.com/gpuscaler/gpuscaler/internal/provisioner"
 	"github.com/gpuscaler/gpuscaler/internal/testenv"
 )
@@ -34,13 +35,12 @@ func TestNodeProvisionerOrdersAheadOfItsForecast(t *testing.T) {
 	monday := time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC)
 	week := 7 * 24 * time.Hour
 	clk := testclock.NewFakeClock(monday.Add(week + 8*time.Hour + 52*time.Minute))
-	var store *provisioner.ConfigMapStore
+	var store *configmap.Store
 	var learned []byte // what the week taught
 	c := startControllerWith(t, ctx, "{bootDelay: 1s, deleteDelay: 1s}",
 		"  - {name: h100, cloud: sim, instanceType: 1H100.80S.30V, locations: [FIN-01], maxSize: 10}\n",
 		func(env *testenv.Env) *provisioner.Forecaster {
-			kube := controllerClient(t, env)
-			store = &provisioner.ConfigMapStore{Reader: kube, Writer: kube, Namespace: metav1.NamespaceDefault, Name: "gpuscaler-forecast"}
+			store = &configmap.Store{ConfigMaps: env.Client.CoreV1().ConfigMaps(metav1.NamespaceDefault), Name: "gpuscaler-forecast"}
 			// What a week of the habit taught an earlier process.
 			d := forecast.NewDemand()
 			shape := forecast.Shape{GPUs: 1}
