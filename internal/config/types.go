@@ -409,13 +409,49 @@ type Standby struct {
 	// bound to its Node, before it is stopped: a pod started from the
 	// pool finds them there. Where gpuscaler watches Nodes only.
 	PrePullImages []string `json:"prePullImages,omitempty"`
+	// Forecast lets the pool grow past Size, up to its MaxSize, ahead of
+	// the growth the group's own history expects (docs/standby.md).
+	Forecast *StandbyForecast `json:"forecast,omitempty"`
+}
+
+// StandbyForecast sizes a standby pool by the group's learned demand.
+type StandbyForecast struct {
+	// MaxSize is the most the pool holds when the forecast expects the
+	// group to grow; Size stays its floor.
+	MaxSize int `json:"maxSize"`
+	// TrainFor is how long the group's size must have been observed before
+	// the pool follows it; default a week.
+	TrainFor *metav1.Duration `json:"trainFor,omitempty"`
+	// LeadTime is how far ahead the pool is sized: how long a new standby
+	// instance takes to order, boot, warm and stop; default 10 minutes.
+	LeadTime *metav1.Duration `json:"leadTime,omitempty"`
 }
 
 // Default standby settings.
 const (
 	DefaultStandbyMaxAge  = 7 * 24 * time.Hour
 	DefaultStandbyWarmFor = 2 * time.Minute
+	// DefaultForecastTrainFor and DefaultForecastLeadTime are a standby
+	// forecast's, as a NodeProvisioner's forecast defaults them.
+	DefaultForecastTrainFor = 7 * 24 * time.Hour
+	DefaultForecastLeadTime = 10 * time.Minute
 )
+
+// ForecastTrainFor is the forecast's trainFor, or its default.
+func (f *StandbyForecast) ForecastTrainFor() time.Duration {
+	if f == nil || f.TrainFor == nil {
+		return DefaultForecastTrainFor
+	}
+	return f.TrainFor.Duration
+}
+
+// ForecastLeadTime is the forecast's leadTime, or its default.
+func (f *StandbyForecast) ForecastLeadTime() time.Duration {
+	if f == nil || f.LeadTime == nil {
+		return DefaultForecastLeadTime
+	}
+	return f.LeadTime.Duration
+}
 
 // StandbyMaxAge is the pool's maxAge, or its default.
 func (s *Standby) StandbyMaxAge() time.Duration {
@@ -446,6 +482,18 @@ func (g *NodeGroup) StandbyImages() []string {
 func (g *NodeGroup) StandbySize() int {
 	if g.Standby == nil {
 		return 0
+	}
+	return g.Standby.Size
+}
+
+// StandbyMaxSize is the most the group's standby pool may hold: its size,
+// or more when a forecast sizes it; 0 without a pool.
+func (g *NodeGroup) StandbyMaxSize() int {
+	if g.Standby == nil {
+		return 0
+	}
+	if f := g.Standby.Forecast; f != nil {
+		return max(g.Standby.Size, f.MaxSize)
 	}
 	return g.Standby.Size
 }

@@ -127,6 +127,17 @@ func validateStandby(p *field.Path, g *NodeGroup, s *Standby) field.ErrorList {
 	errs = append(errs, within(p.Child("maxAge"), s.MaxAge, time.Hour, 60*24*time.Hour,
 		"older standby instances are replaced (GCP deletes stopped VMs' reservations, images drift)")...)
 	errs = append(errs, within(p.Child("warmFor"), s.WarmFor, 0, 2*time.Hour, "how long a new standby instance runs before it is stopped")...)
+	if f := s.Forecast; f != nil {
+		fp := p.Child("forecast")
+		switch {
+		case f.MaxSize <= s.Size:
+			errs = append(errs, field.Invalid(fp.Child("maxSize"), f.MaxSize, fmt.Sprintf("must be more than size (%d): the pool grows from size to maxSize ahead of the demand the forecast expects", s.Size)))
+		case f.MaxSize > g.MaxSize:
+			errs = append(errs, field.Invalid(fp.Child("maxSize"), f.MaxSize, fmt.Sprintf("must be <= the group's maxSize (%d): the pool and the running nodes share it", g.MaxSize)))
+		}
+		errs = append(errs, within(fp.Child("trainFor"), f.TrainFor, 0, 90*24*time.Hour, "how long the group's size is observed before the pool follows it")...)
+		errs = append(errs, within(fp.Child("leadTime"), f.LeadTime, time.Minute, 6*time.Hour, "how far ahead the pool is sized: a standby instance's order, boot and warm-up")...)
+	}
 	seen := map[string]bool{}
 	for i, img := range s.PrePullImages {
 		ip := p.Child("prePullImages").Index(i)

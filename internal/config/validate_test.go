@@ -245,6 +245,13 @@ func TestValidateInvalidFields(t *testing.T) {
 			[]string{"nodeGroups[0].standby.prePullImages[0]"}, field.ErrorTypeInvalid},
 		{"standby under karpenter", group0(func(g *NodeGroup) { g.ManagedBy, g.Standby = ManagedByKarpenter, &Standby{Size: 1} }),
 			[]string{"nodeGroups[0].standby"}, field.ErrorTypeForbidden},
+		{"standby forecast below size", group0(func(g *NodeGroup) { g.Standby = &Standby{Size: 2, Forecast: &StandbyForecast{MaxSize: 2}} }),
+			[]string{"nodeGroups[0].standby.forecast.maxSize"}, field.ErrorTypeInvalid},
+		{"standby forecast past maxSize", group0(func(g *NodeGroup) { g.Standby = &Standby{Size: 1, Forecast: &StandbyForecast{MaxSize: g.MaxSize + 1}} }),
+			[]string{"nodeGroups[0].standby.forecast.maxSize"}, field.ErrorTypeInvalid},
+		{"standby forecast lead", group0(func(g *NodeGroup) {
+			g.Standby = &Standby{Size: 1, Forecast: &StandbyForecast{MaxSize: 2, LeadTime: dur(time.Second)}}
+		}), []string{"nodeGroups[0].standby.forecast.leadTime"}, field.ErrorTypeInvalid},
 		{"utilization threshold", group0(func(g *NodeGroup) {
 			g.AutoscalingOptions = &AutoscalingOptions{ScaleDownUtilizationThreshold: ptr.To(-0.1)}
 		}), []string{"nodeGroups[0].autoscalingOptions.scaleDownUtilizationThreshold"}, field.ErrorTypeInvalid},

@@ -49,6 +49,7 @@ func (m *Manager) Inherit(prev *Manager) {
 			m.inheritMember(g, pm)
 		}
 		g.target = min(max(pg.target, g.cfg.MinSize), g.cfg.MaxSize)
+		g.standbyAsked = pg.standbyAsked // the forecast's size holds until it asks again
 		if b, ok := prev.offerings.failing[name]; ok {
 			bc := *b
 			m.offerings.failing[name] = &bc

@@ -618,6 +618,21 @@ func (m *Manager) IncreaseSize(_ context.Context, name string, delta int) error 
 	return m.sizer.increase(name, delta)
 }
 
+// SetStandbySize sizes a group's standby pool for the demand a forecast
+// expects: n is bounded below by standby.size and above by
+// standby.forecast.maxSize, and the pool is brought to it (warmed
+// instances ordered, or the newest let go). It returns the size in force;
+// a group without standby.forecast is an error.
+func (m *Manager) SetStandbySize(_ context.Context, name string, n int) (int, error) {
+	if err := m.writable("SetStandbySize"); err != nil {
+		return 0, err
+	}
+	s := m.store
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return m.sizer.setStandbySize(name, n)
+}
+
 // DecreaseTargetSize lowers a group's target by -delta without touching
 // any running instance: it withdraws orders not yet fulfilled.
 func (m *Manager) DecreaseTargetSize(_ context.Context, name string, delta int) error {

@@ -59,7 +59,7 @@ func (g *group) poolTaints() []corev1.Taint {
 // still carries TaintStandby, for the sync to lift once the lock is
 // released.
 func (y *syncer) untaintLocked(g *group) [][]string {
-	if y.nodes == nil || g.cfg.StandbySize() == 0 {
+	if y.nodes == nil || g.cfg.StandbyMaxSize() == 0 {
 		return nil
 	}
 	var out [][]string
@@ -96,7 +96,7 @@ func (mem *member) since() time.Time {
 // and start. It returns nil when the pool has none, or a cost cap refuses
 // a stopped one's full price. Callers hold the store's lock.
 func (z *sizer) takeLocked(g *group) *member {
-	if g.cfg.StandbySize() == 0 || g.counts[stateStandby] == 0 {
+	if g.cfg.StandbyMaxSize() == 0 || g.counts[stateStandby] == 0 {
 		return nil // no pool: no scan of the group's members
 	}
 	var best *member
@@ -189,7 +189,7 @@ func (z *sizer) start(g *group, mem *member, inst cloud.Instance) {
 // first), and missing ones ordered while maxSize leaves room beside the
 // live members. Callers hold the store's lock.
 func (z *sizer) poolLocked(g *group) {
-	want := g.cfg.StandbySize()
+	want := g.standbySize()
 	if want == 0 && g.counts[stateStandby] == 0 {
 		return
 	}
@@ -249,6 +249,32 @@ func (z *sizer) poolLocked(g *group) {
 		z.store.add(g, mem)
 		z.orderer.order(g, mem)
 	}
+}
+
+// standbySize is how many instances g's standby pool holds now: its
+// configured size, or more, up to its forecast's maxSize, when the
+// forecast asked for more (Manager.SetStandbySize).
+func (g *group) standbySize() int {
+	return max(g.cfg.StandbySize(), min(g.standbyAsked, g.cfg.StandbyMaxSize()))
+}
+
+// setStandbySize asks for a standby pool of n (bounded by standbySize)
+// and brings the pool to it. Callers hold the store's lock.
+func (z *sizer) setStandbySize(name string, n int) (int, error) {
+	g, err := z.group(name)
+	if err != nil {
+		return 0, err
+	}
+	if g.cfg.Standby == nil || g.cfg.Standby.Forecast == nil {
+		return 0, fmt.Errorf("%w: group %q has no standby.forecast", ErrNoStandbyForecast, name)
+	}
+	if g.standbyAsked != n {
+		g.standbyAsked = n
+		z.log.Info("standby pool resized by the forecast", "group", name, "size", g.standbySize())
+		z.poolLocked(g)
+		z.publishLocked(g)
+	}
+	return g.standbySize(), nil
 }
 
 // overCapLocked is how far g, or the cluster, is over its cost cap per

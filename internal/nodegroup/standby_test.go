@@ -2,6 +2,7 @@ package nodegroup
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -465,5 +466,61 @@ func TestStandbyPullThatNeverEndsIsGivenUp(t *testing.T) {
 	})
 	if !events.has("PrePullFailed", strings.TrimPrefix(pid, "sim://")) {
 		t.Errorf("no PrePullFailed Event: %+v", events.events)
+	}
+}
+
+const forecastGroup = `
+clusterName: test
+sync: {period: 30s, requestsPerSecond: 10000, maxConcurrentCreates: 8}
+clouds:
+  sim: {bootDelay: 60s, deleteDelay: 10s, startDelay: 15s, stoppedPrice: 0.05}
+nodeGroups:
+  - {name: g, cloud: sim, instanceType: 1V100.6V, locations: [FIN-01], maxSize: 5, standby: {size: 1, warmFor: 60s, forecast: {maxSize: 3}}}
+  - {name: plain, cloud: sim, instanceType: 1V100.6V, locations: [FIN-01], maxSize: 2, standby: {size: 1, warmFor: 60s}}
+`
+
+// stoppedIn counts the stopped standby instances of a group at the cloud.
+func stoppedIn(h *harness, group string) int {
+	n := 0
+	for _, in := range h.engine.Instances("test") {
+		if in.State == cloud.StateStopped && in.Standby && in.Group == group {
+			n++
+		}
+	}
+	return n
+}
+
+// A forecast grows a standby pool up to its forecast.maxSize and lets it
+// shrink back to its size, never past either; the size it asked for holds
+// across a reload; a group without standby.forecast refuses it.
+func TestStandbyPoolFollowsItsForecast(t *testing.T) {
+	h := newHarness(t, forecastGroup, sim.Options{}, Options{})
+	ctx := context.Background()
+	if size, err := h.mgr.SetStandbySize(ctx, "g", 7); err != nil || size != 3 {
+		t.Fatalf("asked for 7 within a maxSize of 3: size %d, %v", size, err)
+	}
+	h.eventually("three stopped standby instances", func() bool {
+		h.clk.Step(30 * time.Second)
+		h.mgr.syncer.kick("sim")
+		return stoppedIn(h, "g") == 3
+	})
+	h.reload(forecastGroup)
+	h.settle(5 * time.Minute)
+	if n := stoppedIn(h, "g"); n != 3 {
+		t.Fatalf("%d stopped standby instances after a reload, want the 3 the forecast asked for", n)
+	}
+	if size, err := h.mgr.SetStandbySize(ctx, "g", 0); err != nil || size != 1 {
+		t.Fatalf("asked for 0 above a size of 1: size %d, %v", size, err)
+	}
+	h.eventually("the pool back at its size", func() bool {
+		h.clk.Step(30 * time.Second)
+		h.mgr.syncer.kick("sim")
+		return stoppedIn(h, "g") == 1 && len(h.engine.Instances("test")) == 2
+	})
+	if _, err := h.mgr.SetStandbySize(ctx, "plain", 2); !errors.Is(err, ErrNoStandbyForecast) {
+		t.Fatalf("a group without standby.forecast: %v", err)
+	}
+	if n, _ := h.mgr.TargetSize("g"); n != 0 {
+		t.Errorf("target %d: a standby pool is no capacity", n)
 	}
 }

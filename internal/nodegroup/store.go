@@ -127,6 +127,9 @@ type group struct {
 	// inherited: the group and its members were handed over by the core
 	// before a reload (Manager.Inherit), not rebuilt from a list.
 	inherited bool
+	// standbyAsked is the standby pool size a forecast asked for
+	// (Manager.SetStandbySize); standbySize bounds it.
+	standbyAsked int
 
 	// live counts members not being deleted; counts are members by state
 	// label; spend is the price of committed members whose price is known,

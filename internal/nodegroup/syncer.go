@@ -537,7 +537,7 @@ func (y *syncer) fold(ctx context.Context, cloudName string, g *group, l *listin
 		}
 		mem.price = y.offerings.price(cloudName, mem.offering(), y.catalog.listPrice(cloudName, mem.offering()))
 		switch {
-		case in.State == cloud.StateStopped && in.Standby && g.cfg.StandbySize() > 0:
+		case in.State == cloud.StateStopped && in.Standby && g.cfg.StandbyMaxSize() > 0:
 			// A standby instance of a process before this one: it stays
 			// in the pool (poolLocked trims a pool above its size).
 			mem.standby, mem.price = standbyStopped, y.clients[cloudName].stoppedPrice(mem.offering())

@@ -27,6 +27,9 @@ var (
 	ErrCostLimit = errors.New("hourly cost limit")
 	// ErrInvalidDelta is a resize with a delta of the wrong sign or zero.
 	ErrInvalidDelta = errors.New("invalid delta")
+	// ErrNoStandbyForecast is a standby size asked of a group whose pool
+	// no forecast sizes.
+	ErrNoStandbyForecast = errors.New("no standby forecast")
 	// ErrBackingOff is a scale-up refused while the group backs off after
 	// orders that failed (quota, invalid configuration, nodes that never
 	// register); Backoff tells why and until when.
