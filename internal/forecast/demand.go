@@ -45,6 +45,11 @@ type series struct {
 	expected     float64
 	missed, came float64
 	scored       bool
+	// The same for the level: the slot under way's forecast and peak, and
+	// the smoothed error and level over the slots scored.
+	levelExpected, levelPeak float64
+	levelMissed, levelSeen   float64
+	levelScored              bool
 }
 
 // NewDemand returns a Demand that has learned nothing.
@@ -57,7 +62,7 @@ func (d *Demand) of(s Shape) *series {
 	if sr == nil {
 		level, _ := New(0, 0)
 		arrivals, _ := New(0, 0)
-		sr = &series{level: level, arrivals: arrivals, expected: math.NaN()}
+		sr = &series{level: level, arrivals: arrivals, expected: math.NaN(), levelExpected: math.NaN()}
 		if !d.since.IsZero() {
 			level.Observe(d.since, 0)
 			arrivals.Observe(d.since, 0)
@@ -90,6 +95,9 @@ func (d *Demand) roll(now time.Time) {
 			if v, ok := sr.arrivals.Forecast(slot); ok {
 				sr.expected = v
 			}
+			if v, ok := sr.level.Forecast(slot); ok {
+				sr.levelExpected = v
+			}
 		}
 		d.slot = slot
 	}
@@ -105,6 +113,7 @@ func (d *Demand) Observe(now time.Time, count map[Shape]int) {
 	for s, sr := range d.shapes {
 		sr.level.Observe(now, float64(count[s]))
 		sr.arrivals.Observe(now, sr.arrived)
+		sr.levelPeak = max(sr.levelPeak, float64(count[s]))
 	}
 }
 
@@ -116,6 +125,12 @@ func (sr *series) score() {
 		sr.scored = true
 	}
 	sr.arrived, sr.expected = 0, math.NaN()
+	if !math.IsNaN(sr.levelExpected) {
+		sr.levelMissed += missAlpha * (math.Abs(sr.levelPeak-sr.levelExpected) - sr.levelMissed)
+		sr.levelSeen += missAlpha * (sr.levelPeak - sr.levelSeen)
+		sr.levelScored = true
+	}
+	sr.levelPeak, sr.levelExpected = 0, math.NaN()
 }
 
 // Learned is how long the Demand has observed, up to now.
@@ -134,6 +149,23 @@ func (d *Demand) Trusted(s Shape) bool {
 	return sr != nil && sr.scored && sr.missed <= MaxMiss*sr.came
 }
 
+// LevelTrusted reports whether a shape's forecasts of its level (how
+// many run or wait) hit well enough to size on: they missed by at most
+// MaxMiss of the level. A level that follows the clock is trusted even
+// where its arrivals (a target raised now by three, now by one) are too
+// irregular for Trusted.
+func (d *Demand) LevelTrusted(s Shape) bool {
+	sr := d.shapes[s]
+	return sr != nil && sr.levelScored && sr.levelMissed <= MaxMiss*sr.levelSeen
+}
+
+// AheadOfLevel is Ahead for the shapes whose level forecasts hit
+// (LevelTrusted): what a pool of stopped instances, cheap to hold, is
+// sized by.
+func (d *Demand) AheadOfLevel(now time.Time, lead time.Duration) []Want {
+	return d.ahead(now, lead, d.LevelTrusted)
+}
+
 // Ahead is what to order ahead of at now, by shape: for each trusted
 // shape, the growth its profile expects within lead (the time an order
 // takes to serve), or, if more, the pods it expects to arrive meanwhile
@@ -141,9 +173,14 @@ func (d *Demand) Trusted(s Shape) bool {
 // and then is met as it comes. Shapes come sorted
 // by GPUs, then MIG slice; none with nothing to order.
 func (d *Demand) Ahead(now time.Time, lead time.Duration) []Want {
+	return d.ahead(now, lead, d.Trusted)
+}
+
+// ahead is Ahead for the shapes trusted says.
+func (d *Demand) ahead(now time.Time, lead time.Duration, trusted func(Shape) bool) []Want {
 	var out []Want
 	for s, sr := range d.shapes {
-		if !d.Trusted(s) {
+		if !trusted(s) {
 			continue
 		}
 		peak, ok := sr.level.Peak(now, lead)
@@ -210,6 +247,12 @@ type shapeState struct {
 	Missed   float64  `json:"missed,omitempty"`
 	Came     float64  `json:"came,omitempty"`
 	Scored   bool     `json:"scored,omitempty"`
+	// The level's score (LevelTrusted), the same way.
+	LevelExpected *float64 `json:"levelExpected,omitempty"`
+	LevelPeak     float64  `json:"levelPeak,omitempty"`
+	LevelMissed   float64  `json:"levelMissed,omitempty"`
+	LevelSeen     float64  `json:"levelSeen,omitempty"`
+	LevelScored   bool     `json:"levelScored,omitempty"`
 }
 
 // MarshalJSON writes what the Demand learned, so that a restart goes on
@@ -218,11 +261,9 @@ func (d *Demand) MarshalJSON() ([]byte, error) {
 	st := demandState{Since: d.since, Slot: d.slot}
 	for s, sr := range d.shapes {
 		ss := shapeState{GPUs: s.GPUs, MIG: s.MIG, Level: sr.level, Arrivals: sr.arrivals, Arrived: sr.arrived,
-			Missed: sr.missed, Came: sr.came, Scored: sr.scored}
-		if !math.IsNaN(sr.expected) {
-			v := sr.expected
-			ss.Expected = &v
-		}
+			Missed: sr.missed, Came: sr.came, Scored: sr.scored,
+			LevelPeak: sr.levelPeak, LevelMissed: sr.levelMissed, LevelSeen: sr.levelSeen, LevelScored: sr.levelScored}
+		ss.Expected, ss.LevelExpected = orNil(sr.expected), orNil(sr.levelExpected)
 		st.Shapes = append(st.Shapes, ss)
 	}
 	slices.SortFunc(st.Shapes, func(a, b shapeState) int {
@@ -243,13 +284,27 @@ func (d *Demand) UnmarshalJSON(b []byte) error {
 		if ss.Level == nil || ss.Arrivals == nil {
 			return fmt.Errorf("forecast: shape %d GPUs %q: a profile is missing", ss.GPUs, ss.MIG)
 		}
-		sr := &series{level: ss.Level, arrivals: ss.Arrivals, arrived: ss.Arrived, expected: math.NaN(),
-			missed: ss.Missed, came: ss.Came, scored: ss.Scored}
-		if ss.Expected != nil {
-			sr.expected = *ss.Expected
-		}
+		sr := &series{level: ss.Level, arrivals: ss.Arrivals, arrived: ss.Arrived, expected: orNaN(ss.Expected),
+			missed: ss.Missed, came: ss.Came, scored: ss.Scored,
+			levelExpected: orNaN(ss.LevelExpected), levelPeak: ss.LevelPeak, levelMissed: ss.LevelMissed, levelSeen: ss.LevelSeen, levelScored: ss.LevelScored}
 		fresh.shapes[Shape{GPUs: ss.GPUs, MIG: ss.MIG}] = sr
 	}
 	*d = *fresh
 	return nil
+}
+
+// orNil is v, or nil for NaN (JSON has no NaN).
+func orNil(v float64) *float64 {
+	if math.IsNaN(v) {
+		return nil
+	}
+	return &v
+}
+
+// orNaN reads what orNil wrote.
+func orNaN(v *float64) float64 {
+	if v == nil {
+		return math.NaN()
+	}
+	return *v
 }
