@@ -28,6 +28,9 @@ import (
 
 	"github.com/gpuscaler/gpuscaler/internal/bootstrap"
 	"github.com/gpuscaler/gpuscaler/internal/config"
+	"github.com/gpuscaler/gpuscaler/internal/forecast"
+	"github.com/gpuscaler/gpuscaler/internal/forecast/configmap"
+	"github.com/gpuscaler/gpuscaler/internal/forecast/standby"
 	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
 	"github.com/gpuscaler/gpuscaler/internal/pending"
 )
@@ -71,6 +74,9 @@ type Runtime struct {
 	log     *slog.Logger
 	clouds  *clouds
 	pending *pending.Pods // nil without cluster access
+	// standby sizes the standby pools of groups with standby.forecast
+	// while this replica leads.
+	standby *standby.Sizer
 	scripts *bootstrap.Server
 	process *prometheus.Registry
 	metrics *nodegroup.Metrics // the cores', registered in process
@@ -133,6 +139,15 @@ func Build(ctx context.Context, cfg *config.Config, opts Options) (*Runtime, err
 	if r.scripts, err = newScriptServer(cfg, r.InstanceIP, r.process, opts); err != nil {
 		return nil, err
 	}
+	var store forecast.Store // in memory only without cluster access
+	if cs.kube != nil {
+		store = &configmap.Store{ConfigMaps: cs.kube.CoreV1().ConfigMaps(opts.Namespace), Name: StandbyForecastConfigMap}
+	}
+	r.standby, err = standby.New(standby.Options{Core: func() standby.Core { return r.Core() }, Groups: r.standbyGroups,
+		Store: store, Logger: opts.Logger.With("component", "standby-forecast"), Registerer: r.process})
+	if err != nil {
+		return nil, err
+	}
 	gen, err := r.newGeneration(cfg)
 	if err != nil {
 		return nil, err
@@ -159,6 +174,24 @@ func (r *Runtime) newGeneration(cfg *config.Config) (*generation, error) {
 		return nil, err
 	}
 	return &generation{cfg: cfg, core: core}, nil
+}
+
+// StandbyForecastConfigMap is the ConfigMap, in the process's namespace,
+// that keeps what the groups' standby forecasts learned.
+const StandbyForecastConfigMap = "gpuscaler-standby-forecast"
+
+// standbyGroups are the groups in force this process scales whose
+// standby pool a forecast sizes.
+func (r *Runtime) standbyGroups() []config.NodeGroup {
+	cfg := r.Config()
+	owned := managedBy(cfg, r.opts.Owner)
+	var out []config.NodeGroup
+	for _, g := range cfg.NodeGroups {
+		if owned(g.Name) && g.Standby != nil && g.Standby.Forecast != nil {
+			out = append(out, g)
+		}
+	}
+	return out
 }
 
 // managedBy selects the groups one owner scales.
@@ -227,6 +260,7 @@ func (r *Runtime) Lead(ctx context.Context, started func(error)) error {
 	r.leadCtx = ctx
 	r.switching.Unlock()
 	started(nil)
+	go func() { _ = r.standby.Run(ctx, gen.cfg.Sync.Period.Duration) }()
 	r.log.Info("leading: the node-group core runs", "groups", len(gen.core.Groups()))
 	<-ctx.Done()
 	r.switching.Lock()

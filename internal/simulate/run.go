@@ -21,6 +21,7 @@ import (
 	"github.com/gpuscaler/gpuscaler/internal/config"
 	"github.com/gpuscaler/gpuscaler/internal/daemon"
 	"github.com/gpuscaler/gpuscaler/internal/forecast"
+	"github.com/gpuscaler/gpuscaler/internal/forecast/standby"
 	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
 	"github.com/gpuscaler/gpuscaler/internal/provisioner"
 	"github.com/gpuscaler/gpuscaler/internal/provisioner/plan"
@@ -161,6 +162,8 @@ type run struct {
 	demand *forecast.Demand
 	// aheadBefore is how many pods the last loop planned ahead for.
 	aheadBefore int
+	// standby sizes the standby pools of groups with standby.forecast.
+	standby *standby.Sizer
 
 	cl   *cluster
 	pods []*pod
@@ -302,6 +305,21 @@ func newRun(ctx context.Context, trace Trace, opts Options) (*run, error) {
 	}
 	r.core = core
 	r.stop = func() { cancel(); core.Wait() }
+	// Standby pools a forecast sizes are sized as the process sizes
+	// them, once a sync, on the run's clock.
+	var forecasted []config.NodeGroup
+	for _, g := range cfg.NodeGroups {
+		if g.Cloud == sim.Name && g.Standby != nil && g.Standby.Forecast != nil {
+			forecasted = append(forecasted, g)
+		}
+	}
+	if len(forecasted) > 0 {
+		if r.standby, err = standby.New(standby.Options{Core: func() standby.Core { return core }, Clock: clk,
+			Groups: func() []config.NodeGroup { return forecasted }}); err != nil {
+			r.stop()
+			return nil, err
+		}
+	}
 	for _, name := range r.groups {
 		if _, ok := core.Group(name); !ok {
 			r.stop()
@@ -454,6 +472,11 @@ func (r *run) loop() error {
 			return err
 		}
 		r.nextSync = r.now + r.opts.Config.Sync.Period.Duration
+		if r.standby != nil {
+			if err := r.standby.Step(ctx); err != nil {
+				return err
+			}
+		}
 		if err := r.settle(); err != nil {
 			return err
 		}

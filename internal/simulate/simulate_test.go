@@ -582,3 +582,34 @@ func TestForecastLeavesRandomDemandAlone(t *testing.T) {
 		t.Errorf("planned ahead for up to %d pods; GPU-hours %.1f against %.1f without: want nothing ordered ahead", with.ForecastPeak, with.GPUHoursPaid, without.GPUHoursPaid)
 	}
 }
+
+// A standby pool that a forecast sizes (standby.forecast, no pool
+// otherwise: size 0) holds the four nodes 9:00 asks for once it has
+// learned the first day, so under the cluster-autoscaler-like baseline,
+// which orders nothing ahead, the pods of the next days start from
+// standby (its 30 s batching, then 15 s start and 15 s GPU start-up)
+// instead of also waiting the 60 s boot and 1 min GPU start-up.
+func TestForecastSizesTheStandbyPool(t *testing.T) {
+	doc := func(standby string) *config.Config {
+		return parse(t, `clusterName: sim
+clouds:
+  sim: {bootDelay: 60s, startDelay: 15s, defaultCapacity: 20}
+nodeGroups:
+  - {name: h100, cloud: sim, instanceType: 1H100.80S.30V, locations: [FIN-01], maxSize: 8`+standby+`}
+`)
+	}
+	opts := Options{Policy: Baseline, GPUStartup: time.Minute, MeasureFrom: 24 * time.Hour}
+	opts.Config = doc("")
+	without := play(t, opts.Config, dailyAtNine(), opts)
+	opts.Config = doc(", standby: {size: 0, warmFor: 30s, forecast: {maxSize: 4, trainFor: 24h, leadTime: 10m}}")
+	with := play(t, opts.Config, dailyAtNine(), opts)
+	if without.Wait(0.5) < 2*time.Minute {
+		t.Errorf("without a pool the median wait is %s, want at least the 2 min cold start", without.Wait(0.5))
+	}
+	if w := with.Wait(1); w > caGPUBatchWait+30*time.Second {
+		t.Errorf("with a pool sized by the forecast the longest wait is %s, want the batching and a standby start (1 min)", w)
+	}
+	if with.StandbyStarts < 8 {
+		t.Errorf("%d standby starts, want the 8 pods of the last two days started from the pool", with.StandbyStarts)
+	}
+}

@@ -180,7 +180,7 @@ func withConditions(mode string) map[string]any {
 					"bootstrap": map[string]any{"method": "k3s", "server": "https://10.0.0.1:6443",
 						"tokenSecretRef": map[string]any{"namespace": refSecretNS, "name": refSecret, "key": "token"}}},
 				map[string]any{"name": "pool", "cloud": "sim", "instanceType": "1V100.6V", "locations": []any{"FIN-01"}, "maxSize": 2,
-					"standby": map[string]any{"size": 1, "prePullImages": []any{"vllm/vllm-openai:v0.6.3"}}},
+					"standby": map[string]any{"size": 1, "prePullImages": []any{"vllm/vllm-openai:v0.6.3"}, "forecast": map[string]any{"maxSize": 2}}},
 			},
 		},
 	}

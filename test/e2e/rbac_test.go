@@ -222,6 +222,10 @@ func TestChartRBACRefuses(t *testing.T) {
 			_, err := c.CoordinationV1().Leases(ns).Create(ctx, lease(ns, "gpuscaler-controller"), metav1.CreateOptions{})
 			return err
 		}},
+		{"create a ConfigMap (no group has standby.forecast)", false, func(c kubernetes.Interface) error {
+			_, err := c.CoreV1().ConfigMaps(ns).Create(ctx, cm(ns, "gpuscaler-standby-forecast"), metav1.CreateOptions{})
+			return err
+		}},
 		{"list Nodes", true, func(c kubernetes.Interface) error {
 			_, err := c.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 			return err
@@ -238,6 +242,8 @@ func TestChartRBACRefuses(t *testing.T) {
 			map[string]any{"name": "ref", "cloud": "sim", "instanceType": "1V100.6V", "locations": []any{"FIN-01"}, "maxSize": 2,
 				"bootstrap": map[string]any{"method": "k3s", "server": "https://10.0.0.1:6443",
 					"tokenSecretRef": map[string]any{"namespace": "tenant-a", "name": "join-token", "key": "token"}}},
+			map[string]any{"name": "pool", "cloud": "sim", "instanceType": "1V100.6V", "locations": []any{"FIN-01"}, "maxSize": 2,
+				"standby": map[string]any{"size": 1, "forecast": map[string]any{"maxSize": 2}}},
 		},
 	}}
 	if _, err := env.InstallChartRBAC(ctx, chart, "gm", mintNS, values); err != nil {
@@ -282,6 +288,16 @@ func TestChartRBACRefuses(t *testing.T) {
 		}},
 		{"create, read and replace the forecasts' ConfigMap", true, func(c kubernetes.Interface) error {
 			got, err := c.CoreV1().ConfigMaps(mintNS).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "gpuscaler-forecast"}}, metav1.CreateOptions{})
+			if err == nil {
+				got, err = c.CoreV1().ConfigMaps(mintNS).Get(ctx, got.Name, metav1.GetOptions{})
+			}
+			if err == nil {
+				_, err = c.CoreV1().ConfigMaps(mintNS).Update(ctx, got, metav1.UpdateOptions{})
+			}
+			return err
+		}},
+		{"create, read and replace the standby forecasts' ConfigMap", true, func(c kubernetes.Interface) error {
+			got, err := c.CoreV1().ConfigMaps(mintNS).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "gpuscaler-standby-forecast"}}, metav1.CreateOptions{})
 			if err == nil {
 				got, err = c.CoreV1().ConfigMaps(mintNS).Get(ctx, got.Name, metav1.GetOptions{})
 			}

@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"fmt"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -10,6 +12,10 @@ import (
 
 	"github.com/gpuscaler/gpuscaler/api/v1alpha1"
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
+	"github.com/gpuscaler/gpuscaler/internal/daemon"
+	"github.com/gpuscaler/gpuscaler/internal/forecast"
+	"github.com/gpuscaler/gpuscaler/internal/forecast/configmap"
+	"github.com/gpuscaler/gpuscaler/internal/testenv"
 )
 
 // TestStandbyPoolOnARealCluster: a group with a standby pool orders an
@@ -129,4 +135,66 @@ func TestRealClusterAutoscalerTakesFromTheStandbyPool(t *testing.T) {
 		t.Errorf("%v creates, want 2: the pool's first and its refill", n)
 	}
 	r.assertNotForbidden(t)
+}
+
+// TestStandbyPoolFollowsItsForecast runs `gpuscaler controller` with a
+// group whose standby pool a forecast sizes, and the forecast's ConfigMap
+// holding a week in which the group grew by three nodes at this time of
+// day: the process reads it and, before any pod asks, grows the pool from
+// its size of one to four (its forecast.maxSize), the group's target
+// untouched.
+func TestStandbyPoolFollowsItsForecast(t *testing.T) {
+	t.Parallel()
+	env := testenv.Start(t, testenv.Options{ControllerManager: true, Scheduler: true, Kwok: true, CRDDirs: []string{"../../deploy/crds"}})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	// A week of the group growing from 0 to 3 nodes at the next slot's
+	// time of day, for two hours: what an earlier process learned.
+	now := time.Now()
+	rise := now.Truncate(forecast.DefaultSlot).Add(forecast.DefaultSlot).Sub(now.Truncate(24 * time.Hour))
+	d := forecast.NewDemand()
+	for at := now.Add(-7 * 24 * time.Hour).Truncate(time.Minute); at.Before(now.Add(-time.Minute)); at = at.Add(time.Minute) {
+		n := 0
+		if tod := at.Sub(at.Truncate(24 * time.Hour)); tod >= rise && tod < rise+2*time.Hour {
+			n = 3
+			if tod == rise {
+				for range 3 {
+					d.Arrive(at, forecast.Shape{})
+				}
+			}
+		}
+		d.Observe(at, map[forecast.Shape]int{{}: n})
+	}
+	learned, err := d.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := &configmap.Store{ConfigMaps: env.Client.CoreV1().ConfigMaps(metav1.NamespaceDefault), Name: daemon.StandbyForecastConfigMap}
+	if err := store.Save(ctx, map[string][]byte{"h100": learned}); err != nil {
+		t.Fatal(err)
+	}
+
+	metricsAddr := loopback(t)
+	cfgPath := filepath.Join(t.TempDir(), "config.yaml")
+	writeFile(t, cfgPath, fmt.Sprintf(`
+clusterName: fc
+kubeconfig: %q
+metrics: {address: %q}
+sync: {period: 1s}
+clouds:
+  sim: {bootDelay: 1s, startDelay: 1s, kubeconfig: %q}
+nodeGroups:
+  - {name: h100, cloud: sim, instanceType: 1H100.80S.30V, locations: [FIN-01], maxSize: 6, managedBy: node-provisioner,
+     standby: {size: 1, warmFor: 1s, forecast: {maxSize: 4, trainFor: 24h, leadTime: 15m}}}
+`, env.Kubeconfig, metricsAddr, env.Kubeconfig))
+	startGPUScalerLogged(t, env, "gpuscaler", metricsAddr, []string{"POD_NAMESPACE=" + metav1.NamespaceDefault}, "controller", "--config", cfgPath)
+	waitFor(t, ctx, "a standby pool of four, sized by the forecast before any pod", func() bool {
+		mfs := scrape(t, metricsAddr)
+		return value(mfs, "gpuscaler_standby_forecast_size", map[string]string{"group": "h100"}) == 4 &&
+			value(mfs, "gpuscaler_nodegroup_instances", map[string]string{"group": "h100", "state": "standby"}) == 4
+	})
+	if n := value(scrape(t, metricsAddr), "gpuscaler_nodegroup_target_size", map[string]string{"group": "h100"}); n != 0 {
+		t.Fatalf("target %v: the pool grew, not the group", n)
+	}
 }
