@@ -3,7 +3,6 @@ package provisioner
 import (
 	"context"
 	"fmt"
-	"maps"
 	"testing"
 	"time"
 
@@ -15,18 +14,6 @@ import (
 	"github.com/gpuscaler/gpuscaler/api/v1alpha1"
 	"github.com/gpuscaler/gpuscaler/internal/forecast"
 )
-
-// memoryStore is a forecast.Store in memory (the ConfigMap one runs against
-// a real API server in the e2e tests).
-type memoryStore struct{ saved map[string][]byte }
-
-func (s *memoryStore) Load(context.Context) (map[string][]byte, error) {
-	return maps.Clone(s.saved), nil
-}
-func (s *memoryStore) Save(_ context.Context, pools map[string][]byte) error {
-	s.saved = maps.Clone(pools)
-	return nil
-}
 
 // monday is a Monday at midnight, UTC.
 var monday = time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC)
@@ -61,7 +48,7 @@ func playDay(ctx context.Context, f *Forecaster, clk *testclock.FakeClock, spec 
 func TestForecasterLearnsOrdersAheadAndForgetsNothing(t *testing.T) {
 	ctx := context.Background()
 	clk := testclock.NewFakeClock(monday)
-	store := &memoryStore{}
+	store := &forecast.Memory{}
 	f, err := NewForecaster(store, clk, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -2,7 +2,6 @@ package standby
 
 import (
 	"context"
-	"maps"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -11,6 +10,7 @@ import (
 	testclock "k8s.io/utils/clock/testing"
 
 	"github.com/gpuscaler/gpuscaler/internal/config"
+	"github.com/gpuscaler/gpuscaler/internal/forecast"
 )
 
 // sizes stands in for the core: targets set by the test, and the standby
@@ -24,16 +24,6 @@ func (c *sizes) TargetSize(g string) (int, error) { return c.target[g], nil }
 func (c *sizes) SetStandbySize(_ context.Context, g string, n int) (int, error) {
 	c.asked[g] = n
 	return n, nil
-}
-
-type memoryStore struct{ saved map[string][]byte }
-
-func (s *memoryStore) Load(context.Context) (map[string][]byte, error) {
-	return maps.Clone(s.saved), nil
-}
-func (s *memoryStore) Save(_ context.Context, d map[string][]byte) error {
-	s.saved = maps.Clone(d)
-	return nil
 }
 
 var monday = time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC)
@@ -51,7 +41,7 @@ func TestPoolGrowsAheadOfTheDailyRise(t *testing.T) {
 		{Name: "fixed", MaxSize: 10, Standby: &config.Standby{Size: 2}},
 	}
 	core := &sizes{target: map[string]int{}, asked: map[string]int{}}
-	store := &memoryStore{}
+	store := &forecast.Memory{}
 	newSizer := func() *Sizer {
 		s, err := New(Options{Core: func() Core { return core }, Groups: func() []config.NodeGroup { return groups }, Store: store, Clock: clk})
 		if err != nil {
