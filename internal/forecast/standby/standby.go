@@ -90,9 +90,13 @@ func New(opts Options) (*Sizer, error) {
 	return s, nil
 }
 
-// Run steps every period until ctx ends; a failed step is logged and
-// tried again at the next.
+// Run steps every period (30 s if none) until ctx ends; a failed step
+// is logged, once while it fails the same way, and tried again at the
+// next.
 func (s *Sizer) Run(ctx context.Context, period time.Duration) error {
+	if period <= 0 {
+		period = 30 * time.Second // the default sync period
+	}
 	t := time.NewTicker(period)
 	defer t.Stop()
 	var last string
