@@ -192,7 +192,8 @@ nodeGroups:
 	waitFor(t, ctx, "a standby pool of four, sized by the forecast before any pod", func() bool {
 		mfs := scrape(t, metricsAddr)
 		return value(mfs, "gpuscaler_standby_forecast_size", map[string]string{"group": "h100"}) == 4 &&
-			value(mfs, "gpuscaler_nodegroup_instances", map[string]string{"group": "h100", "state": "standby"}) == 4
+			value(mfs, "gpuscaler_nodegroup_instances", map[string]string{"group": "h100", "state": "standby"}) == 4 &&
+			mfs[standbyForecastOnly[1]] != nil
 	})
 	if n := value(scrape(t, metricsAddr), "gpuscaler_nodegroup_target_size", map[string]string{"group": "h100"}); n != 0 {
 		t.Fatalf("target %v: the pool grew, not the group", n)
