@@ -490,3 +490,44 @@ func TestStandbyPool(t *testing.T) {
 		t.Fatalf("%d volumes for %d servers", v, s)
 	}
 }
+
+// TestTwinsVolumeIsSwept: an order that landed twice leaves two servers
+// of one name, and so two boot volumes of one name. A process that
+// deletes the second and stops before its volume is free leaves that
+// volume to the next process, whose sweep must not take it for the
+// volume of the twin still listed: it is attached to nothing. Found by
+// the chaos campaign (scaleway, seed 1795806116402739624: "8 volumes for
+// 7 servers").
+func TestTwinsVolumeIsSwept(t *testing.T) {
+	b := newBackendDeleting(t, 5, groupsYAML, scwtest.Options{}, 300*time.Millisecond)
+	b.stop() // no core: the twins are the test's
+	ctx := context.Background()
+	first := scaleway.New(b.client(t), b.opts)
+	spec := cloud.CreateSpec{Name: "l4-twin", Group: "l4", InstanceType: "L4-1-24G", Location: "fr-par-2", CapacityType: cloud.OnDemand}
+	var twins []cloud.Instance
+	for range 2 {
+		in, err := first.Create(ctx, spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		twins = append(twins, in)
+	}
+	if n := b.fake.VolumeCount(); n != 2 {
+		t.Fatalf("%d volumes for two servers", n)
+	}
+	b.wait(t, "both running", func() bool {
+		svs := b.fake.Servers()
+		return len(svs) == 2 && svs[0].State == "running" && svs[1].State == "running"
+	})
+	if err := first.Delete(ctx, twins[1]); err != nil {
+		t.Fatal(err)
+	}
+	// The process stops here; the next one lists.
+	next := scaleway.New(b.client(t), b.opts)
+	b.wait(t, "the deleted twin's volume gone, the other's kept", func() bool {
+		if _, err := next.List(ctx); err != nil {
+			return false
+		}
+		return b.fake.ServerCount() == 1 && b.fake.VolumeCount() == 1
+	})
+}

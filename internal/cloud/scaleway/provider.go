@@ -395,7 +395,15 @@ func (c *Cloud) List(ctx context.Context) ([]cloud.Instance, error) {
 		}
 	}
 	c.wipeUserData(ctx, listed)
-	c.sweepVolumes(ctx, names, leaving)
+	attached := map[string]bool{}
+	for _, sv := range listed {
+		for _, v := range sv.Volumes {
+			if v != nil {
+				attached[v.ID] = true
+			}
+		}
+	}
+	c.sweepVolumes(ctx, names, leaving, attached)
 	return out, nil
 }
 
@@ -919,8 +927,11 @@ func (c *Cloud) deleteOrphans(ctx context.Context, ids []string) {
 // by a restart in the middle of a delete, or a delete whose answer was
 // lost). While a sweep finds a volume whose server is on its way out, or
 // gone but the volume not detached yet, or a zone cannot be read, the
-// next list sweeps again rather than a period on: the volume bills.
-func (c *Cloud) sweepVolumes(ctx context.Context, live, leaving map[string]bool) {
+// next list sweeps again rather than a period on: the volume bills. A
+// volume named for a listed server but attached to none of them (attached
+// are the listed servers' volumes) is a twin's: an order that landed
+// twice made two servers of one name, and the one deleted left it.
+func (c *Cloud) sweepVolumes(ctx context.Context, live, leaving, attached map[string]bool) {
 	c.deleteOrphans(ctx, nil)
 	c.mu.Lock()
 	due := time.Since(c.lastSweep) >= defaultVolumeSweep || len(leaving) > 0
@@ -952,7 +963,7 @@ func (c *Cloud) sweepVolumes(ctx context.Context, live, leaving map[string]bool)
 			server, ok := strings.CutPrefix(v.Name, prefix)
 			switch {
 			case !ok:
-			case live[server]:
+			case live[server] && (attached[v.ID] || len(v.References) > 0):
 				again = again || leaving[server]
 			case len(v.References) > 0 || v.Status != block.VolumeStatusAvailable:
 				again = true // its server gone, the volume not free yet
