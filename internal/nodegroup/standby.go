@@ -240,6 +240,9 @@ func (z *sizer) poolLocked(g *group) {
 	if _, off := z.offerings.backedOff(g.cfg.Name); off {
 		return
 	}
+	if _, usable, _ := z.offerings.groupPrices(g); !usable {
+		return // every offering stocked out: an order would fail at once
+	}
 	for n := len(pool); n < want && g.live+n < g.cfg.MaxSize; n++ {
 		if z.cost.check(g, nil, z.offerings.estimate(g)) != nil {
 			return // the pool waits for room under the cost caps

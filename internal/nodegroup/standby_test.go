@@ -524,3 +524,27 @@ func TestStandbyPoolFollowsItsForecast(t *testing.T) {
 		t.Errorf("target %d: a standby pool is no capacity", n)
 	}
 }
+
+// A pool whose every offering is stocked out waits for one to come back
+// instead of ordering again at every sync, each order failing at once
+// (seen in a chaos campaign: a refill every 100 ms, every one reported).
+func TestStandbyPoolWaitsOutAStockOut(t *testing.T) {
+	h := newHarness(t, standbyGroup, sim.Options{}, Options{})
+	h.engine.SetCapacity(cloud.OfferingKey{InstanceType: "1V100.6V", Location: "FIN-01", CapacityType: cloud.OnDemand}, 0)
+	failures := func() float64 {
+		return h.metric("gpuscaler_scale_up_failures_total", map[string]string{"group": "g", "reason": "OutOfResources"})
+	}
+	h.eventually("the pool's order refused for want of capacity", func() bool {
+		h.clk.Step(time.Second)
+		h.mgr.syncer.kick("sim")
+		return failures() >= 1
+	})
+	for range 10 {
+		h.clk.Step(5 * time.Second)
+		h.mgr.syncer.kick("sim")
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n := failures(); n != 1 {
+		t.Fatalf("%v failed orders within the stock-out's backoff, want the one that found it", n)
+	}
+}
