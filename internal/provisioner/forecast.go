@@ -21,14 +21,9 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/gpuscaler/gpuscaler/api/v1alpha1"
+	"github.com/gpuscaler/gpuscaler/internal/config"
 	"github.com/gpuscaler/gpuscaler/internal/forecast"
 	"github.com/gpuscaler/gpuscaler/internal/gpu"
-)
-
-// Forecast defaults, as the CRD defaults them.
-const (
-	DefaultTrainFor = 7 * 24 * time.Hour
-	DefaultLeadTime = 10 * time.Minute
 )
 
 // Forecaster learns each pool's GPU demand from what the controller sees
@@ -204,7 +199,9 @@ func (f *Forecaster) Observe(ctx context.Context, pool string, spec *v1alpha1.Fo
 // outlook decides whether the pool orders ahead now, and of what.
 func (f *Forecaster) outlook(out *Outlook, l *learner, spec *v1alpha1.Forecast, now time.Time) {
 	maxExtra, _ := MaxExtraHourlyCost(spec)
-	trainFor, lead := DefaultTrainFor, DefaultLeadTime
+	// The CRD defaults them alike; an object written before it did has
+	// none.
+	trainFor, lead := config.DefaultForecastTrainFor, config.DefaultForecastLeadTime
 	if spec != nil && spec.TrainFor != nil {
 		trainFor = spec.TrainFor.Duration
 	}
