@@ -465,7 +465,11 @@ func TestStandbyPool(t *testing.T) {
 		}
 		return out
 	}
-	b.wait(t, "a powered-off standby server", func() bool { return len(standby()) == 1 })
+	// Powered off at the cloud, and known so by the core (its poweroff
+	// answered): a scale-up before that orders afresh rather than wait.
+	b.wait(t, "a powered-off standby server", func() bool {
+		return len(standby()) == 1 && strings.Contains(b.logs.String(), "standby instance warmed and stopped")
+	})
 	pooled := standby()[0]
 	if n, _ := b.mgr.TargetSize("l4"); n != 0 {
 		t.Fatalf("target %d with a standby server only", n)
