@@ -260,9 +260,14 @@ func (r *Runtime) Lead(ctx context.Context, started func(error)) error {
 	r.leadCtx = ctx
 	r.switching.Unlock()
 	started(nil)
-	go func() { _ = r.standby.Run(ctx, gen.cfg.Sync.Period.Duration) }()
+	sized := make(chan struct{})
+	go func(period time.Duration) {
+		defer close(sized)
+		_ = r.standby.Run(ctx, period)
+	}(gen.cfg.Sync.Period.Duration)
 	r.log.Info("leading: the node-group core runs", "groups", len(gen.core.Groups()))
 	<-ctx.Done()
+	<-sized // the standby sizer's last step is done with the core
 	r.switching.Lock()
 	defer r.switching.Unlock()
 	r.leadCtx = nil
