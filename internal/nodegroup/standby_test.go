@@ -529,22 +529,17 @@ func TestStandbyPoolFollowsItsForecast(t *testing.T) {
 // instead of ordering again at every sync, each order failing at once
 // (seen in a chaos campaign: a refill every 100 ms, every one reported).
 func TestStandbyPoolWaitsOutAStockOut(t *testing.T) {
-	h := newHarness(t, standbyGroup, sim.Options{}, Options{})
-	h.engine.SetCapacity(cloud.OfferingKey{InstanceType: "1V100.6V", Location: "FIN-01", CapacityType: cloud.OnDemand}, 0)
-	failures := func() float64 {
-		return h.metric("gpuscaler_scale_up_failures_total", map[string]string{"group": "g", "reason": "OutOfResources"})
-	}
-	h.eventually("the pool's order refused for want of capacity", func() bool {
-		h.clk.Step(time.Second)
-		h.mgr.syncer.kick("sim")
-		return failures() >= 1
-	})
-	for range 10 {
-		h.clk.Step(5 * time.Second)
+	doc := strings.Replace(standbyGroup, "stoppedPrice: 0.05}", "stoppedPrice: 0.05, defaultCapacity: 0}", 1)
+	h := newHarness(t, doc, sim.Options{}, Options{})
+	for range 20 {
+		h.clk.Step(30 * time.Second)
 		h.mgr.syncer.kick("sim")
 		time.Sleep(5 * time.Millisecond)
 	}
-	if n := failures(); n != 1 {
-		t.Fatalf("%v failed orders within the stock-out's backoff, want the one that found it", n)
+	if n := h.metric("gpuscaler_scale_up_failures_total", map[string]string{"group": "g", "reason": "OutOfResources"}); n > 1 {
+		t.Fatalf("%v failed pool orders over 20 syncs with no capacity, want at most the one that finds it out", n)
+	}
+	if n := len(h.engine.Instances("test")); n != 0 {
+		t.Fatalf("%d instances with no capacity", n)
 	}
 }
