@@ -417,12 +417,14 @@ func (c *campaign) reload() {
 		}
 	}
 	c.checkReported()
+	prev := c.mgr
+	c.stop()
+	// The old core's counters once it has stopped: an order that fails
+	// while it stops is counted there, and handed over failed.
 	c.stockoutsMet += counter(c.t, c.reg, "gpuscaler_stockouts_total", "")
 	for _, g := range c.cfg.NodeGroups {
 		c.carried[g.Name] += counter(c.t, c.reg, "gpuscaler_scale_up_failures_total", g.Name)
 	}
-	prev := c.mgr
-	c.stop()
 	before := map[string]int{}
 	for _, g := range c.cfg.NodeGroups {
 		before[g.Name], _ = prev.TargetSize(g.Name)
