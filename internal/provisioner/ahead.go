@@ -35,23 +35,26 @@ func PlanAhead(pool plan.Pool, snapshot []plan.Node, pending, expected []*corev1
 	// The pool as it is once the reactive plan's idle nodes are gone: the
 	// expected pods are planned on what stays, and what they add is
 	// theirs.
-	doomed := map[string]bool{}
+	doomed := make(map[string]string, len(base.Remove)) // the reactive plan's idle nodes: name to group
 	for _, name := range base.Remove {
-		doomed[name] = true
+		doomed[name] = ""
 	}
-	rest := slices.DeleteFunc(slices.Clone(snapshot), func(n plan.Node) bool { return doomed[n.Name] })
+	for _, n := range snapshot {
+		if _, ok := doomed[n.Name]; ok {
+			doomed[n.Name] = n.Group
+		}
+	}
+	doomedIn := map[string]int{}
+	for _, g := range doomed {
+		doomedIn[g]++
+	}
+	rest := slices.DeleteFunc(slices.Clone(snapshot), func(n plan.Node) bool { _, ok := doomed[n.Name]; return ok })
 	after := pool
 	after.Groups = slices.Clone(pool.Groups)
-	for _, n := range snapshot {
-		if !doomed[n.Name] {
-			continue
-		}
-		for i := range after.Groups {
-			if g := &after.Groups[i]; g.Name == n.Group {
-				g.Nodes--
-				g.Spend -= g.Price
-			}
-		}
+	for i := range after.Groups {
+		g := &after.Groups[i]
+		g.Nodes -= doomedIn[g.Name]
+		g.Spend -= float64(doomedIn[g.Name]) * g.Price
 	}
 	try := func(k int) plan.Plan {
 		return plan.Compute(after, rest, append(slices.Clip(pending), expected[:k]...))
@@ -100,11 +103,7 @@ func PlanAhead(pool plan.Pool, snapshot []plan.Node, pending, expected []*corev1
 			}
 			continue
 		}
-		for _, n := range snapshot {
-			if doomed[n.Name] && n.Group == g.Name && kept[g.Name] < extra {
-				kept[g.Name]++
-			}
-		}
+		kept[g.Name] = min(extra, doomedIn[g.Name])
 		if n := base.Add[g.Name] + extra - kept[g.Name]; n > 0 {
 			p.Add[g.Name] = n
 		}
@@ -114,8 +113,7 @@ func PlanAhead(pool plan.Pool, snapshot []plan.Node, pending, expected []*corev1
 	p.Remove = nil
 	for i := len(base.Remove) - 1; i >= 0; i-- {
 		name := base.Remove[i]
-		g := groupOfNode(snapshot, name)
-		if kept[g] > 0 {
+		if g := doomed[name]; kept[g] > 0 {
 			kept[g]--
 			continue
 		}
@@ -126,16 +124,6 @@ func PlanAhead(pool plan.Pool, snapshot []plan.Node, pending, expected []*corev1
 		p.Reason = ReasonForecast
 	}
 	return p, ahead
-}
-
-// groupOfNode is the group of the snapshot's node of a name.
-func groupOfNode(snapshot []plan.Node, name string) string {
-	for _, n := range snapshot {
-		if n.Name == name {
-			return n.Group
-		}
-	}
-	return ""
 }
 
 // adds reports whether q adds nodes ref does not.
