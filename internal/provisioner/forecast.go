@@ -2,7 +2,6 @@ package provisioner
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"sort"
@@ -35,16 +34,15 @@ type Forecaster struct {
 	clock clock.PassiveClock
 	met   *forecastMetrics
 
-	mu     sync.Mutex
-	loaded bool
+	mu sync.Mutex
+	// ledger holds each pool's Demand; pools what observing it needs.
+	ledger *forecast.Ledger
 	pools  map[string]*learner
-	// savedSlot is the slot of the last save: one a slot.
-	savedSlot time.Time
 	// lastErr is the store's last error reading, "" after a success.
 	lastErr string
 }
 
-// learner is one pool's Demand and what observing it needs.
+// learner is a pool's Demand (the ledger's) and what observing it needs.
 type learner struct {
 	demand *forecast.Demand
 	// pending are the pods seen waiting last time: a pod not among them
@@ -68,7 +66,7 @@ func NewForecaster(store forecast.Store, clk clock.PassiveClock, reg prometheus.
 	if err != nil {
 		return nil, err
 	}
-	return &Forecaster{store: store, clock: clk, met: met, pools: map[string]*learner{}}, nil
+	return &Forecaster{store: store, clock: clk, met: met, ledger: forecast.NewLedger(store), pools: map[string]*learner{}}, nil
 }
 
 // forecastMetrics are the forecast's gauges, by pool.
@@ -134,20 +132,18 @@ const (
 func (f *Forecaster) Observe(ctx context.Context, pool string, spec *v1alpha1.Forecast, pending, running []*corev1.Pod) Outlook {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if err := f.loadLocked(ctx); err != nil {
+	now := f.clock.Now()
+	if err := f.ledger.Load(ctx, now); err != nil {
 		out := Outlook{Reason: ForecastUnavailable, Message: err.Error(), Expected: math.NaN(), NewError: err.Error() != f.lastErr}
 		f.lastErr = err.Error()
 		return out
 	}
 	f.lastErr = ""
-	now := f.clock.Now()
 	l := f.pools[pool]
 	if l == nil {
-		l = &learner{demand: forecast.NewDemand()}
+		l = &learner{demand: f.ledger.Of(pool), pending: map[types.UID]bool{}, exemplar: map[forecast.Shape]*corev1.Pod{},
+			trusted: map[forecast.Shape]bool{}}
 		f.pools[pool] = l
-	}
-	if l.pending == nil {
-		l.pending, l.exemplar, l.trusted = map[types.UID]bool{}, map[forecast.Shape]*corev1.Pod{}, map[forecast.Shape]bool{}
 	}
 	count := map[forecast.Shape]int{}
 	seen := make(map[types.UID]bool, len(pending))
@@ -254,8 +250,8 @@ func (f *Forecaster) Report(ctx context.Context, pool string, out Outlook, ahead
 // Forget drops what a pool learned: the pool is gone.
 func (f *Forecaster) Forget(ctx context.Context, pool string) error {
 	f.mu.Lock()
-	_, known := f.pools[pool]
 	delete(f.pools, pool)
+	known := f.ledger.Forget(pool)
 	f.mu.Unlock()
 	for _, g := range []*prometheus.GaugeVec{f.met.pods, f.met.expected, f.met.ahead, f.met.ordering} {
 		g.DeleteLabelValues(pool)
@@ -266,54 +262,21 @@ func (f *Forecaster) Forget(ctx context.Context, pool string) error {
 	return f.save(ctx, true)
 }
 
-// loadLocked reads what the store holds, once.
-func (f *Forecaster) loadLocked(ctx context.Context) error {
-	if f.loaded || f.store == nil {
-		f.loaded = true
-		return nil
-	}
-	saved, err := f.store.Load(ctx)
-	if err != nil {
-		return fmt.Errorf("read the saved forecasts: %w", err)
-	}
-	var bad []error
-	for pool, b := range saved {
-		d := forecast.NewDemand()
-		if err := d.UnmarshalJSON(b); err != nil {
-			bad = append(bad, fmt.Errorf("pool %s: %w", pool, err)) // learned again from nothing
-			continue
-		}
-		f.pools[pool] = &learner{demand: d}
-	}
-	f.loaded, f.savedSlot = true, f.clock.Now().Truncate(forecast.DefaultSlot)
-	return errors.Join(bad...)
-}
-
-// save writes every pool's Demand to the store, once a slot unless now.
-func (f *Forecaster) save(ctx context.Context, now bool) error {
+// save writes every pool's Demand to the store, once a slot unless
+// force; the write happens outside the lock.
+func (f *Forecaster) save(ctx context.Context, force bool) error {
 	f.mu.Lock()
-	slot := f.clock.Now().Truncate(forecast.DefaultSlot)
-	if f.store == nil || !f.loaded || (!now && !slot.After(f.savedSlot)) {
-		f.mu.Unlock()
-		return nil
-	}
-	pools := make(map[string][]byte, len(f.pools))
-	for name, l := range f.pools {
-		b, err := l.demand.MarshalJSON()
-		if err != nil {
-			f.mu.Unlock()
-			return fmt.Errorf("pool %s: %w", name, err)
-		}
-		pools[name] = b
-	}
+	now := f.clock.Now()
+	due, ok, err := f.ledger.Due(now, force, nil)
 	f.mu.Unlock()
-	if err := f.store.Save(ctx, pools); err != nil {
+	if err != nil || !ok {
+		return err
+	}
+	if err := f.store.Save(ctx, due); err != nil {
 		return fmt.Errorf("save the forecasts: %w", err)
 	}
 	f.mu.Lock()
-	if slot.After(f.savedSlot) {
-		f.savedSlot = slot
-	}
+	f.ledger.Saved(now)
 	f.mu.Unlock()
 	return nil
 }

@@ -55,12 +55,10 @@ type Sizer struct {
 	expect *prometheus.GaugeVec
 
 	mu sync.Mutex
-	// demand is each group's learned size; last its target at the last
-	// step (a rise is that many nodes arriving).
-	demand    map[string]*forecast.Demand
-	last      map[string]int
-	loaded    bool
-	savedSlot time.Time
+	// ledger holds each group's learned size; last is its target at the
+	// last step (a rise is that many nodes arriving).
+	ledger *forecast.Ledger
+	last   map[string]int
 }
 
 // nodes is the one shape a group's demand is learned in: its nodes.
@@ -74,7 +72,7 @@ func New(opts Options) (*Sizer, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Sizer{opts: opts, demand: map[string]*forecast.Demand{}, last: map[string]int{},
+	s := &Sizer{opts: opts, ledger: forecast.NewLedger(opts.Store), last: map[string]int{},
 		size: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpuscaler_standby_forecast_size",
 			Help: "The standby pool size the group's forecast asked for (standby.size plus the growth it expects, up to standby.forecast.maxSize)."}, []string{"group"}),
 		expect: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpuscaler_standby_forecast_expected_nodes",
@@ -131,10 +129,10 @@ func (s *Sizer) Step(ctx context.Context) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.loadLocked(ctx); err != nil {
+	now := s.opts.Clock.Now()
+	if err := s.ledger.Load(ctx, now); err != nil {
 		return err // learning nothing rather than overwrite what the store holds
 	}
-	now := s.opts.Clock.Now()
 	core := s.opts.Core()
 	var errs []error
 	for _, g := range groups {
@@ -142,11 +140,7 @@ func (s *Sizer) Step(ctx context.Context) error {
 		if err != nil {
 			continue // not in the core in force (a reload under way)
 		}
-		d := s.demand[g.Name]
-		if d == nil {
-			d = forecast.NewDemand()
-			s.demand[g.Name] = d
-		}
+		d := s.ledger.Of(g.Name)
 		if last, ok := s.last[g.Name]; ok {
 			for range target - last {
 				d.Arrive(now, nodes)
@@ -171,54 +165,14 @@ func (s *Sizer) Step(ctx context.Context) error {
 		}
 		s.size.WithLabelValues(g.Name).Set(float64(size))
 	}
-	if err := s.saveLocked(ctx, now, groups); err != nil {
+	// Only the groups a forecast sizes now are kept: a group whose
+	// standby.forecast went is forgotten with the next save.
+	sized := map[string]bool{}
+	for _, g := range groups {
+		sized[g.Name] = true
+	}
+	if err := s.ledger.Save(ctx, now, func(name string) bool { return sized[name] }); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
-}
-
-// loadLocked reads the store once.
-func (s *Sizer) loadLocked(ctx context.Context) error {
-	if s.loaded {
-		return nil
-	}
-	if s.opts.Store != nil {
-		saved, err := s.opts.Store.Load(ctx)
-		if err != nil {
-			return fmt.Errorf("read the saved forecasts: %w", err)
-		}
-		for name, b := range saved {
-			d := forecast.NewDemand()
-			if err := d.UnmarshalJSON(b); err != nil {
-				s.opts.Logger.Warn("a saved standby forecast is unreadable: the group learns again", "group", name, "error", err)
-				continue
-			}
-			s.demand[name] = d
-		}
-	}
-	s.loaded, s.savedSlot = true, s.opts.Clock.Now().Truncate(forecast.DefaultSlot)
-	return nil
-}
-
-// saveLocked writes the groups' Demands once a slot.
-func (s *Sizer) saveLocked(ctx context.Context, now time.Time, groups []config.NodeGroup) error {
-	slot := now.Truncate(forecast.DefaultSlot)
-	if s.opts.Store == nil || !slot.After(s.savedSlot) {
-		return nil
-	}
-	out := map[string][]byte{}
-	for _, g := range groups {
-		if d := s.demand[g.Name]; d != nil {
-			b, err := d.MarshalJSON()
-			if err != nil {
-				return err
-			}
-			out[g.Name] = b
-		}
-	}
-	if err := s.opts.Store.Save(ctx, out); err != nil {
-		return fmt.Errorf("save the standby forecasts: %w", err)
-	}
-	s.savedSlot = slot
-	return nil
 }
