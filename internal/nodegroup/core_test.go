@@ -468,6 +468,66 @@ func TestFailedOrderThatComesUpIsAMemberAgain(t *testing.T) {
 	}
 }
 
+// An order whose create answer was lost, then listed as failed (a MIG
+// member that stocked out), is a failed order with an instance at the
+// cloud: the front end that removes its slot deletes that instance too.
+// It was dropped from the group and left at the cloud, where the MIG went
+// on trying, ran it, and the next list adopted it past the group's cost
+// cap (found by the chaos campaigns over GCP).
+func TestLostAnswerFailedOrderIsDeletedWithItsSlot(t *testing.T) {
+	w := &wrapped{}
+	h := newWrappedHarness(t, oneGroupLeaky, sim.Options{}, Options{}, func(c *sim.Cloud) cloud.Provider { w.Provider = c; return w })
+	var failing atomic.Bool
+	failing.Store(true)
+	var shown atomic.Int32
+	// Lists after the one that resolves the lost answer wait until the
+	// slot is removed: the removal must not depend on a later list having
+	// recorded the instance.
+	release := make(chan struct{})
+	var once sync.Once
+	open := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(open)
+	w.mu.Lock()
+	w.onCreate = func(ctx context.Context, spec cloud.CreateSpec) (cloud.Instance, error, bool) {
+		if _, err := w.Provider.Create(ctx, spec); err != nil {
+			return cloud.Instance{}, err, true
+		}
+		return cloud.Instance{}, cloud.Errorf(cloud.ErrOutcomeUnknown, "create", "connection reset after the cloud took it"), true
+	}
+	w.onList = func(insts []cloud.Instance) []cloud.Instance {
+		if len(insts) == 0 || !failing.Load() {
+			return insts
+		}
+		if shown.Add(1) > 1 {
+			<-release
+		}
+		for i := range insts {
+			insts[i].State, insts[i].Error = cloud.StateFailed, "ZONE_RESOURCE_POOL_EXHAUSTED"
+		}
+		return insts
+	}
+	w.mu.Unlock()
+	if err := h.mgr.IncreaseSize(context.Background(), "g", 1); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("the order failed", func() bool { _, _, _, failed := h.states("g"); return failed == 1 })
+	insts, _ := h.mgr.Instances("g")
+	// cluster-autoscaler removes a failed slot with DeleteNodes.
+	if err := h.mgr.DeleteNodes(context.Background(), "g", []string{insts[0].ProviderID}); err != nil {
+		t.Fatal(err)
+	}
+	failing.Store(false)
+	open()
+	h.settle(2 * time.Minute)
+	h.eventually("the instance gone at the cloud and from the group", func() bool {
+		insts, _ := h.mgr.Instances("g")
+		return len(h.cloudInstances()["g"]) == 0 && len(insts) == 0
+	}, func() string { return fmt.Sprintf("cloud %+v", h.cloudInstances()["g"]) })
+	if n, _ := h.mgr.TargetSize("g"); n != 0 {
+		t.Fatalf("target %d, want 0", n)
+	}
+}
+
 // Two processes that split the groups (the provider and the controller)
 // together stay under the cluster's cost cap: each counts the other's
 // instances.

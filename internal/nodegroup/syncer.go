@@ -450,8 +450,15 @@ func (y *syncer) fold(ctx context.Context, cloudName string, g *group, l *listin
 				// The cloud took the order and failed it (a queued create
 				// that ended in error): a failed order, reported, never
 				// taken for one that did not land and sent again.
+				// Its instance is recorded: the cloud may go on trying (a
+				// MIG does), so removing the slot must delete it there,
+				// not just forget it for the next list to adopt.
 				y.log.Warn("lost create answer resolved: the order failed at the cloud", "group", g.cfg.Name, "instance", name, "error", in.Error)
-				s.change(g, mem, func() { y.failed(g, mem, in) })
+				s.change(g, mem, func() {
+					y.recordLocked(mem, in)
+					y.failed(g, mem, in)
+				})
+				mem.settle()
 				continue
 			}
 			y.log.Info("lost create answer resolved: the order landed", "group", g.cfg.Name, "instance", name)
@@ -459,11 +466,7 @@ func (y *syncer) fold(ctx context.Context, cloudName string, g *group, l *listin
 			continue
 		}
 		s.change(g, mem, func() {
-			pid := in.ProviderID
-			in.ProviderID = ""
-			s.setInstance(mem, in)
-			s.reindex(mem, pid)
-			s.index(mem)
+			y.recordLocked(mem, in)
 			switch {
 			case in.State == cloud.StateFailed && mem.phase == phaseCreated:
 				y.failed(g, mem, in)
@@ -558,6 +561,17 @@ func (y *syncer) fold(ctx context.Context, cloudName string, g *group, l *listin
 		adopted = append(adopted, mem)
 	}
 	return adopted
+}
+
+// recordLocked records what a list says of a member's instance, its
+// provider ID indexed. Callers hold the store's lock, inside a change.
+func (y *syncer) recordLocked(mem *member, in cloud.Instance) {
+	s := y.store
+	pid := in.ProviderID
+	in.ProviderID = ""
+	s.setInstance(mem, in)
+	s.reindex(mem, pid)
+	s.index(mem)
 }
 
 // failed marks a member whose instance the cloud reports failed (a MIG
