@@ -657,16 +657,23 @@ func (s *Server) zoneURL(zone string) string {
 	return "https://www.googleapis.com/compute/v1/projects/" + s.opts.Project + "/zones/" + zone
 }
 
+// live returns the engine's instances by name. Callers hold s.mu, so that
+// no member is made or removed between the read and what they decide.
+func (s *Server) live() map[string]cloud.Instance {
+	live := map[string]cloud.Instance{}
+	for _, in := range s.engine.Instances(account) {
+		live[in.Name] = in
+	}
+	return live
+}
+
 // settle moves members along with the engine: creating ones whose
 // instance the engine could not make (a stock-out) are retried, as a MIG
 // does, with the error in lastAttempt; booted ones have no action left;
 // deleted ones leave.
 func (s *Server) settle() {
-	live := map[string]cloud.Instance{}
-	for _, in := range s.engine.Instances(account) {
-		live[in.Name] = in
-	}
 	s.mu.Lock()
+	live := s.live()
 	var retry, restart []*member
 	var retryGroup, restartGroup []*igm
 	var stop []cloud.Instance
@@ -1180,11 +1187,11 @@ func (s *Server) notDeletable(g *igm, names []string) []string {
 // returns the names that are not members.
 func (s *Server) removeMembers(g *igm, names []string) (missing []string) {
 	var gone []cloud.Instance
-	live := map[string]cloud.Instance{}
-	for _, in := range s.engine.Instances(account) {
-		live[in.Name] = in
-	}
+	// The engine is read under the lock: a member made between a read
+	// before it and the lock would leave the group with its instance
+	// still running, in no group's list.
 	s.mu.Lock()
+	live := s.live()
 	for _, name := range names {
 		m, ok := g.members[name]
 		if !ok {
