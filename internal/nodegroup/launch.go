@@ -125,7 +125,12 @@ func (l *launcher) prepareLocked(req LaunchRequest) (cloud.CreateSpec, *member, 
 	name := req.Name
 	if name == "" {
 		name = s.newName(s.launches, req.Owner)
-	} else if _, taken := s.launches.members[name]; taken {
+	} else if mem, taken := s.launches.members[name]; taken {
+		if mem.phase == phaseDeleting {
+			// A failed or terminated instance of the name not gone yet:
+			// the name is free once its delete is.
+			return cloud.CreateSpec{}, nil, cloud.Errorf(cloud.ErrTransient, "launch", "instance %q is still being deleted", name)
+		}
 		return cloud.CreateSpec{}, nil, cloud.Errorf(cloud.ErrInvalid, "launch", "instance %q is launched already", name)
 	}
 	spec := cloud.CreateSpec{Name: name, Owner: req.Owner, InstanceType: k.InstanceType, Location: k.Location, CapacityType: k.CapacityType}
@@ -173,12 +178,36 @@ func (l *launcher) await(ctx context.Context, mem *member) (Instance, error) {
 	case <-mem.x.resolved: // set when the launch was prepared, never changed
 	}
 	s := l.store
-	s.mu.RLock()
-	defer s.mu.RUnlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.launches.members[mem.name] != mem {
 		return Instance{}, cloud.Errorf(cloud.ErrTransient, "launch", "instance %s: the order did not land", mem.name)
 	}
+	if mem.phase == phaseFailed {
+		// The cloud took the order and failed it (a stock-out found after
+		// the create was queued). The caller never gets the instance, so
+		// nobody else would delete it: it goes now, and the error says
+		// why, classed as a create's would be.
+		x := mem.peek()
+		err := cloud.Errorf(launchFailure(x.errCode), "launch", "instance %s: the order failed at the cloud: %s", mem.name, x.errMsg)
+		s.change(s.launches, mem, func() { s.to(mem, phaseDeleting) })
+		l.deleter.delete(l.orderer.ctx(), mem.cloud(), mem.instance(), "its order failed at the cloud")
+		return Instance{}, err
+	}
 	return mem.view(), nil
+}
+
+// launchFailure is the class of error a launch whose order the cloud
+// failed returns, by the failure's code: a stock-out or a quota as a
+// create refused for them, anything else worth a retry.
+func launchFailure(code string) error {
+	switch code {
+	case CodeOutOfResources:
+		return cloud.ErrCapacity
+	case CodeQuotaExceeded:
+		return cloud.ErrQuota
+	}
+	return cloud.ErrTransient
 }
 
 // abandon forgets an order that did not go through.

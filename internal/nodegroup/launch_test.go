@@ -3,6 +3,7 @@ package nodegroup
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -95,6 +96,66 @@ func TestLaunchLostAnswer(t *testing.T) {
 	}
 	if h.engine.Count("test") != 1 || h.engine.Calls()["create"] != 1 || in.Name == "" {
 		t.Fatalf("instances %d, creates %d", h.engine.Count("test"), h.engine.Calls()["create"])
+	}
+}
+
+// A launch whose answer was lost, then listed failed (a queued create that
+// stocked out), returns a capacity error and deletes the instance: nobody
+// else knows it, and a caller that tried the next offering would
+// otherwise leave it billing, or wait on it until its context ended. The
+// name is free again once the delete is done.
+func TestLaunchLostAnswerFailedAtTheCloud(t *testing.T) {
+	w := &wrapped{}
+	h := newWrappedHarness(t, oneGroupLeaky, sim.Options{}, Options{}, func(c *sim.Cloud) cloud.Provider { w.Provider = c; return w })
+	var failing atomic.Bool
+	failing.Store(true)
+	w.mu.Lock()
+	w.onCreate = func(ctx context.Context, spec cloud.CreateSpec) (cloud.Instance, error, bool) {
+		if _, err := w.Provider.Create(ctx, spec); err != nil {
+			return cloud.Instance{}, err, true
+		}
+		return cloud.Instance{}, cloud.Errorf(cloud.ErrOutcomeUnknown, "create", "connection reset after the cloud took it"), true
+	}
+	w.onList = func(insts []cloud.Instance) []cloud.Instance {
+		for i := range insts {
+			if failing.Load() {
+				insts[i].State, insts[i].Error, insts[i].ErrorClass = cloud.StateFailed, "ZONE_RESOURCE_POOL_EXHAUSTED", cloud.ErrCapacity
+			}
+		}
+		return insts
+	}
+	w.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	req := LaunchRequest{Owner: "karpenter", Cloud: "sim", Offering: h100, Name: "nc-1"}
+	if _, err := h.mgr.Launch(ctx, req); !errors.Is(err, cloud.ErrCapacity) {
+		t.Fatalf("launch of an order the cloud failed: %v, want a capacity error", err)
+	}
+	if ctx.Err() != nil {
+		t.Fatal("the launch waited for its context instead of the list's answer")
+	}
+	// The offering is skipped now, as after any stock-out; the next one
+	// waits for the name.
+	next := req
+	next.Offering = cloud.OfferingKey{InstanceType: "1V100.6V", Location: "FIN-01", CapacityType: cloud.OnDemand}
+	if _, err := h.mgr.Launch(ctx, req); !errors.Is(err, cloud.ErrCapacity) {
+		t.Fatalf("a launch on the offering that failed: %v, want a capacity error", err)
+	}
+	if _, err := h.mgr.Launch(ctx, next); !errors.Is(err, cloud.ErrTransient) {
+		t.Fatalf("a launch of the name while its failed instance is deleted: %v, want a transient error", err)
+	}
+	failing.Store(false)
+	w.mu.Lock()
+	w.onCreate = nil
+	w.mu.Unlock()
+	h.settle(2 * time.Minute)
+	h.eventually("the failed instance deleted", func() bool {
+		_, ok := h.mgr.LaunchedNamed("nc-1")
+		return h.engine.Count("test") == 0 && !ok
+	})
+	in, err := h.mgr.Launch(ctx, next)
+	if err != nil || in.Name != "nc-1" {
+		t.Fatalf("launch once the name is free: %+v, %v", in, err)
 	}
 }
 
