@@ -496,3 +496,27 @@ func TestRetriedCreateWaitsForTheOrder(t *testing.T) {
 		t.Fatalf("%d create calls", n)
 	}
 }
+
+// A machine the cloud failed after taking its order (Verda's no_capacity
+// status) never registers: a repeated Create deletes it and answers
+// InsufficientCapacity, so Karpenter deletes the NodeClaim and schedules
+// again at once instead of holding a dead machine until the registration
+// TTL.
+func TestCreateOfAFailedMachineGivesItUp(t *testing.T) {
+	f := newFake(t)
+	kube := kubeWith(readyClass("h100", v1alpha1.GPUNodeClassSpec{Cloud: "verda", Locations: []string{"FIN-01"}}))
+	h := start(t, f.URL, kube)
+	nc := nodeClaim("gpu-failed", "h100", in(corev1.LabelInstanceTypeStable, "1H100.80S.30V"), in(karpv1.CapacityTypeLabelKey, "on-demand"))
+	if _, err := h.provider.Create(context.Background(), nc); err != nil {
+		t.Fatal(err)
+	}
+	f.OverrideField(nc.Name, "status", `"no_capacity"`)
+	eventually(t, "the core to list the machine failed", func() bool {
+		in, ok := h.rt.Facade().LaunchedNamed(nc.Name)
+		return ok && in.ErrorCode != ""
+	})
+	if _, err := h.provider.Create(context.Background(), nc); !karpcp.IsInsufficientCapacityError(err) {
+		t.Fatalf("create of a failed machine: %v; want InsufficientCapacity", err)
+	}
+	eventually(t, "the failed machine deleted", func() bool { return len(live(f)) == 0 })
+}

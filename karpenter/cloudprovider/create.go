@@ -73,6 +73,16 @@ func (p *CloudProvider) Create(ctx context.Context, nc *karpv1.NodeClaim) (*karp
 			return nil, karpcp.NewCreateError(fmt.Errorf("machine %s of NodeClaim %s: its order is not resolved yet", in.Name, nc.Name),
 				"LaunchUnresolved", "the machine's order is in flight or its answer was lost; retrying once the cloud lists it")
 		}
+		if failed(in) {
+			// The cloud failed the order after taking it (a queued create
+			// that stocked out): the machine will never register. It is
+			// deleted, and Karpenter deletes the NodeClaim and schedules
+			// again, away from the offering the core now skips.
+			if err := p.opts.Core.Terminate(ctx, in.ProviderID); err != nil && !errors.Is(err, nodegroup.ErrNotLaunched) {
+				return nil, fmt.Errorf("terminate the failed machine %s of NodeClaim %s: %w", in.Name, nc.Name, err)
+			}
+			return nil, karpcp.NewInsufficientCapacityError(fmt.Errorf("machine %s of NodeClaim %s: the cloud failed its order: %s: %s", in.Name, nc.Name, in.ErrorCode, in.ErrorMessage))
+		}
 		// A Create repeated after a restart, or after a status update that
 		// failed: the machine exists.
 		if it, ok := ct.byName[in.InstanceType]; ok {
@@ -242,6 +252,11 @@ func (p *CloudProvider) hydrate(nc *karpv1.NodeClaim, class *v1alpha1.GPUNodeCla
 }
 
 // launched finds a machine Karpenter launched by name.
+// failed reports whether a launched machine's order failed at the cloud.
+func failed(in nodegroup.Instance) bool {
+	return in.State == nodegroup.StateCreating && in.ErrorCode != ""
+}
+
 func (p *CloudProvider) launched(name string) (nodegroup.Instance, bool) {
 	in, ok := p.opts.Core.LaunchedNamed(name)
 	if !ok || in.Owner != Owner || in.State == nodegroup.StateDeleting {
