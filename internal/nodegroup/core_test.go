@@ -528,6 +528,46 @@ func TestLostAnswerFailedOrderIsDeletedWithItsSlot(t *testing.T) {
 	}
 }
 
+// A lost order resolved as failed at the cloud counts as recorded when the
+// list showed it: a list that lags right after and leaves it out does not
+// make it vanished, replaced by a second order while the cloud (a MIG)
+// goes on trying the first.
+func TestLostAnswerFailedOrderOutlivesALaggingList(t *testing.T) {
+	w := &wrapped{}
+	h := newWrappedHarness(t, oneGroupLeaky, sim.Options{}, Options{}, func(c *sim.Cloud) cloud.Provider { w.Provider = c; return w })
+	var shown atomic.Int32
+	w.mu.Lock()
+	w.onCreate = func(ctx context.Context, spec cloud.CreateSpec) (cloud.Instance, error, bool) {
+		if _, err := w.Provider.Create(ctx, spec); err != nil {
+			return cloud.Instance{}, err, true
+		}
+		return cloud.Instance{}, cloud.Errorf(cloud.ErrOutcomeUnknown, "create", "connection reset after the cloud took it"), true
+	}
+	w.onList = func(insts []cloud.Instance) []cloud.Instance {
+		if len(insts) == 0 {
+			return insts
+		}
+		if shown.Add(1) == 2 {
+			return nil // the list after the one that resolved it lags
+		}
+		for i := range insts {
+			insts[i].State, insts[i].Error = cloud.StateFailed, "ZONE_RESOURCE_POOL_EXHAUSTED"
+		}
+		return insts
+	}
+	w.mu.Unlock()
+	if err := h.mgr.IncreaseSize(context.Background(), "g", 1); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("the order failed", func() bool { _, _, _, failed := h.states("g"); return failed == 1 })
+	for shown.Load() < 3 {
+		h.settle(30 * time.Second)
+	}
+	if creates, _ := w.counts(); creates != 1 {
+		t.Fatalf("%d creates: the failed order was taken for vanished and ordered again", creates)
+	}
+}
+
 // Two processes that split the groups (the provider and the controller)
 // together stay under the cluster's cost cap: each counts the other's
 // instances.

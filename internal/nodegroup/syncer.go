@@ -456,6 +456,9 @@ func (y *syncer) fold(ctx context.Context, cloudName string, g *group, l *listin
 				y.log.Warn("lost create answer resolved: the order failed at the cloud", "group", g.cfg.Name, "instance", name, "error", in.Error)
 				s.change(g, mem, func() {
 					y.recordLocked(mem, in)
+					// Recorded now, as a landed order is: a list that lags
+					// right after must not take it for vanished.
+					mem.recordedAt = stampOf(y.clock.Now())
 					y.failed(g, mem, in)
 				})
 				mem.settle()
