@@ -122,6 +122,46 @@ func TestSpotStockOutFallsBackUnderPreferSpot(t *testing.T) {
 	}
 }
 
+// An instance the API lists as no_capacity (one of the statuses the SDKs
+// define, ../shared/reference/cloud-apis.md 1.8) is an order that found
+// no host: a failed order of the out-of-resources class, whose offering
+// the next orders skip.
+func TestNoCapacityStatusIsAStockOut(t *testing.T) {
+	b := newBackend(t, `  - {name: gpu, cloud: verda, instanceType: 1H100.80S.30V, locations: [FIN-01, FIN-02], maxSize: 3}`)
+	if err := b.mgr.IncreaseSize(context.Background(), "gpu", 1); err != nil {
+		t.Fatal(err)
+	}
+	var name string
+	b.wait(t, "the order made", func() bool {
+		insts, _ := b.mgr.Instances("gpu")
+		if len(insts) == 1 && !insts[0].Unresolved {
+			name = insts[0].Name
+		}
+		return name != ""
+	})
+	b.fake.OverrideField(name, "status", `"no_capacity"`)
+	b.wait(t, "the out-of-resources failure", func() bool {
+		insts, _ := b.mgr.Instances("gpu")
+		return len(insts) == 1 && insts[0].ErrorClass == nodegroup.ErrorClassOutOfResources
+	})
+	insts, _ := b.mgr.Instances("gpu")
+	k := cloud.OfferingKey{InstanceType: insts[0].InstanceType, Location: insts[0].Location, CapacityType: cloud.CapacityType(insts[0].CapacityType)}
+	offers, ok := b.mgr.Offers("verda", nil)
+	if !ok {
+		t.Fatal("no offers for verda")
+	}
+	seen := false
+	for _, o := range offers.Offerings {
+		seen = seen || o.Key() == k
+		if o.Key() == k && o.Available {
+			t.Fatalf("offering %s still available after an instance of it found no capacity", k)
+		}
+	}
+	if !seen {
+		t.Fatalf("offering %s not in the offers %+v", k, offers.Offerings)
+	}
+}
+
 func TestSpotOnlyFailsCleanly(t *testing.T) {
 	b := newBackend(t, `  - {name: gpu, cloud: verda, instanceType: 1H100.80S.30V, locations: [FIN-01, FIN-02], capacityPolicy: spot-only, maxSize: 3}`)
 	for _, loc := range []string{"FIN-01", "FIN-02"} {

@@ -396,7 +396,12 @@ func convertInstance(in Instance, group string) cloud.Instance {
 	case StatusOffline:
 		// Not serving; List takes it for lost after Options.OfflineGrace.
 		out.State = cloud.StatePending
-	case StatusError, StatusNoCapacity, StatusNotFound:
+	case StatusNoCapacity:
+		// The order was taken and found no host (a status the SDKs
+		// define, ../shared/reference/cloud-apis.md 1.8): a stock-out, so
+		// the core skips the offering as after a create refused for it.
+		out.State, out.Error, out.ErrorClass = cloud.StateFailed, "instance status "+in.Status, cloud.ErrCapacity
+	case StatusError, StatusNotFound:
 		out.State, out.Error = cloud.StateFailed, "instance status "+in.Status
 	default:
 		out.State = cloud.StatePending
