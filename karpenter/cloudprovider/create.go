@@ -109,6 +109,12 @@ func (p *CloudProvider) Create(ctx context.Context, nc *karpv1.NodeClaim) (*karp
 			return p.hydrate(nc, class, c.it, in, hash), nil
 		case errors.Is(err, cloud.ErrCapacity) || errors.Is(err, cloud.ErrQuota):
 			capacityErrs = append(capacityErrs, err)
+			if _, held := p.opts.Core.LaunchedNamed(nc.Name); held {
+				// The cloud took the order and failed it; its machine,
+				// being deleted, holds the NodeClaim's name. Karpenter
+				// makes a new NodeClaim, which tries the next offering.
+				return nil, karpcp.NewInsufficientCapacityError(errors.Join(capacityErrs...))
+			}
 			continue
 		case errors.Is(err, nodegroup.ErrCostLimit):
 			return nil, karpcp.NewInsufficientCapacityError(err)
@@ -251,12 +257,12 @@ func (p *CloudProvider) hydrate(nc *karpv1.NodeClaim, class *v1alpha1.GPUNodeCla
 	return out
 }
 
-// launched finds a machine Karpenter launched by name.
 // failed reports whether a launched machine's order failed at the cloud.
 func failed(in nodegroup.Instance) bool {
 	return in.State == nodegroup.StateCreating && in.ErrorCode != ""
 }
 
+// launched finds a machine Karpenter launched by name.
 func (p *CloudProvider) launched(name string) (nodegroup.Instance, bool) {
 	in, ok := p.opts.Core.LaunchedNamed(name)
 	if !ok || in.Owner != Owner || in.State == nodegroup.StateDeleting {
