@@ -475,8 +475,8 @@ func TestFailedOrderThatComesUpIsAMemberAgain(t *testing.T) {
 // on trying, ran it, and the next list adopted it past the group's cost
 // cap (found by the chaos campaigns over GCP).
 func TestLostAnswerFailedOrderIsDeletedWithItsSlot(t *testing.T) {
-	w := &wrapped{}
-	h := newWrappedHarness(t, oneGroupLeaky, sim.Options{}, Options{}, func(c *sim.Cloud) cloud.Provider { w.Provider = c; return w })
+	h, w := wrappedOn(t)
+	w.loseCreateAnswers()
 	var failing atomic.Bool
 	failing.Store(true)
 	var shown atomic.Int32
@@ -488,12 +488,6 @@ func TestLostAnswerFailedOrderIsDeletedWithItsSlot(t *testing.T) {
 	open := func() { once.Do(func() { close(release) }) }
 	t.Cleanup(open)
 	w.mu.Lock()
-	w.onCreate = func(ctx context.Context, spec cloud.CreateSpec) (cloud.Instance, error, bool) {
-		if _, err := w.Provider.Create(ctx, spec); err != nil {
-			return cloud.Instance{}, err, true
-		}
-		return cloud.Instance{}, cloud.Errorf(cloud.ErrOutcomeUnknown, "create", "connection reset after the cloud took it"), true
-	}
 	w.onList = func(insts []cloud.Instance) []cloud.Instance {
 		if len(insts) == 0 || !failing.Load() {
 			return insts
@@ -501,10 +495,7 @@ func TestLostAnswerFailedOrderIsDeletedWithItsSlot(t *testing.T) {
 		if shown.Add(1) > 1 {
 			<-release
 		}
-		for i := range insts {
-			insts[i].State, insts[i].Error = cloud.StateFailed, "ZONE_RESOURCE_POOL_EXHAUSTED"
-		}
-		return insts
+		return listedFailed(insts, nil)
 	}
 	w.mu.Unlock()
 	if err := h.mgr.IncreaseSize(context.Background(), "g", 1); err != nil {
@@ -533,16 +524,10 @@ func TestLostAnswerFailedOrderIsDeletedWithItsSlot(t *testing.T) {
 // make it vanished, replaced by a second order while the cloud (a MIG)
 // goes on trying the first.
 func TestLostAnswerFailedOrderOutlivesALaggingList(t *testing.T) {
-	w := &wrapped{}
-	h := newWrappedHarness(t, oneGroupLeaky, sim.Options{}, Options{}, func(c *sim.Cloud) cloud.Provider { w.Provider = c; return w })
+	h, w := wrappedOn(t)
+	w.loseCreateAnswers()
 	var shown atomic.Int32
 	w.mu.Lock()
-	w.onCreate = func(ctx context.Context, spec cloud.CreateSpec) (cloud.Instance, error, bool) {
-		if _, err := w.Provider.Create(ctx, spec); err != nil {
-			return cloud.Instance{}, err, true
-		}
-		return cloud.Instance{}, cloud.Errorf(cloud.ErrOutcomeUnknown, "create", "connection reset after the cloud took it"), true
-	}
 	w.onList = func(insts []cloud.Instance) []cloud.Instance {
 		if len(insts) == 0 {
 			return insts
@@ -550,10 +535,7 @@ func TestLostAnswerFailedOrderOutlivesALaggingList(t *testing.T) {
 		if shown.Add(1) == 2 {
 			return nil // the list after the one that resolved it lags
 		}
-		for i := range insts {
-			insts[i].State, insts[i].Error = cloud.StateFailed, "ZONE_RESOURCE_POOL_EXHAUSTED"
-		}
-		return insts
+		return listedFailed(insts, nil)
 	}
 	w.mu.Unlock()
 	if err := h.mgr.IncreaseSize(context.Background(), "g", 1); err != nil {

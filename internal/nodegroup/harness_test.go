@@ -378,6 +378,37 @@ func (w *wrapped) List(ctx context.Context) ([]cloud.Instance, error) {
 	return out, err
 }
 
+// wrappedOn starts a harness on one group of the simulated cloud behind a
+// wrapped provider whose hooks a test sets.
+func wrappedOn(t *testing.T) (*harness, *wrapped) {
+	w := &wrapped{}
+	h := newWrappedHarness(t, oneGroupLeaky, sim.Options{}, Options{}, func(c *sim.Cloud) cloud.Provider { w.Provider = c; return w })
+	return h, w
+}
+
+// loseCreateAnswers makes every create that the cloud carries out lose its
+// answer, as a connection reset after the request went through does.
+func (w *wrapped) loseCreateAnswers() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.onCreate = func(ctx context.Context, spec cloud.CreateSpec) (cloud.Instance, error, bool) {
+		if _, err := w.Provider.Create(ctx, spec); err != nil {
+			return cloud.Instance{}, err, true
+		}
+		return cloud.Instance{}, cloud.Errorf(cloud.ErrOutcomeUnknown, "create", "connection reset after the cloud took it"), true
+	}
+}
+
+// listedFailed shows every listed instance as a GCP MIG member that stocked
+// out: failed, with the cloud's error class (nil: a cloud that gives none,
+// whose next orders do not skip the offering).
+func listedFailed(insts []cloud.Instance, class error) []cloud.Instance {
+	for i := range insts {
+		insts[i].State, insts[i].Error, insts[i].ErrorClass = cloud.StateFailed, "ZONE_RESOURCE_POOL_EXHAUSTED", class
+	}
+	return insts
+}
+
 // Stop, Start and StoppedPrice pass through to the simulated cloud's
 // cloud.Stopper.
 func (w *wrapped) Stop(ctx context.Context, inst cloud.Instance) error {

@@ -105,22 +105,14 @@ func TestLaunchLostAnswer(t *testing.T) {
 // otherwise leave it billing, or wait on it until its context ended. The
 // name is free again once the delete is done.
 func TestLaunchLostAnswerFailedAtTheCloud(t *testing.T) {
-	w := &wrapped{}
-	h := newWrappedHarness(t, oneGroupLeaky, sim.Options{}, Options{}, func(c *sim.Cloud) cloud.Provider { w.Provider = c; return w })
+	h, w := wrappedOn(t)
+	w.loseCreateAnswers()
 	var failing atomic.Bool
 	failing.Store(true)
 	w.mu.Lock()
-	w.onCreate = func(ctx context.Context, spec cloud.CreateSpec) (cloud.Instance, error, bool) {
-		if _, err := w.Provider.Create(ctx, spec); err != nil {
-			return cloud.Instance{}, err, true
-		}
-		return cloud.Instance{}, cloud.Errorf(cloud.ErrOutcomeUnknown, "create", "connection reset after the cloud took it"), true
-	}
 	w.onList = func(insts []cloud.Instance) []cloud.Instance {
-		for i := range insts {
-			if failing.Load() {
-				insts[i].State, insts[i].Error, insts[i].ErrorClass = cloud.StateFailed, "ZONE_RESOURCE_POOL_EXHAUSTED", cloud.ErrCapacity
-			}
+		if failing.Load() {
+			return listedFailed(insts, cloud.ErrCapacity)
 		}
 		return insts
 	}
