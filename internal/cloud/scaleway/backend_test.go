@@ -426,6 +426,46 @@ func TestRefusedPowerOnRollsBack(t *testing.T) {
 	}
 }
 
+// TestRollbackWaitsForTheServerToGo: a rolled-back create answers once the
+// server it made is gone, not while it is still terminating. Here the
+// order's context ends while its power-on is in flight; the API carries
+// the power-on out, so the server is starting when it is discarded and
+// goes only after a terminate. The core sends a rolled-back order again
+// under the same name (the next core does, after a restart): a server
+// still listed beside the new one is two of one name, both billing (seen
+// in a chaos campaign as a cluster cost cap passed while an order "landed
+// twice").
+func TestRollbackWaitsForTheServerToGo(t *testing.T) {
+	b := newBackendDeleting(t, 5, groupsYAML, scwtest.Options{}, time.Second)
+	prov := scaleway.New(b.client(t), b.opts)
+	// A first order resolves the image, which is then cached: the order
+	// under test makes only its create and its power-on.
+	warm, err := prov.Create(context.Background(), cloud.CreateSpec{Name: "l4-warm", Group: "l4", InstanceType: "L4-1-24G",
+		Location: "fr-par-2", CapacityType: cloud.OnDemand})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := prov.Delete(context.Background(), warm); err != nil {
+		t.Fatal(err)
+	}
+	const latency = 200 * time.Millisecond
+	b.fake.SetLatency(latency)
+	// The create answers at 1×latency; the power-on is sent then and
+	// carried out at 2×; the context ends in between.
+	ctx, cancel := context.WithTimeout(context.Background(), latency*3/2)
+	defer cancel()
+	_, err = prov.Create(ctx, cloud.CreateSpec{Name: "l4-slow-to-go", Group: "l4", InstanceType: "L4-1-24G",
+		Location: "fr-par-2", CapacityType: cloud.OnDemand})
+	if !errors.Is(err, cloud.ErrRolledBack) {
+		t.Fatalf("create: %v, want it rolled back", err)
+	}
+	for _, sv := range b.fake.Servers() {
+		if sv.Name == "l4-slow-to-go" {
+			t.Fatalf("the rolled-back server is still listed (%s) when Create answers", sv.State)
+		}
+	}
+}
+
 // TestDiscardReadsTheStateAgain: a delete refused because the server's
 // state moved after it was read (a power-on accepted before the read,
 // carried out after it: the API refuses deleting a server that is not

@@ -712,11 +712,27 @@ func (c *Cloud) started(ctx context.Context, sv *instance.Server) bool {
 }
 
 // discard deletes a server that could not be started, and its volume, on
-// a context of its own: the order's may be spent.
+// a context of its own: the order's may be spent. It returns once the
+// server is gone: the core sends a rolled-back order again under the same
+// name, and a server still terminating beside the new one (a power-on that
+// took effect after all) would be two of one name, both billing. One not
+// gone within the context is an error: Create then says the order's
+// outcome is unknown, and a list settles it.
 func (c *Cloud) discard(sv *instance.Server) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	return c.Delete(ctx, cloud.Instance{ID: sv.ID, Name: sv.Name, Location: string(sv.Zone), State: cloud.StateStopped})
+	if err := c.Delete(ctx, cloud.Instance{ID: sv.ID, Name: sv.Name, Location: string(sv.Zone), State: cloud.StateStopped}); err != nil {
+		return err
+	}
+	for attempt := 0; ; attempt++ {
+		_, err := c.server(ctx, sv.Zone, sv.ID)
+		if errors.Is(err, cloud.ErrNotFound) {
+			return nil
+		}
+		if err := cloud.Backoff(ctx, c.opts.RetryBase, attempt); err != nil {
+			return fmt.Errorf("server %s still there after its delete: %w", sv.Name, err)
+		}
+	}
 }
 
 // findByName looks a server of this cluster up by its exact name.
