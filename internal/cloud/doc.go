@@ -25,8 +25,8 @@
 //     ErrTransient (did not take effect: may be sent again), and
 //     ErrOutcomeUnknown (may have taken effect: never sent again before a
 //     List says). A backend that made part of an instance and deleted it
-//     before failing marks the error ErrRolledBack: nothing is left, even
-//     if the context ended meanwhile.
+//     before failing marks the error ErrRolledBack: nothing is left (gone,
+//     not only being deleted), even if the context ended meanwhile.
 //   - Delete deletes an instance; one already gone is success. It may
 //     return before the instance is gone (List then shows it deleting).
 //   - CheckOptions validates a group's cloudOptions at start-up.

@@ -25,7 +25,8 @@ var (
 	ErrOutcomeUnknown = errors.New("outcome unknown")
 	// ErrRolledBack is no class but a mark on a create's error: the cloud
 	// made part of the instance, the create failed after that, and the
-	// backend deleted what was made before it returned. Nothing of the
+	// backend deleted what was made, and saw it gone (not only being
+	// deleted), before it returned. Nothing of the
 	// order is left, even when the caller's context ended meanwhile, so
 	// the caller may send it again instead of waiting for a list.
 	ErrRolledBack = errors.New("rolled back")
