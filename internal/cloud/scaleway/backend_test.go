@@ -426,15 +426,16 @@ func TestRefusedPowerOnRollsBack(t *testing.T) {
 	}
 }
 
-// TestRollbackWaitsForTheServerToGo: a rolled-back create answers once the
-// server it made is gone, not while it is still terminating. Here the
-// order's context ends while its power-on is in flight; the API carries
-// the power-on out, so the server is starting when it is discarded and
-// goes only after a terminate. The core sends a rolled-back order again
-// under the same name (the next core does, after a restart): a server
-// still listed beside the new one is two of one name, both billing (seen
-// in a chaos campaign as a cluster cost cap passed while an order "landed
-// twice").
+// TestRollbackWaitsForTheServerToGo: a create says it rolled back only
+// once the server it made is gone, not while it is still terminating. Here
+// the order's context ends while its power-on is in flight; the API
+// carries the power-on out, so the server is starting when it is discarded
+// and goes only after a terminate. The core sends a rolled-back order
+// again under the same name (the next core does, after a restart): a
+// server still listed beside the new one is two of one name, both billing
+// (seen in a chaos campaign as a cluster cost cap passed while an order
+// "landed twice"). With its context ended the order does not wait (its
+// core is stopping): the outcome is unknown, and a list settles it.
 func TestRollbackWaitsForTheServerToGo(t *testing.T) {
 	b := newBackendDeleting(t, 5, groupsYAML, scwtest.Options{}, time.Second)
 	prov := scaleway.New(b.client(t), b.opts)
@@ -456,11 +457,45 @@ func TestRollbackWaitsForTheServerToGo(t *testing.T) {
 	defer cancel()
 	_, err = prov.Create(ctx, cloud.CreateSpec{Name: "l4-slow-to-go", Group: "l4", InstanceType: "L4-1-24G",
 		Location: "fr-par-2", CapacityType: cloud.OnDemand})
+	if errors.Is(err, cloud.ErrRolledBack) || !errors.Is(err, cloud.ErrOutcomeUnknown) {
+		t.Fatalf("create: %v, want an unknown outcome: its server is still terminating", err)
+	}
+	listed := false
+	for _, sv := range b.fake.Servers() {
+		listed = listed || sv.Name == "l4-slow-to-go"
+	}
+	if !listed {
+		t.Fatal("the server is gone already: the test no longer meets a terminating one")
+	}
+}
+
+// TestRollbackWaitsForATerminatingServer: an order whose power-on took
+// effect although every answer said otherwise (the first answer lost, the
+// reads that would show the server starting failing, the second power-on
+// refused) is discarded while its server is starting: a terminate, which
+// takes a while. Create says it rolled back only once the server is gone.
+func TestRollbackWaitsForATerminatingServer(t *testing.T) {
+	b := newBackendDeleting(t, 5, groupsYAML, scwtest.Options{}, time.Second)
+	b.stop() // no core's reads between the rules below and the order
+	prov := scaleway.New(b.client(t), b.opts)
+	warm, err := prov.Create(context.Background(), cloud.CreateSpec{Name: "l4-warm", Group: "l4", InstanceType: "L4-1-24G",
+		Location: "fr-par-2", CapacityType: cloud.OnDemand})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := prov.Delete(context.Background(), warm); err != nil {
+		t.Fatal(err)
+	}
+	b.fake.LoseNextAnswer(http.MethodPost, "/action")
+	b.fake.FailNext(http.MethodGet, "", http.StatusInternalServerError, "internal_error", "internal error")
+	b.fake.FailNext(http.MethodGet, "", http.StatusInternalServerError, "internal_error", "internal error")
+	_, err = prov.Create(context.Background(), cloud.CreateSpec{Name: "l4-terminating", Group: "l4", InstanceType: "L4-1-24G",
+		Location: "fr-par-2", CapacityType: cloud.OnDemand})
 	if !errors.Is(err, cloud.ErrRolledBack) {
-		t.Fatalf("create: %v, want it rolled back", err)
+		t.Fatalf("create: %v, want it rolled back; calls %v", err, b.fake.Calls())
 	}
 	for _, sv := range b.fake.Servers() {
-		if sv.Name == "l4-slow-to-go" {
+		if sv.Name == "l4-terminating" {
 			t.Fatalf("the rolled-back server is still listed (%s) when Create answers", sv.State)
 		}
 	}

@@ -568,7 +568,7 @@ func (c *Cloud) Create(ctx context.Context, spec cloud.CreateSpec) (cloud.Instan
 		return cloud.Instance{}, err
 	}
 	if err := c.start(ctx, spec, sv); err != nil {
-		if derr := c.discard(sv); derr != nil {
+		if derr := c.discard(ctx, sv); derr != nil {
 			// The server may be left (and may even start): it must be
 			// found by a list, not ordered again.
 			return cloud.Instance{}, cloud.NewError(cloud.ErrOutcomeUnknown, "create", fmt.Errorf("%w; and the server could not be deleted: %w", err, derr))
@@ -715,10 +715,11 @@ func (c *Cloud) started(ctx context.Context, sv *instance.Server) bool {
 // a context of its own: the order's may be spent. It returns once the
 // server is gone: the core sends a rolled-back order again under the same
 // name, and a server still terminating beside the new one (a power-on that
-// took effect after all) would be two of one name, both billing. One not
-// gone within the context is an error: Create then says the order's
-// outcome is unknown, and a list settles it.
-func (c *Cloud) discard(sv *instance.Server) error {
+// took effect after all) would be two of one name, both billing. It does
+// not wait when the order's context has ended (its core is stopping, and a
+// reload waits for it): a server still there then is an error, and Create
+// says the order's outcome is unknown, for the next core's list to settle.
+func (c *Cloud) discard(order context.Context, sv *instance.Server) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if err := c.Delete(ctx, cloud.Instance{ID: sv.ID, Name: sv.Name, Location: string(sv.Zone), State: cloud.StateStopped}); err != nil {
@@ -728,6 +729,9 @@ func (c *Cloud) discard(sv *instance.Server) error {
 		_, err := c.server(ctx, sv.Zone, sv.ID)
 		if errors.Is(err, cloud.ErrNotFound) {
 			return nil
+		}
+		if order.Err() != nil {
+			return fmt.Errorf("server %s is still being deleted as its order stops: %w", sv.Name, order.Err())
 		}
 		if err := cloud.Backoff(ctx, c.opts.RetryBase, attempt); err != nil {
 			return fmt.Errorf("server %s still there after its delete: %w", sv.Name, err)
