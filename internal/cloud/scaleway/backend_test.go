@@ -426,6 +426,23 @@ func TestRefusedPowerOnRollsBack(t *testing.T) {
 	}
 }
 
+// warmProvider returns a provider over b's fake that has ordered and
+// deleted one server: its image is resolved and cached, so that a test's
+// order makes only its create and its power-on.
+func warmProvider(t *testing.T, b *backend) *scaleway.Cloud {
+	t.Helper()
+	prov := scaleway.New(b.client(t), b.opts)
+	warm, err := prov.Create(context.Background(), cloud.CreateSpec{Name: "l4-warm", Group: "l4", InstanceType: "L4-1-24G",
+		Location: "fr-par-2", CapacityType: cloud.OnDemand})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := prov.Delete(context.Background(), warm); err != nil {
+		t.Fatal(err)
+	}
+	return prov
+}
+
 // TestRollbackWaitsForTheServerToGo: a create says it rolled back only
 // once the server it made is gone, not while it is still terminating. Here
 // the order's context ends while its power-on is in flight; the API
@@ -438,24 +455,14 @@ func TestRefusedPowerOnRollsBack(t *testing.T) {
 // core is stopping): the outcome is unknown, and a list settles it.
 func TestRollbackWaitsForTheServerToGo(t *testing.T) {
 	b := newBackendDeleting(t, 5, groupsYAML, scwtest.Options{}, time.Second)
-	prov := scaleway.New(b.client(t), b.opts)
-	// A first order resolves the image, which is then cached: the order
-	// under test makes only its create and its power-on.
-	warm, err := prov.Create(context.Background(), cloud.CreateSpec{Name: "l4-warm", Group: "l4", InstanceType: "L4-1-24G",
-		Location: "fr-par-2", CapacityType: cloud.OnDemand})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := prov.Delete(context.Background(), warm); err != nil {
-		t.Fatal(err)
-	}
+	prov := warmProvider(t, b)
 	const latency = 200 * time.Millisecond
 	b.fake.SetLatency(latency)
 	// The create answers at 1×latency; the power-on is sent then and
 	// carried out at 2×; the context ends in between.
 	ctx, cancel := context.WithTimeout(context.Background(), latency*3/2)
 	defer cancel()
-	_, err = prov.Create(ctx, cloud.CreateSpec{Name: "l4-slow-to-go", Group: "l4", InstanceType: "L4-1-24G",
+	_, err := prov.Create(ctx, cloud.CreateSpec{Name: "l4-slow-to-go", Group: "l4", InstanceType: "L4-1-24G",
 		Location: "fr-par-2", CapacityType: cloud.OnDemand})
 	if errors.Is(err, cloud.ErrRolledBack) || !errors.Is(err, cloud.ErrOutcomeUnknown) {
 		t.Fatalf("create: %v, want an unknown outcome: its server is still terminating", err)
@@ -477,19 +484,11 @@ func TestRollbackWaitsForTheServerToGo(t *testing.T) {
 func TestRollbackWaitsForATerminatingServer(t *testing.T) {
 	b := newBackendDeleting(t, 5, groupsYAML, scwtest.Options{}, time.Second)
 	b.stop() // no core's reads between the rules below and the order
-	prov := scaleway.New(b.client(t), b.opts)
-	warm, err := prov.Create(context.Background(), cloud.CreateSpec{Name: "l4-warm", Group: "l4", InstanceType: "L4-1-24G",
-		Location: "fr-par-2", CapacityType: cloud.OnDemand})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := prov.Delete(context.Background(), warm); err != nil {
-		t.Fatal(err)
-	}
+	prov := warmProvider(t, b)
 	b.fake.LoseNextAnswer(http.MethodPost, "/action")
 	b.fake.FailNext(http.MethodGet, "", http.StatusInternalServerError, "internal_error", "internal error")
 	b.fake.FailNext(http.MethodGet, "", http.StatusInternalServerError, "internal_error", "internal error")
-	_, err = prov.Create(context.Background(), cloud.CreateSpec{Name: "l4-terminating", Group: "l4", InstanceType: "L4-1-24G",
+	_, err := prov.Create(context.Background(), cloud.CreateSpec{Name: "l4-terminating", Group: "l4", InstanceType: "L4-1-24G",
 		Location: "fr-par-2", CapacityType: cloud.OnDemand})
 	if !errors.Is(err, cloud.ErrRolledBack) {
 		t.Fatalf("create: %v, want it rolled back; calls %v", err, b.fake.Calls())
