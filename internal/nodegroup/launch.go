@@ -189,10 +189,8 @@ func (l *launcher) await(ctx context.Context, mem *member) (Instance, error) {
 		// nobody else would delete it: it goes now, and the error says
 		// why, classed as a create's would be.
 		x := mem.peek()
-		err := cloud.Errorf(launchFailure(x.errCode), "launch", "instance %s: the order failed at the cloud: %s", mem.name, x.errMsg)
-		s.change(s.launches, mem, func() { s.to(mem, phaseDeleting) })
-		l.deleter.delete(l.orderer.ctx(), mem.cloud(), mem.instance(), "its order failed at the cloud")
-		return Instance{}, err
+		l.deleteLocked(mem, "its order failed at the cloud")
+		return Instance{}, cloud.Errorf(launchFailure(x.errCode), "launch", "instance %s: the order failed at the cloud: %s", mem.name, x.errMsg)
 	}
 	return mem.view(), nil
 }
@@ -234,10 +232,16 @@ func (l *launcher) terminate(_ context.Context, providerID string) error {
 		s.change(s.launches, mem, func() { mem.cancelled = s.to(mem, phaseDeleting) })
 		return nil
 	}
-	s.change(s.launches, mem, func() { s.to(mem, phaseDeleting) })
-	// The delete outlives the call that asked for it.
-	l.deleter.delete(l.orderer.ctx(), mem.cloud(), mem.instance(), "terminated by "+mem.peek().owner)
+	l.deleteLocked(mem, "terminated by "+mem.peek().owner)
 	return nil
+}
+
+// deleteLocked deletes a launched member's instance at the cloud; the
+// delete outlives the call that asked for it. Callers hold the store's
+// lock.
+func (l *launcher) deleteLocked(mem *member, why string) {
+	l.store.change(l.store.launches, mem, func() { l.store.to(mem, phaseDeleting) })
+	l.deleter.delete(l.orderer.ctx(), mem.cloud(), mem.instance(), why)
 }
 
 // launched returns the launched instances of one owner (all for ""),
