@@ -218,3 +218,8 @@ type Instance struct {
 	// its Node will carry (clouds that assign IDs at create).
 	Unresolved bool
 }
+
+// Failed reports whether the instance is an order that failed: the cloud
+// refused it or failed it after taking it. (An error on an instance being
+// deleted is its delete's, not a failed order.)
+func (in Instance) Failed() bool { return in.State == StateCreating && in.ErrorCode != "" }

@@ -73,7 +73,7 @@ func (p *CloudProvider) Create(ctx context.Context, nc *karpv1.NodeClaim) (*karp
 			return nil, karpcp.NewCreateError(fmt.Errorf("machine %s of NodeClaim %s: its order is not resolved yet", in.Name, nc.Name),
 				"LaunchUnresolved", "the machine's order is in flight or its answer was lost; retrying once the cloud lists it")
 		}
-		if failed(in) {
+		if in.Failed() {
 			// The cloud failed the order after taking it (a queued create
 			// that stocked out): the machine will never register. It is
 			// deleted, and Karpenter deletes the NodeClaim and schedules
@@ -255,11 +255,6 @@ func (p *CloudProvider) hydrate(nc *karpv1.NodeClaim, class *v1alpha1.GPUNodeCla
 	out.Status.Capacity = it.Capacity.DeepCopy()
 	out.Status.Allocatable = it.Allocatable().DeepCopy()
 	return out
-}
-
-// failed reports whether a launched machine's order failed at the cloud.
-func failed(in nodegroup.Instance) bool {
-	return in.State == nodegroup.StateCreating && in.ErrorCode != ""
 }
 
 // launched finds a machine Karpenter launched by name.

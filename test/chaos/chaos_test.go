@@ -236,8 +236,7 @@ func (c *campaign) act() {
 			for _, in := range insts {
 				// Running nodes at random, and failed orders, as
 				// cluster-autoscaler removes those.
-				failed := in.ErrorCode != "" && in.State == nodegroup.StateCreating
-				if in.ProviderID != "" && (failed || in.State == nodegroup.StateRunning && c.rng.IntN(3) == 0) {
+				if in.ProviderID != "" && (in.Failed() || in.State == nodegroup.StateRunning && c.rng.IntN(3) == 0) {
 					ids = append(ids, in.ProviderID)
 				}
 			}
@@ -295,7 +294,7 @@ func (c *campaign) autoscalerLoop(ctx context.Context, g config.NodeGroup) {
 	for _, in := range insts {
 		switch {
 		case in.ProviderID == "":
-		case in.ErrorCode != "" && in.State == nodegroup.StateCreating:
+		case in.Failed():
 			failed = append(failed, in.ProviderID)
 		case in.State == nodegroup.StateCreating && time.Since(in.CreatedAt) > provisionTime:
 			unregistered = append(unregistered, in.ProviderID)
@@ -537,7 +536,7 @@ func (c *campaign) checkReported() {
 		}
 		failed := 0
 		for _, in := range insts {
-			if in.ErrorCode == "" || in.State != nodegroup.StateCreating {
+			if !in.Failed() {
 				continue // not an order (a delete's error is not a failed create)
 			}
 			failed++
