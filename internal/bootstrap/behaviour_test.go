@@ -114,7 +114,7 @@ func TestKubeadmScriptJoinsAsTheTemplate(t *testing.T) {
 			root, calls, env := standIns(t, dir)
 			runScript(t, render(t, r, group), env, dir)
 			args := read(t, filepath.Join(root, "etc/default/kubelet"))
-			for _, want := range []string{"--provider-id=sim://" + group + "-0123456789", "--node-labels=", "gpuscaler.dev/node-group=" + group,
+			for _, want := range []string{"--hostname-override=" + group + "-0123456789", "--provider-id=sim://" + group + "-0123456789", "--node-labels=", "gpuscaler.dev/node-group=" + group,
 				"--register-with-taints=nvidia.com/gpu=present:NoSchedule"} {
 				if !strings.Contains(args, want) {
 					t.Errorf("kubelet args lack %q: %s", want, args)
