@@ -45,7 +45,10 @@
 //   - ListLagger: how long a list may leave an accepted order out; only the
 //     simulated cloud knows its own, the others get ResolveAfter.
 //   - Stopper: instances stopped and started again, billing less while
-//     stopped, for standby pools (the simulated cloud, Scaleway).
+//     stopped, for standby pools (the simulated cloud, Scaleway, GCP).
+//   - Transferer: a stopped instance renamed and re-owned in one write, so
+//     a standby pool can hand it to the launch API (the simulated cloud,
+//     Scaleway; a GCP MIG member's name is fixed).
 //   - GroupDescriber, Advisor, Topology: existing instance groups made node
 //     groups, online config advice, and nested locations (GCP).
 //

@@ -344,6 +344,20 @@ type Stopper interface {
 	StoppedPrice(k OfferingKey) float64
 }
 
+// Transferer is a cloud whose instances can change name and owner in one
+// write: a standby pool's stopped instance handed to a front end that
+// names its machines itself (Karpenter's NodeClaims), so that a call the
+// front end repeats after a crash finds the machine by its name.
+type Transferer interface {
+	// Transfer renames a stopped instance of a group to name and records
+	// it as launched by owner, outside any group, in one write; a List
+	// after it shows the instance under its new name, with Owner set and
+	// Group empty. It returns the instance as it now is (a cloud whose
+	// provider IDs follow names gives it a new one). Repeating a transfer
+	// that took effect is success, so a lost answer may be sent again.
+	Transfer(ctx context.Context, inst Instance, name, owner string) (Instance, error)
+}
+
 // GroupDescriber is implemented by clouds whose existing instance groups
 // can become node groups: DescribeGroup reads one (its template included)
 // and adds its instance type to the catalog; a group that is not there is

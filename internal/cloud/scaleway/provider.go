@@ -646,6 +646,41 @@ func (c *Cloud) Start(ctx context.Context, inst cloud.Instance) error {
 	return nil
 }
 
+// Transfer renames a standby server and moves it from its group to owner
+// (cloud.Transferer): one PATCH of its name and tags, which Scaleway
+// applies whole, so a list shows the server either as it was or as it now
+// is. Its provider ID holds the server's ID and stays. The PATCH sets
+// values, so it is sent again after a lost answer.
+func (c *Cloud) Transfer(ctx context.Context, inst cloud.Instance, name, owner string) (cloud.Instance, error) {
+	if name == "" || owner == "" {
+		return cloud.Instance{}, cloud.Errorf(cloud.ErrInvalid, "transfer", "a name and an owner are required")
+	}
+	zone := scw.Zone(inst.Location)
+	sv, err := c.server(ctx, zone, inst.ID)
+	if err != nil {
+		return cloud.Instance{}, err
+	}
+	if sv.State != instance.ServerStateStopped {
+		return cloud.Instance{}, cloud.Errorf(cloud.ErrInvalid, "transfer", "server %s is %s, not stopped", sv.Name, sv.State)
+	}
+	tags := slices.DeleteFunc(slices.Clone(sv.Tags), func(t string) bool {
+		return strings.HasPrefix(t, tagGroup) || strings.HasPrefix(t, tagOwner)
+	})
+	tags = append(tags, tagOwner+owner)
+	var out *instance.Server
+	err = c.retry(ctx, "transfer", func() error {
+		resp, err := c.inst.UpdateServer(&instance.UpdateServerRequest{Zone: zone, ServerID: sv.ID, Name: &name, Tags: &tags}, scw.WithContext(ctx))
+		if err == nil {
+			out = resp.Server
+		}
+		return err
+	})
+	if err != nil {
+		return cloud.Instance{}, err
+	}
+	return c.instance(out, "", owner), nil
+}
+
 // StoppedPrice is a powered-off server's hourly bill: its boot volume
 // (the default size; a group's diskSizeGiB is not known here).
 func (c *Cloud) StoppedPrice(cloud.OfferingKey) float64 {

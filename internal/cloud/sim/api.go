@@ -208,6 +208,53 @@ func (e *Engine) Start(ctx context.Context, cluster string, inst cloud.Instance)
 	})
 }
 
+// Transfer renames one of a cluster's stopped instances and records it as
+// launched by owner, outside any group (cloud.Transferer). The labels and
+// taints its Node registers with stay those of its order, as a real
+// machine's kubelet keeps the flags it booted with. Its provider ID
+// follows the new name; its ID stays. A transfer repeated after it took
+// effect is success.
+func (e *Engine) Transfer(ctx context.Context, cluster string, inst cloud.Instance, name, owner string) (cloud.Instance, error) {
+	if err := e.call(ctx, "transfer"); err != nil {
+		return cloud.Instance{}, err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.advanceLocked()
+	if name == "" || owner == "" {
+		return cloud.Instance{}, cloud.Errorf(cloud.ErrInvalid, "transfer", "a name and an owner are required")
+	}
+	in, ok := e.instances[inst.Name]
+	if again, done := e.instances[name]; !ok && done && again.id() == inst.ID && again.order.owner == owner {
+		in, ok = again, true // the answer to the first was lost
+	}
+	switch {
+	case !ok || in.order.cluster != cluster:
+		return cloud.Instance{}, cloud.Errorf(cloud.ErrNotFound, "transfer", "no instance %q", inst.Name)
+	case in.state != stopped:
+		return cloud.Instance{}, cloud.Errorf(cloud.ErrInvalid, "transfer", "instance %q is %s, not stopped", in.name, states[in.state])
+	}
+	if in.name != name {
+		if _, taken := e.instances[name]; taken {
+			return cloud.Instance{}, cloud.Errorf(cloud.ErrInvalid, "transfer", "an instance named %q already exists", name)
+		}
+		delete(e.instances, in.name)
+		if script, ok := e.scripts[in.name]; ok {
+			delete(e.scripts, in.name)
+			e.scripts[name] = script
+		}
+		in.name = name
+		e.instances[name] = in
+		o := in.order
+		in.order = e.internOrderLocked(cluster, cloud.CreateSpec{Owner: owner, Labels: o.labels, Taints: o.taints})
+	}
+	e.notifyLocked()
+	if e.lostLocked("transfer") {
+		return cloud.Instance{}, cloud.Errorf(cloud.ErrTransient, "transfer", "simulated timeout after the transfer reached the cloud")
+	}
+	return in.view(), nil
+}
+
 // power is the front door of a stop or a start: the call, the instance
 // looked up in the cluster, act on it under the engine's lock, and the
 // answer lost when a test asks for it.

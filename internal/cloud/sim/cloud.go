@@ -91,5 +91,10 @@ func (c *Cloud) Start(ctx context.Context, inst cloud.Instance) error {
 	return c.engine.Start(ctx, c.cluster, inst)
 }
 
+// Transfer implements cloud.Transferer.
+func (c *Cloud) Transfer(ctx context.Context, inst cloud.Instance, name, owner string) (cloud.Instance, error) {
+	return c.engine.Transfer(ctx, c.cluster, inst, name, owner)
+}
+
 // StoppedPrice implements cloud.Stopper.
 func (c *Cloud) StoppedPrice(k cloud.OfferingKey) float64 { return c.engine.StoppedPrice(k) }

@@ -454,6 +454,61 @@ func TestStopAndStart(t *testing.T) {
 	}
 }
 
+// A stopped instance is renamed and re-owned in one call, which may be
+// sent again after a lost answer; a running one, a taken name and another
+// cluster's instance are refused.
+func TestTransfer(t *testing.T) {
+	e, clk := newTestEngine(t, Config{BootDelay: Duration(time.Second), StartDelay: Duration(time.Second)}, Options{})
+	acct := e.Account("c1")
+	ctx := context.Background()
+	a, err := acct.Create(ctx, spec("pool-a", cloud.OnDemand))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := acct.Create(ctx, spec("taken", cloud.OnDemand)); err != nil {
+		t.Fatal(err)
+	}
+	clk.Step(time.Second)
+	if _, err := acct.Transfer(ctx, a, "claim-1", "karpenter"); !errors.Is(err, cloud.ErrInvalid) {
+		t.Fatalf("transfer of a running instance: %v, want invalid", err)
+	}
+	if err := acct.Stop(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := acct.Transfer(ctx, a, "taken", "karpenter"); !errors.Is(err, cloud.ErrInvalid) {
+		t.Fatalf("transfer to a taken name: %v, want invalid", err)
+	}
+	if _, err := e.Account("c2").Transfer(ctx, a, "claim-1", "karpenter"); !errors.Is(err, cloud.ErrNotFound) {
+		t.Fatalf("transfer from another cluster: %v, want not found", err)
+	}
+	e.LoseNext("transfer")
+	if _, err := acct.Transfer(ctx, a, "claim-1", "karpenter"); !errors.Is(err, cloud.ErrTransient) {
+		t.Fatalf("lost answer: %v, want transient", err)
+	}
+	got, err := acct.Transfer(ctx, a, "claim-1", "karpenter") // sent again
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := cloud.Instance{Name: "claim-1", ID: a.ID, ProviderID: "sim://claim-1", Owner: "karpenter", State: cloud.StateStopped}
+	if got.Name != want.Name || got.ID != want.ID || got.ProviderID != want.ProviderID || got.Owner != want.Owner || got.Group != "" || got.State != want.State {
+		t.Fatalf("transferred: %+v, want %+v", got, want)
+	}
+	var names []string
+	for _, in := range e.Instances("c1") {
+		names = append(names, in.Name+"/"+in.Group+in.Owner)
+	}
+	if fmt.Sprint(names) != "[claim-1/karpenter taken/g]" {
+		t.Fatalf("listed %v", names)
+	}
+	if err := acct.Start(ctx, got); err != nil {
+		t.Fatal(err)
+	}
+	clk.Step(time.Second)
+	if in := e.Instances("c1")[0]; in.Name != "claim-1" || in.State != cloud.StateRunning {
+		t.Fatalf("after start: %+v", in)
+	}
+}
+
 // At a start failure rate of 1, every start is refused.
 func TestStartFailureRate(t *testing.T) {
 	e, clk := newTestEngine(t, Config{StartFailureRate: 1, BootDelay: Duration(time.Second)}, Options{})

@@ -664,16 +664,18 @@ func (s *Server) getServer(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"server": out})
 }
 
-// updateServer changes a server's tags, the one field gpuscaler updates:
-// PATCH …/servers/{id} with the new list whole, answered with the server
-// (scaleway-sdk-go v1.39.0 api/instance/v1: updateServer's method and
-// path, UpdateServerRequest's `tags`, UpdateServerResponse's `server`).
+// updateServer changes a server's tags and name, the fields gpuscaler
+// updates: PATCH …/servers/{id} with the new tag list whole, answered with
+// the server (scaleway-sdk-go v1.39.0 api/instance/v1: updateServer's
+// method and path, UpdateServerRequest's `name` and `tags`,
+// UpdateServerResponse's `server`). A field left out keeps its value.
 func (s *Server) updateServer(w http.ResponseWriter, r *http.Request) {
 	sv, ok := s.lookup(w, r)
 	if !ok {
 		return
 	}
 	var b struct {
+		Name *string   `json:"name"`
 		Tags *[]string `json:"tags"`
 	}
 	if err := json.NewDecoder(r.Body).Decode(&b); err != nil {
@@ -683,6 +685,9 @@ func (s *Server) updateServer(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	if b.Tags != nil {
 		sv.tags = slices.Clone(*b.Tags)
+	}
+	if b.Name != nil {
+		sv.name = *b.Name
 	}
 	out := s.view(sv)
 	s.mu.Unlock()
