@@ -171,3 +171,19 @@ func (c *client) start(ctx context.Context, inst cloud.Instance) error {
 	c.observe("start", begin, err)
 	return err
 }
+
+// transfer renames a stopped instance and hands it to owner
+// (cloud.Transferer).
+func (c *client) transfer(ctx context.Context, inst cloud.Instance, name, owner string) (cloud.Instance, error) {
+	t, ok := c.p.(cloud.Transferer)
+	if !ok {
+		return cloud.Instance{}, cloud.Errorf(cloud.ErrInvalid, "transfer", "cloud %s cannot hand an instance over", c.p.Name())
+	}
+	if err := c.wait(ctx); err != nil {
+		return cloud.Instance{}, err
+	}
+	begin := c.clock.Now()
+	out, err := t.Transfer(ctx, inst, name, owner)
+	c.observe("transfer", begin, err)
+	return out, err
+}

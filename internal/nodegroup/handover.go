@@ -61,6 +61,7 @@ func (m *Manager) Inherit(prev *Manager) {
 		}
 	}
 	maps.Copy(s.tombstones, ps.tombstones)
+	maps.Copy(s.renamed, ps.renamed)
 	// The process started once: a group new in this configuration is held
 	// only as long as the process's first core held its orders.
 	m.inherited = true

@@ -337,8 +337,11 @@ type wrapped struct {
 	onDelete func(inst cloud.Instance) (error, bool)
 	onList   func([]cloud.Instance) []cloud.Instance
 	onStart  func(ctx context.Context, inst cloud.Instance) (error, bool)
-	creates  int
-	deletes  int
+	// onTransfer runs instead of the transfer when set; transfer is the
+	// simulated cloud's, for a hook to call.
+	onTransfer func(ctx context.Context, inst cloud.Instance, name, owner string) (cloud.Instance, error)
+	creates    int
+	deletes    int
 }
 
 func (w *wrapped) Create(ctx context.Context, spec cloud.CreateSpec) (cloud.Instance, error) {
@@ -425,6 +428,22 @@ func (w *wrapped) Start(ctx context.Context, inst cloud.Instance) error {
 		}
 	}
 	return w.Provider.(cloud.Stopper).Start(ctx, inst)
+}
+
+// Transfer passes through to the simulated cloud's cloud.Transferer, or
+// to onTransfer.
+func (w *wrapped) Transfer(ctx context.Context, inst cloud.Instance, name, owner string) (cloud.Instance, error) {
+	w.mu.Lock()
+	hook := w.onTransfer
+	w.mu.Unlock()
+	if hook != nil {
+		return hook(ctx, inst, name, owner)
+	}
+	return w.transfer(ctx, inst, name, owner)
+}
+
+func (w *wrapped) transfer(ctx context.Context, inst cloud.Instance, name, owner string) (cloud.Instance, error) {
+	return w.Provider.(cloud.Transferer).Transfer(ctx, inst, name, owner)
 }
 
 func (w *wrapped) StoppedPrice(k cloud.OfferingKey) float64 {

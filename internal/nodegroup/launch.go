@@ -37,6 +37,14 @@ type LaunchRequest struct {
 	Image   string
 	DiskGiB int
 	Options map[string]string
+	// Standby takes a stopped instance of the Template group's standby
+	// pool on Offering instead of ordering one: it is renamed Name and
+	// recorded as the Owner's at the cloud (cloud.Transferer), then
+	// started, in the cloud's start delay rather than a cold boot. It
+	// needs Name and Template, and the request must not change the
+	// image, disk or cloud options the pool was made with. With nothing
+	// to take, Launch answers ErrNoStandby at once and the caller orders.
+	Standby bool
 }
 
 // launcher is the launch API over the orderer's parts.
@@ -62,6 +70,9 @@ func (l *launcher) launch(ctx context.Context, req LaunchRequest) (Instance, err
 	}
 	if req.Owner == "" {
 		return Instance{}, cloud.Errorf(cloud.ErrInvalid, "launch", "an owner is required")
+	}
+	if req.Standby {
+		return l.take(ctx, req)
 	}
 	s := l.store
 	lg := s.launches
@@ -125,13 +136,8 @@ func (l *launcher) prepareLocked(req LaunchRequest) (cloud.CreateSpec, *member, 
 	name := req.Name
 	if name == "" {
 		name = s.newName(s.launches, req.Owner)
-	} else if mem, taken := s.launches.members[name]; taken {
-		if mem.phase == phaseDeleting {
-			// A failed or terminated instance of the name not gone yet:
-			// the name is free once its delete is.
-			return cloud.CreateSpec{}, nil, cloud.Errorf(cloud.ErrTransient, "launch", "instance %q is still being deleted", name)
-		}
-		return cloud.CreateSpec{}, nil, cloud.Errorf(cloud.ErrInvalid, "launch", "instance %q is launched already", name)
+	} else if err := l.nameFreeLocked(name); err != nil {
+		return cloud.CreateSpec{}, nil, err
 	}
 	spec := cloud.CreateSpec{Name: name, Owner: req.Owner, InstanceType: k.InstanceType, Location: k.Location, CapacityType: k.CapacityType}
 	if req.Template != "" {
@@ -167,6 +173,21 @@ func (l *launcher) prepareLocked(req LaunchRequest) (cloud.CreateSpec, *member, 
 	}
 	spec.ProviderID = mem.providerID
 	return spec, mem, nil
+}
+
+// nameFreeLocked checks that no launched instance holds name. Callers
+// hold the store's lock.
+func (l *launcher) nameFreeLocked(name string) error {
+	mem, taken := l.store.launches.members[name]
+	switch {
+	case !taken:
+		return nil
+	case mem.phase == phaseDeleting:
+		// A failed or terminated instance of the name not gone yet: the
+		// name is free once its delete is.
+		return cloud.Errorf(cloud.ErrTransient, "launch", "instance %q is still being deleted", name)
+	}
+	return cloud.Errorf(cloud.ErrInvalid, "launch", "instance %q is launched already", name)
 }
 
 // await waits until a list resolves a lost answer.

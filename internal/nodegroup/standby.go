@@ -18,8 +18,9 @@ import (
 // scales up (config.Standby, docs/standby.md).
 //
 //	none ──order for the pool──▶ warming ──running warmFor──▶ stopping ──▶ stopped
-//	                                                                         │
-//	none ◀──────────── started ◀──── starting ◀──taken for demand────────────┘
+//	                                                                         │ │
+//	none ◀──────────── started ◀──── starting ◀──taken for demand────────────┘ │
+//	launched, renamed ◀──transfer landed── leaving ◀──taken by the launch API──┘
 //
 // A pooled member (warming, stopping, stopped) is no capacity: it does not
 // count toward the target, front ends never see it, and the cost caps count
@@ -39,6 +40,10 @@ const (
 	standbyStopped
 	// standbyStarting: taken for demand, its start in flight; live.
 	standbyStarting
+	// standbyLeaving: stopped, and being handed to the launch API (renamed
+	// and re-owned at the cloud) until the transfer's outcome is known;
+	// no longer the pool's to take, trim or delete, and no capacity.
+	standbyLeaving
 )
 
 // TaintStandby keeps pods off an instance of a standby pool while it warms
@@ -57,9 +62,9 @@ func (g *group) poolTaints() []corev1.Taint {
 
 // untaintLocked returns the provider IDs of g's serving members whose Node
 // still carries TaintStandby, for the sync to lift once the lock is
-// released.
+// released: a group's with a pool, or the launches (handed over from one).
 func (y *syncer) untaintLocked(g *group) [][]string {
-	if y.nodes == nil || g.cfg.StandbyMaxSize() == 0 {
+	if y.nodes == nil || g != y.store.launches && g.cfg.StandbyMaxSize() == 0 || len(g.members) == 0 {
 		return nil
 	}
 	var out [][]string
@@ -77,7 +82,11 @@ func (y *syncer) untaintLocked(g *group) [][]string {
 // pooled reports whether the member is in its group's standby pool rather
 // than capacity.
 func (mem *member) pooled() bool {
-	return mem.standby == standbyWarming || mem.standby == standbyStopping || mem.standby == standbyStopped
+	switch mem.standby {
+	case standbyWarming, standbyStopping, standbyStopped, standbyLeaving:
+		return true
+	}
+	return false
 }
 
 // since is when the member's instance last came up: its start from
@@ -147,8 +156,11 @@ func (z *sizer) takeLocked(g *group) *member {
 // error) deletes the instance and orders a fresh one at once.
 func (z *sizer) start(g *group, mem *member, inst cloud.Instance) {
 	ctx := z.ctx()
-	err := z.clients[g.cfg.Cloud].start(ctx, inst)
 	s := z.store
+	s.mu.RLock()
+	cloudName := mem.cloud() // a launched member's (handed over from a pool) is its own
+	s.mu.RUnlock()
+	err := z.clients[cloudName].start(ctx, inst)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if g.members[mem.name] != mem || mem.standby != standbyStarting {
@@ -196,7 +208,7 @@ func (z *sizer) poolLocked(g *group) {
 	now := z.clock.Now()
 	var pool []*member
 	for _, mem := range g.members {
-		if !mem.pooled() || mem.phase == phaseDeleting {
+		if !mem.pooled() || mem.phase == phaseDeleting || mem.standby == standbyLeaving {
 			continue
 		}
 		if mem.phase == phaseFailed {

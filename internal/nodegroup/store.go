@@ -51,6 +51,11 @@ type store struct {
 	// when a list first left them out: for ResolveAfter, a lagging list
 	// that shows one again gets it deleted again, not adopted.
 	tombstones map[string]time.Time
+	// renamed are the former names of standby instances handed to the
+	// launch API, with when the hand-over landed: a lagging list that
+	// still shows one under its old name must not adopt it into its pool
+	// again (it is the launched instance). Kept as tombstones are.
+	renamed map[string]time.Time
 	// refused hears of each move the member lifecycle does not have.
 	refused func(mem *member, from, to phase)
 	synced  chan struct{}
@@ -94,6 +99,7 @@ func newStore(cfg *config.Config, manage func(string) bool) *store {
 		synced:   make(chan struct{}),
 
 		tombstones: map[string]time.Time{},
+		renamed:    map[string]time.Time{},
 	}
 	for i, g := range cfg.NodeGroups {
 		if manage != nil && !manage(g.Name) {
@@ -278,6 +284,10 @@ type extras struct {
 	busySince time.Time
 	// pullFailed: a standby member's pre-pull failed (reported once).
 	pullFailed bool
+	// fromGroup and fromName name the standby member a launched one is
+	// being handed over from, until the transfer's outcome is known (see
+	// store.settleTransfer).
+	fromGroup, fromName string
 }
 
 // extras returns the member's extras to change, making them on first use.

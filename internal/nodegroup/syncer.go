@@ -258,6 +258,11 @@ func (y *syncer) sync(ctx context.Context, cloudName string, initial bool) error
 			delete(s.tombstones, name)
 		}
 	}
+	for name, at := range s.renamed {
+		if !start.Before(at.Add(y.resolveAfter)) && !l.lists(name) {
+			delete(s.renamed, name)
+		}
+	}
 	y.reaper.beginLocked(cloudName)
 	for _, g := range s.groupsOn(cloudName) {
 		adopted := y.fold(ctx, cloudName, g, l, g.cfg.Name, initial, &out)
@@ -274,6 +279,7 @@ func (y *syncer) sync(ctx context.Context, cloudName string, initial bool) error
 		y.startups.observeLocked(g)
 	}
 	y.fold(ctx, cloudName, s.launches, l, launchKey, initial, &out)
+	out.untaint = append(out.untaint, y.untaintLocked(s.launches)...)
 	y.startups.observeLocked(s.launches)
 	delete(l.groups, launchKey)
 	y.others(cloudName, l)
@@ -465,6 +471,7 @@ func (y *syncer) fold(ctx context.Context, cloudName string, g *group, l *listin
 				continue
 			}
 			y.log.Info("lost create answer resolved: the order landed", "group", g.cfg.Name, "instance", name)
+			s.settleTransfer(mem, true, start) // a standby instance handed over: the pool's member is gone
 			y.orderer().recordLocked(g, mem, in)
 			continue
 		}
@@ -512,6 +519,11 @@ func (y *syncer) fold(ctx context.Context, cloudName string, g *group, l *listin
 		in, dups := pick(l.named(key, name, first), "")
 		y.reaper.duplicatesLocked(cloudName, dups)
 		lingering += y.listPrice(cloudName, dups...)
+		if _, ok := s.renamed[name]; ok {
+			// A standby instance handed to the launch API, shown under its
+			// old name by a list that lags: it is the launched one now.
+			continue
+		}
 		if _, ok := s.tombstones[name]; ok {
 			lingering += y.listPrice(cloudName, in)
 			// An instance this process deleted, shown again by a list that
@@ -542,7 +554,12 @@ func (y *syncer) fold(ctx context.Context, cloudName string, g *group, l *listin
 			mem.createdAt, mem.ageUnknown = stampOf(start), true
 		}
 		mem.price = y.offerings.price(cloudName, mem.offering(), y.catalog.listPrice(cloudName, mem.offering()))
+		restart := false
 		switch {
+		case in.State == cloud.StateStopped && in.Standby && g == s.launches:
+			// A standby instance handed over to the launch API by a
+			// process that stopped before it started it: started now.
+			mem.standby, restart = standbyStarting, true
 		case in.State == cloud.StateStopped && in.Standby && g.cfg.StandbyMaxSize() > 0:
 			// A standby instance of a process before this one: it stays
 			// in the pool (poolLocked trims a pool above its size).
@@ -562,6 +579,9 @@ func (y *syncer) fold(ctx context.Context, cloudName string, g *group, l *listin
 		}
 		s.add(g, mem)
 		adopted = append(adopted, mem)
+		if restart {
+			out.start = append(out.start, mem)
+		}
 	}
 	return adopted
 }
@@ -619,6 +639,7 @@ func (y *syncer) missing(g *group, mem *member, start time.Time, out *afterLock)
 			return // too early to tell
 		}
 		s.drop(g, mem)
+		s.settleTransfer(mem, false, start) // a standby instance not handed over: back in its pool
 		if mem.cancelled || g == s.launches {
 			y.log.Info("lost create answer resolved: the order did not land", "group", g.cfg.Name, "instance", mem.name)
 			out.release = append(out.release, mem.name) // its script and join token
@@ -634,6 +655,11 @@ func (y *syncer) missing(g *group, mem *member, start time.Time, out *afterLock)
 		// vanished would have its Node deleted and be ordered twice. The
 		// same window as a lost answer's (ResolveAfter); at the same
 		// instant too, for a coarse clock.
+	case mem.standby == standbyLeaving:
+		// Being handed to the launch API, under a new name if the
+		// transfer landed: the launched member's resolution settles it
+		// (store.settleTransfer), and its Node, if the instance registers
+		// again, is the launched one's.
 	case mem.pooled() && mem.phase != phaseDeleting:
 		// A standby instance is no capacity: nothing is replaced in its
 		// place but the pool, which refills.

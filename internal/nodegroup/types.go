@@ -34,6 +34,10 @@ var (
 	// orders that failed (quota, invalid configuration, nodes that never
 	// register); Backoff tells why and until when.
 	ErrBackingOff = errors.New("node group backing off")
+	// ErrNoStandby is a launch that may only take from a standby pool
+	// (LaunchRequest.Standby) and found nothing there to take: the
+	// caller orders instead.
+	ErrNoStandby = errors.New("no standby instance to take")
 	// ErrNotLaunched is a provider ID the launch API does not know.
 	ErrNotLaunched = errors.New("instance not launched by gpuscaler")
 	// ErrUnavailable is a write to a core that does not take writes: not

@@ -530,21 +530,8 @@ func TestDiscardReadsTheStateAgain(t *testing.T) {
 // it on (the tag goes), and the pool makes another.
 func TestStandbyPool(t *testing.T) {
 	b := newBackend(t, 5, groupsYAML+"    standby: {size: 1, warmFor: 50ms}\n", scwtest.Options{})
-	standby := func() []scwtest.ServerView {
-		var out []scwtest.ServerView
-		for _, sv := range b.fake.Servers() {
-			if sv.State == "stopped" && slices.Contains(sv.Tags, "gpuscaler-standby") {
-				out = append(out, sv)
-			}
-		}
-		return out
-	}
-	// Powered off at the cloud, and known so by the core (its poweroff
-	// answered): a scale-up before that orders afresh rather than wait.
-	b.wait(t, "a powered-off standby server", func() bool {
-		return len(standby()) == 1 && strings.Contains(b.logs.String(), "standby instance warmed and stopped")
-	})
-	pooled := standby()[0]
+	standby := func() []scwtest.ServerView { return standbyServers(b) }
+	pooled := poolReady(t, b)
 	if n, _ := b.mgr.TargetSize("l4"); n != 0 {
 		t.Fatalf("target %d with a standby server only", n)
 	}
@@ -566,6 +553,65 @@ func TestStandbyPool(t *testing.T) {
 	b.wait(t, "the pool refilled", func() bool { s := standby(); return len(s) == 1 && s[0].ID != pooled.ID })
 	if v, s := b.fake.VolumeCount(), b.fake.ServerCount(); v != s {
 		t.Fatalf("%d volumes for %d servers", v, s)
+	}
+}
+
+// standbyServers are the fake's powered-off servers tagged as standby.
+func standbyServers(b *backend) []scwtest.ServerView {
+	var out []scwtest.ServerView
+	for _, sv := range b.fake.Servers() {
+		if sv.State == "stopped" && slices.Contains(sv.Tags, "gpuscaler-standby") {
+			out = append(out, sv)
+		}
+	}
+	return out
+}
+
+// poolReady waits for one powered-off standby server, known so by the core
+// (its poweroff answered: a scale-up before that orders afresh rather than
+// wait), and returns it.
+func poolReady(t *testing.T, b *backend) scwtest.ServerView {
+	t.Helper()
+	b.wait(t, "a powered-off standby server", func() bool {
+		return len(standbyServers(b)) == 1 && strings.Contains(b.logs.String(), "standby instance warmed and stopped")
+	})
+	return standbyServers(b)[0]
+}
+
+// TestStandbyServerHandedOverToALaunch: a launch from standby (Karpenter's
+// Create) renames the pool's powered-off server for the launch and moves
+// its tags from the group to the owner in one PATCH (sent again when its
+// answer is lost: it sets values), then powers it on. The provider ID,
+// which holds the server's ID, stays; the pool refills.
+func TestStandbyServerHandedOverToALaunch(t *testing.T) {
+	b := newBackend(t, 5, groupsYAML+"    standby: {size: 1, warmFor: 50ms}\n", scwtest.Options{})
+	pooled := poolReady(t, b)
+	b.fake.LoseNextAnswer("PATCH", "/servers/"+pooled.ID)
+	in, err := b.mgr.Launch(context.Background(), nodegroup.LaunchRequest{Owner: "karpenter", Cloud: scaleway.Name, Name: "nc-1",
+		Template: "l4", Standby: true, Offering: cloud.OfferingKey{InstanceType: "L4-1-24G", Location: pooled.Zone, CapacityType: cloud.OnDemand}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in.Name != "nc-1" || in.ProviderID != scaleway.ProviderID(pooled.Zone, pooled.ID) || in.Owner != "karpenter" {
+		t.Fatalf("launched %+v from the standby server %s", in, pooled.ID)
+	}
+	for _, sv := range b.fake.Servers() {
+		if sv.ID != pooled.ID {
+			continue
+		}
+		if sv.Name != "nc-1" || !slices.Contains(sv.Tags, "gpuscaler-owner=karpenter") || slices.ContainsFunc(sv.Tags, func(t string) bool {
+			return strings.HasPrefix(t, "gpuscaler-group=") || t == "gpuscaler-standby"
+		}) || sv.State == "stopped" {
+			t.Fatalf("the handed-over server: %s %s %v", sv.Name, sv.State, sv.Tags)
+		}
+	}
+	if _, err := b.mgr.Launch(context.Background(), nodegroup.LaunchRequest{Owner: "karpenter", Cloud: scaleway.Name, Name: "nc-2",
+		Template: "l4", Standby: true, Offering: cloud.OfferingKey{InstanceType: "L4-1-24G", Location: pooled.Zone, CapacityType: cloud.OnDemand}}); !errors.Is(err, nodegroup.ErrNoStandby) {
+		t.Fatalf("a second launch from the emptied pool: %v, want ErrNoStandby", err)
+	}
+	b.wait(t, "the pool refilled", func() bool { s := standbyServers(b); return len(s) == 1 && s[0].ID != pooled.ID })
+	if got, ok := b.mgr.LaunchedNamed("nc-1"); !ok || got.ProviderID != in.ProviderID {
+		t.Fatalf("the launch after the refill: %+v %v", got, ok)
 	}
 }
 
