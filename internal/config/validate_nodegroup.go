@@ -115,8 +115,8 @@ func validateStandby(p *field.Path, g *NodeGroup, s *Standby) field.ErrorList {
 	if why := standbyRefused(g.Cloud); why != "" {
 		errs = append(errs, field.Forbidden(p, why))
 	}
-	if g.ManagedBy == ManagedByKarpenter {
-		errs = append(errs, field.Forbidden(p, "a group managed by karpenter has no standby pool yet: Karpenter's Create orders through the launch API, which does not take from the pool"))
+	if g.ManagedBy == ManagedByKarpenter && g.Cloud == CloudGCP {
+		errs = append(errs, field.Forbidden(p, "a group managed by karpenter keeps no standby pool on gcp: Karpenter's Create takes a pool's instance by renaming it for its NodeClaim, and a MIG member's name is fixed"))
 	}
 	switch {
 	case s.Size < 0:

@@ -243,8 +243,6 @@ func TestValidateInvalidFields(t *testing.T) {
 			[]string{"nodeGroups[0].standby.prePullImages[1]"}, field.ErrorTypeDuplicate},
 		{"standby image spaces", group0(func(g *NodeGroup) { g.Standby = &Standby{Size: 1, PrePullImages: []string{"vllm openai"}} }),
 			[]string{"nodeGroups[0].standby.prePullImages[0]"}, field.ErrorTypeInvalid},
-		{"standby under karpenter", group0(func(g *NodeGroup) { g.ManagedBy, g.Standby = ManagedByKarpenter, &Standby{Size: 1} }),
-			[]string{"nodeGroups[0].standby"}, field.ErrorTypeForbidden},
 		{"standby forecast below size", group0(func(g *NodeGroup) { g.Standby = &Standby{Size: 2, Forecast: &StandbyForecast{MaxSize: 2}} }),
 			[]string{"nodeGroups[0].standby.forecast.maxSize"}, field.ErrorTypeInvalid},
 		{"standby forecast past maxSize", group0(func(g *NodeGroup) { g.Standby = &Standby{Size: 1, Forecast: &StandbyForecast{MaxSize: g.MaxSize + 1}} }),
@@ -394,5 +392,31 @@ func TestValidateReportsEveryError(t *testing.T) {
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("paths = %q, want %q", got, want)
+	}
+}
+
+// A Karpenter template group keeps a standby pool where the cloud can
+// hand a stopped instance over under a NodeClaim's name, and is refused
+// one on GCP, whose MIG members keep their names.
+func TestStandbyUnderKarpenter(t *testing.T) {
+	const doc = `
+clusterName: test
+clouds:
+  sim: {}
+  gcp: {project: p}
+nodeGroups:
+  - {name: tpl, cloud: sim, instanceType: 1H100.80S.30V, locations: [FIN-01], maxSize: 2, managedBy: karpenter, standby: {size: 1}}
+  - {name: mig, cloud: gcp, instanceType: g2-standard-8, locations: [us-central1-a], maxSize: 2, managedBy: karpenter, standby: {size: 1}}
+`
+	_, err := Parse([]byte(doc))
+	if err == nil {
+		t.Fatal("a standby pool on a GCP Karpenter template is accepted")
+	}
+	msg := err.Error()
+	if !strings.Contains(msg, "nodeGroups[1].standby") || !strings.Contains(msg, "MIG member's name is fixed") {
+		t.Fatalf("error %q, want nodeGroups[1].standby refused for the MIG's fixed names", msg)
+	}
+	if strings.Contains(msg, "nodeGroups[0]") {
+		t.Fatalf("the simulated cloud's Karpenter template is refused its pool: %q", msg)
 	}
 }

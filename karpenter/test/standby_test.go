@@ -1,0 +1,137 @@
+package test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+
+	"github.com/gpuscaler/gpuscaler/karpenter/apis/v1alpha1"
+)
+
+// TestKarpenterTakesFromTheStandbyPool: the template group of a
+// GPUNodeClass keeps a standby pool (one machine that booted, joined and
+// showed its GPUs, then stopped, its Node removed). A pending GPU pod's
+// NodeClaim gets that machine, renamed for the NodeClaim at the cloud and
+// started, not a new order: its Node registers with the NodeClaim's
+// provider ID after the cloud's start delay, the standby taint is lifted,
+// and the pod runs. The pool then refills. The operator runs as the
+// chart's ServiceAccount: the hand-over needs no grant the chart lacks.
+func TestKarpenterTakesFromTheStandbyPool(t *testing.T) {
+	t.Parallel()
+	env, kube := startCluster(t)
+	asSA := chartServiceAccount(t, env, "karpenter")
+	cfgPath := filepath.Join(env.Dir, "gpuscaler.yaml")
+	metricsAddr := "127.0.0.1:" + freePort(t)
+	write(t, cfgPath, fmt.Sprintf(`
+clusterName: karpenter-standby
+kubeconfig: %[3]q
+metrics: {address: %[2]q}
+sync: {period: 2s}
+clouds:
+  sim:
+    locations: [FIN-01]
+    bootDelay: 20s
+    startDelay: 2s
+    deleteDelay: 1s
+    kubeconfig: %[1]q
+nodeGroups:
+  - name: tpl
+    cloud: sim
+    instanceType: 1H100.80S.30V
+    locations: [FIN-01]
+    capacityPolicy: on-demand-only
+    minSize: 0
+    maxSize: 2
+    managedBy: karpenter
+    standby: {size: 1, warmFor: 1s}
+`, env.Kubeconfig, metricsAddr, asSA))
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	startNamedOperator(t, env, "gpuscaler-karpenter", cfgPath, "KUBECONFIG="+asSA, "LEADER_ELECTION_NAMESPACE="+chartNamespace)
+	metric := func(series string) float64 {
+		resp, err := http.Get("http://" + metricsAddr + "/metrics")
+		if err != nil {
+			return -1
+		}
+		defer resp.Body.Close()
+		return seriesValue(resp.Body, series)
+	}
+	standby := `gpuscaler_nodegroup_instances{group="tpl",state="standby"}`
+	waitFor(t, ctx, "a stopped standby machine", func() bool {
+		return metric(standby) == 1 && metric(`gpuscaler_cloud_api_calls_total{cloud="sim",operation="stop",result="ok"}`) >= 1
+	})
+
+	apply(t, ctx, kube, &v1alpha1.GPUNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "h100"}, Spec: v1alpha1.GPUNodeClassSpec{Cloud: "sim", Template: "tpl"}})
+	waitFor(t, ctx, "the GPUNodeClass Ready", func() bool {
+		c := &v1alpha1.GPUNodeClass{}
+		return kube.Get(ctx, client.ObjectKey{Name: "h100"}, c) == nil && c.StatusConditions().Root().IsTrue() && c.Status.InstanceTypes > 0
+	})
+	apply(t, ctx, kube, nodePool("gpu", "h100",
+		karpv1.NodeSelectorRequirementWithMinValues{Key: v1alpha1.LabelGPUName, Operator: corev1.NodeSelectorOpIn, Values: []string{"h100"}},
+		karpv1.NodeSelectorRequirementWithMinValues{Key: v1alpha1.LabelGPUCount, Operator: corev1.NodeSelectorOpIn, Values: []string{"1"}},
+		karpv1.NodeSelectorRequirementWithMinValues{Key: karpv1.CapacityTypeLabelKey, Operator: corev1.NodeSelectorOpIn, Values: []string{"on-demand"}}))
+	creates := metric(`gpuscaler_cloud_api_calls_total{cloud="sim",operation="create",result="ok"}`)
+
+	// The cold boot takes 20 s here, the start 2 s: a pod running well
+	// within the boot was served from the pool.
+	pending := time.Now()
+	apply(t, ctx, kube, deployment("trainer", corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}))
+	claim := waitNodeClaim(t, ctx, kube, "gpu", "")
+	if want := "sim://" + claim.Name; claim.Status.ProviderID != want {
+		t.Fatalf("NodeClaim %s has provider ID %q, want %q: the standby machine renamed for it", claim.Name, claim.Status.ProviderID, want)
+	}
+	waitRunning(t, ctx, kube, "app=trainer", claim.Status.NodeName)
+	took := time.Since(pending)
+	t.Logf("pending GPU pod to Running from standby: %s (a cold boot alone takes 20 s here)", took.Round(time.Millisecond))
+	if took >= 20*time.Second {
+		t.Errorf("the pod took %s, a cold boot's time: not served from the pool", took)
+	}
+	node := &corev1.Node{}
+	if err := kube.Get(ctx, client.ObjectKey{Name: claim.Status.NodeName}, node); err != nil {
+		t.Fatal(err)
+	}
+	for _, taint := range node.Spec.Taints {
+		if taint.Key == "gpuscaler.dev/standby" {
+			t.Errorf("the node serves with the standby taint: %v", node.Spec.Taints)
+		}
+	}
+	if got := metric(`gpuscaler_standby_starts_total{group="tpl",result="ok"}`); got != 1 {
+		t.Errorf("standby starts %v, want 1", got)
+	}
+	if got := metric(`gpuscaler_cloud_api_calls_total{cloud="sim",operation="transfer",result="ok"}`); got != 1 {
+		t.Errorf("transfers %v, want 1", got)
+	}
+	// The NodeClaim's machine was not ordered; the pool orders its refill.
+	waitFor(t, ctx, "the pool refilled", func() bool { return metric(standby) == 1 })
+	if got := metric(`gpuscaler_cloud_api_calls_total{cloud="sim",operation="create",result="ok"}`); got != creates+1 {
+		t.Errorf("%v creates after the NodeClaim, want %v: the pool's refill only", got, creates+1)
+	}
+	noForbidden(t, env, "gpuscaler-karpenter")
+}
+
+// seriesValue reads one series' value from a Prometheus text exposition
+// (0 when absent).
+func seriesValue(r io.Reader, series string) float64 {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
+			f, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			return f
+		}
+	}
+	return 0
+}
