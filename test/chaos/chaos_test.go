@@ -118,6 +118,8 @@ type campaign struct {
 	nextClaim int
 	noLaunch  bool
 	launched  int
+	// fromPool counts the launches that took a standby pool's machine.
+	fromPool int
 	// carried are, per group, the failures counted by the cores this
 	// process ran before the last reload (a reload starts a core with
 	// its own metrics; the failed orders it inherits were counted there).
@@ -224,7 +226,7 @@ func (c *campaign) act() {
 			c.autoscalerLoop(ctx, g)
 		case p < 12:
 			c.reload()
-		case p < 17:
+		case p < 20:
 			c.karpenter(ctx)
 		case p < 35:
 			_ = c.mgr.IncreaseSize(ctx, g.Name, 1+c.rng.IntN(3)) // refused past maxSize: fine
@@ -314,9 +316,12 @@ func (c *campaign) autoscalerLoop(ctx context.Context, g config.NodeGroup) {
 // karpenter plays Karpenter's NodeClaim lifecycle on the launch API: a
 // new NodeClaim's Create, with a short deadline and retried as its
 // lifecycle controller retries an error, adopting the machine of its name
-// when one exists (as the gpuscaler-karpenter provider's Create does); or
-// the deletion of a NodeClaim's machine. Each NodeClaim's name must get
-// at most one instance, whatever the timeouts and lost answers.
+// when one exists, else taking a stopped machine from the first group's
+// standby pool on any of its offerings, else ordering (as the
+// gpuscaler-karpenter provider's Create does); or the deletion of a
+// NodeClaim's machine. Each NodeClaim's name must get at most one
+// instance, and a pool's machine at most one owner, whatever the
+// timeouts, lost answers, restarts and reloads.
 func (c *campaign) karpenter(ctx context.Context) {
 	if c.noLaunch {
 		return
@@ -334,14 +339,17 @@ func (c *campaign) karpenter(ctx context.Context) {
 	c.nextClaim++
 	name := fmt.Sprintf("nc-%03d", c.nextClaim)
 	g := c.cfg.NodeGroups[0]
-	req := nodegroup.LaunchRequest{Owner: "karpenter", Cloud: c.b.name, Name: name,
+	req := nodegroup.LaunchRequest{Owner: "karpenter", Cloud: c.b.name, Name: name, Template: g.Name,
 		Offering: cloud.OfferingKey{InstanceType: g.InstanceType, Location: g.Locations[0], CapacityType: cloud.OnDemand}}
 	for range 3 {
 		if _, ok := c.mgr.LaunchedNamed(name); ok {
 			break
 		}
 		lctx, cancel := context.WithTimeout(ctx, time.Duration(5+c.rng.IntN(200))*time.Millisecond)
-		_, err := c.mgr.Launch(lctx, req)
+		err := c.fromStandby(lctx, g, req)
+		if errors.Is(err, nodegroup.ErrNoStandby) {
+			_, err = c.mgr.Launch(lctx, req)
+		}
 		cancel()
 		if err == nil {
 			c.launched++
@@ -353,6 +361,26 @@ func (c *campaign) karpenter(ctx context.Context) {
 		}
 	}
 	c.claims[name] = true
+}
+
+// fromStandby tries a launch from g's standby pool on each of g's
+// offerings, as the provider's Create tries each candidate: the error of
+// the first that is not ErrNoStandby, or ErrNoStandby.
+func (c *campaign) fromStandby(ctx context.Context, g config.NodeGroup, req nodegroup.LaunchRequest) error {
+	req.Standby = true
+	for _, loc := range g.Locations {
+		for _, ct := range []cloud.CapacityType{cloud.OnDemand, cloud.Spot} {
+			req.Offering.Location, req.Offering.CapacityType = loc, ct
+			_, err := c.mgr.Launch(ctx, req)
+			if err == nil {
+				c.fromPool++
+			}
+			if !errors.Is(err, nodegroup.ErrNoStandby) {
+				return err
+			}
+		}
+	}
+	return nodegroup.ErrNoStandby
 }
 
 // collectGarbage terminates every launched machine no NodeClaim holds, as
@@ -619,8 +647,8 @@ func (c *campaign) settle() {
 	c.checkLifecycle()
 	c.stockoutsMet += counter(c.t, c.reg, "gpuscaler_stockouts_total", "")
 	logs := c.logs.String()
-	c.t.Logf("%s: %d actions, %d restarts, %d reloads, %d NodeClaims launched, %d reclaims, %d offerings sold out (%v stock-outs met), %d failed orders reported; standby: %d stopped, %d started, %d starts failed; faults: %s; %d instances at the end",
-		c.b.describe(), c.actions, c.restarts, c.reloads, c.launched, c.reclaims, c.stockouts, c.stockoutsMet, c.failedCreates,
+	c.t.Logf("%s: %d actions, %d restarts, %d reloads, %d NodeClaims launched (%d from standby), %d reclaims, %d offerings sold out (%v stock-outs met), %d failed orders reported; standby: %d stopped, %d started, %d starts failed; faults: %s; %d instances at the end",
+		c.b.describe(), c.actions, c.restarts, c.reloads, c.launched, c.fromPool, c.reclaims, c.stockouts, c.stockoutsMet, c.failedCreates,
 		strings.Count(logs, `msg="standby instance warmed and stopped"`), strings.Count(logs, `msg="standby instance started"`),
 		strings.Count(logs, `msg="standby instance would not start`), c.b.injected(), len(c.b.instances()))
 }
