@@ -31,58 +31,8 @@ import (
 // chart's ServiceAccount: the hand-over needs no grant the chart lacks.
 func TestKarpenterTakesFromTheStandbyPool(t *testing.T) {
 	t.Parallel()
-	env, kube := startCluster(t)
-	asSA := chartServiceAccount(t, env, "karpenter")
-	cfgPath := filepath.Join(env.Dir, "gpuscaler.yaml")
-	metricsAddr := "127.0.0.1:" + freePort(t)
-	write(t, cfgPath, fmt.Sprintf(`
-clusterName: karpenter-standby
-kubeconfig: %[3]q
-metrics: {address: %[2]q}
-sync: {period: 2s}
-clouds:
-  sim:
-    locations: [FIN-01]
-    bootDelay: 20s
-    startDelay: 2s
-    deleteDelay: 1s
-    kubeconfig: %[1]q
-nodeGroups:
-  - name: tpl
-    cloud: sim
-    instanceType: 1H100.80S.30V
-    locations: [FIN-01]
-    capacityPolicy: on-demand-only
-    minSize: 0
-    maxSize: 2
-    managedBy: karpenter
-    standby: {size: 1, warmFor: 1s}
-`, env.Kubeconfig, metricsAddr, asSA))
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	startNamedOperator(t, env, "gpuscaler-karpenter", cfgPath, "KUBECONFIG="+asSA, "LEADER_ELECTION_NAMESPACE="+chartNamespace)
-	metric := func(series string) float64 {
-		resp, err := http.Get("http://" + metricsAddr + "/metrics")
-		if err != nil {
-			return -1
-		}
-		defer resp.Body.Close()
-		return seriesValue(resp.Body, series)
-	}
+	ctx, kube, metric := standbyOperator(t, "")
 	standby := `gpuscaler_nodegroup_instances{group="tpl",state="standby"}`
-	waitFor(t, ctx, "a stopped standby machine", func() bool {
-		return metric(standby) == 1 && metric(`gpuscaler_cloud_api_calls_total{cloud="sim",operation="stop",result="ok"}`) >= 1
-	})
-
-	apply(t, ctx, kube, &v1alpha1.GPUNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "h100"}, Spec: v1alpha1.GPUNodeClassSpec{Cloud: "sim", Template: "tpl"}})
-	waitFor(t, ctx, "the GPUNodeClass Ready", func() bool {
-		c := &v1alpha1.GPUNodeClass{}
-		return kube.Get(ctx, client.ObjectKey{Name: "h100"}, c) == nil && c.StatusConditions().Root().IsTrue() && c.Status.InstanceTypes > 0
-	})
-	apply(t, ctx, kube, nodePool("gpu", "h100",
-		karpv1.NodeSelectorRequirementWithMinValues{Key: v1alpha1.LabelGPUName, Operator: corev1.NodeSelectorOpIn, Values: []string{"h100"}},
-		karpv1.NodeSelectorRequirementWithMinValues{Key: v1alpha1.LabelGPUCount, Operator: corev1.NodeSelectorOpIn, Values: []string{"1"}},
-		karpv1.NodeSelectorRequirementWithMinValues{Key: karpv1.CapacityTypeLabelKey, Operator: corev1.NodeSelectorOpIn, Values: []string{"on-demand"}}))
 	creates := metric(`gpuscaler_cloud_api_calls_total{cloud="sim",operation="create",result="ok"}`)
 
 	// The cold boot takes 20 s here, the start 2 s: a pod running well
@@ -119,7 +69,92 @@ nodeGroups:
 	if got := metric(`gpuscaler_cloud_api_calls_total{cloud="sim",operation="create",result="ok"}`); got != creates+1 {
 		t.Errorf("%v creates after the NodeClaim, want %v: the pool's refill only", got, creates+1)
 	}
-	noForbidden(t, env, "gpuscaler-karpenter")
+}
+
+// TestKarpenterFallsBackWhenAStandbyStartFails: the pool's machine will
+// not start (the cloud has no room for it any more). The NodeClaim that
+// took it is answered InsufficientCapacity, the machine deleted and its
+// offering skipped; Karpenter's next NodeClaim is ordered in the other
+// zone, and the pod runs there after a cold boot.
+func TestKarpenterFallsBackWhenAStandbyStartFails(t *testing.T) {
+	t.Parallel()
+	ctx, kube, metric := standbyOperator(t, "    startFailureRate: 1\n")
+	apply(t, ctx, kube, deployment("trainer", corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}))
+	claim := waitNodeClaim(t, ctx, kube, "gpu", "")
+	waitRunning(t, ctx, kube, "app=trainer", claim.Status.NodeName)
+	if zone := claim.Labels[corev1.LabelTopologyZone]; zone != "FIN-02" {
+		t.Errorf("the pod's NodeClaim is in %q, want FIN-02: the zone whose start was refused is skipped", zone)
+	}
+	if got := metric(`gpuscaler_standby_starts_total{group="tpl",result="failed"}`); got != 1 {
+		t.Errorf("failed standby starts %v, want 1", got)
+	}
+	if got := metric(`gpuscaler_cloud_api_calls_total{cloud="sim",operation="transfer",result="ok"}`); got != 1 {
+		t.Errorf("transfers %v, want 1", got)
+	}
+}
+
+// standbyOperator starts a real cluster and the operator, as the chart's
+// ServiceAccount, over a template group of FIN-01 that keeps a standby
+// pool of one (a cold boot takes 20 s, a start 2 s); sim is added to the
+// simulated cloud's settings. It returns once the pool holds its stopped
+// machine and a NodePool of on-demand H100s in FIN-01 and FIN-02 is in
+// place, with a reader of the operator's metrics. The operator's log is
+// checked for a refused request at the end.
+func standbyOperator(t *testing.T, sim string) (context.Context, client.Client, func(series string) float64) {
+	t.Helper()
+	env, kube := startCluster(t)
+	asSA := chartServiceAccount(t, env, "karpenter")
+	cfgPath := filepath.Join(env.Dir, "gpuscaler.yaml")
+	metricsAddr := "127.0.0.1:" + freePort(t)
+	write(t, cfgPath, fmt.Sprintf(`
+clusterName: karpenter-standby
+kubeconfig: %[3]q
+metrics: {address: %[2]q}
+sync: {period: 2s}
+clouds:
+  sim:
+    locations: [FIN-01, FIN-02]
+    bootDelay: 20s
+    startDelay: 2s
+    deleteDelay: 1s
+    kubeconfig: %[1]q
+%[4]snodeGroups:
+  - name: tpl
+    cloud: sim
+    instanceType: 1H100.80S.30V
+    locations: [FIN-01]
+    capacityPolicy: on-demand-only
+    minSize: 0
+    maxSize: 2
+    managedBy: karpenter
+    standby: {size: 1, warmFor: 1s}
+`, env.Kubeconfig, metricsAddr, asSA, sim))
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	t.Cleanup(cancel)
+	startNamedOperator(t, env, "gpuscaler-karpenter", cfgPath, "KUBECONFIG="+asSA, "LEADER_ELECTION_NAMESPACE="+chartNamespace)
+	t.Cleanup(func() { noForbidden(t, env, "gpuscaler-karpenter") })
+	metric := func(series string) float64 {
+		resp, err := http.Get("http://" + metricsAddr + "/metrics")
+		if err != nil {
+			return -1
+		}
+		defer resp.Body.Close()
+		return seriesValue(resp.Body, series)
+	}
+	waitFor(t, ctx, "a stopped standby machine", func() bool {
+		return metric(`gpuscaler_nodegroup_instances{group="tpl",state="standby"}`) == 1 &&
+			metric(`gpuscaler_cloud_api_calls_total{cloud="sim",operation="stop",result="ok"}`) >= 1
+	})
+	apply(t, ctx, kube, &v1alpha1.GPUNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "h100"}, Spec: v1alpha1.GPUNodeClassSpec{Cloud: "sim", Template: "tpl"}})
+	waitFor(t, ctx, "the GPUNodeClass Ready", func() bool {
+		c := &v1alpha1.GPUNodeClass{}
+		return kube.Get(ctx, client.ObjectKey{Name: "h100"}, c) == nil && c.StatusConditions().Root().IsTrue() && c.Status.InstanceTypes > 0
+	})
+	apply(t, ctx, kube, nodePool("gpu", "h100",
+		karpv1.NodeSelectorRequirementWithMinValues{Key: v1alpha1.LabelGPUName, Operator: corev1.NodeSelectorOpIn, Values: []string{"h100"}},
+		karpv1.NodeSelectorRequirementWithMinValues{Key: v1alpha1.LabelGPUCount, Operator: corev1.NodeSelectorOpIn, Values: []string{"1"}},
+		karpv1.NodeSelectorRequirementWithMinValues{Key: karpv1.CapacityTypeLabelKey, Operator: corev1.NodeSelectorOpIn, Values: []string{"on-demand"}}))
+	return ctx, kube, metric
 }
 
 // seriesValue reads one series' value from a Prometheus text exposition
