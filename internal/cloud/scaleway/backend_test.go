@@ -613,6 +613,30 @@ func TestStandbyServerHandedOverToALaunch(t *testing.T) {
 	if got, ok := b.mgr.LaunchedNamed("nc-1"); !ok || got.ProviderID != in.ProviderID {
 		t.Fatalf("the launch after the refill: %+v %v", got, ok)
 	}
+	// Its boot volume keeps the pool's name; attached to a listed server,
+	// it is that server's, not a volume to sweep again at every list once
+	// a server lost (here another launch's, powered off behind gpuscaler's
+	// back) has made a sweep due.
+	_, err = b.mgr.Launch(context.Background(), nodegroup.LaunchRequest{Owner: "karpenter", Cloud: scaleway.Name, Name: "nc-2",
+		Template: "l4", Offering: cloud.OfferingKey{InstanceType: "L4-1-24G", Location: pooled.Zone, CapacityType: cloud.OnDemand}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.wait(t, "the other launch running", func() bool { got, _ := b.mgr.LaunchedNamed("nc-2"); return got.State == nodegroup.StateRunning })
+	if !b.fake.Lose("nc-2") { // powered off behind gpuscaler's back: its volume is to be swept
+		t.Fatal("nc-2 is not running at the cloud")
+	}
+	b.wait(t, "the other launch gone", func() bool { _, ok := b.mgr.LaunchedNamed("nc-2"); return !ok })
+	time.Sleep(300 * time.Millisecond)
+	const sweeps = "GET /block/v1/zones/{zone}/volumes"
+	before := b.fake.Calls()[sweeps]
+	time.Sleep(time.Second) // ten lists
+	if n := b.fake.Calls()[sweeps] - before; n > 3 {
+		t.Errorf("%d volume lists in ten server lists after the hand-over, want the volumes swept no more often than usual", n)
+	}
+	if v, s := b.fake.VolumeCount(), b.fake.ServerCount(); v != s {
+		t.Fatalf("%d volumes for %d servers", v, s)
+	}
 }
 
 // TestTwinsVolumeIsSwept: an order that landed twice leaves two servers

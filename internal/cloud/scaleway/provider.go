@@ -1018,7 +1018,10 @@ func (c *Cloud) sweepVolumes(ctx context.Context, live, leaving, attached map[st
 			server, ok := strings.CutPrefix(v.Name, prefix)
 			switch {
 			case !ok:
-			case live[server] && (attached[v.ID] || len(v.References) > 0):
+			case attached[v.ID] || live[server] && len(v.References) > 0:
+				// Its server's: attached to a listed server, whatever its
+				// name (a standby server handed to Karpenter keeps its
+				// volume's first name), or named for one and referenced.
 				again = again || leaving[server]
 			case len(v.References) > 0 || v.Status != block.VolumeStatusAvailable:
 				again = true // its server gone, the volume not free yet
