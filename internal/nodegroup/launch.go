@@ -71,9 +71,6 @@ func (l *launcher) launch(ctx context.Context, req LaunchRequest) (Instance, err
 	if req.Owner == "" {
 		return Instance{}, cloud.Errorf(cloud.ErrInvalid, "launch", "an owner is required")
 	}
-	if req.Standby {
-		return l.take(ctx, req)
-	}
 	s := l.store
 	lg := s.launches
 	// After a start, under a cost cap, a launch waits as a group's orders
@@ -81,6 +78,9 @@ func (l *launcher) launch(ctx context.Context, req LaunchRequest) (Instance, err
 	// the cap must count them (orderer.holding).
 	if !l.orderer.awaitPredecessor(ctx, lg, req.Cloud) {
 		return Instance{}, cloud.Errorf(cloud.ErrTransient, "launch", "waiting for a list that can show the previous process's orders: %v", ctx.Err())
+	}
+	if req.Standby {
+		return l.take(ctx, c, req)
 	}
 	s.mu.Lock()
 	spec, mem, err := l.prepareLocked(req)
@@ -122,15 +122,8 @@ func (l *launcher) launch(ctx context.Context, req LaunchRequest) (Instance, err
 func (l *launcher) prepareLocked(req LaunchRequest) (cloud.CreateSpec, *member, error) {
 	s := l.store
 	k := req.Offering
-	it, ok := l.catalog.instanceType(req.Cloud, k.InstanceType)
-	if !ok {
-		return cloud.CreateSpec{}, nil, cloud.Errorf(cloud.ErrInvalid, "launch", "instance type %q is not in the catalog of cloud %q", k.InstanceType, req.Cloud)
-	}
-	price, usable := l.offerings.usable(req.Cloud, k, it.Price(k.CapacityType))
-	if !usable {
-		return cloud.CreateSpec{}, nil, cloud.Errorf(cloud.ErrCapacity, "launch", "offering %s is unavailable", k)
-	}
-	if err := l.cost.check(s.launches, nil, price); err != nil {
+	price, err := l.priceLocked(req.Cloud, k)
+	if err != nil {
 		return cloud.CreateSpec{}, nil, err
 	}
 	name := req.Name
@@ -173,6 +166,25 @@ func (l *launcher) prepareLocked(req LaunchRequest) (cloud.CreateSpec, *member, 
 	}
 	spec.ProviderID = mem.providerID
 	return spec, mem, nil
+}
+
+// priceLocked is what an instance of the offering costs per hour, once it
+// is known to be in the catalog, not stocked out (a start needs the
+// capacity an order would), and within the cost caps. Callers hold the
+// store's lock.
+func (l *launcher) priceLocked(cloudName string, k cloud.OfferingKey) (float64, error) {
+	it, ok := l.catalog.instanceType(cloudName, k.InstanceType)
+	if !ok {
+		return 0, cloud.Errorf(cloud.ErrInvalid, "launch", "instance type %q is not in the catalog of cloud %q", k.InstanceType, cloudName)
+	}
+	price, usable := l.offerings.usable(cloudName, k, it.Price(k.CapacityType))
+	if !usable {
+		return 0, cloud.Errorf(cloud.ErrCapacity, "launch", "offering %s is unavailable", k)
+	}
+	if err := l.cost.check(l.store.launches, nil, price); err != nil {
+		return 0, err
+	}
+	return price, nil
 }
 
 // nameFreeLocked checks that no launched instance holds name. Callers

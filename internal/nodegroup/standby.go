@@ -62,7 +62,9 @@ func (g *group) poolTaints() []corev1.Taint {
 
 // untaintLocked returns the provider IDs of g's serving members whose Node
 // still carries TaintStandby, for the sync to lift once the lock is
-// released: a group's with a pool, or the launches (handed over from one).
+// released: a group's with a pool, or the launches (handed over from one)
+// once their owner has claimed the Node, so that the owner's taints are on
+// it before pods may land.
 func (y *syncer) untaintLocked(g *group) [][]string {
 	if y.nodes == nil || g != y.store.launches && g.cfg.StandbyMaxSize() == 0 || len(g.members) == 0 {
 		return nil
@@ -72,7 +74,7 @@ func (y *syncer) untaintLocked(g *group) [][]string {
 		if mem.standby != standbyNone || mem.phase != phaseCreated {
 			continue
 		}
-		if st, ok := y.nodes.Startup(mem.providerIDs()...); ok && st.Standby {
+		if st, ok := y.nodes.Startup(mem.providerIDs()...); ok && st.Standby && (st.Claimed || g != y.store.launches) {
 			out = append(out, mem.providerIDs())
 		}
 	}
@@ -166,20 +168,26 @@ func (z *sizer) start(g *group, mem *member, inst cloud.Instance) {
 	if g.members[mem.name] != mem || mem.standby != standbyStarting {
 		return // deleted meanwhile, or handed to the next core
 	}
+	launched := g == s.launches // handed over from a pool; its start counted when first sent
 	if err == nil {
-		z.metrics.standbyStarts.WithLabelValues(g.cfg.Name, "ok").Inc()
-		s.change(g, mem, func() {
-			mem.standby = standbyNone
-			mem.extras().startedAt = z.clock.Now()
-			mem.recordedAt = stampOf(z.clock.Now())
-			mem.steps = 0 // its Node registers again: the start-up is timed anew
-		})
+		if !launched {
+			z.metrics.standbyStarts.WithLabelValues(g.cfg.Name, "ok").Inc()
+		}
+		s.started(g, mem, z.clock.Now())
 		z.log.Info("standby instance started", "group", g.cfg.Name, "instance", mem.name)
 		z.publishLocked(g)
 		return
 	}
 	if ctx.Err() != nil {
 		return // stopping: the next core lists it and takes it again or finds it started
+	}
+	if launched {
+		// Its owner's machine, which a NodeClaim may hold: never deleted
+		// and replaced here, only started again by the next list (its
+		// owner deletes it if it gives up on it).
+		z.log.Warn("a launched instance handed over from standby would not start; the next list tries again", "instance", mem.name, "error", err)
+		s.change(g, mem, func() { mem.standby = standbyNone })
+		return
 	}
 	z.metrics.standbyStarts.WithLabelValues(g.cfg.Name, "failed").Inc()
 	z.log.Warn("standby instance would not start; deleting it and ordering a fresh one", "group", g.cfg.Name, "instance", mem.name, "error", err)
@@ -194,6 +202,18 @@ func (z *sizer) start(g *group, mem *member, inst cloud.Instance) {
 		z.orderer.order(g, fresh)
 	}
 	z.reconcileLocked(g)
+}
+
+// started records that a standby instance's start was accepted at now:
+// it serves from then on, and its Node, which registers again, is timed
+// from the start. Callers hold the store's lock.
+func (s *store) started(g *group, mem *member, now time.Time) {
+	s.change(g, mem, func() {
+		mem.standby, mem.state = standbyNone, statePending
+		mem.extras().startedAt = now
+		mem.recordedAt = stampOf(now)
+		mem.steps = 0
+	})
 }
 
 // poolLocked keeps g's standby pool at its size: stopped members past

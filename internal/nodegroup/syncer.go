@@ -448,6 +448,13 @@ func (y *syncer) fold(ctx context.Context, cloudName string, g *group, l *listin
 		if mem.unconfirmed && !y.mayShowPredecessorDeletes(cloudName, start) {
 			mem.unconfirmed = false
 		}
+		if mem.x != nil && mem.x.fromName != "" {
+			// Listed under the launch's name: a standby instance's
+			// transfer landed, whatever became of the launch since (in
+			// flight, its answer lost, terminated, failed). The pool's
+			// member is gone.
+			s.settleTransfer(mem, true, start)
+		}
 		switch mem.phase {
 		case phaseCreating:
 			continue // the create in flight records it
@@ -471,7 +478,6 @@ func (y *syncer) fold(ctx context.Context, cloudName string, g *group, l *listin
 				continue
 			}
 			y.log.Info("lost create answer resolved: the order landed", "group", g.cfg.Name, "instance", name)
-			s.settleTransfer(mem, true, start) // a standby instance handed over: the pool's member is gone
 			y.orderer().recordLocked(g, mem, in)
 			continue
 		}

@@ -23,13 +23,9 @@ import (
 // take hands a standby instance of req.Template's pool over to req.Owner
 // under req.Name and starts it; ErrNoStandby when the pool has none that
 // serves the request unchanged.
-func (l *launcher) take(ctx context.Context, req LaunchRequest) (Instance, error) {
-	c, ok := l.clients[req.Cloud]
-	switch {
-	case !ok:
-		return Instance{}, cloud.Errorf(cloud.ErrInvalid, "launch", "cloud %q is not configured", req.Cloud)
-	case req.Owner == "" || req.Name == "" || req.Template == "":
-		return Instance{}, cloud.Errorf(cloud.ErrInvalid, "launch", "a launch from standby needs an owner, a name and a template group")
+func (l *launcher) take(ctx context.Context, c *client, req LaunchRequest) (Instance, error) {
+	if req.Name == "" || req.Template == "" {
+		return Instance{}, cloud.Errorf(cloud.ErrInvalid, "launch", "a launch from standby needs a name and a template group")
 	}
 	if _, ok := c.p.(cloud.Transferer); !ok {
 		return Instance{}, fmt.Errorf("%w: cloud %s cannot hand an instance over", ErrNoStandby, req.Cloud)
@@ -102,17 +98,8 @@ func (l *launcher) takeLocked(req LaunchRequest) (pm, mem *member, err error) {
 	if pm == nil {
 		return nil, nil, fmt.Errorf("%w: group %s holds none of %s", ErrNoStandby, g.cfg.Name, req.Offering)
 	}
-	k := req.Offering
-	it, ok := l.catalog.instanceType(req.Cloud, k.InstanceType)
-	if !ok {
-		return nil, nil, cloud.Errorf(cloud.ErrInvalid, "launch", "instance type %q is not in the catalog of cloud %q", k.InstanceType, req.Cloud)
-	}
-	price, usable := l.offerings.usable(req.Cloud, k, it.Price(k.CapacityType))
-	if !usable {
-		// Stocked out: a start needs the capacity an order would.
-		return nil, nil, cloud.Errorf(cloud.ErrCapacity, "launch", "offering %s is unavailable", k)
-	}
-	if err := l.cost.check(s.launches, nil, price); err != nil {
+	price, err := l.priceLocked(req.Cloud, req.Offering)
+	if err != nil {
 		return nil, nil, err
 	}
 	mem = &member{
@@ -163,13 +150,7 @@ func (l *launcher) startTaken(ctx context.Context, c *client, mem *member, inst 
 	}
 	if err == nil {
 		l.orderer.metrics.standbyStarts.WithLabelValues(pool, "ok").Inc()
-		now := l.orderer.clock.Now()
-		s.change(s.launches, mem, func() {
-			mem.state = statePending
-			mem.extras().startedAt = now
-			mem.recordedAt = stampOf(now)
-			mem.steps = 0
-		})
+		s.started(s.launches, mem, l.orderer.clock.Now())
 		l.orderer.log.Info("standby instance handed over and started", "group", pool, "instance", mem.name, "owner", mem.peek().owner)
 		return mem.view(), nil
 	}

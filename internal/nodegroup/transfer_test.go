@@ -3,6 +3,7 @@ package nodegroup
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -301,4 +302,86 @@ func TestLaggingListDoesNotPoolAHandedOverInstance(t *testing.T) {
 	if in, ok := atCloud(h, "nc-1"); !ok || in.Owner != "karpenter" {
 		t.Fatalf("the handed-over instance: %+v", in)
 	}
+}
+
+// Terminated while its transfer's answer is lost (Karpenter deleting a
+// NodeClaim whose Create timed out), the instance is deleted once a list
+// shows it under the launch's name, and the pool forgets it: its member
+// does not stay behind, leaving for ever and counted in the pool.
+func TestLaunchFromStandbyTerminatedWhileUnresolved(t *testing.T) {
+	h, w, stopped := standbyOn(t)
+	w.mu.Lock()
+	w.onTransfer = func(ctx context.Context, inst cloud.Instance, name, owner string) (cloud.Instance, error) {
+		if _, err := w.transfer(ctx, inst, name, owner); err != nil {
+			return cloud.Instance{}, err
+		}
+		return cloud.Instance{}, cloud.Errorf(cloud.ErrOutcomeUnknown, "transfer", "connection reset after the cloud took it")
+	}
+	var lagging atomic.Bool // lists leave the renamed instance out until the Terminate
+	lagging.Store(true)
+	w.onList = func(insts []cloud.Instance) []cloud.Instance {
+		if !lagging.Load() {
+			return insts
+		}
+		return slices.DeleteFunc(insts, func(in cloud.Instance) bool { return in.Name == "nc-1" })
+	}
+	w.mu.Unlock()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { _, err := h.mgr.Launch(ctx, fromPool("nc-1", stopped)); done <- err }()
+	h.eventually("the launch unresolved", func() bool {
+		got, ok := h.mgr.LaunchedNamed("nc-1")
+		return ok && got.Unresolved
+	})
+	if err := h.mgr.Terminate(context.Background(), "sim://nc-1"); err != nil {
+		t.Fatal(err)
+	}
+	lagging.Store(false)
+	h.eventually("the handed-over instance deleted", func() bool {
+		h.clk.Step(30 * time.Second)
+		h.mgr.syncer.kick("sim")
+		_, ok := atCloud(h, "nc-1")
+		return !ok
+	})
+	cancel()
+	<-done
+	h.eventually("the pool holding its refill only", func() bool {
+		h.clk.Step(30 * time.Second)
+		h.mgr.syncer.kick("sim")
+		return h.metric("gpuscaler_nodegroup_instances", map[string]string{"group": "g", "state": "standby"}) == 1 && stoppedIn(h, "g") == 1
+	})
+	for _, in := range h.engine.Instances("test") {
+		if in.ID == stopped.ID {
+			t.Fatalf("the handed-over instance is still at the cloud: %+v", in)
+		}
+	}
+}
+
+// A handed-over instance's Node registers again with the pool's taints,
+// not its owner's: the standby taint stays until the owner has claimed
+// the Node (Karpenter's registration, which syncs the NodeClaim's taints
+// onto it), so no pod lands on a node without the taints its owner
+// meant it to have.
+func TestHandedOverNodeKeepsItsTaintUntilClaimed(t *testing.T) {
+	nodes := newFakeNodes()
+	h := newHarness(t, standbyGroup, sim.Options{}, Options{Nodes: nodes})
+	warmingWithNode(t, h, nodes)
+	stopped := poolReady(h)
+	in, err := h.mgr.Launch(context.Background(), fromPool("nc-1", stopped))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := h.clk.Now()
+	nodes.setStartup(in.ProviderID, Startup{Registered: now, Ready: now, GPUs: now, GPUsSeen: true, Standby: true})
+	h.settle(2 * time.Minute)
+	if st, _ := nodes.Startup(in.ProviderID); !st.Standby {
+		t.Fatal("the standby taint was lifted before the owner claimed the Node")
+	}
+	nodes.setStartup(in.ProviderID, Startup{Registered: now, Ready: now, GPUs: now, GPUsSeen: true, Standby: true, Claimed: true})
+	h.eventually("the standby taint lifted once the Node is claimed", func() bool {
+		h.clk.Step(30 * time.Second)
+		h.mgr.syncer.kick("sim")
+		st, _ := nodes.Startup(in.ProviderID)
+		return !st.Standby
+	})
 }

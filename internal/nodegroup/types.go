@@ -128,6 +128,12 @@ type Startup struct {
 	// Standby: the Node carries TaintStandby (registered by an order of a
 	// standby pool).
 	Standby bool
+	// Claimed: the front end that launched the machine registered the Node
+	// as its own, its own labels and taints synced onto it (Karpenter's
+	// karpenter.sh/registered label). A launched machine handed over from
+	// a standby pool keeps TaintStandby until then: its kubelet registers
+	// it with the pool's taints, not its owner's.
+	Claimed bool
 	// Leaving: a front end marked the Node for deletion (the taint
 	// cluster-autoscaler, Karpenter or the NodeProvisioner puts on a node
 	// before deleting it). Its instance, if it vanishes, is not replaced.

@@ -193,7 +193,8 @@ func (x *Index) Startup(providerIDs ...string) (nodegroup.Startup, bool) {
 	if !exists || !isNode {
 		return nodegroup.Startup{}, false
 	}
-	s := nodegroup.Startup{Registered: n.CreationTimestamp.Time, Leaving: leaving(n), Standby: hasTaint(n, nodegroup.TaintStandby)}
+	s := nodegroup.Startup{Registered: n.CreationTimestamp.Time, Leaving: leaving(n), Standby: hasTaint(n, nodegroup.TaintStandby),
+		Claimed: n.Labels[labelKarpenterRegistered] == "true"}
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
 			s.Ready = c.LastTransitionTime.Time
@@ -206,6 +207,12 @@ func (x *Index) Startup(providerIDs ...string) (nodegroup.Startup, bool) {
 	x.mu.RUnlock()
 	return s, true
 }
+
+// labelKarpenterRegistered is the label Karpenter (v1) puts on a Node once
+// it has synced its NodeClaim's labels and taints onto it
+// (karpv1.NodeRegisteredLabelKey; not imported, Karpenter is a front end
+// above this package).
+const labelKarpenterRegistered = "karpenter.sh/registered"
 
 // leaving reports whether a front end marked n for deletion: it carries
 // the taint cluster-autoscaler (its taints.ToBeDeletedTaint), Karpenter

@@ -134,6 +134,19 @@ func TestIndexOnARealCluster(t *testing.T) {
 		t.Fatalf("untainting what has no Node: %v", err)
 	}
 
+	// Karpenter's registration label: the Node is claimed by its owner.
+	if s, _ = x.Startup("verda://gpu-2"); s.Claimed {
+		t.Fatal("a Node without Karpenter's registration label is claimed")
+	}
+	if n.Labels == nil {
+		n.Labels = map[string]string{}
+	}
+	n.Labels["karpenter.sh/registered"] = "true"
+	if _, err := env.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, ctx, "the Node claimed", func() bool { s, _ = x.Startup("verda://gpu-2"); return s.Claimed })
+
 	// Workloads: the pods bound to the Node that a stop would kill; not a
 	// DaemonSet's, not a static pod's mirror, not a finished one, not
 	// another Node's.
