@@ -36,13 +36,7 @@ import (
 // removes every node and machine.
 func TestKarpenterScalesGPUNodes(t *testing.T) {
 	t.Parallel()
-	env, kube := startCluster(t)
-	// The operator runs with only what the chart grants its ServiceAccount:
-	// a missing permission shows as "forbidden" in its log.
-	asSA := chartServiceAccount(t, env, "karpenter")
-	cfgPath := filepath.Join(env.Dir, "gpuscaler.yaml")
-	metricsAddr := "127.0.0.1:" + freePort(t)
-	write(t, cfgPath, fmt.Sprintf(`
+	env, kube, metricsAddr := chartOperator(t, `
 clusterName: karpenter-e2e
 kubeconfig: %[3]q
 metrics: {address: %[2]q}
@@ -57,10 +51,9 @@ clouds:
     kubeconfig: %[1]q
 nodeGroups:
   - {name: tpl, cloud: sim, instanceType: 1H100.80S.30V, locations: [FIN-01], minSize: 0, maxSize: 1, managedBy: karpenter}
-`, env.Kubeconfig, metricsAddr, asSA))
+`)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	startNamedOperator(t, env, "gpuscaler-karpenter", cfgPath, "KUBECONFIG="+asSA, "LEADER_ELECTION_NAMESPACE="+chartNamespace)
 
 	apply(t, ctx, kube, &v1alpha1.GPUNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "h100"},
 		Spec: v1alpha1.GPUNodeClassSpec{Cloud: "sim", Template: "tpl", Image: "ubuntu-22.04-cuda-12"}})
@@ -152,7 +145,24 @@ nodeGroups:
 			t.Errorf("gpuscaler's metrics lack %s", want)
 		}
 	}
-	noForbidden(t, env, "gpuscaler-karpenter")
+}
+
+// chartOperator starts a real cluster and the operator on it as the
+// chart's ServiceAccount, with the configuration config renders from the
+// cluster's kubeconfig, a free metrics address, the ServiceAccount's
+// kubeconfig (%[1]q, %[2]q, %[3]q) and args after them. The operator has
+// only what the chart grants: a missing permission shows as "forbidden"
+// in its log, which is checked at the end.
+func chartOperator(t *testing.T, config string, args ...any) (env *testenv.Env, kube client.Client, metricsAddr string) {
+	t.Helper()
+	env, kube = startCluster(t)
+	asSA := chartServiceAccount(t, env, "karpenter")
+	cfgPath := filepath.Join(env.Dir, "gpuscaler.yaml")
+	metricsAddr = "127.0.0.1:" + freePort(t)
+	write(t, cfgPath, fmt.Sprintf(config, append([]any{env.Kubeconfig, metricsAddr, asSA}, args...)...))
+	startNamedOperator(t, env, "gpuscaler-karpenter", cfgPath, "KUBECONFIG="+asSA, "LEADER_ELECTION_NAMESPACE="+chartNamespace)
+	t.Cleanup(func() { noForbidden(t, env, "gpuscaler-karpenter") })
+	return env, kube, metricsAddr
 }
 
 // startCluster starts a real cluster with Karpenter's and gpuscaler's

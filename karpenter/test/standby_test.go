@@ -3,10 +3,8 @@ package test
 import (
 	"bufio"
 	"context"
-	"fmt"
 	"io"
 	"net/http"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -102,11 +100,7 @@ func TestKarpenterFallsBackWhenAStandbyStartFails(t *testing.T) {
 // checked for a refused request at the end.
 func standbyOperator(t *testing.T, sim string) (context.Context, client.Client, func(series string) float64) {
 	t.Helper()
-	env, kube := startCluster(t)
-	asSA := chartServiceAccount(t, env, "karpenter")
-	cfgPath := filepath.Join(env.Dir, "gpuscaler.yaml")
-	metricsAddr := "127.0.0.1:" + freePort(t)
-	write(t, cfgPath, fmt.Sprintf(`
+	_, kube, metricsAddr := chartOperator(t, `
 clusterName: karpenter-standby
 kubeconfig: %[3]q
 metrics: {address: %[2]q}
@@ -128,11 +122,9 @@ clouds:
     maxSize: 2
     managedBy: karpenter
     standby: {size: 1, warmFor: 1s}
-`, env.Kubeconfig, metricsAddr, asSA, sim))
+`, sim)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	t.Cleanup(cancel)
-	startNamedOperator(t, env, "gpuscaler-karpenter", cfgPath, "KUBECONFIG="+asSA, "LEADER_ELECTION_NAMESPACE="+chartNamespace)
-	t.Cleanup(func() { noForbidden(t, env, "gpuscaler-karpenter") })
 	metric := func(series string) float64 {
 		resp, err := http.Get("http://" + metricsAddr + "/metrics")
 		if err != nil {
