@@ -613,3 +613,27 @@ nodeGroups:
 		t.Errorf("%d standby starts, want the 8 pods of the last two days started from the pool", with.StandbyStarts)
 	}
 }
+
+// A standby pool stands ready before the trace begins, as in a cluster
+// that kept one: pods that arrive at the very start take its instances
+// (the start delay and the standby GPU start-up, a loop at most), not a
+// cold boot the pool had no time to spare them.
+func TestStandbyPoolIsReadyWhenTheTraceBegins(t *testing.T) {
+	cfg := parse(t, `clusterName: simulate
+clouds:
+  sim: {locations: [FIN-01], bootDelay: 90s}
+nodeGroups:
+  - {name: h100, cloud: sim, instanceType: 1H100.80S.30V, locations: [FIN-01], maxSize: 8, standby: {size: 4}}
+`)
+	tr := Trace{Name: "opening-burst"}
+	for i := range 4 {
+		tr.Pods = append(tr.Pods, Pod{Name: fmt.Sprintf("p%d", i), At: 0, Duration: 30 * time.Minute, GPUs: 1})
+	}
+	res := play(t, cfg, tr, Options{Policy: NodeProvisioner, Seed: 1})
+	if w := res.Wait(1); w > 45*time.Second {
+		t.Fatalf("the slowest of four pods at the trace's start waited %s with a pool of four: a cold boot, not a standby start", w)
+	}
+	if res.StandbyStarts != 4 {
+		t.Fatalf("%d standby starts, want 4", res.StandbyStarts)
+	}
+}
