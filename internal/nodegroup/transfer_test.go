@@ -18,7 +18,19 @@ func standbyOn(t *testing.T) (*harness, *wrapped, cloud.Instance) {
 	t.Helper()
 	w := &wrapped{}
 	h := newWrappedHarness(t, standbyGroup, sim.Options{}, Options{}, func(c *sim.Cloud) cloud.Provider { w.Provider = c; return w })
-	return h, w, poolReady(h)
+	return h, w, poolStopped(h)
+}
+
+// poolStopped waits until g's pool holds a stopped instance and the core
+// knows it stopped (the stop's answer recorded, as the oldest stopped
+// instance's gauge shows): only then may a launch take it.
+func poolStopped(h *harness) cloud.Instance {
+	h.t.Helper()
+	stopped := poolReady(h)
+	h.eventually("the core knows the instance stopped", func() bool {
+		return h.metric("gpuscaler_standby_oldest_created_timestamp_seconds", map[string]string{"group": "g"}) > 0
+	})
+	return stopped
 }
 
 // fromPool is a launch of name that takes from g's pool on the offering
@@ -366,7 +378,7 @@ func TestHandedOverNodeKeepsItsTaintUntilClaimed(t *testing.T) {
 	nodes := newFakeNodes()
 	h := newHarness(t, standbyGroup, sim.Options{}, Options{Nodes: nodes})
 	warmingWithNode(t, h, nodes)
-	stopped := poolReady(h)
+	stopped := poolStopped(h)
 	in, err := h.mgr.Launch(context.Background(), fromPool("nc-1", stopped))
 	if err != nil {
 		t.Fatal(err)
