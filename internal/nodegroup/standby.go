@@ -158,21 +158,15 @@ func (z *sizer) takeLocked(g *group) *member {
 // error) deletes the instance and orders a fresh one at once.
 func (z *sizer) start(g *group, mem *member, inst cloud.Instance) {
 	ctx := z.ctx()
+	err := z.clients[g.cfg.Cloud].start(ctx, inst)
 	s := z.store
-	s.mu.RLock()
-	cloudName := mem.cloud() // a launched member's (handed over from a pool) is its own
-	s.mu.RUnlock()
-	err := z.clients[cloudName].start(ctx, inst)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if g.members[mem.name] != mem || mem.standby != standbyStarting {
 		return // deleted meanwhile, or handed to the next core
 	}
-	launched := g == s.launches // handed over from a pool; its start counted when first sent
 	if err == nil {
-		if !launched {
-			z.metrics.standbyStarts.WithLabelValues(g.cfg.Name, "ok").Inc()
-		}
+		z.metrics.standbyStarts.WithLabelValues(g.cfg.Name, "ok").Inc()
 		s.started(g, mem, z.clock.Now())
 		z.log.Info("standby instance started", "group", g.cfg.Name, "instance", mem.name)
 		z.publishLocked(g)
@@ -180,14 +174,6 @@ func (z *sizer) start(g *group, mem *member, inst cloud.Instance) {
 	}
 	if ctx.Err() != nil {
 		return // stopping: the next core lists it and takes it again or finds it started
-	}
-	if launched {
-		// Its owner's machine, which a NodeClaim may hold: never deleted
-		// and replaced here, only started again by the next list (its
-		// owner deletes it if it gives up on it).
-		z.log.Warn("a launched instance handed over from standby would not start; the next list tries again", "instance", mem.name, "error", err)
-		s.change(g, mem, func() { mem.standby = standbyNone })
-		return
 	}
 	z.metrics.standbyStarts.WithLabelValues(g.cfg.Name, "failed").Inc()
 	z.log.Warn("standby instance would not start; deleting it and ordering a fresh one", "group", g.cfg.Name, "instance", mem.name, "error", err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"runtime/debug"
 	"sync"
 	"time"
@@ -250,18 +251,14 @@ func (y *syncer) sync(ctx context.Context, cloudName string, initial bool) error
 	var goneIDs [][]string
 	var reissue []reissue
 	s.mu.Lock()
-	for name, at := range s.tombstones {
-		// Gone only once a list that cannot lag behind the delete leaves
-		// it out: a delete that failed and is retried keeps it listed,
-		// and it must not be adopted meanwhile.
-		if !start.Before(at.Add(y.resolveAfter)) && !l.lists(name) {
-			delete(s.tombstones, name)
-		}
-	}
-	for name, at := range s.renamed {
-		if !start.Before(at.Add(y.resolveAfter)) && !l.lists(name) {
-			delete(s.renamed, name)
-		}
+	// A deleted instance is gone, and a renamed one known by its new name,
+	// only once a list that cannot lag behind leaves the old name out: a
+	// delete that failed and is retried keeps it listed, and it must not
+	// be adopted meanwhile.
+	for _, names := range []map[string]time.Time{s.tombstones, s.renamed} {
+		maps.DeleteFunc(names, func(name string, at time.Time) bool {
+			return !start.Before(at.Add(y.resolveAfter)) && !l.lists(name)
+		})
 	}
 	y.reaper.beginLocked(cloudName)
 	for _, g := range s.groupsOn(cloudName) {
@@ -332,6 +329,10 @@ func (y *syncer) sync(ctx context.Context, cloudName string, initial bool) error
 		s.mu.RLock()
 		inst := mem.instance()
 		s.mu.RUnlock()
+		if mem.g == s.launches {
+			y.orderer().run(func() { y.restart(mem, inst) })
+			continue
+		}
 		y.orderer().run(func() { y.sizer.start(mem.g, mem, inst) })
 	}
 	for _, pids := range out.untaint {

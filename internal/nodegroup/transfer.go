@@ -192,3 +192,32 @@ func (s *store) settleTransfer(mem *member, landed bool, now time.Time) {
 	}
 	s.change(g, pm, func() { pm.standby = standbyStopped })
 }
+
+// restart starts again a launched instance handed over from a standby
+// pool whose start was lost (the process that sent it stopped, or the
+// cloud failed it). It is its owner's machine, which a NodeClaim may
+// hold: a failure leaves it for the next list to start, never deletes and
+// replaces it as the pool's own start does (its owner deletes it if it
+// gives up on it).
+func (y *syncer) restart(mem *member, inst cloud.Instance) {
+	ctx := y.sizer.ctx()
+	s := y.store
+	s.mu.RLock()
+	cloudName := mem.cloud()
+	s.mu.RUnlock()
+	err := y.clients[cloudName].start(ctx, inst)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.launches.members[mem.name] != mem || mem.standby != standbyStarting {
+		return // deleted meanwhile, or handed to the next core
+	}
+	if err != nil {
+		if ctx.Err() == nil {
+			y.log.Warn("a launched instance handed over from standby would not start; the next list tries again", "instance", mem.name, "error", err)
+		}
+		s.change(s.launches, mem, func() { mem.standby = standbyNone })
+		return
+	}
+	s.started(s.launches, mem, y.clock.Now())
+	y.log.Info("launched instance handed over from standby started", "instance", mem.name, "owner", mem.peek().owner)
+}
