@@ -100,47 +100,30 @@ func (p *CloudProvider) Create(ctx context.Context, nc *karpv1.NodeClaim) (*karp
 			tpl = &g
 		}
 	}
+	// A standby machine goes before a cheaper order (seconds against
+	// minutes of a pending pod): every choice from the template's pool
+	// first, then the first MaxAttempts ordered.
 	if tpl != nil && tpl.StandbyMaxSize() > 0 {
-		if claim, ok, err := p.fromStandby(ctx, nc, class, tpl, choices, ct, hash); ok {
+		if claim, done, err := p.tryChoices(ctx, nc, class, tpl, ct, hash, choices, true); done {
 			return claim, err
 		}
 	}
-	var capacityErrs []error
-	for _, c := range choices[:min(len(choices), p.opts.MaxAttempts)] {
-		req := p.launchRequest(nc, class, tpl, c, ct.labels[c.it.Name])
-		in, err := p.opts.Core.Launch(ctx, req)
-		switch {
-		case err == nil:
-			return p.hydrate(nc, class, c.it, in, hash), nil
-		case errors.Is(err, cloud.ErrCapacity) || errors.Is(err, cloud.ErrQuota):
-			capacityErrs = append(capacityErrs, err)
-			if _, held := p.opts.Core.LaunchedNamed(nc.Name); held {
-				// The cloud took the order and failed it; its machine,
-				// being deleted, holds the NodeClaim's name. Karpenter
-				// makes a new NodeClaim, which tries the next offering.
-				return nil, karpcp.NewInsufficientCapacityError(errors.Join(capacityErrs...))
-			}
-			continue
-		case errors.Is(err, nodegroup.ErrCostLimit):
-			return nil, karpcp.NewInsufficientCapacityError(err)
-		default:
-			return nil, fmt.Errorf("launch %s on %s: %w", nc.Name, req.Offering, err)
-		}
-	}
-	return nil, karpcp.NewInsufficientCapacityError(errors.Join(capacityErrs...))
+	claim, _, err := p.tryChoices(ctx, nc, class, tpl, ct, hash, choices[:min(len(choices), p.opts.MaxAttempts)], false)
+	return claim, err
 }
 
-// fromStandby gives the NodeClaim a stopped machine of its template
-// group's standby pool, on the first offering the claim allows that the
-// pool holds: renamed for the NodeClaim and started, in the cloud's start
-// delay instead of a cold boot. A standby machine goes before a cheaper
-// order (seconds against minutes of a pending pod). ok is false when the
-// pool holds none that fits; the caller orders.
-func (p *CloudProvider) fromStandby(ctx context.Context, nc *karpv1.NodeClaim, class *v1alpha1.GPUNodeClass, tpl *config.NodeGroup,
-	choices []choice, ct *classTypes, hash string) (claim *karpv1.NodeClaim, ok bool, err error) {
+// tryChoices launches the NodeClaim's machine on the first of choices that
+// has one: from the template group's standby pool (renamed for the
+// NodeClaim and started, in the cloud's start delay instead of a cold
+// boot) when standby is set, else as an order. A choice the pool holds
+// nothing for, or whose offering is stocked out, is skipped; done is false
+// when every choice was, and the error then says why the orders failed.
+func (p *CloudProvider) tryChoices(ctx context.Context, nc *karpv1.NodeClaim, class *v1alpha1.GPUNodeClass, tpl *config.NodeGroup,
+	ct *classTypes, hash string, choices []choice, standby bool) (claim *karpv1.NodeClaim, done bool, err error) {
+	var capacityErrs []error
 	for _, c := range choices {
 		req := p.launchRequest(nc, class, tpl, c, ct.labels[c.it.Name])
-		req.Standby = true
+		req.Standby = standby
 		in, err := p.opts.Core.Launch(ctx, req)
 		switch {
 		case err == nil:
@@ -148,20 +131,21 @@ func (p *CloudProvider) fromStandby(ctx context.Context, nc *karpv1.NodeClaim, c
 		case errors.Is(err, nodegroup.ErrNoStandby):
 			continue
 		case errors.Is(err, cloud.ErrCapacity) || errors.Is(err, cloud.ErrQuota):
+			capacityErrs = append(capacityErrs, err)
 			if _, held := p.opts.Core.LaunchedNamed(nc.Name); held {
-				// Its start was refused: the machine is deleted and holds
-				// the NodeClaim's name until it is gone. Karpenter makes a
-				// new NodeClaim, away from the offering the core now skips.
-				return nil, true, karpcp.NewInsufficientCapacityError(err)
+				// The cloud took the order and failed it, or refused a
+				// standby machine's start; the machine, being deleted,
+				// holds the NodeClaim's name. Karpenter makes a new
+				// NodeClaim, which tries the next offering.
+				return nil, true, karpcp.NewInsufficientCapacityError(errors.Join(capacityErrs...))
 			}
-			continue // the offering stocked out: the pool cannot start there
 		case errors.Is(err, nodegroup.ErrCostLimit):
 			return nil, true, karpcp.NewInsufficientCapacityError(err)
 		default:
-			return nil, true, fmt.Errorf("launch %s from standby on %s: %w", nc.Name, req.Offering, err)
+			return nil, true, fmt.Errorf("launch %s on %s: %w", nc.Name, req.Offering, err)
 		}
 	}
-	return nil, false, nil
+	return nil, false, karpcp.NewInsufficientCapacityError(errors.Join(capacityErrs...))
 }
 
 // ready checks that the class's status allows launches.
