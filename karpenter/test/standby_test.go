@@ -5,6 +5,8 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
+	"github.com/gpuscaler/gpuscaler/internal/testenv"
 	"github.com/gpuscaler/gpuscaler/karpenter/apis/v1alpha1"
 )
 
@@ -91,6 +94,31 @@ func TestKarpenterFallsBackWhenAStandbyStartFails(t *testing.T) {
 	}
 }
 
+// coreLog shows, for a failed test, what the operator's node-group core
+// logged above debug: the tail of the whole log, which env shows, is
+// mostly Karpenter's.
+func coreLog(t *testing.T, env *testenv.Env) {
+	if !t.Failed() {
+		return
+	}
+	f, err := os.Open(filepath.Join(env.Dir, "gpuscaler-karpenter.log"))
+	if err != nil {
+		t.Log(err)
+		return
+	}
+	defer f.Close()
+	var out strings.Builder
+	lines := bufio.NewScanner(f)
+	lines.Buffer(nil, 1<<20)
+	for lines.Scan() {
+		if line := lines.Text(); strings.Contains(line, `"component":"gpuscaler"`) && !strings.Contains(line, `"level":"DEBUG"`) {
+			out.WriteString(line)
+			out.WriteByte('\n')
+		}
+	}
+	t.Logf("---- the node-group core's log ----\n%s", out.String())
+}
+
 // standbyOperator starts a real cluster and the operator, as the chart's
 // ServiceAccount, over a template group of FIN-01 that keeps a standby
 // pool of one (a cold boot takes 20 s, a start 2 s); sim is added to the
@@ -100,7 +128,7 @@ func TestKarpenterFallsBackWhenAStandbyStartFails(t *testing.T) {
 // checked for a refused request at the end.
 func standbyOperator(t *testing.T, sim string) (context.Context, client.Client, func(series string) float64) {
 	t.Helper()
-	_, kube, metricsAddr := chartOperator(t, `
+	env, kube, metricsAddr := chartOperator(t, `
 clusterName: karpenter-standby
 kubeconfig: %[3]q
 metrics: {address: %[2]q}
@@ -123,6 +151,7 @@ clouds:
     managedBy: karpenter
     standby: {size: 1, warmFor: 1s}
 `, sim)
+	t.Cleanup(func() { coreLog(t, env) })
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	t.Cleanup(cancel)
 	metric := func(series string) float64 {
