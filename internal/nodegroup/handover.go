@@ -5,7 +5,11 @@ import (
 	"slices"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
+	"github.com/gpuscaler/gpuscaler/internal/config"
 )
 
 // Inherit takes over what prev, the core of the configuration in force
@@ -45,8 +49,16 @@ func (m *Manager) Inherit(prev *Manager) {
 			continue // a new or moved group is rebuilt from the cloud
 		}
 		g.inherited = true
+		changed := machineChanged(pg.cfg, g.cfg)
 		for _, pm := range pg.members {
-			m.inheritMember(g, pm)
+			mem := m.inheritMember(g, pm)
+			if changed && mem != nil && mem.pooled() && mem.phase != phaseCreating {
+				// Booted, joined and stopped as the old configuration
+				// made it: started, it would serve the old image, disk
+				// or labels (an order not sent yet is made as the new
+				// one says).
+				mem.extras().outdated = true
+			}
 		}
 		g.target = min(max(pg.target, g.cfg.MinSize), g.cfg.MaxSize)
 		g.standbyAsked = pg.standbyAsked // the forecast's size holds until it asks again
@@ -90,10 +102,11 @@ func (m *Manager) Inherit(prev *Manager) {
 // before it was sent is forgotten. (The old core has stopped and its
 // creates have returned: a withdrawn order the cloud does not know, with
 // no lost answer to resolve, was never sent; nothing would ever settle it
-// here.) Callers hold both stores' locks.
-func (m *Manager) inheritMember(g *group, pm *member) {
+// here.) It returns the copy, nil for none. Callers hold both stores'
+// locks.
+func (m *Manager) inheritMember(g *group, pm *member) *member {
 	if pm.cancelled && !pm.known() && pm.peek().unknownSince.IsZero() {
-		return
+		return nil
 	}
 	mem := new(member)
 	*mem = *pm
@@ -118,4 +131,25 @@ func (m *Manager) inheritMember(g *group, pm *member) {
 	if mem.phase == phaseCreating {
 		m.orderer.order(g, mem)
 	}
+	return mem
+}
+
+// machineChanged reports whether a group's instances are made otherwise
+// under next than under prev: another type, image, disk, labels, taints,
+// MIG partitioning, cloud options, bootstrap, GPU count, or images pulled
+// ahead. What only sizes, prices or times the group is no change.
+func machineChanged(prev, next config.NodeGroup) bool {
+	machine := func(c config.NodeGroup) any {
+		return struct {
+			InstanceType, Image string
+			DiskGiB             int
+			Labels, Options     map[string]string
+			Taints              []corev1.Taint
+			MIG                 *config.MIG
+			Bootstrap           *config.Bootstrap
+			GPUs                *int
+			Images              []string
+		}{c.InstanceType, c.Image, c.DiskSizeGiB, c.Labels, c.CloudOptions, c.Taints, c.MIG, c.Bootstrap, c.OverrideNumGPUs, c.StandbyImages()}
+	}
+	return !equality.Semantic.DeepEqual(machine(prev), machine(next))
 }

@@ -113,6 +113,8 @@ func (z *sizer) takeLocked(g *group) *member {
 	var best *member
 	rank := func(mem *member) int {
 		switch {
+		case mem.peek().outdated:
+			return -1
 		case mem.standby == standbyWarming && mem.running():
 			return 0
 		case mem.standby == standbyStopped && mem.phase == phaseCreated:
@@ -223,6 +225,11 @@ func (z *sizer) poolLocked(g *group) {
 		}
 		if mem.standby == standbyStopped && now.Sub(mem.createdAt.Time()) > g.cfg.Standby.StandbyMaxAge() {
 			z.removeLocked(g, mem, "standby instance past its maxAge")
+			continue
+		}
+		if mem.peek().outdated && (mem.standby == standbyStopped || mem.standby == standbyWarming) {
+			z.log.Info("replacing a standby instance made under the group's former configuration", "group", g.cfg.Name, "instance", mem.name)
+			z.removeLocked(g, mem, "standby instance made under a former configuration")
 			continue
 		}
 		pool = append(pool, mem)

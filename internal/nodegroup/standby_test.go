@@ -543,3 +543,59 @@ func TestStandbyPoolWaitsOutAStockOut(t *testing.T) {
 		t.Fatalf("%d instances with no capacity", n)
 	}
 }
+
+// A reload that changes how the group's instances are made (here their
+// image) replaces the standby pool: the stopped instance, booted with the
+// former image, is taken by nobody and deleted, and the pool refills with
+// an instance of the new image. A reload that only resizes the group
+// keeps the pool as it is.
+func TestStandbyPoolReplacedWhenItsMachineChanges(t *testing.T) {
+	w := &wrapped{}
+	images := map[string]string{}
+	w.onCreate = func(_ context.Context, spec cloud.CreateSpec) (cloud.Instance, error, bool) {
+		w.mu.Lock()
+		images[spec.Name] = spec.Image
+		w.mu.Unlock()
+		return cloud.Instance{}, nil, false
+	}
+	image := func(img string) string {
+		return strings.Replace(standbyGroup, "locations: [FIN-01],", "locations: [FIN-01], image: "+img+",", 1)
+	}
+	h := newWrappedHarness(t, image("ubuntu-22.04-cuda-12"), sim.Options{}, Options{}, func(c *sim.Cloud) cloud.Provider { w.Provider = c; return w })
+	old := poolStopped(h)
+
+	h.reload(strings.Replace(image("ubuntu-22.04-cuda-12"), "maxSize: 5", "maxSize: 6", 1))
+	h.settle(2 * time.Minute)
+	if in, ok := atCloud(h, old.Name); !ok || in.State != cloud.StateStopped {
+		t.Fatalf("after a reload that only resized the group, the pool's instance is %+v, want it kept stopped", in)
+	}
+	if creates, _ := w.counts(); creates != 1 {
+		t.Fatalf("%d creates after a reload that only resized the group, want 1", creates)
+	}
+
+	h.reload(image("ubuntu-24.04-cuda-13"))
+	if _, err := h.mgr.Launch(context.Background(), fromPool("nc-1", old)); !errors.Is(err, ErrNoStandby) {
+		t.Fatalf("a launch took the instance of the former image: %v, want ErrNoStandby", err)
+	}
+	var fresh cloud.Instance
+	h.eventually("the pool replaced by an instance of the new image", func() bool {
+		h.clk.Step(30 * time.Second)
+		h.mgr.syncer.kick("sim")
+		_, stays := atCloud(h, old.Name)
+		for _, in := range h.engine.Instances("test") {
+			if in.State == cloud.StateStopped && in.Standby && in.Name != old.Name {
+				fresh = in
+			}
+		}
+		return !stays && fresh.Name != ""
+	})
+	w.mu.Lock()
+	got := images[fresh.Name]
+	w.mu.Unlock()
+	if got != "ubuntu-24.04-cuda-13" {
+		t.Errorf("the pool's new instance was ordered with image %q, want the new one", got)
+	}
+	if creates, _ := w.counts(); creates != 2 {
+		t.Errorf("%d creates, want 2: the pool's first instance and its replacement", creates)
+	}
+}

@@ -288,6 +288,10 @@ type extras struct {
 	// being handed over from, until the transfer's outcome is known (see
 	// store.settleTransfer).
 	fromGroup, fromName string
+	// outdated: a standby member made under a group configuration that a
+	// reload changed (machineChanged); the pool replaces it, and nobody
+	// takes it.
+	outdated bool
 }
 
 // extras returns the member's extras to change, making them on first use.
