@@ -1,6 +1,7 @@
 // Package controllers holds the Karpenter operator's own controllers,
-// beside Karpenter core's: the GPUNodeClass status and the collector of
-// machines no NodeClaim owns.
+// beside Karpenter core's: the GPUNodeClass status, the collector of
+// machines no NodeClaim owns, and the registration hook of machines taken
+// from a standby pool.
 package controllers
 
 import (

@@ -131,7 +131,8 @@ func run(ctx context.Context, op *operator.Operator) error {
 	}
 	cluster := state.NewCluster(op.Clock, op.GetClient(), cp, state.WithRepairPolicyMatcher(matcher))
 	op.WithControllers(ctx, corecontrollers.NewControllers(ctx, op.Manager, op.Clock, op.GetClient(), op.EventRecorder,
-		cp, undecorated, cluster, op.InstanceTypeStore, op.PredictionStore)...)
+		cp, undecorated, cluster, op.InstanceTypeStore, op.PredictionStore,
+		corecontrollers.WithRegistrationHook(controllers.StandbyHandover{Client: op.GetClient()}))...)
 	op.WithControllers(ctx,
 		&controllers.NodeClass{Client: op.GetClient(), Checker: provider},
 		&controllers.Leaks{Reader: op.Manager.GetAPIReader(), Core: core, Period: opts.leakPeriod, Grace: opts.leakGrace, Logger: log},
