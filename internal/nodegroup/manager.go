@@ -207,7 +207,7 @@ func New(cfg *config.Config, providers map[string]cloud.Provider, opts Options) 
 		clients: m.clients, queues: queues, boot: opts.Bootstrap, retries: *cfg.Sync.CreateRetries, clock: opts.Clock, log: opts.Logger,
 		metrics: met, events: ev, run: m.run, kick: m.syncer.kick, ctx: m.context}
 	m.sizer = &sizer{store: s, offerings: m.offerings, cost: m.cost, orderer: m.orderer, deleter: m.deleter,
-		clock: opts.Clock, log: opts.Logger, metrics: met, events: ev, ctx: m.context, maxIncrease: cfg.Sync.MaxIncrease, clients: m.clients}
+		clock: opts.Clock, log: opts.Logger, metrics: met, events: ev, ctx: m.context, maxIncrease: cfg.Sync.MaxIncrease, clients: m.clients, nodes: opts.Nodes}
 	m.orderer.publish = m.sizer.publishLocked
 	m.reaper = &reaper{cfg: cfg, store: s, offerings: m.offerings, deleter: m.deleter, nodes: opts.Nodes, clock: opts.Clock,
 		log: opts.Logger, metrics: met, events: ev, duplicates: map[string]*duplicate{}, unknown: map[string]int{},

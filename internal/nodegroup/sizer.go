@@ -30,6 +30,8 @@ type sizer struct {
 	// maxIncrease caps one IncreaseSize (sync.maxIncrease).
 	maxIncrease int
 	clients     map[string]*client
+	// nodes is Options.Nodes; nil without a cluster.
+	nodes Nodes
 }
 
 // namePrefix is what a group's instance names start with: the group's

@@ -140,6 +140,7 @@ func (z *sizer) takeLocked(g *group) *member {
 	if mem.standby == standbyWarming {
 		s.change(g, mem, func() { mem.standby = standbyNone })
 		z.log.Info("a standby instance still warming up serves instead", "group", g.cfg.Name, "instance", mem.name)
+		z.liftOnSight(mem)
 		return mem
 	}
 	price := z.offerings.price(mem.cloud(), mem.offering(), g.itype.Price(mem.offering().CapacityType))
@@ -170,6 +171,7 @@ func (z *sizer) start(g *group, mem *member, inst cloud.Instance) {
 	if err == nil {
 		z.metrics.standbyStarts.WithLabelValues(g.cfg.Name, "ok").Inc()
 		s.started(g, mem, z.clock.Now())
+		z.liftOnSight(mem)
 		z.log.Info("standby instance started", "group", g.cfg.Name, "instance", mem.name)
 		z.publishLocked(g)
 		return
@@ -190,6 +192,17 @@ func (z *sizer) start(g *group, mem *member, inst cloud.Instance) {
 		z.orderer.order(g, fresh)
 	}
 	z.reconcileLocked(g)
+}
+
+// liftOnSight asks the Nodes to lift TaintStandby from a group member
+// that serves now the moment its Node shows it (Lifter), so that no front
+// end sees it Ready and tainted; the sync lifts it otherwise. Not for a
+// launched member: its owner registers its Node first (untaintLocked).
+// Callers hold the store's lock; the call does not block.
+func (z *sizer) liftOnSight(mem *member) {
+	if l, ok := z.nodes.(Lifter); ok {
+		l.LiftOnSight(TaintStandby, mem.providerIDs()...)
+	}
 }
 
 // started records that a standby instance's start was accepted at now:

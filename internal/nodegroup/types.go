@@ -88,6 +88,20 @@ type Nodes interface {
 	Workloads(ctx context.Context, providerIDs ...string) ([]string, error)
 }
 
+// Lifter is implemented by Nodes that lift a taint the moment a Node
+// shows it, rather than at the next sync. A standby instance started for
+// demand registers its Node again with TaintStandby; until it is lifted,
+// the pod it was started for cannot land (a sync is 30 s by default, the
+// start a few), and a front end's scheduling simulation sees a Ready node
+// the pod does not fit.
+type Lifter interface {
+	// LiftOnSight lifts the taint of key from the Node that carries one
+	// of the provider IDs as soon as it shows it, now if it does; it
+	// returns at once (the write is made in the background, the sync's
+	// Untaint lifts what it missed).
+	LiftOnSight(key string, providerIDs ...string)
+}
+
 // PrePuller is implemented by Nodes that can pull images onto a Node
 // before its instance joins a standby pool (config.Standby.PrePullImages).
 type PrePuller interface {

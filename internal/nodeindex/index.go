@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -49,11 +50,28 @@ type Index struct {
 	// for Nodes that had them already when the index was filled.
 	gpusAt map[string]time.Time
 	synced bool
+	// lifts are the taints to lift from a Node the moment it shows them
+	// (LiftOnSight), by provider ID; ctx is Run's, for their writes.
+	lifts map[string]*lift
+	ctx   context.Context
 }
+
+// lift is one LiftOnSight: the taint's key, when it was asked, and whether
+// its write is under way.
+type lift struct {
+	key   string
+	asked time.Time
+	busy  bool
+}
+
+// liftFor is how long a LiftOnSight waits for its Node to show the taint;
+// the core's sync lifts what it missed.
+const liftFor = 30 * time.Minute
 
 var (
 	_ nodegroup.Nodes     = (*Index)(nil)
 	_ nodegroup.EventSink = (*Index)(nil)
+	_ nodegroup.Lifter    = (*Index)(nil)
 )
 
 // New builds an index over a cluster; Run fills and follows it. namespace
@@ -66,7 +84,8 @@ func New(kube kubernetes.Interface, log *slog.Logger, namespace string) *Index {
 	factory := informers.NewSharedInformerFactory(kube, 0)
 	x := &Index{
 		kube: kube, factory: factory, informer: factory.Core().V1().Nodes().Informer(), log: log,
-		byPID: map[string]string{}, pidOf: map[string]string{}, gpusAt: map[string]time.Time{},
+		byPID: map[string]string{}, pidOf: map[string]string{}, gpusAt: map[string]time.Time{}, lifts: map[string]*lift{},
+		ctx: context.Background(),
 	}
 	if namespace != "" {
 		x.namespace = namespace
@@ -116,6 +135,62 @@ func (x *Index) set(obj any, initial bool) {
 		}
 		x.gpusAt[n.Name] = now
 	}
+	x.liftLocked(n)
+}
+
+// LiftOnSight lifts the taint of key from the Node that carries one of the
+// provider IDs the moment the index sees it carry it, now if it does
+// (nodegroup.Lifter). A request its Node never answers is forgotten after
+// liftFor.
+func (x *Index) LiftOnSight(key string, providerIDs ...string) {
+	now := time.Now()
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	maps.DeleteFunc(x.lifts, func(_ string, l *lift) bool { return !l.busy && now.Sub(l.asked) > liftFor })
+	for _, pid := range providerIDs {
+		x.lifts[pid] = &lift{key: key, asked: now}
+	}
+	for _, pid := range providerIDs {
+		if name, ok := x.byPID[pid]; ok {
+			if obj, exists, _ := x.informer.GetStore().GetByKey(name); exists {
+				if n, ok := obj.(*corev1.Node); ok {
+					x.liftLocked(n)
+				}
+			}
+		}
+	}
+}
+
+// liftLocked starts the write of a LiftOnSight asked for n, when n shows
+// its taint and none is under way. Callers hold x.mu.
+func (x *Index) liftLocked(n *corev1.Node) {
+	l, ok := x.lifts[n.Spec.ProviderID]
+	if !ok || l.busy || !hasTaint(n, l.key) {
+		return
+	}
+	l.busy = true
+	go x.liftNow(x.ctx, n.Spec.ProviderID, l)
+}
+
+// liftNow lifts a LiftOnSight's taint, trying again at once on a conflict
+// (the kubelet writes its new Node's status meanwhile); a failure is left
+// to the core's sync.
+func (x *Index) liftNow(ctx context.Context, pid string, l *lift) {
+	var err error
+	for range 5 {
+		if err = x.Untaint(ctx, l.key, pid); !apierrors.IsConflict(err) {
+			break
+		}
+	}
+	x.mu.Lock()
+	l.busy = false
+	if err == nil && x.lifts[pid] == l {
+		delete(x.lifts, pid)
+	}
+	x.mu.Unlock()
+	if err != nil && ctx.Err() == nil {
+		x.log.Warn("could not lift a taint the moment its node showed it; the next sync does", "providerID", pid, "taint", l.key, "error", err)
+	}
 }
 
 func (x *Index) forget(name string) {
@@ -128,6 +203,9 @@ func (x *Index) forget(name string) {
 
 // Run fills the index and follows the cluster until ctx is done.
 func (x *Index) Run(ctx context.Context) error {
+	x.mu.Lock()
+	x.ctx = ctx
+	x.mu.Unlock()
 	if err := x.bcast.StartRecordingToSinkWithContext(ctx); err != nil {
 		return fmt.Errorf("node events: %w", err)
 	}

@@ -280,3 +280,57 @@ func wait(t *testing.T, ctx context.Context, what string, cond func() bool) {
 		}
 	}
 }
+
+// LiftOnSight lifts a taint from a Node the moment the index sees it, with
+// no further call: from a Node that registers with it after the request,
+// as a standby instance's does when it starts, and from one that carries
+// it already. The Node's other taints stay; a Node of another provider ID
+// keeps its taint.
+func TestLiftOnSight(t *testing.T) {
+	env := testenv.Start(t, testenv.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	x := New(env.Client, slog.New(slog.DiscardHandler), "")
+	go func() { _ = x.Run(ctx) }()
+	standby := corev1.Taint{Key: nodegroup.TaintStandby, Effect: corev1.TaintEffectNoSchedule}
+	gpu := corev1.Taint{Key: "nvidia.com/gpu", Effect: corev1.TaintEffectNoSchedule}
+	mk := func(name string) {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.NodeSpec{ProviderID: "sim://" + name, Taints: []corev1.Taint{gpu, standby}}}
+		if _, err := env.Client.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lifted := func(name string) bool {
+		n, err := env.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !hasTaint(n, gpu.Key) {
+			t.Fatalf("node %s lost its other taint: %v", name, n.Spec.Taints)
+		}
+		return !hasTaint(n, standby.Key)
+	}
+
+	x.LiftOnSight(nodegroup.TaintStandby, "sim://started")
+	mk("started")
+	wait(t, ctx, "the taint of a Node registered after the request lifted", func() bool { return lifted("started") })
+
+	mk("warm")
+	mk("other")
+	wait(t, ctx, "both indexed", func() bool {
+		a, _ := x.Registered("sim://warm")
+		b, _ := x.Registered("sim://other")
+		return a && b
+	})
+	x.LiftOnSight(nodegroup.TaintStandby, "sim://warm")
+	wait(t, ctx, "the taint of a Node that had it lifted", func() bool { return lifted("warm") })
+	if lifted("other") {
+		t.Fatal("the taint of a Node nobody asked for was lifted")
+	}
+	x.mu.RLock()
+	left := len(x.lifts)
+	x.mu.RUnlock()
+	if left != 0 {
+		t.Errorf("%d requests kept after their lifts", left)
+	}
+}

@@ -33,10 +33,11 @@ const (
 	caNamespace = "gpuscaler"
 )
 
-// startRealCA starts the cluster, the provider with nodeGroups on the
-// simulated cloud configured by simCloud (YAML flow-map entries), and
-// cluster-autoscaler with the chart's arguments and then caArgs.
-func startRealCA(t *testing.T, ctx context.Context, simCloud, nodeGroups string, caArgs ...string) *realCA {
+// startRealCA starts the cluster, the provider (syncing every syncPeriod)
+// with nodeGroups on the simulated cloud configured by simCloud (YAML
+// flow-map entries), and cluster-autoscaler with the chart's arguments and
+// then caArgs.
+func startRealCA(t *testing.T, ctx context.Context, syncPeriod time.Duration, simCloud, nodeGroups string, caArgs ...string) *realCA {
 	t.Helper()
 	env := testenv.Start(t, testenv.Options{ControllerManager: true, Scheduler: true, Kwok: true})
 	// The groups go into the chart's values as they would be installed:
@@ -80,11 +81,11 @@ provider:
   listenAddress: %q
   tls: {certFile: %q, keyFile: %q, caCertFile: %q, clientNames: [cluster-autoscaler]}
 metrics: {address: %q}
-sync: {period: 2s}
+sync: {period: %s}
 clouds:
   sim: {kubeconfig: %q, %s}
 nodeGroups:
-%s`, gsKube, grpcAddr, tlsFiles.ServerCert, tlsFiles.ServerKey, tlsFiles.CA, metricsAddr, env.Kubeconfig, simCloud, nodeGroups))
+%s`, gsKube, grpcAddr, tlsFiles.ServerCert, tlsFiles.ServerKey, tlsFiles.CA, metricsAddr, syncPeriod, env.Kubeconfig, simCloud, nodeGroups))
 	startProvider(t, env, cfgPath, metricsAddr)
 
 	args, cloudConfig := chartAutoscaler(t, values)
@@ -172,7 +173,7 @@ func TestRealClusterAutoscalerScalesFromAndToZero(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
-	r := startRealCA(t, ctx, "bootDelay: 2s, deleteDelay: 1s, gpuReadyDelay: 8s, readyFlaps: 1",
+	r := startRealCA(t, ctx, 2*time.Second, "bootDelay: 2s, deleteDelay: 1s, gpuReadyDelay: 8s, readyFlaps: 1",
 		"  - {name: h100, cloud: sim, instanceType: 1H100.80S.30V, locations: [FIN-01], maxSize: 4, taints: [{key: nvidia.com/gpu, value: present, effect: NoSchedule}]}\n",
 		"--scan-interval=2s", "--scale-down-unneeded-time=5s", "--scale-down-delay-after-add=5s",
 		"--scale-down-delay-after-delete=1s", "--max-node-provision-time=3m", "--v=3")
@@ -239,7 +240,7 @@ func TestRealClusterAutoscalerAndSlowBoots(t *testing.T) {
 			t.Parallel()
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
-			r := startRealCA(t, ctx, "bootDelay: 60s, deleteDelay: 1s",
+			r := startRealCA(t, ctx, 2*time.Second, "bootDelay: 60s, deleteDelay: 1s",
 				"  - {name: slow, cloud: sim, instanceType: 1H100.80S.30V, locations: [FIN-01], minSize: 1, maxSize: 3}\n",
 				"--scan-interval=2s", "--max-node-provision-time=10s", fmt.Sprintf("--force-delete-unregistered-nodes=%v", force), "--v=3")
 			waitFor(t, ctx, "the minimum ordered", func() bool { return r.live(t, "slow") == 1 })

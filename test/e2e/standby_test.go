@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/gpuscaler/gpuscaler/internal/daemon"
 	"github.com/gpuscaler/gpuscaler/internal/forecast"
 	"github.com/gpuscaler/gpuscaler/internal/forecast/configmap"
+	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
 	"github.com/gpuscaler/gpuscaler/internal/testenv"
 )
 
@@ -99,7 +101,11 @@ func TestRealClusterAutoscalerTakesFromTheStandbyPool(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	r := startRealCA(t, ctx, "bootDelay: 20s, deleteDelay: 1s, startDelay: 1s, stoppedPrice: 0.05",
+	// A sync of 15 s: the standby taint of the started instance's Node
+	// must go when the Node shows it (nodegroup.Lifter), not at the next
+	// sync, when the pod would have waited up to 15 s more on a Ready
+	// node it does not fit.
+	r := startRealCA(t, ctx, 15*time.Second, "bootDelay: 20s, deleteDelay: 1s, startDelay: 1s, stoppedPrice: 0.05",
 		"  - {name: h100, cloud: sim, instanceType: 1H100.80S.30V, locations: [FIN-01], maxSize: 3, taints: [{key: nvidia.com/gpu, value: present, effect: NoSchedule}], standby: {size: 1, warmFor: 1s}}\n",
 		"--scan-interval=2s", "--scale-down-unneeded-time=5m", "--max-node-provision-time=5m", "--v=3")
 	// stopped: the pool holds one instance, and stops is how many the
@@ -116,6 +122,24 @@ func TestRealClusterAutoscalerTakesFromTheStandbyPool(t *testing.T) {
 	asked := time.Now()
 	if _, err := pods.Create(ctx, gpuPod("infer"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
+	}
+	var registered, lifted time.Time
+	waitFor(t, ctx, "the started instance's Node without the standby taint", func() bool {
+		nodes, err := r.env.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: nodegroup.LabelNodeGroup + "=h100"})
+		if err != nil || len(nodes.Items) == 0 {
+			return false
+		}
+		if registered.IsZero() {
+			registered = time.Now()
+		}
+		if slices.ContainsFunc(nodes.Items[0].Spec.Taints, func(t corev1.Taint) bool { return t.Key == nodegroup.TaintStandby }) {
+			return false
+		}
+		lifted = time.Now()
+		return true
+	})
+	if gap := lifted.Sub(registered); gap > 3*time.Second {
+		t.Errorf("the standby taint stayed %s on the started instance's Node, want it lifted when the Node showed it", gap.Round(time.Millisecond))
 	}
 	waitFor(t, ctx, "the pod running", func() bool { return runningPods(ctx, pods) == 1 })
 	t.Logf("the pod ran %s after it was created", time.Since(asked).Round(time.Second))
