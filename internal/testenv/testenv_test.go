@@ -119,11 +119,5 @@ func TestNoProcessOutlivesTheEnv(t *testing.T) {
 
 func poll(t *testing.T, ctx context.Context, what string, cond func() bool) {
 	t.Helper()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("timed out waiting for %s", what)
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
+	Poll(t, ctx, 200*time.Millisecond, what, cond)
 }

@@ -46,7 +46,7 @@ func TestStandbyHandoverHoldsRegistration(t *testing.T) {
 	}
 	taints := func(name string) []corev1.Taint {
 		var got []corev1.Taint
-		waitFor(t, ctx, "node "+name+" in the cache", func() bool {
+		testenv.Poll(t, ctx, 50*time.Millisecond, "node "+name+" in the cache", func() bool {
 			n := &corev1.Node{}
 			if c.Get(ctx, client.ObjectKey{Name: name}, n) != nil {
 				return false
@@ -64,7 +64,7 @@ func TestStandbyHandoverHoldsRegistration(t *testing.T) {
 	if err != nil || !res.Requeue {
 		t.Fatalf("a Node with the standby taint: %+v, %v; want the registration held", res, err)
 	}
-	waitFor(t, ctx, "the standby taint swapped for the unregistered one", func() bool {
+	testenv.Poll(t, ctx, 50*time.Millisecond, "the standby taint swapped for the unregistered one", func() bool {
 		got := taints("from-pool")
 		return !slices.ContainsFunc(got, isStandby) && slices.ContainsFunc(got, func(t corev1.Taint) bool { return t.MatchTaint(&karpv1.UnregisteredNoExecuteTaint) }) &&
 			slices.ContainsFunc(got, func(t corev1.Taint) bool { return t.MatchTaint(&gpu) })
@@ -117,16 +117,4 @@ func indexedClient(t *testing.T, ctx context.Context, env *testenv.Env) client.C
 		t.Fatal(err)
 	}
 	return c
-}
-
-// waitFor polls cond every 50 ms until it holds or ctx ends.
-func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
-	t.Helper()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("timed out waiting for %s", what)
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
 }

@@ -297,13 +297,7 @@ func apply(t *testing.T, ctx context.Context, kube client.Client, obj client.Obj
 
 func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
 	t.Helper()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("timed out waiting for %s", what)
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
+	testenv.Poll(t, ctx, 250*time.Millisecond, what, cond)
 }
 
 func write(t *testing.T, path, data string) {

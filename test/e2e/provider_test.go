@@ -361,13 +361,7 @@ func rpc(t *testing.T, f func(context.Context) error) {
 
 func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
 	t.Helper()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("timed out waiting for %s", what)
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
+	testenv.Poll(t, ctx, 250*time.Millisecond, what, cond)
 }
 
 func loopback(t testing.TB) string {
