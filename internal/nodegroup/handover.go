@@ -136,10 +136,17 @@ func (m *Manager) inheritMember(g *group, pm *member) *member {
 
 // machineChanged reports whether a group's instances are made otherwise
 // under next than under prev: another type, image, disk, labels, taints,
-// MIG partitioning, cloud options, bootstrap, GPU count, or images pulled
-// ahead. What only sizes, prices or times the group is no change.
+// MIG partitioning, cloud options, bootstrap (but how the join's token is
+// handed over: a stopped instance joined already), GPU count, or images
+// pulled ahead. What only sizes, prices or times the group is no change.
 func machineChanged(prev, next config.NodeGroup) bool {
 	machine := func(c config.NodeGroup) any {
+		var boot *config.Bootstrap
+		if c.Bootstrap != nil {
+			b := *c.Bootstrap
+			b.TokenSecretRef, b.MintToken, b.TokenTTL, b.Delivery = nil, false, nil, ""
+			boot = &b
+		}
 		return struct {
 			InstanceType, Image string
 			DiskGiB             int
@@ -149,7 +156,7 @@ func machineChanged(prev, next config.NodeGroup) bool {
 			Bootstrap           *config.Bootstrap
 			GPUs                *int
 			Images              []string
-		}{c.InstanceType, c.Image, c.DiskSizeGiB, c.Labels, c.CloudOptions, c.Taints, c.MIG, c.Bootstrap, c.OverrideNumGPUs, c.StandbyImages()}
+		}{c.InstanceType, c.Image, c.DiskSizeGiB, c.Labels, c.CloudOptions, c.Taints, c.MIG, boot, c.OverrideNumGPUs, c.StandbyImages()}
 	}
 	return !equality.Semantic.DeepEqual(machine(prev), machine(next))
 }

@@ -599,3 +599,32 @@ func TestStandbyPoolReplacedWhenItsMachineChanges(t *testing.T) {
 		t.Errorf("%d creates, want 2: the pool's first instance and its replacement", creates)
 	}
 }
+
+// A standby instance marked outdated (a reload changed its group's
+// machine) is taken by nobody in the moment before the pool deletes it: a
+// launch finds none to take, a scale-up orders fresh instead of starting
+// it, and the pool deletes it.
+func TestOutdatedStandbyInstanceIsNeverTaken(t *testing.T) {
+	h, w, stopped := standbyOn(t)
+	h.mgr.store.mu.Lock()
+	for _, mem := range h.mgr.store.groups["g"].members {
+		mem.extras().outdated = true
+	}
+	h.mgr.store.mu.Unlock()
+	if _, err := h.mgr.Launch(context.Background(), fromPool("nc-1", stopped)); !errors.Is(err, ErrNoStandby) {
+		t.Fatalf("a launch took an outdated standby instance: %v, want ErrNoStandby", err)
+	}
+	if err := h.mgr.IncreaseSize(context.Background(), "g", 1); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("a fresh order for the scale-up, and the outdated instance deleted", func() bool {
+		h.clk.Step(30 * time.Second)
+		h.mgr.syncer.kick("sim")
+		creates, _ := w.counts()
+		_, stays := atCloud(h, stopped.Name)
+		return creates >= 2 && !stays
+	})
+	if v := h.metric("gpuscaler_standby_starts_total", map[string]string{"group": "g", "result": "ok"}); v != 0 {
+		t.Errorf("%v standby starts, want none: the outdated instance was started", v)
+	}
+}

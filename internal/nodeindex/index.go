@@ -64,8 +64,8 @@ type lift struct {
 	busy  bool
 }
 
-// liftFor is how long a LiftOnSight waits for its Node to show the taint;
-// the core's sync lifts what it missed.
+// liftFor is how long a LiftOnSight holds; the core's sync lifts what it
+// missed.
 const liftFor = 30 * time.Minute
 
 var (
@@ -140,8 +140,8 @@ func (x *Index) set(obj any, initial bool) {
 
 // LiftOnSight lifts the taint of key from the Node that carries one of the
 // provider IDs the moment the index sees it carry it, now if it does
-// (nodegroup.Lifter). A request its Node never answers is forgotten after
-// liftFor.
+// (nodegroup.Lifter), and from any Node of those provider IDs that shows
+// it within liftFor; then the request is forgotten.
 func (x *Index) LiftOnSight(key string, providerIDs ...string) {
 	now := time.Now()
 	x.mu.Lock()
@@ -182,11 +182,12 @@ func (x *Index) liftNow(ctx context.Context, pid string, l *lift) {
 			break
 		}
 	}
+	// The request stays until it expires: the Node lifted may have been
+	// one on its way out (deleted with the instance's stop, found gone by
+	// Untaint), and the Node the instance registers next shows the taint
+	// again.
 	x.mu.Lock()
 	l.busy = false
-	if err == nil && x.lifts[pid] == l {
-		delete(x.lifts, pid)
-	}
 	x.mu.Unlock()
 	if err != nil && ctx.Err() == nil {
 		x.log.Warn("could not lift a taint the moment its node showed it; the next sync does", "providerID", pid, "taint", l.key, "error", err)

@@ -118,6 +118,14 @@ func TestRealClusterAutoscalerTakesFromTheStandbyPool(t *testing.T) {
 	waitFor(t, ctx, "the pool's instance warmed and stopped", func() bool {
 		return stopped(1) && value(scrape(t, r.metricsAddr), "gpuscaler_hourly_spend", map[string]string{"group": "h100"}) == 0.05
 	})
+	groupNodes := func() []corev1.Node {
+		nodes, err := r.env.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: nodegroup.LabelNodeGroup + "=h100"})
+		if err != nil {
+			return nil
+		}
+		return nodes.Items
+	}
+	waitFor(t, ctx, "the stopped instance's Node gone", func() bool { return len(groupNodes()) == 0 })
 	pods := r.env.Client.CoreV1().Pods("default")
 	asked := time.Now()
 	if _, err := pods.Create(ctx, gpuPod("infer"), metav1.CreateOptions{}); err != nil {
@@ -125,14 +133,14 @@ func TestRealClusterAutoscalerTakesFromTheStandbyPool(t *testing.T) {
 	}
 	var registered, lifted time.Time
 	waitFor(t, ctx, "the started instance's Node without the standby taint", func() bool {
-		nodes, err := r.env.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: nodegroup.LabelNodeGroup + "=h100"})
-		if err != nil || len(nodes.Items) == 0 {
+		nodes := groupNodes()
+		if len(nodes) == 0 {
 			return false
 		}
 		if registered.IsZero() {
 			registered = time.Now()
 		}
-		if slices.ContainsFunc(nodes.Items[0].Spec.Taints, func(t corev1.Taint) bool { return t.Key == nodegroup.TaintStandby }) {
+		if slices.ContainsFunc(nodes[0].Spec.Taints, func(t corev1.Taint) bool { return t.Key == nodegroup.TaintStandby }) {
 			return false
 		}
 		lifted = time.Now()
