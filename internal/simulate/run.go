@@ -39,8 +39,9 @@ const (
 	NodeProvisioner Policy = "nodeprovisioner"
 	// Baseline behaves as cluster-autoscaler does with its defaults: a
 	// loop every 10 s that waits until the oldest pending GPU pod is 30 s
-	// old, bin-packs the pending pods onto new nodes (no buffer, no
-	// utilization target), removes nodes empty for scaleDownUnneededTime
+	// old (not with a standby pool: the chart then runs it with
+	// --bypassed-scheduler-names, which skips the wait), bin-packs the
+	// pending pods onto new nodes (no buffer, no utilization target), removes nodes empty for scaleDownUnneededTime
 	// (10 min), and none within scaleDownDelayAfterAdd (10 min) of a
 	// scale-up.
 	Baseline Policy = "cluster-autoscaler"
@@ -152,6 +153,9 @@ type run struct {
 	reg    *prometheus.Registry
 	stop   func()
 	groups []string
+	// gpuBatchWait is how old the baseline's oldest pending GPU pod must
+	// be before it scales up: caGPUBatchWait, or none with a standby pool.
+	gpuBatchWait time.Duration
 	// bootDelay is the simulated cloud's, for Nodes' start-up; startDelay
 	// its start of a stopped instance.
 	bootDelay, startDelay time.Duration
@@ -280,6 +284,15 @@ func newRun(ctx context.Context, trace Trace, opts Options) (*run, error) {
 		failed: map[string][]string{}, instances: map[string][]nodegroup.Instance{}}
 	if simCfg.BootDelay != nil {
 		r.bootDelay = *simCfg.BootDelay
+	}
+	// The chart runs cluster-autoscaler without its wait for more GPU pods
+	// when a group keeps a standby pool (--bypassed-scheduler-names): the
+	// baseline does too.
+	r.gpuBatchWait = caGPUBatchWait
+	for i := range cfg.NodeGroups {
+		if g := &cfg.NodeGroups[i]; g.Cloud == sim.Name && g.StandbyMaxSize() > 0 {
+			r.gpuBatchWait = 0
+		}
 	}
 	if opts.Forecast {
 		if opts.Policy != NodeProvisioner {
@@ -671,7 +684,7 @@ func (r *run) baseline(ctx context.Context) (bool, error) {
 	for _, p := range r.cl.pending {
 		oldest = min(oldest, p.since)
 	}
-	if len(r.cl.pending) > 0 && r.now-oldest >= caGPUBatchWait {
+	if len(r.cl.pending) > 0 && r.now-oldest >= r.gpuBatchWait {
 		// Bin-packing onto new nodes, with the capacity on the way counted:
 		// the planner with no buffer and no utilization band.
 		pool, p, err := r.plan(v1alpha1.NodeProvisionerSpec{})

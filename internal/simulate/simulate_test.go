@@ -460,6 +460,19 @@ func TestStandbyStartOnAHandComputedTrace(t *testing.T) {
 	}
 }
 
+// The baseline with a standby pool runs as the chart runs
+// cluster-autoscaler then (--bypassed-scheduler-names): without its 30 s
+// wait for more GPU pods, so the same pod waits what it does under the
+// NodeProvisioner, the start and the GPUs coming back.
+func TestBaselineWithStandbySkipsTheGPUWait(t *testing.T) {
+	cfg := parse(t, oneGroup)
+	trace := Trace{Name: "one", Pods: []Pod{{Name: "a", At: 40 * time.Minute, Duration: 30 * time.Minute, GPUs: 1}}}
+	res := play(t, cfg, trace, Options{Policy: Baseline, GPUStartup: time.Minute, Standby: 1})
+	if res.Wait(1) != 30*time.Second || res.StandbyStarts != 1 {
+		t.Errorf("wait %s, standby starts %d; want 30s, 1", res.Wait(1), res.StandbyStarts)
+	}
+}
+
 // On the built-in traces whose demand comes a pod or two at a time
 // (diurnal inference, training jobs), a standby pool of two per group
 // takes the NodeProvisioner's p95 wait from minutes to under 45 s for at
