@@ -19,6 +19,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"regexp"
 	"slices"
@@ -111,6 +112,8 @@ type campaign struct {
 	// one and put back.
 	maxSizes map[string]int
 	reloads  int
+	// remade counts the reloads that changed a group's machine.
+	remade int
 	// claims are the NodeClaims the Karpenter model keeps, by name (the
 	// machine's name): each gets at most one instance; noLaunch is set
 	// when the backend has no launch API to play it on.
@@ -428,7 +431,9 @@ const provisionTime = 150 * time.Millisecond
 // reload puts a new configuration in force as the runtime does while
 // leading: the old core stops, the new one inherits what it knew and
 // starts, on the same backend. It raises a group's maxSize by one, or
-// puts it back when its target allows.
+// puts it back when its target allows; one reload in three also changes
+// how the group's instances are made (a label on and off), which
+// replaces its standby pool's instances.
 func (c *campaign) reload() {
 	c.t.Helper()
 	next := *c.cfg
@@ -442,6 +447,19 @@ func (c *campaign) reload() {
 		if target, _ := c.mgr.TargetSize(g.Name); target <= base {
 			g.MaxSize = base
 		}
+	}
+	if c.rng.IntN(3) == 0 {
+		const generation = "chaos.gpuscaler.dev/generation"
+		g.Labels = maps.Clone(g.Labels)
+		if _, on := g.Labels[generation]; on {
+			delete(g.Labels, generation)
+		} else {
+			if g.Labels == nil {
+				g.Labels = map[string]string{}
+			}
+			g.Labels[generation] = "2"
+		}
+		c.remade++
 	}
 	c.checkReported()
 	prev := c.mgr
@@ -647,10 +665,10 @@ func (c *campaign) settle() {
 	c.checkLifecycle()
 	c.stockoutsMet += counter(c.t, c.reg, "gpuscaler_stockouts_total", "")
 	logs := c.logs.String()
-	c.t.Logf("%s: %d actions, %d restarts, %d reloads, %d NodeClaims launched (%d from standby), %d reclaims, %d offerings sold out (%v stock-outs met), %d failed orders reported; standby: %d stopped, %d started, %d starts failed; faults: %s; %d instances at the end",
-		c.b.describe(), c.actions, c.restarts, c.reloads, c.launched, c.fromPool, c.reclaims, c.stockouts, c.stockoutsMet, c.failedCreates,
+	c.t.Logf("%s: %d actions, %d restarts, %d reloads (%d changed a machine), %d NodeClaims launched (%d from standby), %d reclaims, %d offerings sold out (%v stock-outs met), %d failed orders reported; standby: %d stopped, %d started, %d starts failed, %d replaced after a machine change; faults: %s; %d instances at the end",
+		c.b.describe(), c.actions, c.restarts, c.reloads, c.remade, c.launched, c.fromPool, c.reclaims, c.stockouts, c.stockoutsMet, c.failedCreates,
 		strings.Count(logs, `msg="standby instance warmed and stopped"`), strings.Count(logs, `msg="standby instance started"`),
-		strings.Count(logs, `msg="standby instance would not start`), c.b.injected(), len(c.b.instances()))
+		strings.Count(logs, `msg="standby instance would not start`), strings.Count(logs, `msg="replacing a standby instance made under`), c.b.injected(), len(c.b.instances()))
 }
 
 // scaleDownPastMax deletes the running members of a group past its
