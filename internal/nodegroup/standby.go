@@ -105,7 +105,8 @@ func (mem *member) since() time.Time {
 // before maxAge), started in the background, else one still booting for
 // the pool. A warming member is a live one from then on, with no stop
 // and start. It returns nil when the pool has none, or a cost cap refuses
-// a stopped one's full price. Callers hold the store's lock.
+// a stopped one's full price or cannot count the previous process's
+// orders yet. Callers hold the store's lock.
 func (z *sizer) takeLocked(g *group) *member {
 	if g.cfg.StandbyMaxSize() == 0 || g.counts[stateStandby] == 0 {
 		return nil // no pool: no scan of the group's members
@@ -142,6 +143,12 @@ func (z *sizer) takeLocked(g *group) *member {
 		z.log.Info("a standby instance still warming up serves instead", "group", g.cfg.Name, "instance", mem.name)
 		z.liftOnSight(mem)
 		return mem
+	}
+	if z.cost.capped(g) && z.orderer.holding(g, g.cfg.Cloud) {
+		// Until a list can show the previous process's last orders
+		// (orderer.awaitPredecessor), a cap cannot count them, and a start
+		// spends at once: the fresh order made instead waits out the hold.
+		return nil
 	}
 	price := z.offerings.price(mem.cloud(), mem.offering(), g.itype.Price(mem.offering().CapacityType))
 	if err := z.cost.check(g, mem, price); err != nil {

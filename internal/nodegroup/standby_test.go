@@ -628,3 +628,54 @@ func TestOutdatedStandbyInstanceIsNeverTaken(t *testing.T) {
 		t.Errorf("%v standby starts, want none: the outdated instance was started", v)
 	}
 }
+
+// A core restarted while its predecessor's last orders are not listed yet
+// starts no standby instance under a cost cap: the cap cannot count those
+// orders, and a start spends at once. The scale-up's fresh order waits
+// for the list, as orders do (TestRestartedCoreCountsOrdersALaggingListHides),
+// and the cap then refuses it. Found by a chaos campaign on the virtual
+// clock (sim, seed 1795844464365243468): the cloud went over the cluster's
+// cap.
+func TestRestartedCoreStartsNoStandbyPastACap(t *testing.T) {
+	doc := `
+clusterName: test
+sync: {period: 30s, requestsPerSecond: 10000, maxConcurrentCreates: 8}
+maxHourlyCost: 0.35
+clouds:
+  sim: {bootDelay: 60s, deleteDelay: 10s, startDelay: 15s, stoppedPrice: 0.05, defaultCapacity: 100}
+nodeGroups:
+  - {name: g, cloud: sim, instanceType: 1V100.6V, locations: [FIN-01], maxSize: 5, standby: {size: 1, warmFor: 60s}}
+  - {name: o, cloud: sim, instanceType: 1V100.6V, locations: [FIN-01], maxSize: 5}
+`
+	h := newHarness(t, doc, sim.Options{ListLag: 40 * time.Second}, Options{ResolveAfter: time.Minute})
+	poolReady(h)
+	// 1V100.6V costs 0.1381/h: the stopped instance and two running fit
+	// under 0.35, three running do not.
+	if err := h.mgr.IncreaseSize(context.Background(), "o", 2); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("two orders at the cloud", func() bool { return h.engine.Count("test") == 3 })
+	h.restart() // its first list leaves the two out
+	if err := h.mgr.IncreaseSize(context.Background(), "g", 1); err != nil {
+		t.Fatal(err)
+	}
+	spend := func() float64 {
+		total := 0.0
+		for _, in := range h.engine.Instances("test") {
+			if in.State == cloud.StateStopped && in.Standby {
+				total += 0.05
+			} else {
+				total += 0.1381 // booting and being deleted are billed too
+			}
+		}
+		return total
+	}
+	for range 12 {
+		if got := spend(); got > 0.35+1e-9 {
+			t.Fatalf("the cloud's instances cost %.4f/h, over the cap of 0.35: %+v", got, h.engine.Instances("test"))
+		}
+		h.clk.Step(10 * time.Second)
+		h.mgr.syncer.kick("sim")
+		time.Sleep(10 * time.Millisecond)
+	}
+}
