@@ -60,7 +60,14 @@ func (m *Manager) Inherit(prev *Manager) {
 				mem.extras().outdated = true
 			}
 		}
-		g.target = min(max(pg.target, g.cfg.MinSize), g.cfg.MaxSize)
+		target := pg.target
+		if g.live > pg.target && pg.target == pg.cfg.MaxSize {
+			// It held more than its old maxSize (rebuilt from the cloud,
+			// or a bound lowered) for scale-down to take: what a higher
+			// bound admits is capacity again, which the target covers.
+			target = g.live
+		}
+		g.target = min(max(target, g.cfg.MinSize), g.cfg.MaxSize)
 		g.standbyAsked = pg.standbyAsked // the forecast's size holds until it asks again
 		if b, ok := prev.offerings.failing[name]; ok {
 			bc := *b

@@ -264,3 +264,34 @@ func TestReloadSendsARolledBackOrderAgain(t *testing.T) {
 		t.Fatalf("target %d, %d instances at the cloud; want 1 and 1", n, h.engine.Count("test"))
 	}
 }
+
+// A group rebuilt holding more than its maxSize keeps its target at
+// maxSize and leaves the rest to scale-down; a reload that raises maxSize
+// over them makes them capacity again, and the target covers them, so the
+// target and the members agree. Found by a chaos campaign on the virtual
+// clock (sim, seed 1795844466510479025): the core logged its target and
+// members apart, and a front end saw a target below the nodes it holds.
+func TestReloadRaisingMaxSizeCoversWhatTheGroupHolds(t *testing.T) {
+	h := newHarness(t, oneGroupLeaky, sim.Options{}, Options{})
+	if err := h.mgr.IncreaseSize(context.Background(), "g", 3); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("three running", func() bool { r, _, _, _ := h.states("g"); return r == 3 })
+	cfg, err := config.Parse([]byte(strings.Replace(oneGroupLeaky, "maxSize: 5", "maxSize: 2", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.cfg = cfg
+	h.restart()
+	if n, _ := h.mgr.TargetSize("g"); n != 2 {
+		t.Fatalf("target %d after a restart under maxSize 2, want 2", n)
+	}
+	h.reload(oneGroupLeaky)
+	if n, _ := h.mgr.TargetSize("g"); n != 3 {
+		t.Fatalf("target %d after maxSize rose to 5 over 3 members, want 3", n)
+	}
+	h.settle(2 * time.Minute)
+	if n := h.engine.Count("test"); n != 3 {
+		t.Fatalf("%d instances at the cloud, want the 3", n)
+	}
+}
