@@ -755,3 +755,44 @@ func TestStandbyStartWaitsForTheStop(t *testing.T) {
 		t.Fatal("the start failed while the VM stopped, and a fresh instance was ordered")
 	}
 }
+
+// A create that meets a stock-out answers once its member has left the
+// MIG. The MIG retries a member's creation on its own, so a VM may run by
+// the time the member is taken out, and it bills until its deletion ends;
+// on the answer the core orders the slot in the next zone, and a cost cap
+// counts one VM where two run. Found by a chaos campaign on the virtual
+// clock (gcp, seed 1795844840359192508): a group went past its cap.
+func TestStockOutAnswersOnceTheMemberIsGone(t *testing.T) {
+	capacity := 1000
+	engine, err := gcptest.NewEngine(sim.Config{BootDelay: sim.Duration(time.Millisecond), DeleteDelay: sim.Duration(300 * time.Millisecond),
+		DefaultCapacity: &capacity}, sim.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake := gcptest.New(engine, gcptest.Options{Project: project})
+	t.Cleanup(fake.Close)
+	fake.AddGroup("us-central1-a", "gpu-l4", "g2-standard-8")
+	clients, err := gcp.NewClients(context.Background(), gcp.ClientOptions{Endpoint: fake.URL, NoAuth: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prov := gcp.New(clients, gcp.Options{Project: project, PollInterval: 5 * time.Millisecond, CreateWatch: time.Second,
+		Groups: map[string]gcp.Group{"l4": gcp.NewGroup("l4", "g2-standard-8", []string{"us-central1-a"}, map[string]string{"instanceGroup": "gpu-l4"})}})
+	// The VM is made; the first list shows the member as the MIG showed it
+	// one retry earlier: still creating, the zone exhausted.
+	const name = "l4-retried"
+	fake.AnswerNext(http.MethodPost, "/listManagedInstances", http.StatusOK, []byte(`{"managedInstances": [{"name": "`+name+`",
+		"instance": "https://www.googleapis.com/compute/v1/projects/`+project+`/zones/us-central1-a/instances/`+name+`",
+		"currentAction": "CREATING", "targetStatus": "RUNNING", "lastAttempt": {"errors": {"errors": [{"code": "ZONE_RESOURCE_POOL_EXHAUSTED",
+		"message": "The zone 'projects/`+project+`/zones/us-central1-a' does not have enough resources available to fulfill the request."}]}}}]}`))
+	_, err = prov.Create(context.Background(), cloud.CreateSpec{Name: name, Group: "l4", InstanceType: "g2-standard-8",
+		Location: "us-central1-a", CapacityType: cloud.OnDemand})
+	if !errors.Is(err, cloud.ErrCapacity) {
+		t.Fatalf("create: %v, want a stock-out", err)
+	}
+	for _, in := range fake.Project() {
+		if in.Name == name {
+			t.Fatalf("the stock-out was answered with the member's VM still at the cloud (%s): the next order would run beside it", in.State)
+		}
+	}
+}

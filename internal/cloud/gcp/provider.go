@@ -647,6 +647,7 @@ func (c *Cloud) watch(ctx context.Context, m MIG, name string) (*compute.Managed
 			if derr := c.remove(ctx, m, mi); derr != nil {
 				return nil, cloud.NewError(cloud.ErrOutcomeUnknown, "create", fmt.Errorf("%s: %s; and the instance could not be taken out: %w", code, msg, derr))
 			}
+			c.awaitGone(ctx, m, name)
 			return nil, cloud.Errorf(class, "create", "%s: %s", code, msg)
 		}
 		if mi.CurrentAction == "NONE" || time.Now().After(deadline) {
@@ -655,6 +656,27 @@ func (c *Cloud) watch(ctx context.Context, m MIG, name string) (*compute.Managed
 		select {
 		case <-ctx.Done():
 			return mi, nil
+		case <-time.After(c.opts.PollInterval):
+		}
+	}
+}
+
+// awaitGone waits, until ctx ends, for a member taken out to leave its
+// MIG. The MIG retries a member's creation on its own, so a VM may have
+// been made between the list that showed the failure and the delete, and
+// it bills until its deletion ends: the caller, told of the failure, tries
+// the next offering at once, and a cost cap must not count one VM where
+// two run. A failed read ends the wait early: the next list shows the
+// member as deleting, and the core counts it until it is gone.
+func (c *Cloud) awaitGone(ctx context.Context, m MIG, name string) {
+	for {
+		mi, err := c.find(ctx, m, name)
+		if err != nil || mi == nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
 		case <-time.After(c.opts.PollInterval):
 		}
 	}
