@@ -7,6 +7,9 @@
 package faults
 
 import (
+	"bytes"
+	"hash/fnv"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -25,10 +28,12 @@ type Set struct {
 // random is a Set's random failures.
 type random struct {
 	rate    float64
-	rng     *rand.Rand
+	seed    uint64
 	answers []func(http.ResponseWriter)
 	// counts are the faults injected, by Kind.
 	counts map[Kind]int
+	// seen counts the requests drawn for, by key (see draw).
+	seen map[uint64]int
 }
 
 // Kind is a kind of injected fault.
@@ -57,7 +62,7 @@ func (s *Set) Random(rate float64, seed uint64, answers ...func(http.ResponseWri
 	if s.random != nil {
 		counts = s.random.counts
 	}
-	s.random = &random{rate: rate, rng: rand.New(rand.NewPCG(seed, seed^0x5eed)), answers: answers, counts: counts}
+	s.random = &random{rate: rate, seed: seed, answers: answers, counts: counts, seen: map[uint64]int{}}
 }
 
 // Injected returns how many random faults of each Kind were injected.
@@ -73,22 +78,55 @@ func (s *Set) Injected() map[Kind]int {
 	return out
 }
 
-// draw picks the random fault for a request: "" for none, and the answer
-// to give for Answered.
-func (r *random) draw() (Kind, func(http.ResponseWriter)) {
-	if r == nil || r.rate <= 0 || r.rng.Float64() >= r.rate {
+// draw picks the random fault for the n-th request with key (see
+// requestKey): "" for none, and the answer to give for Answered. The draw
+// is a function of the seed, the key and n, so concurrent requests meet
+// the same faults in whatever order they arrive, and a campaign replayed
+// from its seed fails the same requests (a shared stream would hand each
+// request the draw of whichever came first).
+func (r *random) draw(key uint64) (Kind, func(http.ResponseWriter)) {
+	if r == nil || r.rate <= 0 {
+		return "", nil
+	}
+	n := r.seen[key]
+	r.seen[key] = n + 1
+	rng := rand.New(rand.NewPCG(r.seed, key+uint64(n)))
+	if rng.Float64() >= r.rate {
 		return "", nil
 	}
 	kinds := []Kind{Answered, Lost, Dropped}
-	k := kinds[r.rng.IntN(len(kinds))]
+	k := kinds[rng.IntN(len(kinds))]
 	if k == Answered && len(r.answers) == 0 {
 		k = Dropped
 	}
 	r.counts[k]++
 	if k == Answered {
-		return k, r.answers[r.rng.IntN(len(r.answers))]
+		return k, r.answers[rng.IntN(len(r.answers))]
 	}
 	return k, nil
+}
+
+// maxKeyedBody is how much of a request's body its key covers.
+const maxKeyedBody = 64 << 10
+
+// requestKey hashes what a request asks: its method, path, query and
+// body (which it puts back for the fake to read).
+func requestKey(r *http.Request) uint64 {
+	h := fnv.New64a()
+	_, _ = io.WriteString(h, r.Method+" "+r.URL.RequestURI()+"\n")
+	if r.Body != nil && r.Body != http.NoBody {
+		body, _ := io.ReadAll(io.LimitReader(r.Body, maxKeyedBody))
+		_, _ = h.Write(body)
+		r.Body = readCloser{io.MultiReader(bytes.NewReader(body), r.Body), r.Body}
+	}
+	return h.Sum64()
+}
+
+// readCloser reads a request body's replayed start and rest, and closes
+// the original.
+type readCloser struct {
+	io.Reader
+	io.Closer
 }
 
 type rule struct {
@@ -137,6 +175,7 @@ func (s *Set) Lose(method, path string) {
 // Serve answers r by the first pending fault it matches (which is then
 // spent), else by next.
 func (s *Set) Serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	key := requestKey(r) // before the lock: reading a body waits on the client
 	s.mu.Lock()
 	var hit *rule
 	for i, f := range s.rules {
@@ -147,7 +186,7 @@ func (s *Set) Serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 		}
 	}
 	if hit == nil {
-		switch kind, answer := s.random.draw(); kind {
+		switch kind, answer := s.random.draw(key); kind {
 		case Answered:
 			hit = &rule{answer: answer}
 		case Lost:

@@ -7,12 +7,13 @@ import (
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
 )
 
-// call is the front door of every API operation: it counts the call, waits
-// the configured latency on the engine's clock, and rolls for a fault.
-func (e *Engine) call(ctx context.Context, op string) error {
+// call is the front door of every API operation on subject (an
+// instance's name, "" for none): it counts the call, waits the configured
+// latency on the engine's clock, and rolls for a fault.
+func (e *Engine) call(ctx context.Context, op, subject string) error {
 	e.mu.Lock()
 	e.calls[op]++
-	fault := e.faultRate > 0 && e.rng.Float64() < e.faultRate
+	fault := e.faultRate > 0 && e.rollLocked(op, subject) < e.faultRate
 	if e.failNext[op] {
 		delete(e.failNext, op)
 		fault = true
@@ -33,7 +34,7 @@ func (e *Engine) call(ctx context.Context, op string) error {
 
 // InstanceTypes returns the catalog.
 func (e *Engine) InstanceTypes(ctx context.Context) ([]cloud.InstanceType, error) {
-	if err := e.call(ctx, "instance_types"); err != nil {
+	if err := e.call(ctx, "instance_types", ""); err != nil {
 		return nil, err
 	}
 	return e.Catalog(), nil
@@ -41,7 +42,7 @@ func (e *Engine) InstanceTypes(ctx context.Context) ([]cloud.InstanceType, error
 
 // Offerings returns every offering with its availability now.
 func (e *Engine) Offerings(ctx context.Context) ([]cloud.Offering, error) {
-	if err := e.call(ctx, "offerings"); err != nil {
+	if err := e.call(ctx, "offerings", ""); err != nil {
 		return nil, err
 	}
 	e.mu.Lock()
@@ -65,7 +66,7 @@ func (e *Engine) Offerings(ctx context.Context) ([]cloud.Offering, error) {
 
 // List returns the instances of one cluster.
 func (e *Engine) List(ctx context.Context, cluster string) ([]cloud.Instance, error) {
-	if err := e.call(ctx, "list"); err != nil {
+	if err := e.call(ctx, "list", ""); err != nil {
 		return nil, err
 	}
 	e.mu.Lock()
@@ -88,7 +89,7 @@ func (e *Engine) List(ctx context.Context, cluster string) ([]cloud.Instance, er
 
 // Create orders one instance for a cluster.
 func (e *Engine) Create(ctx context.Context, cluster string, spec cloud.CreateSpec) (cloud.Instance, error) {
-	if err := e.call(ctx, "create"); err != nil {
+	if err := e.call(ctx, "create", spec.Name); err != nil {
 		return cloud.Instance{}, err
 	}
 	e.mu.Lock()
@@ -130,7 +131,7 @@ func (e *Engine) Create(ctx context.Context, cluster string, spec cloud.CreateSp
 	}
 	e.scheduleLocked(in, now.Add(e.bootDelay).UnixNano())
 	e.notifyLocked()
-	if e.lostLocked("create") || e.unknownRate > 0 && e.rng.Float64() < e.unknownRate {
+	if e.lostLocked("create") || e.unknownRate > 0 && e.rollLocked("lose create", spec.Name) < e.unknownRate {
 		return cloud.Instance{}, cloud.Errorf(cloud.ErrOutcomeUnknown, "create", "simulated timeout after the order reached the cloud")
 	}
 	out := in.view()
@@ -141,7 +142,7 @@ func (e *Engine) Create(ctx context.Context, cluster string, spec cloud.CreateSp
 // Delete starts deleting one of a cluster's instances; an instance that is
 // gone, or never was, is success.
 func (e *Engine) Delete(ctx context.Context, cluster string, inst cloud.Instance) error {
-	if err := e.call(ctx, "delete"); err != nil {
+	if err := e.call(ctx, "delete", inst.Name); err != nil {
 		return err
 	}
 	e.mu.Lock()
@@ -153,6 +154,7 @@ func (e *Engine) Delete(ctx context.Context, cluster string, inst cloud.Instance
 	}
 	if in.state == stopped {
 		e.used[*in.offering]++ // held again until gone, as removeLocked frees it
+		in.parked = true
 	}
 	in.state = deleting
 	if e.deleteDelay == 0 {
@@ -198,7 +200,7 @@ func (e *Engine) Start(ctx context.Context, cluster string, inst cloud.Instance)
 			return cloud.Errorf(cloud.ErrInvalid, "start", "instance %q is %s, not stopped", in.name, states[in.state])
 		}
 		k := *in.offering
-		if e.used[k] >= e.capacity[k] || e.startFailureRate > 0 && e.rng.Float64() < e.startFailureRate {
+		if e.used[k] >= e.capacity[k] || e.startFailureRate > 0 && e.rollLocked("fail start", in.name) < e.startFailureRate {
 			return cloud.Errorf(cloud.ErrCapacity, "start", "not enough resources to start %s (%s) in %s", k.InstanceType, k.CapacityType, k.Location)
 		}
 		e.used[k]++
@@ -215,7 +217,7 @@ func (e *Engine) Start(ctx context.Context, cluster string, inst cloud.Instance)
 // follows the new name; its ID stays. A transfer repeated after it took
 // effect is success.
 func (e *Engine) Transfer(ctx context.Context, cluster string, inst cloud.Instance, name, owner string) (cloud.Instance, error) {
-	if err := e.call(ctx, "transfer"); err != nil {
+	if err := e.call(ctx, "transfer", inst.Name); err != nil {
 		return cloud.Instance{}, err
 	}
 	e.mu.Lock()
@@ -259,7 +261,7 @@ func (e *Engine) Transfer(ctx context.Context, cluster string, inst cloud.Instan
 // looked up in the cluster, act on it under the engine's lock, and the
 // answer lost when a test asks for it.
 func (e *Engine) power(ctx context.Context, op, cluster, name string, act func(*instance) error) error {
-	if err := e.call(ctx, op); err != nil {
+	if err := e.call(ctx, op, name); err != nil {
 		return err
 	}
 	e.mu.Lock()

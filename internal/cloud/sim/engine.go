@@ -12,6 +12,7 @@ package sim
 import (
 	"container/heap"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"math"
 	"math/rand/v2"
@@ -69,8 +70,15 @@ type Engine struct {
 	startDelay   time.Duration
 	stoppedPrice float64
 
-	mu          sync.Mutex
-	rng         *rand.Rand
+	mu  sync.Mutex
+	rng *rand.Rand
+	// seed and rolls key the engine's faults: the n-th call of an
+	// operation on a subject draws the same fault in every run, whatever
+	// order concurrent callers reach the engine in (see rollLocked).
+	seed uint64
+	// rolls counts the rolls made, by subject and what was rolled for; a
+	// subject's go with its instance.
+	rolls       map[string]map[string]int
 	faultRate   float64
 	unknownRate float64
 	// startFailureRate is the chance a start is refused (ErrCapacity).
@@ -115,6 +123,9 @@ type instance struct {
 	created int64
 	due     int64
 	state   life
+	// parked: deleted while stopped, so billed at the stopped price
+	// until gone (fits in the struct's padding).
+	parked bool
 }
 
 // life is where a simulated instance is in its life, in one byte.
@@ -227,6 +238,8 @@ func NewEngine(cfg Config, opts Options) (*Engine, error) {
 		startFailureRate: cfg.StartFailureRate,
 		listLag:          opts.ListLag,
 		rng:              rand.New(rand.NewPCG(uint64(seed), uint64(seed)^0x9e3779b97f4a7c15)),
+		seed:             uint64(seed),
+		rolls:            map[string]map[string]int{},
 		faultRate:        cfg.FaultRate,
 		unknownRate:      opts.OutcomeUnknownRate,
 		reclaimPerHour:   cfg.SpotReclaimRate,
@@ -448,6 +461,35 @@ func (e *Engine) advanceLocked() {
 	}
 }
 
+// rollLocked draws a number in [0, 1) for the n-th roll of what on
+// subject (an instance's name, or "" for a call on none): a hash of the
+// seed, what, subject and n, so that concurrent callers draw the same
+// faults in whatever order they come. A shared stream would hand each
+// caller the draw of whoever came first, and a replay on the same seed
+// would fail different requests.
+func (e *Engine) rollLocked(what, subject string) float64 {
+	counts := e.rolls[subject]
+	if counts == nil {
+		counts = map[string]int{}
+		e.rolls[subject] = counts
+	}
+	n := counts[what]
+	counts[what] = n + 1
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(what + "\x00" + subject))
+	return rand.New(rand.NewPCG(e.seed, h.Sum64()+uint64(n))).Float64()
+}
+
+// Parked reports whether the instance named name is being deleted from
+// the stopped state: billed at the stopped price, its disk, until gone,
+// as a stopped machine's deletion starts no compute.
+func (e *Engine) Parked(name string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	in, ok := e.instances[name]
+	return ok && in.state == deleting && in.parked
+}
+
 // lifetimeLocked draws how long a spot instance runs before it is
 // reclaimed: exponentially distributed, so that the chance of a reclaim
 // within any hour of running is reclaimPerHour.
@@ -466,6 +508,7 @@ func (e *Engine) lifetimeLocked() time.Duration {
 func (e *Engine) removeLocked(in *instance) {
 	delete(e.instances, in.name)
 	delete(e.scripts, in.name)
+	delete(e.rolls, in.name)
 	in.due = 0
 	if in.state != stopped {
 		e.used[*in.offering]--
