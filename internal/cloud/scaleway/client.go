@@ -38,6 +38,8 @@ type ClientOptions struct {
 	RequestsPerSecond float64
 	// Timeout bounds each HTTP exchange; default 60 s.
 	Timeout time.Duration
+	// Transport carries the requests; default http.DefaultTransport.
+	Transport http.RoundTripper
 }
 
 // NewClient returns an SDK client whose every request waits on one rate
@@ -58,8 +60,11 @@ func NewClient(opts ClientOptions) (*scw.Client, error) {
 	if opts.Timeout == 0 {
 		opts.Timeout = time.Minute
 	}
+	if opts.Transport == nil {
+		opts.Transport = http.DefaultTransport
+	}
 	limiter := cloud.NewRequestLimiter(opts.RequestsPerSecond)
-	hc := &http.Client{Timeout: opts.Timeout, Transport: &limitedTransport{next: listGuard{next: http.DefaultTransport}, limiter: limiter}}
+	hc := &http.Client{Timeout: opts.Timeout, Transport: &limitedTransport{next: listGuard{next: opts.Transport}, limiter: limiter}}
 	return scw.NewClient(
 		scw.WithAuth(opts.AccessKey, opts.SecretKey),
 		scw.WithDefaultProjectID(opts.ProjectID),

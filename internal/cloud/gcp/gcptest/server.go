@@ -50,6 +50,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
+	"github.com/gpuscaler/gpuscaler/internal/cloud/fakenet"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/faults"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
 )
@@ -96,6 +97,9 @@ type Options struct {
 	// no name, as cluster-autoscaler's recorded listManagedInstances
 	// answers do (cloudprovider/gce/gce_manager_test.go's templates).
 	NoMemberNames bool
+	// InMemory serves the API on in-memory connections that only the
+	// Server's Client dials, for tests on a virtual clock (see fakenet).
+	InMemory bool
 }
 
 // MemberState is what listManagedInstances says of a member, set by a test
@@ -222,7 +226,7 @@ func New(engine *sim.Engine, opts Options) *Server {
 	mux.HandleFunc("GET "+regional+"operations/{op}", s.getOperation)
 	mux.HandleFunc("GET /compute/v1/projects/{project}/global/instanceTemplates/{t}", s.getTemplate)
 	mux.HandleFunc("GET /compute/v1/projects/{project}/regions/{region}/instanceTemplates/{t}", s.getTemplate)
-	s.Server = httptest.NewServer(s.middleware(mux))
+	s.Server = fakenet.Serve(s.middleware(mux), opts.InMemory)
 	return s
 }
 
@@ -326,6 +330,19 @@ func (s *Server) Project() []cloud.Instance {
 		insts[i].Name, _, _ = strings.Cut(insts[i].Name, ".")
 	}
 	return insts
+}
+
+// Parked reports whether a member's VM is being deleted from the stopped
+// state, billed as its disk until gone (sim.Engine.Parked).
+func (s *Server) Parked(name string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, g := range s.igms {
+		if _, ok := g.members[name]; ok && s.engine.Parked(engineName(g, name)) {
+			return true
+		}
+	}
+	return false
 }
 
 // SetLatency adds a delay to every request.

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
+	"github.com/gpuscaler/gpuscaler/internal/cloud/fakenet"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/faults"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
 )
@@ -102,6 +103,9 @@ type Options struct {
 	// CommandDelay is how long a queued command stays pending; default
 	// 50 ms.
 	CommandDelay time.Duration
+	// InMemory serves the API on in-memory connections that only the
+	// Server's Client dials, for tests on a virtual clock (see fakenet).
+	InMemory bool
 }
 
 // Server is the fake API. Its URL is Server.URL.
@@ -157,7 +161,7 @@ func New(engine *sim.Engine, opts Options) *Server {
 	}
 	s := &Server{engine: engine, acct: engine.Account(account), opts: opts,
 		servers: map[string]*server{}, commands: map[string]*command{}, calls: map[string]int{}}
-	s.Server = httptest.NewServer(http.HandlerFunc(s.serve))
+	s.Server = fakenet.Serve(http.HandlerFunc(s.serve), opts.InMemory)
 	return s
 }
 

@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
+	"github.com/gpuscaler/gpuscaler/internal/cloud/fakenet"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/faults"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
 )
@@ -63,6 +64,9 @@ type Options struct {
 	ServerQuota int
 	// NoMetadata answers /metadata with 404.
 	NoMetadata bool
+	// InMemory serves the API on in-memory connections that only the
+	// Server's Client dials, for tests on a virtual clock (see fakenet).
+	InMemory bool
 }
 
 // Server is the fake API; its URL is Server.URL.
@@ -136,7 +140,7 @@ func New(engine *sim.Engine, opts Options) *Server {
 	mux.HandleFunc("GET /block/v1/zones/{zone}/volumes", s.listVolumes)
 	mux.HandleFunc("GET /block/v1/zones/{zone}/volumes/{id}", s.getVolume)
 	mux.HandleFunc("DELETE /block/v1/zones/{zone}/volumes/{id}", s.deleteVolume)
-	s.Server = httptest.NewServer(s.middleware(mux))
+	s.Server = fakenet.Serve(s.middleware(mux), opts.InMemory)
 	return s
 }
 
@@ -246,6 +250,22 @@ func (s *Server) VolumeCount() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.volumes)
+}
+
+// OrphanVolumes names the project's volumes attached to no server that
+// exists: what a server's delete left behind, billed until deleted.
+func (s *Server) OrphanVolumes() []string {
+	s.settle()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for _, v := range s.volumes {
+		if _, ok := s.servers[v.serverID]; !ok {
+			out = append(out, v.name+" ("+v.id+")")
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // ServerView is what tests read of a server.

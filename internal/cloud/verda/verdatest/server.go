@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
+	"github.com/gpuscaler/gpuscaler/internal/cloud/fakenet"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/faults"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
 )
@@ -44,6 +45,9 @@ type Options struct {
 	// new object as JSON, the other form the API uses, instead of the bare
 	// id as text.
 	CreateAnswersJSON bool
+	// InMemory serves the API on in-memory connections that only the
+	// Server's Client dials, for tests on a virtual clock (see fakenet).
+	InMemory bool
 }
 
 // Server is the fake API. Its URL is Server.URL.
@@ -144,7 +148,7 @@ func New(engine *sim.Engine, opts Options) *Server {
 		tokens: map[string]time.Time{}, refreshes: map[string]bool{}, meta: map[string]*meta{},
 		byName: map[string]string{}, scripts: map[string]*script{}, calls: map[string]int{}, hangNext: map[string]time.Duration{},
 	}
-	s.Server = httptest.NewServer(http.HandlerFunc(s.serve))
+	s.Server = fakenet.Serve(http.HandlerFunc(s.serve), opts.InMemory)
 	return s
 }
 
