@@ -679,3 +679,50 @@ func TestTwinsVolumeIsSwept(t *testing.T) {
 		return b.fake.ServerCount() == 1 && b.fake.VolumeCount() == 1
 	})
 }
+
+// A standby server handed to Karpenter keeps its boot volume's first name.
+// Deleted by its new name, with the process stopping before the volume is
+// free, the next process sweeps the volume as soon as the server is gone,
+// not ten minutes on. Found by a chaos campaign on the virtual clock
+// (scaleway, seed 1795846291256238605: "7 volumes for 6 servers").
+func TestHandedOverServersVolumeIsSwept(t *testing.T) {
+	b := newBackendDeleting(t, 5, groupsYAML, scwtest.Options{}, 300*time.Millisecond)
+	b.stop() // no core: the server is the test's
+	ctx := context.Background()
+	first := scaleway.New(b.client(t), b.opts)
+	in, err := first.Create(ctx, cloud.CreateSpec{Name: "l4-pooled", Group: "l4", InstanceType: "L4-1-24G", Location: "fr-par-2", CapacityType: cloud.OnDemand})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.wait(t, "running", func() bool { svs := b.fake.Servers(); return len(svs) == 1 && svs[0].State == "running" })
+	if err := first.Stop(ctx, in); err != nil {
+		t.Fatal(err)
+	}
+	b.wait(t, "stopped", func() bool { svs := b.fake.Servers(); return len(svs) == 1 && svs[0].State == "stopped" })
+	claimed, err := first.Transfer(ctx, in, "nc-1", "karpenter")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Start(ctx, claimed); err != nil {
+		t.Fatal(err)
+	}
+	b.wait(t, "running again", func() bool { svs := b.fake.Servers(); return len(svs) == 1 && svs[0].State == "running" })
+	if err := first.Delete(ctx, claimed); err != nil {
+		t.Fatal(err)
+	}
+	// The process stops here; the next one lists while the server is
+	// being deleted, and again after it is gone, as its syncs do.
+	next := scaleway.New(b.client(t), b.opts)
+	if _, err := next.List(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b.wait(t, "the server gone", func() bool { return b.fake.ServerCount() == 0 })
+	for range 3 {
+		if _, err := next.List(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if left := b.fake.OrphanVolumes(); len(left) != 0 {
+		t.Fatalf("volumes left after three lists: %v (swept only every 10 minutes)", left)
+	}
+}

@@ -395,11 +395,11 @@ func (c *Cloud) List(ctx context.Context) ([]cloud.Instance, error) {
 		}
 	}
 	c.wipeUserData(ctx, listed)
-	attached := map[string]bool{}
+	attached := map[string]string{}
 	for _, sv := range listed {
 		for _, v := range sv.Volumes {
 			if v != nil {
-				attached[v.ID] = true
+				attached[v.ID] = sv.Name
 			}
 		}
 	}
@@ -984,9 +984,10 @@ func (c *Cloud) deleteOrphans(ctx context.Context, ids []string) {
 // gone but the volume not detached yet, or a zone cannot be read, the
 // next list sweeps again rather than a period on: the volume bills. A
 // volume named for a listed server but attached to none of them (attached
-// are the listed servers' volumes) is a twin's: an order that landed
-// twice made two servers of one name, and the one deleted left it.
-func (c *Cloud) sweepVolumes(ctx context.Context, live, leaving, attached map[string]bool) {
+// names the listed server of each of their volumes) is a twin's: an
+// order that landed twice made two servers of one name, and the one
+// deleted left it.
+func (c *Cloud) sweepVolumes(ctx context.Context, live, leaving map[string]bool, attached map[string]string) {
 	c.deleteOrphans(ctx, nil)
 	c.mu.Lock()
 	due := time.Since(c.lastSweep) >= defaultVolumeSweep || len(leaving) > 0
@@ -1018,11 +1019,13 @@ func (c *Cloud) sweepVolumes(ctx context.Context, live, leaving, attached map[st
 			server, ok := strings.CutPrefix(v.Name, prefix)
 			switch {
 			case !ok:
-			case attached[v.ID] || live[server] && len(v.References) > 0:
+			case attached[v.ID] != "" || live[server] && len(v.References) > 0:
 				// Its server's: attached to a listed server, whatever its
 				// name (a standby server handed to Karpenter keeps its
 				// volume's first name), or named for one and referenced.
-				again = again || leaving[server]
+				// One on its way out is swept again at the next list, by
+				// the name it has now.
+				again = again || leaving[server] || leaving[attached[v.ID]]
 			case len(v.References) > 0 || v.Status != block.VolumeStatusAvailable:
 				again = true // its server gone, the volume not free yet
 			default:
