@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -58,10 +61,13 @@ type backend struct {
 	// engine holds the cloud's instances and capacity (behind its fake
 	// API, if any): the campaign sells offerings out through it.
 	engine *sim.Engine
+	// parked tells an instance being deleted from the stopped state
+	// (billed as its disk); engine.Parked unless the fake renames.
+	parked func(name string) bool
 }
 
 // backends are the campaigns' clouds, by name.
-var backends = map[string]func(t *testing.T, seed uint64) *backend{
+var backends = map[string]func(t *testing.T, seed uint64, inMemory bool) *backend{
 	sim.Name:      simBackend,
 	verda.Name:    verdaBackend,
 	kamatera.Name: kamateraBackend,
@@ -157,7 +163,7 @@ func priceKey(instanceType string, ct cloud.CapacityType) string {
 	return instanceType + "/" + string(ct)
 }
 
-func simBackend(t *testing.T, seed uint64) *backend {
+func simBackend(t *testing.T, seed uint64, _ bool) *backend { // in process: no API to serve
 	cfg, err := config.Parse([]byte(campaignConfig))
 	if err != nil {
 		t.Fatal(err)
@@ -224,13 +230,13 @@ func injected(counts map[faults.Kind]int) string {
 		counts[faults.Answered], counts[faults.Lost], counts[faults.Dropped])
 }
 
-func verdaBackend(t *testing.T, seed uint64) *backend {
+func verdaBackend(t *testing.T, seed uint64, inMemory bool) *backend {
 	engine, err := verdatest.NewEngine(sim.Config{BootDelay: sim.Duration(40 * time.Millisecond), DeleteDelay: sim.Duration(30 * time.Millisecond),
 		DefaultCapacity: ptr(offeringCapacity)}, sim.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	fake := verdatest.New(engine, verdatest.Options{ClientID: "id", ClientSecret: "verda-secret"})
+	fake := verdatest.New(engine, verdatest.Options{ClientID: "id", ClientSecret: "verda-secret", InMemory: inMemory})
 	t.Cleanup(fake.Close)
 	fake.SetLatency(fakeLatency)
 	cfg, prices := parse(t, campaignSync+`
@@ -244,12 +250,12 @@ nodeGroups:
 	return withFaults(fake, seed, &backend{name: verda.Name, cfg: cfg, prices: prices, bootstrap: script{}, engine: engine,
 		provider: func(log *slog.Logger) cloud.Provider {
 			api, err := verda.NewClient(verda.ClientOptions{BaseURL: fake.URL + "/v1", ClientID: "id", ClientSecret: "verda-secret",
-				RequestsPerSecond: 100000, RetryBase: time.Millisecond, Logger: log})
+				RequestsPerSecond: 100000, RetryBase: time.Millisecond, Logger: log, HTTPClient: httpClient(fake.Server)})
 			if err != nil {
 				t.Fatal(err)
 			}
 			return verda.New(api, verda.Options{ClusterName: cfg.ClusterName, Logger: log, ScriptGrace: 200 * time.Millisecond,
-				OfflineGrace: 100 * time.Millisecond})
+				OfflineGrace: 100 * time.Millisecond, HTTPClient: httpClient(fake.Server)})
 		},
 		instances: func() []cloud.Instance { return fake.Instances() },
 		// A spot instance reclaimed is discontinued: listed, stopped,
@@ -265,13 +271,13 @@ nodeGroups:
 	})
 }
 
-func kamateraBackend(t *testing.T, seed uint64) *backend {
+func kamateraBackend(t *testing.T, seed uint64, inMemory bool) *backend {
 	engine, err := kamateratest.NewEngine(sim.Config{BootDelay: sim.Duration(40 * time.Millisecond), DeleteDelay: sim.Duration(30 * time.Millisecond),
 		DefaultCapacity: ptr(offeringCapacity)}, sim.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	fake := kamateratest.New(engine, kamateratest.Options{ClientID: "id", Secret: "kamatera-secret", CommandDelay: 20 * time.Millisecond})
+	fake := kamateratest.New(engine, kamateratest.Options{ClientID: "id", Secret: "kamatera-secret", CommandDelay: 20 * time.Millisecond, InMemory: inMemory})
 	t.Cleanup(fake.Close)
 	fake.SetLatency(fakeLatency)
 	const net = `cloudOptions: {networks: "name=wan,ip=auto"}`
@@ -286,7 +292,8 @@ nodeGroups:
 	return withFaults(fake, seed, &backend{name: kamatera.Name, cfg: cfg, prices: prices, bootstrap: script{}, engine: engine,
 		provider: func(log *slog.Logger) cloud.Provider {
 			api, err := kamatera.NewClient(kamatera.ClientOptions{BaseURL: fake.URL, ClientID: "id", Secret: "kamatera-secret",
-				RequestsPerSecond: 100000, RetryBase: time.Millisecond, PollInterval: 5 * time.Millisecond, Logger: log})
+				RequestsPerSecond: 100000, RetryBase: time.Millisecond, PollInterval: 5 * time.Millisecond, Logger: log,
+				HTTPClient: httpClient(fake.Server)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -299,7 +306,7 @@ nodeGroups:
 	})
 }
 
-func scalewayBackend(t *testing.T, seed uint64) *backend {
+func scalewayBackend(t *testing.T, seed uint64, inMemory bool) *backend {
 	engine, err := scwtest.NewEngine(sim.Config{BootDelay: sim.Duration(40 * time.Millisecond), DeleteDelay: sim.Duration(30 * time.Millisecond),
 		StartDelay: ptr(10 * time.Millisecond), StartFailureRate: 0.2, DefaultCapacity: ptr(offeringCapacity)}, sim.Options{})
 	if err != nil {
@@ -310,9 +317,16 @@ func scalewayBackend(t *testing.T, seed uint64) *backend {
 		secretKey = "11111111-2222-4333-8444-555555555555"
 		projectID = "66666666-7777-4888-9999-000000000000"
 	)
-	fake := scwtest.New(engine, scwtest.Options{SecretKey: secretKey})
+	fake := scwtest.New(engine, scwtest.Options{SecretKey: secretKey, InMemory: inMemory})
 	t.Cleanup(fake.Close)
-	fake.SetLatency(fakeLatency)
+	if !inMemory {
+		// On the virtual clock the fake answers at once: the SDK holds a
+		// lock per server across each update's request (instance_utils.go's
+		// lockServer), and a goroutine waiting on a mutex is not durably
+		// blocked, so a holder that sleeps through the latency would stop
+		// the bubble's clock for good.
+		fake.SetLatency(fakeLatency)
+	}
 	cfg, prices := parse(t, campaignSync+`
 clouds:
   scaleway: {}
@@ -325,7 +339,7 @@ nodeGroups:
 		stoppedPrice: (&scaleway.Cloud{}).StoppedPrice(cloud.OfferingKey{}),
 		provider: func(log *slog.Logger) cloud.Provider {
 			c, err := scaleway.NewClient(scaleway.ClientOptions{AccessKey: accessKey, SecretKey: secretKey, ProjectID: projectID,
-				APIURL: fake.URL, RequestsPerSecond: 100000})
+				APIURL: fake.URL, RequestsPerSecond: 100000, Transport: fake.Client().Transport})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -336,7 +350,7 @@ nodeGroups:
 		lose:      func(name string) bool { return fake.Lose(name) },
 		leftovers: func() string {
 			if v, s := fake.VolumeCount(), fake.ServerCount(); v != s {
-				return fmt.Sprintf("%d volumes for %d servers", v, s)
+				return fmt.Sprintf("%d volumes for %d servers; attached to none: %v", v, s, fake.OrphanVolumes())
 			}
 			return ""
 		},
@@ -348,14 +362,14 @@ nodeGroups:
 // by name. An instance is taken away as someone deleting it out of its
 // MIG from the console would (GCP has no spot MIGs here to reclaim, and a
 // MIG recreates a VM lost to a host failure itself, under its name).
-func gcpBackend(t *testing.T, seed uint64) *backend {
+func gcpBackend(t *testing.T, seed uint64, inMemory bool) *backend {
 	engine, err := gcptest.NewEngine(sim.Config{BootDelay: sim.Duration(40 * time.Millisecond), DeleteDelay: sim.Duration(30 * time.Millisecond),
 		StartDelay: ptr(10 * time.Millisecond), StartFailureRate: 0.2, DefaultCapacity: ptr(offeringCapacity)}, sim.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	const project = "chaos-project"
-	fake := gcptest.New(engine, gcptest.Options{Project: project, OperationDelay: 5 * time.Millisecond})
+	fake := gcptest.New(engine, gcptest.Options{Project: project, OperationDelay: 5 * time.Millisecond, InMemory: inMemory})
 	t.Cleanup(fake.Close)
 	fake.SetLatency(fakeLatency)
 	doc := campaignSync + `
@@ -376,7 +390,7 @@ nodeGroups:
 		}
 	}
 	build := func(log *slog.Logger) *gcp.Cloud {
-		clients, err := gcp.NewClients(context.Background(), gcp.ClientOptions{Endpoint: fake.URL, NoAuth: true})
+		clients, err := gcp.NewClients(context.Background(), gcp.ClientOptions{Endpoint: fake.URL, NoAuth: true, HTTPClient: httpClient(fake.Server)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -398,6 +412,7 @@ nodeGroups:
 		stoppedPrice: (&gcp.Cloud{}).StoppedPrice(cloud.OfferingKey{}),
 		provider:     func(log *slog.Logger) cloud.Provider { return build(log) },
 		instances:    func() []cloud.Instance { return fake.Project() },
+		parked:       fake.Parked, // the engine's names carry the zone
 		lose:         fake.Lose,
 		leftovers:    func() string { return "" },
 	})
@@ -405,18 +420,53 @@ nodeGroups:
 
 func ptr[T any](v T) *T { return &v }
 
+// httpClient is a client of a fake's API, through the fake's own
+// transport (which dials its in-memory connections when it has them),
+// with the 30 s timeout of the clouds' default clients.
+func httpClient(fake *httptest.Server) *http.Client {
+	return &http.Client{Transport: fake.Client().Transport, Timeout: 30 * time.Second}
+}
+
 // spend is what the cloud's instances cost per hour, in all and by group.
 func (b *backend) spend() (total float64, byGroup map[string]float64) {
 	byGroup = map[string]float64{}
 	for _, in := range b.instances() {
-		p := b.prices[priceKey(in.InstanceType, in.CapacityType)]
-		if in.State == cloud.StateStopped && in.Standby {
-			p = b.stoppedPrice // a standby pool's: its disk
-		}
+		p := b.price(in)
 		total += p
 		byGroup[in.Group] += p
 	}
 	return total, byGroup
+}
+
+// price is what an instance costs per hour.
+func (b *backend) price(in cloud.Instance) float64 {
+	if in.State == cloud.StateStopped && in.Standby || in.State == cloud.StateDeleting && b.isParked(in.Name) {
+		return b.stoppedPrice // a standby pool's, or one deleted stopped: its disk
+	}
+	return b.prices[priceKey(in.InstanceType, in.CapacityType)]
+}
+
+// isParked reports whether an instance is being deleted from the stopped
+// state.
+func (b *backend) isParked(name string) bool {
+	if b.parked != nil {
+		return b.parked(name)
+	}
+	return b.engine.Parked(name)
+}
+
+// priced describes a group's instances at the cloud (every group's for
+// ""), each with its state and hourly price, for a spend violation.
+func (b *backend) priced(group string) string {
+	insts := b.instances()
+	slices.SortFunc(insts, func(a, b cloud.Instance) int { return strings.Compare(a.Name, b.Name) })
+	var out []string
+	for _, in := range insts {
+		if group == "" || in.Group == group {
+			out = append(out, fmt.Sprintf("%s (%s, %s, %.2f/h)", in.Name, in.CapacityType, in.State, b.price(in)))
+		}
+	}
+	return strings.Join(out, ", ")
 }
 
 // describe names the backend's campaign parameters, for logs.

@@ -15,17 +15,21 @@ package chaos
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
 	"maps"
 	"math/rand/v2"
+	"os"
 	"regexp"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -37,18 +41,41 @@ import (
 )
 
 var (
-	runs   = flag.Int("chaos.runs", 2, "how many randomized campaigns to run on each cloud")
-	seed   = flag.Uint64("chaos.seed", 0, "replay the campaign of this seed (0: a new seed per campaign)")
-	clouds = flag.String("chaos.clouds", "sim,verda,kamatera,scaleway,gcp", "the clouds to run campaigns on, comma-separated")
+	runs        = flag.Int("chaos.runs", 2, "how many randomized campaigns to run on each cloud on the wall clock (TestCampaigns)")
+	virtualRuns = flag.Int("chaos.virtual-runs", 40, "how many randomized campaigns to run on each cloud on a virtual clock (TestVirtualCampaigns)")
+	seed        = flag.Uint64("chaos.seed", 0, "replay the campaign of this seed (0: a new seed per campaign)")
+	clouds      = flag.String("chaos.clouds", "sim,verda,kamatera,scaleway,gcp", "the clouds to run campaigns on, comma-separated")
+	dump        = flag.String("chaos.log", "", "write the last campaign's log to this file")
 )
 
 // TestCampaigns runs -chaos.runs campaigns on each cloud of -chaos.clouds,
-// each from its own seed.
+// each from its own seed, on the wall clock: the core's goroutines, the
+// fakes' HTTP servers on loopback sockets and the campaign race as they
+// do in a process, so which request meets which fault varies from run to
+// run and a replay is the same campaign, not the same interleaving.
 func TestCampaigns(t *testing.T) {
 	if testing.Short() {
 		t.Skip("campaigns take seconds each")
 	}
-	n := *runs
+	runCampaigns(t, *runs, false)
+}
+
+// TestVirtualCampaigns runs -chaos.virtual-runs campaigns on each cloud,
+// each in a testing/synctest bubble: time is virtual and moves only when
+// every goroutine of the campaign waits, the fakes serve on in-memory
+// connections, and faults and instance names come from the seed. A
+// campaign takes a few tens of milliseconds rather than seconds, so many
+// more run, and a seed replays its campaign: the same actions, faults and
+// names, at the same virtual times; goroutines that are runnable at the
+// same instant still run in the Go scheduler's order, so a failure seen
+// once may need a few replays (-count) to show again.
+func TestVirtualCampaigns(t *testing.T) {
+	runCampaigns(t, *virtualRuns, true)
+}
+
+// runCampaigns runs n campaigns (one of -chaos.seed when set) on each
+// cloud of -chaos.clouds, on a virtual clock or the wall clock.
+func runCampaigns(t *testing.T, n int, virtual bool) {
 	if *seed != 0 {
 		n = 1
 	}
@@ -62,18 +89,55 @@ func TestCampaigns(t *testing.T) {
 			if s == 0 {
 				s = uint64(time.Now().UnixNano()) + uint64(i)
 			}
-			t.Run(fmt.Sprintf("%s/seed=%d", name, s), func(t *testing.T) {
-				c := newCampaign(t, build(t, s), s)
+			run := func(t *testing.T) {
+				c := newCampaign(t, build(t, s, virtual), s)
 				defer func() {
+					if *dump != "" {
+						_ = os.WriteFile(*dump, []byte(c.logs.String()), 0o600)
+					}
 					if t.Failed() {
-						t.Logf("replay with: go test ./test/chaos -run TestCampaigns -chaos.clouds=%s -chaos.seed=%d\n%s", name, s, c.logs.String())
+						t.Logf("replay with: go test ./test/chaos -run %s -chaos.clouds=%s -chaos.seed=%d\n%s", testName(virtual), name, s, c.logs.String())
 					}
 				}()
 				c.act()
 				c.settle()
+			}
+			t.Run(fmt.Sprintf("%s/seed=%d", name, s), func(t *testing.T) {
+				if !virtual {
+					run(t)
+					return
+				}
+				defer watchdog(name, s)()
+				synctest.Test(t, run)
 			})
 		}
 	}
+}
+
+// testName is the test that runs campaigns on the clock asked for.
+func testName(virtual bool) string {
+	if virtual {
+		return "TestVirtualCampaigns"
+	}
+	return "TestCampaigns"
+}
+
+// stuckAfter is how long a campaign on the virtual clock may take on the
+// wall clock: a second is plenty; one that takes this long has stopped its
+// bubble's clock (a goroutine waiting on a mutex its holder keeps while it
+// sleeps is not durably blocked) and would otherwise hang until the test
+// binary's timeout.
+const stuckAfter = 2 * time.Minute
+
+// watchdog crashes the test binary with every goroutine's stack when the
+// campaign of seed on cloud runs past stuckAfter; the returned func stops
+// it.
+func watchdog(cloud string, seed uint64) (stop func()) {
+	timer := time.AfterFunc(stuckAfter, func() {
+		debug.SetTraceback("all")
+		panic(fmt.Sprintf("the %s campaign of seed %d ran %s on the virtual clock: its bubble is stuck", cloud, seed, stuckAfter))
+	})
+	return func() { timer.Stop() }
 }
 
 // campaign is one randomized run against one cloud.
@@ -108,6 +172,8 @@ type campaign struct {
 	// a reload keeps it (the runtime keeps its clouds across reloads).
 	prov cloud.Provider
 	log  *slog.Logger
+	// names is where every core of the campaign draws instance names.
+	names *entropy
 	// maxSizes are the groups' configured maxSize, which reloads raise by
 	// one and put back.
 	maxSizes map[string]int
@@ -140,11 +206,26 @@ func newCampaign(t *testing.T, b *backend, s uint64) *campaign {
 	for _, g := range b.cfg.NodeGroups {
 		c.maxSizes[g.Name] = g.MaxSize
 	}
+	c.names = &entropy{src: rand.NewChaCha8([32]byte(binary.LittleEndian.AppendUint64(make([]byte, 24), s)))}
 	c.log = slog.New(slog.NewTextHandler(c.logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	b.faults(true)
 	c.start()
 	t.Cleanup(func() { c.stop() })
 	return c
+}
+
+// entropy is the campaign's one source of instance names, drawn by every
+// core it runs in turn: seeded, so that a replay names its instances as
+// the run it replays did.
+type entropy struct {
+	mu  sync.Mutex
+	src *rand.ChaCha8
+}
+
+func (e *entropy) Read(p []byte) (int, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.src.Read(p)
 }
 
 // eventLog keeps a core's Events.
@@ -184,7 +265,7 @@ func (c *campaign) startCore(prev *nodegroup.Manager) {
 	for attempt := 0; ; attempt++ {
 		reg, events := prometheus.NewRegistry(), c.events // the process's Event sink outlives its cores
 		mgr, err := nodegroup.New(c.cfg, map[string]cloud.Provider{c.b.name: c.prov},
-			nodegroup.Options{Logger: log, Registerer: reg, Events: events, ResolveAfter: resolveAfter, Bootstrap: c.b.bootstrap})
+			nodegroup.Options{Logger: log, Registerer: reg, Events: events, ResolveAfter: resolveAfter, Bootstrap: c.b.bootstrap, Entropy: c.names})
 		if err != nil {
 			c.t.Fatal(err)
 		}
@@ -237,8 +318,7 @@ func (c *campaign) act() {
 			_ = c.mgr.DecreaseTargetSize(ctx, g.Name, -1)
 		case p < 75:
 			var ids []string
-			insts, _ := c.mgr.Instances(g.Name)
-			for _, in := range insts {
+			for _, in := range c.members(g.Name) {
 				// Running nodes at random, and failed orders, as
 				// cluster-autoscaler removes those.
 				if in.ProviderID != "" && (in.Failed() || in.State == nodegroup.StateRunning && c.rng.IntN(3) == 0) {
@@ -249,9 +329,10 @@ func (c *campaign) act() {
 				_ = c.mgr.DeleteNodes(ctx, g.Name, ids) // refused below minSize: fine
 			}
 		case p < 83:
-			if insts := c.b.instances(); len(insts) > 0 {
+			if insts := c.atCloud(); len(insts) > 0 {
 				name := insts[c.rng.IntN(len(insts))].Name
 				if c.b.lose(name) {
+					c.log.Info("chaos: the cloud takes an instance away", "instance", name)
 					c.reclaims++
 					c.reclaimed[name] = true
 				}
@@ -261,6 +342,7 @@ func (c *campaign) act() {
 			// flight included) and a new one rebuilds from the cloud.
 			c.checkReported()
 			c.stockoutsMet += counter(c.t, c.reg, "gpuscaler_stockouts_total", "")
+			c.log.Info("chaos: the process crashes and restarts")
 			c.stop()
 			c.start()
 			c.restarts++
@@ -286,10 +368,7 @@ func (c *campaign) act() {
 // --force-delete-unregistered-nodes, at random; deleteCreatedNodesWithErrors
 // deletes failed orders.
 func (c *campaign) autoscalerLoop(ctx context.Context, g config.NodeGroup) {
-	insts, err := c.mgr.Instances(g.Name)
-	if err != nil {
-		return
-	}
+	insts := c.members(g.Name)
 	target, _ := c.mgr.TargetSize(g.Name)
 	if d := target - len(insts); d > 0 {
 		_ = c.mgr.DecreaseTargetSize(ctx, g.Name, -d) // refused below minSize or a booting instance: fine
@@ -316,6 +395,24 @@ func (c *campaign) autoscalerLoop(ctx context.Context, g config.NodeGroup) {
 	}
 }
 
+// members lists a group's members by name (none for an unknown group):
+// the campaign draws from them in an order its seed decides, not the
+// core's map order.
+func (c *campaign) members(group string) []nodegroup.Instance {
+	insts, _ := c.mgr.Instances(group)
+	slices.SortFunc(insts, byName)
+	return insts
+}
+
+// atCloud lists the cloud's instances by name.
+func (c *campaign) atCloud() []cloud.Instance {
+	insts := c.b.instances()
+	slices.SortFunc(insts, func(a, b cloud.Instance) int { return strings.Compare(a.Name, b.Name) })
+	return insts
+}
+
+func byName(a, b nodegroup.Instance) int { return strings.Compare(a.Name, b.Name) }
+
 // karpenter plays Karpenter's NodeClaim lifecycle on the launch API: a
 // new NodeClaim's Create, with a short deadline and retried as its
 // lifecycle controller retries an error, adopting the machine of its name
@@ -330,14 +427,14 @@ func (c *campaign) karpenter(ctx context.Context) {
 		return
 	}
 	if len(c.claims) > 0 && c.rng.IntN(3) == 0 {
-		for name := range c.claims {
-			if in, ok := c.mgr.LaunchedNamed(name); ok {
-				if err := c.mgr.Terminate(ctx, in.ProviderID); err == nil {
-					delete(c.claims, name)
-				}
+		names := slices.Sorted(maps.Keys(c.claims)) // in an order the seed decides
+		name := names[c.rng.IntN(len(names))]
+		if in, ok := c.mgr.LaunchedNamed(name); ok {
+			if err := c.mgr.Terminate(ctx, in.ProviderID); err == nil {
+				delete(c.claims, name)
 			}
-			return
 		}
+		return
 	}
 	c.nextClaim++
 	name := fmt.Sprintf("nc-%03d", c.nextClaim)
@@ -395,7 +492,9 @@ func (c *campaign) collectGarbage() {
 	if c.noLaunch {
 		return
 	}
-	for _, in := range c.mgr.Launched("karpenter") {
+	launched := c.mgr.Launched("karpenter")
+	slices.SortFunc(launched, byName)
+	for _, in := range launched {
 		if !c.claims[in.Name] && in.State != nodegroup.StateDeleting {
 			_ = c.mgr.Terminate(context.Background(), in.ProviderID)
 		}
@@ -412,7 +511,7 @@ func (c *campaign) releaseClaims() {
 	// landed.
 	giveUp, deadline := time.Now().Add(5*time.Second), time.Now().Add(20*time.Second)
 	for len(c.claims) > 0 && time.Now().Before(deadline) {
-		for name := range c.claims {
+		for _, name := range slices.Sorted(maps.Keys(c.claims)) {
 			in, ok := c.mgr.LaunchedNamed(name)
 			switch {
 			case !ok && time.Now().After(giveUp):
@@ -461,6 +560,7 @@ func (c *campaign) reload() {
 		}
 		c.remade++
 	}
+	c.log.Info("chaos: a config reload", "group", g.Name, "maxSize", g.MaxSize, "labels", g.Labels)
 	c.checkReported()
 	prev := c.mgr
 	c.stop()
@@ -534,6 +634,7 @@ func (c *campaign) stockOut(g config.NodeGroup) {
 		delete(c.soldOut, k)
 		return
 	}
+	c.log.Info("chaos: an offering sells out", "offering", k)
 	c.b.engine.SetCapacity(k, 0)
 	c.soldOut[k] = true
 	c.stockouts++
@@ -561,11 +662,13 @@ func (c *campaign) checkSpend() {
 	c.t.Helper()
 	total, byGroup := c.b.spend()
 	if limit := c.cfg.MaxHourlyCost; limit > 0 && total > limit+1e-9 {
-		c.t.Errorf("the cloud's instances cost %.2f/h, over the cluster's maxHourlyCost %.2f", total, limit)
+		c.t.Errorf("at %s the cloud's instances cost %.2f/h, over the cluster's maxHourlyCost %.2f: %s",
+			time.Now().Format(time.TimeOnly+".000"), total, limit, c.b.priced(""))
 	}
 	for _, g := range c.cfg.NodeGroups {
 		if limit := g.MaxHourlyCost; limit > 0 && byGroup[g.Name] > limit+1e-9 {
-			c.t.Errorf("group %s's instances cost %.2f/h, over its maxHourlyCost %.2f", g.Name, byGroup[g.Name], limit)
+			c.t.Errorf("at %s group %s's instances cost %.2f/h, over its maxHourlyCost %.2f: %s",
+				time.Now().Format(time.TimeOnly+".000"), g.Name, byGroup[g.Name], limit, c.b.priced(g.Name))
 		}
 	}
 }
@@ -683,9 +786,8 @@ func (c *campaign) scaleDownPastMax() {
 	ctx := context.Background()
 	for _, g := range c.cfg.NodeGroups {
 		target, _ := c.mgr.TargetSize(g.Name)
-		insts, _ := c.mgr.Instances(g.Name)
 		var running []string
-		for _, in := range insts {
+		for _, in := range c.members(g.Name) {
 			if in.State == nodegroup.StateRunning && in.ProviderID != "" {
 				running = append(running, in.ProviderID)
 			}
@@ -736,21 +838,37 @@ func (c *campaign) sample() {
 }
 
 // checkVanished: every instance the core took for vanished that was seen
-// at the cloud was taken away by the campaign. Any other ran on while its
-// Node would have been deleted and a replacement ordered (paid twice). (An
-// order that never made an instance, its answer lost, may be taken for
-// vanished: nothing ran, nothing is paid twice.)
+// at the cloud was taken away by the campaign, or deleted by a process
+// that crashed before the cloud showed the delete. Any other ran on while
+// its Node would have been deleted and a replacement ordered (paid
+// twice). (An order that never made an instance, its answer lost, may be
+// taken for vanished: nothing ran, nothing is paid twice.)
+//
+// The crashed delete is no fault of the core's: the next process lists
+// the instance as running, and only its Node tells it apart from a
+// reclaim: a front end's deletion taint (syncer.leaving), or no Node at
+// all for an instance adopted at start (syncer.nodeless); either drops it
+// from the target unreplaced. The campaigns run the core without Nodes.
 func (c *campaign) checkVanished() {
 	c.t.Helper()
-	for _, m := range vanishedRE.FindAllStringSubmatch(c.logs.String(), -1) {
-		if c.existed != nil && !c.existed[m[1]] {
+	asked, cutShort := map[string]bool{}, map[string]bool{}
+	for _, line := range strings.Split(c.logs.String(), "\n") {
+		switch {
+		case strings.Contains(line, `msg="chaos: the process crashes and restarts"`):
+			maps.Copy(cutShort, asked)
+		case deletingRE.MatchString(line):
+			asked[deletingRE.FindStringSubmatch(line)[1]] = true
+		}
+		m := vanishedRE.FindStringSubmatch(line)
+		if m == nil || c.existed != nil && !c.existed[m[1]] || c.reclaimed[m[1]] || cutShort[m[1]] {
 			continue
 		}
-		if !c.reclaimed[m[1]] {
-			c.t.Errorf("instance %s was taken for vanished while it ran: its Node would have been deleted and a replacement ordered", m[1])
-		}
+		c.t.Errorf("instance %s was taken for vanished while it ran: its Node would have been deleted and a replacement ordered", m[1])
 	}
 }
+
+// deletingRE finds the instance of a core's delete.
+var deletingRE = regexp.MustCompile(`msg="deleting instance" cloud=\S+ instance=(\S+)`)
 
 // disagreement describes how the core and the cloud differ, "" when they
 // agree: each name at most once at the cloud (no order paid twice); every
