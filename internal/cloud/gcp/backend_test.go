@@ -627,8 +627,19 @@ func TestMembersWithoutNames(t *testing.T) {
 // calls itself. clients are the provider's own.
 func oneMIG(t *testing.T, fakeOpts gcptest.Options) (*gcptest.Server, *gcp.Cloud, gcp.Clients) {
 	t.Helper()
+	return oneMIGDeleting(t, fakeOpts, 0)
+}
+
+// oneMIGDeleting is oneMIG whose VMs take deleteDelay to delete (0: the
+// simulated cloud's default).
+func oneMIGDeleting(t *testing.T, fakeOpts gcptest.Options, deleteDelay time.Duration) (*gcptest.Server, *gcp.Cloud, gcp.Clients) {
+	t.Helper()
 	capacity := 1000
-	engine, err := gcptest.NewEngine(sim.Config{BootDelay: sim.Duration(time.Millisecond), DefaultCapacity: &capacity}, sim.Options{})
+	cfg := sim.Config{BootDelay: sim.Duration(time.Millisecond), DefaultCapacity: &capacity}
+	if deleteDelay > 0 {
+		cfg.DeleteDelay = sim.Duration(deleteDelay)
+	}
+	engine, err := gcptest.NewEngine(cfg, sim.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -763,21 +774,7 @@ func TestStandbyStartWaitsForTheStop(t *testing.T) {
 // counts one VM where two run. Found by a chaos campaign on the virtual
 // clock (gcp, seed 1795844840359192508): a group went past its cap.
 func TestStockOutAnswersOnceTheMemberIsGone(t *testing.T) {
-	capacity := 1000
-	engine, err := gcptest.NewEngine(sim.Config{BootDelay: sim.Duration(time.Millisecond), DeleteDelay: sim.Duration(300 * time.Millisecond),
-		DefaultCapacity: &capacity}, sim.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	fake := gcptest.New(engine, gcptest.Options{Project: project})
-	t.Cleanup(fake.Close)
-	fake.AddGroup("us-central1-a", "gpu-l4", "g2-standard-8")
-	clients, err := gcp.NewClients(context.Background(), gcp.ClientOptions{Endpoint: fake.URL, NoAuth: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	prov := gcp.New(clients, gcp.Options{Project: project, PollInterval: 5 * time.Millisecond, CreateWatch: time.Second,
-		Groups: map[string]gcp.Group{"l4": gcp.NewGroup("l4", "g2-standard-8", []string{"us-central1-a"}, map[string]string{"instanceGroup": "gpu-l4"})}})
+	fake, prov, _ := oneMIGDeleting(t, gcptest.Options{}, 300*time.Millisecond)
 	// The VM is made; the first list shows the member as the MIG showed it
 	// one retry earlier: still creating, the zone exhausted.
 	const name = "l4-retried"
@@ -785,7 +782,7 @@ func TestStockOutAnswersOnceTheMemberIsGone(t *testing.T) {
 		"instance": "https://www.googleapis.com/compute/v1/projects/`+project+`/zones/us-central1-a/instances/`+name+`",
 		"currentAction": "CREATING", "targetStatus": "RUNNING", "lastAttempt": {"errors": {"errors": [{"code": "ZONE_RESOURCE_POOL_EXHAUSTED",
 		"message": "The zone 'projects/`+project+`/zones/us-central1-a' does not have enough resources available to fulfill the request."}]}}}]}`))
-	_, err = prov.Create(context.Background(), cloud.CreateSpec{Name: name, Group: "l4", InstanceType: "g2-standard-8",
+	_, err := prov.Create(context.Background(), cloud.CreateSpec{Name: name, Group: "l4", InstanceType: "g2-standard-8",
 		Location: "us-central1-a", CapacityType: cloud.OnDemand})
 	if !errors.Is(err, cloud.ErrCapacity) {
 		t.Fatalf("create: %v, want a stock-out", err)
