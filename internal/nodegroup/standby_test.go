@@ -679,3 +679,36 @@ nodeGroups:
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// A stopped standby instance found running (a start sent by a process
+// that crashed took effect after this one listed the instance stopped, or
+// someone started it by hand) is stopped again: the core had counted its
+// disk while it billed in full, and nobody took it. Found by a chaos
+// campaign on the virtual clock (gcp, seed 1795848243470471563).
+func TestStandbyInstanceStartedBehindThePoolIsStoppedAgain(t *testing.T) {
+	h := newHarness(t, standbyGroup, sim.Options{}, Options{})
+	stopped := poolReady(h)
+	if err := h.acct.Start(context.Background(), stopped); err != nil {
+		t.Fatal(err)
+	}
+	state := func() cloud.InstanceState {
+		for _, in := range h.engine.Instances("test") {
+			if in.Name == stopped.Name {
+				return in.State
+			}
+		}
+		return ""
+	}
+	h.eventually("it runs", func() bool { h.clk.Step(5 * time.Second); return state() == cloud.StateRunning })
+	h.eventually("it is stopped again", func() bool {
+		h.clk.Step(30 * time.Second)
+		h.mgr.syncer.kick("sim")
+		return state() == cloud.StateStopped
+	})
+	if n, _ := h.mgr.TargetSize("g"); n != 0 {
+		t.Errorf("target %d, want 0: the instance is the pool's, not capacity", n)
+	}
+	if n := h.engine.Count("test"); n != 1 {
+		t.Errorf("%d instances at the cloud, want the one", n)
+	}
+}

@@ -508,6 +508,17 @@ func (y *syncer) fold(ctx context.Context, cloudName string, g *group, l *listin
 				// sent it: started again (a start is idempotent).
 				mem.standby = standbyStarting
 				out.start = append(out.start, mem)
+			case in.State == cloud.StateRunning && mem.standby == standbyStopped && mem.phase == phaseCreated:
+				// Started behind the pool's back: a start sent by a process
+				// that crashed took effect after this one listed the
+				// instance stopped (or someone started it by hand). It
+				// bills in full; warm already, it goes back to the pool,
+				// stopped again by the next sync, and a front end that
+				// still needs it takes it from there.
+				y.log.Info("a stopped standby instance runs; it is stopped again", "group", g.cfg.Name, "instance", name)
+				mem.standby = standbyWarming
+				mem.price = y.offerings.price(cloudName, mem.offering(), y.catalog.listPrice(cloudName, mem.offering()))
+				mem.extras().warmSince = y.clock.Now().Add(-g.cfg.Standby.StandbyWarmFor())
 			case in.State == cloud.StateStopped && mem.phase != phaseDeleting && !in.Standby:
 				// Gone for the cluster, not for the bill: delete it (below)
 				// and let the group order a replacement.
