@@ -110,10 +110,13 @@ func (r *random) draw(key uint64) (Kind, func(http.ResponseWriter)) {
 const maxKeyedBody = 64 << 10
 
 // requestKey hashes what a request asks: its method, path, query and
-// body (which it puts back for the fake to read).
+// body (which it puts back for the fake to read). A GCP requestId, a
+// fresh UUID per mutation, is left out: a replay sends other ones.
 func requestKey(r *http.Request) uint64 {
 	h := fnv.New64a()
-	_, _ = io.WriteString(h, r.Method+" "+r.URL.RequestURI()+"\n")
+	q := r.URL.Query()
+	q.Del("requestId")
+	_, _ = io.WriteString(h, r.Method+" "+r.URL.Path+"?"+q.Encode()+"\n")
 	if r.Body != nil && r.Body != http.NoBody {
 		body, _ := io.ReadAll(io.LimitReader(r.Body, maxKeyedBody))
 		_, _ = h.Write(body)
