@@ -459,7 +459,7 @@ func (b *backend) isParked(name string) bool {
 // ""), each with its state and hourly price, for a spend violation.
 func (b *backend) priced(group string) string {
 	insts := b.instances()
-	slices.SortFunc(insts, func(a, b cloud.Instance) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(insts, byInstanceName)
 	var out []string
 	for _, in := range insts {
 		if group == "" || in.Group == group {

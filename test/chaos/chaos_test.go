@@ -407,11 +407,13 @@ func (c *campaign) members(group string) []nodegroup.Instance {
 // atCloud lists the cloud's instances by name.
 func (c *campaign) atCloud() []cloud.Instance {
 	insts := c.b.instances()
-	slices.SortFunc(insts, func(a, b cloud.Instance) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(insts, byInstanceName)
 	return insts
 }
 
 func byName(a, b nodegroup.Instance) int { return strings.Compare(a.Name, b.Name) }
+
+func byInstanceName(a, b cloud.Instance) int { return strings.Compare(a.Name, b.Name) }
 
 // karpenter plays Karpenter's NodeClaim lifecycle on the launch API: a
 // new NodeClaim's Create, with a short deadline and retried as its
