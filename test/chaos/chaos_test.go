@@ -70,7 +70,11 @@ func TestCampaigns(t *testing.T) {
 // same instant still run in the Go scheduler's order, so a failure seen
 // once may need a few replays (-count) to show again.
 func TestVirtualCampaigns(t *testing.T) {
-	runCampaigns(t, *virtualRuns, true)
+	n := *virtualRuns
+	if testing.Short() {
+		n = min(n, 5) // the quick loop (make test-unit) runs a few
+	}
+	runCampaigns(t, n, true)
 }
 
 // runCampaigns runs n campaigns (one of -chaos.seed when set) on each
