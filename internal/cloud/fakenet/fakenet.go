@@ -4,6 +4,12 @@
 // blocked", so a bubble's clock would never move while a client waits on
 // a real connection, and an idle keep-alive connection would hold it
 // still for good.
+//
+// The in-memory connections are the standard library's net.Pipe, whose
+// waits are on channels made in the bubble. grpc's bufconn, tried first,
+// arms a timer of zero (or, for net/http's deadline of 1970, some -30
+// years) on every pipe it makes, and the Go runtime (1.26, under -race)
+// crashed in timer.modify running such a timer at once inside a bubble.
 package fakenet
 
 import (
@@ -11,13 +17,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"time"
-
-	"google.golang.org/grpc/test/bufconn"
+	"sync"
 )
-
-// bufferSize is each in-memory connection's buffer in each direction.
-const bufferSize = 1 << 20
 
 // Serve starts a test server for h. On a loopback port, as
 // httptest.NewServer does; when inMemory, on in-memory connections that
@@ -28,59 +29,58 @@ func Serve(h http.Handler, inMemory bool) *httptest.Server {
 	if !inMemory {
 		return httptest.NewServer(h)
 	}
-	l := listener{bufconn.Listen(bufferSize)}
+	l := &listener{conns: make(chan net.Conn), done: make(chan struct{})}
 	srv := httptest.NewUnstartedServer(h)
 	srv.Listener = l
 	srv.Start()
 	srv.Client().Transport.(*http.Transport).DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
-		c, err := l.DialContext(ctx)
-		if err != nil {
-			return nil, err
-		}
-		return conn{c}, nil
+		return l.dial(ctx)
 	}
 	return srv
 }
 
-// listener is an in-memory listener that names a loopback address.
-type listener struct{ *bufconn.Listener }
+// listener hands the server one end of each pipe a client dials.
+type listener struct {
+	conns chan net.Conn
+	done  chan struct{}
+	once  sync.Once
+}
 
-// Accept waits for the next in-memory connection.
-func (l listener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
+// Accept waits for the next dial.
+func (l *listener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
 	}
-	return conn{c}, nil
+}
+
+// Close stops Accept and every dial still waiting.
+func (l *listener) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return nil
 }
 
 // Addr is 127.0.0.1:1, where nothing listens: a client that does not dial
 // through the server's Client fails at once rather than reach another
 // server.
-func (listener) Addr() net.Addr { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1} }
+func (*listener) Addr() net.Addr { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1} }
 
-// conn is an in-memory connection whose deadlines in the past are now.
-// net/http ends a pending read with a deadline of 1970 (aLongTimeAgo);
-// bufconn arms a timer for the time until it, which on a bubble's clock
-// (2000) is some -30 years, and the runtime was seen to crash on such a
-// timer inside a bubble. A deadline that has passed acts the same
-// whenever it passed.
-type conn struct{ net.Conn }
-
-// SetDeadline sets both deadlines.
-func (c conn) SetDeadline(t time.Time) error { return c.Conn.SetDeadline(notBefore(t)) }
-
-// SetReadDeadline sets the read deadline.
-func (c conn) SetReadDeadline(t time.Time) error { return c.Conn.SetReadDeadline(notBefore(t)) }
-
-// SetWriteDeadline sets the write deadline.
-func (c conn) SetWriteDeadline(t time.Time) error { return c.Conn.SetWriteDeadline(notBefore(t)) }
-
-// notBefore is t, or now for a t that has passed (zero stays zero: no
-// deadline).
-func notBefore(t time.Time) time.Time {
-	if now := time.Now(); !t.IsZero() && t.Before(now) {
-		return now
+// dial makes a pipe and hands its other end to Accept.
+func (l *listener) dial(ctx context.Context) (net.Conn, error) {
+	client, server := net.Pipe()
+	select {
+	case l.conns <- server:
+		return client, nil
+	case <-l.done:
+		err := &net.OpError{Op: "dial", Net: "pipe", Err: net.ErrClosed}
+		client.Close()
+		server.Close()
+		return nil, err
+	case <-ctx.Done():
+		client.Close()
+		server.Close()
+		return nil, ctx.Err()
 	}
-	return t
 }
