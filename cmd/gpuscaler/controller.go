@@ -30,6 +30,7 @@ import (
 	"github.com/gpuscaler/gpuscaler/internal/config"
 	"github.com/gpuscaler/gpuscaler/internal/daemon"
 	"github.com/gpuscaler/gpuscaler/internal/forecast/configmap"
+	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
 	"github.com/gpuscaler/gpuscaler/internal/provisioner"
 	"github.com/gpuscaler/gpuscaler/internal/serve"
 )
@@ -182,7 +183,6 @@ func runController(ctx context.Context, cfg *config.Config, cfgPath string, f co
 		}()
 		log.Info("serving metrics and health", "address", lis.Addr().String())
 	}
-	core := rt.Facade()
 	existing := &provisioner.ExistingGroups{GPULabel: cfg.Provider.GPULabel, MaxGroupSize: cfg.Sync.MaxGroupSize,
 		FileGroups: rt.FileGroups, Apply: rt.SetExtraGroups, Logger: log.With("controller", "nodeprovisioner")}
 	if d, ok := rt.Describer(config.CloudGCP); ok {
@@ -198,7 +198,7 @@ func runController(ctx context.Context, cfg *config.Config, cfgPath string, f co
 	if err != nil {
 		return err
 	}
-	r := &provisioner.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Core: core, Deleter: core, Recorder: mgr.GetEventRecorder("gpuscaler"),
+	r := &provisioner.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Core: daemon.InForce(rt, func(m *nodegroup.Manager) provisioner.Core { return m }), Recorder: mgr.GetEventRecorder("gpuscaler"),
 		Logger: log.With("controller", "nodeprovisioner"), Existing: existing, Forecaster: forecaster}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return err

@@ -19,6 +19,7 @@ import (
 	"github.com/gpuscaler/gpuscaler/internal/config"
 	"github.com/gpuscaler/gpuscaler/internal/daemon"
 	"github.com/gpuscaler/gpuscaler/internal/externalgrpc"
+	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
 	"github.com/gpuscaler/gpuscaler/internal/serve"
 )
 
@@ -103,13 +104,13 @@ func runProvider(ctx context.Context, cfg *config.Config, reloadPath string, rel
 	if reloadPath != "" {
 		eg.Go(func() error { return rt.Watch(ctx, reloadPath, reloadPeriod, func(error) {}) })
 	}
-	srv, err := externalgrpc.NewServer(rt.Facade(), externalgrpc.Options{
+	srv, err := externalgrpc.NewServer(daemon.InForce(rt, func(m *nodegroup.Manager) externalgrpc.Core { return m }), externalgrpc.Options{
 		Logger:     log,
 		Registerer: rt.Registerer(),
 		GPULabel:   cfg.Provider.GPULabel,
 		TLS: externalgrpc.TLSFiles{CertFile: cfg.Provider.TLS.CertFile, KeyFile: cfg.Provider.TLS.KeyFile,
 			CACertFile: cfg.Provider.TLS.CACertFile, ClientNames: cfg.Provider.TLS.ClientNames},
-		AutoscalingOptions: rt.Facade().AutoscalingOptions,
+		AutoscalingOptions: rt.AutoscalingOptions,
 	})
 	if err != nil {
 		cancel()

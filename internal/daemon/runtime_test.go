@@ -305,19 +305,27 @@ nodeGroups:
 	if err := <-started; err != nil {
 		t.Fatal(err)
 	}
-	f := rt.Facade()
+	// A front end's handle, as the provider's and the controller's.
+	type sizer interface {
+		IncreaseSize(ctx context.Context, group string, delta int) error
+		TargetSize(group string) (int, error)
+	}
+	core := InForce(rt, func(m *nodegroup.Manager) sizer { return m })
+	increase := func(ctx context.Context) error {
+		return core.Write(ctx, func(c sizer) error { return c.IncreaseSize(ctx, "g", 1) })
+	}
 	reloaded := make(chan error, 1)
 	go func() { reloaded <- rt.Reload(ctx, doc(4)) }()
 	time.Sleep(400 * time.Millisecond) // the reload's catalog check is done; the handover runs
 	wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
 	defer wcancel()
-	if err := f.IncreaseSize(wctx, "g", 1); err != nil {
+	if err := increase(wctx); err != nil {
 		t.Fatalf("IncreaseSize during the reload: %v", err)
 	}
 	if err := <-reloaded; err != nil {
 		t.Fatal(err)
 	}
-	if n, _ := f.TargetSize("g"); n != 1 {
+	if n, _ := core.Read().TargetSize("g"); n != 1 {
 		t.Fatalf("target after the reload %d, want the 1 acknowledged", n)
 	}
 	engine := rt.clouds.providers["sim"].(*sim.Cloud).Engine()
@@ -327,7 +335,7 @@ nodeGroups:
 	if err := <-led; err != nil {
 		t.Fatal(err)
 	}
-	if err := f.IncreaseSize(ctx, "g", 1); !errors.Is(err, nodegroup.ErrUnavailable) {
+	if err := increase(ctx); !errors.Is(err, nodegroup.ErrUnavailable) {
 		t.Fatalf("IncreaseSize after leading ended: %v, want ErrUnavailable", err)
 	}
 }

@@ -33,6 +33,7 @@ import (
 	"github.com/gpuscaler/gpuscaler/internal/cloud/verda/verdatest"
 	"github.com/gpuscaler/gpuscaler/internal/config"
 	"github.com/gpuscaler/gpuscaler/internal/daemon"
+	"github.com/gpuscaler/gpuscaler/internal/inforce"
 	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
 	pb "github.com/gpuscaler/gpuscaler/proto"
 )
@@ -254,7 +255,7 @@ func newFixture(t testing.TB, doc, backend string) *fixture {
 	if err := mgr.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := NewServer(mgr, Options{Logger: log, Registerer: prometheus.NewRegistry(), AutoscalingOptions: config.OptionsOf(cfg)})
+	srv, err := NewServer(inforce.Fixed[Core](mgr), Options{Logger: log, Registerer: prometheus.NewRegistry(), AutoscalingOptions: config.OptionsOf(cfg)})
 	if err != nil {
 		t.Fatal(err)
 	}

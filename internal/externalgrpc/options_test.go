@@ -18,6 +18,7 @@ import (
 	"log/slog"
 
 	"github.com/gpuscaler/gpuscaler/internal/config"
+	"github.com/gpuscaler/gpuscaler/internal/inforce"
 	pb "github.com/gpuscaler/gpuscaler/proto"
 )
 
@@ -207,7 +208,7 @@ func TestMetricsLogsAndHealth(t *testing.T) {
 	}
 
 	// A second server on the same registry is a configuration error, not a panic.
-	if _, err := NewServer(newFakeCore(), Options{Registerer: reg}); err == nil {
+	if _, err := NewServer(inforce.Fixed[Core](newFakeCore()), Options{Registerer: reg}); err == nil {
 		t.Fatal("duplicate metric registration accepted")
 	}
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/gpuscaler/gpuscaler/internal/config"
 	"github.com/gpuscaler/gpuscaler/internal/gpu"
+	"github.com/gpuscaler/gpuscaler/internal/inforce"
 	pb "github.com/gpuscaler/gpuscaler/proto"
 )
 
@@ -53,9 +54,9 @@ type Server struct {
 	log    *slog.Logger
 }
 
-// NewServer builds the server over a core. It fails when the TLS files are
-// incomplete or unreadable.
-func NewServer(core Core, opts Options) (*Server, error) {
+// NewServer builds the server over the core in force. It fails when the
+// TLS files are incomplete or unreadable.
+func NewServer(core inforce.Core[Core], opts Options) (*Server, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}

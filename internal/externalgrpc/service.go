@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/gpuscaler/gpuscaler/internal/config"
+	"github.com/gpuscaler/gpuscaler/internal/inforce"
 	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
 	pb "github.com/gpuscaler/gpuscaler/proto"
 )
@@ -45,14 +46,14 @@ type Core interface {
 // service implements pb.CloudProviderServer.
 type service struct {
 	pb.UnimplementedCloudProviderServer
-	core     Core
+	core     inforce.Core[Core]
 	gpuLabel string
 	options  func(group string) (*config.AutoscalingOptions, bool)
 }
 
 // NodeGroups lists every configured group.
 func (s *service) NodeGroups(context.Context, *pb.NodeGroupsRequest) (*pb.NodeGroupsResponse, error) {
-	groups := s.core.Groups()
+	groups := s.core.Read().Groups()
 	out := make([]*pb.NodeGroup, len(groups))
 	for i, g := range groups {
 		out[i] = toNodeGroup(g)
@@ -67,11 +68,12 @@ func toNodeGroup(g nodegroup.Info) *pb.NodeGroup {
 // NodeGroupForNode resolves a node by provider ID; nodes gpuscaler does not
 // manage (control plane, other pools) get an empty NodeGroup, not an error.
 func (s *service) NodeGroupForNode(_ context.Context, req *pb.NodeGroupForNodeRequest) (*pb.NodeGroupForNodeResponse, error) {
-	name, ok := s.core.GroupForProviderID(req.GetNode().GetProviderID())
+	core := s.core.Read() // one core answers both lookups, across a reload
+	name, ok := core.GroupForProviderID(req.GetNode().GetProviderID())
 	if !ok {
 		return &pb.NodeGroupForNodeResponse{NodeGroup: &pb.NodeGroup{}}, nil
 	}
-	g, ok := s.core.Group(name)
+	g, ok := core.Group(name)
 	if !ok {
 		return &pb.NodeGroupForNodeResponse{NodeGroup: &pb.NodeGroup{}}, nil
 	}
@@ -81,7 +83,7 @@ func (s *service) NodeGroupForNode(_ context.Context, req *pb.NodeGroupForNodeRe
 // PricingNodePrice prices a node (or template node) over a period.
 func (s *service) PricingNodePrice(_ context.Context, req *pb.PricingNodePriceRequest) (*pb.PricingNodePriceResponse, error) {
 	n := req.GetNode()
-	price, err := s.core.NodePrice(n.GetProviderID(), n.GetLabels(), req.GetStartTimestamp().AsTime(), req.GetEndTimestamp().AsTime())
+	price, err := s.core.Read().NodePrice(n.GetProviderID(), n.GetLabels(), req.GetStartTimestamp().AsTime(), req.GetEndTimestamp().AsTime())
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -94,7 +96,7 @@ func (s *service) PricingPodPrice(_ context.Context, req *pb.PricingPodPriceRequ
 	if err := pod.Unmarshal(req.GetPodBytes()); err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "pod_bytes: %v", err)
 	}
-	price, err := s.core.PodPrice(pod, req.GetStartTimestamp().AsTime(), req.GetEndTimestamp().AsTime())
+	price, err := s.core.Read().PodPrice(pod, req.GetStartTimestamp().AsTime(), req.GetEndTimestamp().AsTime())
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -109,7 +111,7 @@ func (s *service) GPULabel(context.Context, *pb.GPULabelRequest) (*pb.GPULabelRe
 // GetAvailableGPUTypes returns the GPU label values of all groups.
 func (s *service) GetAvailableGPUTypes(context.Context, *pb.GetAvailableGPUTypesRequest) (*pb.GetAvailableGPUTypesResponse, error) {
 	types := map[string]*anypb.Any{}
-	for _, t := range s.core.GPUTypes() {
+	for _, t := range s.core.Read().GPUTypes() {
 		types[t] = &anypb.Any{}
 	}
 	return &pb.GetAvailableGPUTypesResponse{GpuTypes: types}, nil
@@ -122,7 +124,7 @@ func (s *service) Cleanup(context.Context, *pb.CleanupRequest) (*pb.CleanupRespo
 
 // Refresh never fails and never waits on a cloud.
 func (s *service) Refresh(ctx context.Context, _ *pb.RefreshRequest) (*pb.RefreshResponse, error) {
-	if err := s.core.Refresh(ctx); err != nil {
+	if err := s.core.Read().Refresh(ctx); err != nil {
 		return nil, toStatus(err)
 	}
 	return &pb.RefreshResponse{}, nil
@@ -130,7 +132,7 @@ func (s *service) Refresh(ctx context.Context, _ *pb.RefreshRequest) (*pb.Refres
 
 // NodeGroupTargetSize answers from memory.
 func (s *service) NodeGroupTargetSize(_ context.Context, req *pb.NodeGroupTargetSizeRequest) (*pb.NodeGroupTargetSizeResponse, error) {
-	n, err := s.core.TargetSize(req.GetId())
+	n, err := s.core.Read().TargetSize(req.GetId())
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -140,7 +142,7 @@ func (s *service) NodeGroupTargetSize(_ context.Context, req *pb.NodeGroupTarget
 // NodeGroupIncreaseSize records the new target and returns; instances are
 // created in the background.
 func (s *service) NodeGroupIncreaseSize(ctx context.Context, req *pb.NodeGroupIncreaseSizeRequest) (*pb.NodeGroupIncreaseSizeResponse, error) {
-	if err := s.core.IncreaseSize(ctx, req.GetId(), int(req.GetDelta())); err != nil {
+	if err := s.core.Write(ctx, func(c Core) error { return c.IncreaseSize(ctx, req.GetId(), int(req.GetDelta())) }); err != nil {
 		return nil, toStatus(err)
 	}
 	return &pb.NodeGroupIncreaseSizeResponse{}, nil
@@ -157,7 +159,7 @@ func (s *service) NodeGroupDeleteNodes(ctx context.Context, req *pb.NodeGroupDel
 		}
 		ids = append(ids, id)
 	}
-	if err := s.core.DeleteNodes(ctx, req.GetId(), ids); err != nil {
+	if err := s.core.Write(ctx, func(c Core) error { return c.DeleteNodes(ctx, req.GetId(), ids) }); err != nil {
 		return nil, toStatus(err)
 	}
 	return &pb.NodeGroupDeleteNodesResponse{}, nil
@@ -165,7 +167,7 @@ func (s *service) NodeGroupDeleteNodes(ctx context.Context, req *pb.NodeGroupDel
 
 // NodeGroupDecreaseTargetSize withdraws unfulfilled orders.
 func (s *service) NodeGroupDecreaseTargetSize(ctx context.Context, req *pb.NodeGroupDecreaseTargetSizeRequest) (*pb.NodeGroupDecreaseTargetSizeResponse, error) {
-	if err := s.core.DecreaseTargetSize(ctx, req.GetId(), int(req.GetDelta())); err != nil {
+	if err := s.core.Write(ctx, func(c Core) error { return c.DecreaseTargetSize(ctx, req.GetId(), int(req.GetDelta())) }); err != nil {
 		return nil, toStatus(err)
 	}
 	return &pb.NodeGroupDecreaseTargetSizeResponse{}, nil
@@ -175,7 +177,7 @@ func (s *service) NodeGroupDecreaseTargetSize(ctx context.Context, req *pb.NodeG
 // instances that could not be created, the error class.
 func (s *service) NodeGroupNodes(_ context.Context, req *pb.NodeGroupNodesRequest) (*pb.NodeGroupNodesResponse, error) {
 	var out []*pb.Instance
-	err := s.core.EachInstance(req.GetId(), func(in nodegroup.Instance) {
+	err := s.core.Read().EachInstance(req.GetId(), func(in nodegroup.Instance) {
 		st := &pb.InstanceStatus{InstanceState: pb.InstanceStatus_InstanceState(in.State)}
 		if in.ErrorCode != "" {
 			st.ErrorInfo = &pb.InstanceErrorInfo{
@@ -197,7 +199,7 @@ func (s *service) NodeGroupNodes(_ context.Context, req *pb.NodeGroupNodesReques
 // NodeGroupTemplateNodeInfo returns the group's template node, serialized
 // as cluster-autoscaler 1.35+ reads it. It is never empty.
 func (s *service) NodeGroupTemplateNodeInfo(_ context.Context, req *pb.NodeGroupTemplateNodeInfoRequest) (*pb.NodeGroupTemplateNodeInfoResponse, error) {
-	node, err := s.core.Template(req.GetId())
+	node, err := s.core.Read().Template(req.GetId())
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -216,7 +218,7 @@ func (s *service) NodeGroupTemplateNodeInfo(_ context.Context, req *pb.NodeGroup
 // from the defaults sent and applies the overrides, so no field is zero by
 // accident.
 func (s *service) NodeGroupGetOptions(_ context.Context, req *pb.NodeGroupAutoscalingOptionsRequest) (*pb.NodeGroupAutoscalingOptionsResponse, error) {
-	if _, err := s.core.TargetSize(req.GetId()); err != nil {
+	if _, err := s.core.Read().TargetSize(req.GetId()); err != nil {
 		return nil, toStatus(err)
 	}
 	var o *config.AutoscalingOptions

@@ -21,6 +21,7 @@ import (
 	"log/slog"
 
 	"github.com/gpuscaler/gpuscaler/internal/config"
+	"github.com/gpuscaler/gpuscaler/internal/inforce"
 	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
 	pb "github.com/gpuscaler/gpuscaler/proto"
 )
@@ -208,7 +209,7 @@ func serve(t *testing.T, core Core, opts Options) *grpc.ClientConn {
 	if fc, ok := core.(*fakeCore); ok && opts.AutoscalingOptions == nil {
 		opts.AutoscalingOptions = fc.AutoscalingOptions
 	}
-	srv, err := NewServer(core, opts)
+	srv, err := NewServer(inforce.Fixed[Core](core), opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/gpuscaler/gpuscaler/internal/config"
+	"github.com/gpuscaler/gpuscaler/internal/inforce"
 	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
 	pb "github.com/gpuscaler/gpuscaler/proto"
 )
@@ -114,7 +115,7 @@ func serverFiles(t *testing.T, root *ca, clientNames ...string) TLSFiles {
 // the given certificate (none when nil).
 func serveMTLS(t *testing.T, files TLSFiles) func(serverCA *ca, clientCert, clientKey []byte) error {
 	t.Helper()
-	srv, err := NewServer(staticCore{}, Options{Logger: slog.New(slog.DiscardHandler), TLS: files})
+	srv, err := NewServer(inforce.Fixed[Core](staticCore{}), Options{Logger: slog.New(slog.DiscardHandler), TLS: files})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +204,7 @@ func TestMTLS(t *testing.T) {
 }
 
 func TestIncompleteTLS(t *testing.T) {
-	_, err := NewServer(staticCore{}, Options{TLS: TLSFiles{CertFile: "a.crt"}})
+	_, err := NewServer(inforce.Fixed[Core](staticCore{}), Options{TLS: TLSFiles{CertFile: "a.crt"}})
 	if err == nil {
 		t.Fatal("incomplete TLS accepted")
 	}

@@ -28,6 +28,7 @@ import (
 
 	"github.com/gpuscaler/gpuscaler/api/v1alpha1"
 	"github.com/gpuscaler/gpuscaler/internal/gpu"
+	"github.com/gpuscaler/gpuscaler/internal/inforce"
 	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
 	"github.com/gpuscaler/gpuscaler/internal/provisioner/plan"
 )
@@ -38,6 +39,8 @@ type Core interface {
 	Group(name string) (nodegroup.Info, bool)
 	TargetSize(group string) (int, error)
 	IncreaseSize(ctx context.Context, group string, delta int) error
+	// DeleteNodes removes instances: scale-down, and orders that failed.
+	DeleteNodes(ctx context.Context, group string, providerIDs []string) error
 	Instances(group string) ([]nodegroup.Instance, error)
 	// GroupForProviderID is the group whose instance has the provider ID:
 	// what a node belongs to, whatever labels its kubelet gave it.
@@ -64,9 +67,9 @@ type Reconciler struct {
 	// APIReader reads from the API server without a cache (the manager's
 	// GetAPIReader); drains list a node's pods through it. Default Client.
 	APIReader client.Reader
-	Core      Core
-	// Deleter removes instances at scale-down (the core, too).
-	Deleter  Deleter
+	// Core is the core in force: the groups, their sizes and prices, and
+	// the writes (orders, scale-down's deletions).
+	Core     inforce.Core[Core]
 	Recorder events.EventRecorder
 	Logger   *slog.Logger
 	// Existing makes node groups of the managed instance groups pools
@@ -169,7 +172,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			pending = append(pending, p)
 		}
 	}
-	snapshot, ordering := Snapshot(pool, nodePtrs, podPtrs, groupOf, r.Core.Instances)
+	snapshot, ordering := Snapshot(pool, nodePtrs, podPtrs, groupOf, r.Core.Read().Instances)
 	outlook := r.observe(ctx, &np, nodePtrs, podPtrs, pending, groupOf)
 	maxExtra, _ := MaxExtraHourlyCost(np.Spec.Forecast)
 	p, ahead := PlanAhead(pool, snapshot, pending, outlook.Ahead, maxExtra)
@@ -185,7 +188,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		if n == 0 {
 			continue
 		}
-		if err := r.Core.IncreaseSize(ctx, g.Name, n); err != nil {
+		if err := r.Core.Write(ctx, func(c Core) error { return c.IncreaseSize(ctx, g.Name, n) }); err != nil {
 			r.Recorder.Eventf(&np, nil, corev1.EventTypeWarning, "ScaleUpFailed", "ScaleUp", "group %s: %v", g.Name, err)
 			continue
 		}
@@ -238,19 +241,19 @@ func conditionStatus(b bool) metav1.ConditionStatus {
 func (r *Reconciler) pool(ctx context.Context, np *v1alpha1.NodeProvisioner) (plan.Pool, error) {
 	var groups []plan.Group
 	for _, name := range r.groupsOf(np) {
-		info, ok := r.Core.Group(name)
+		info, ok := r.Core.Read().Group(name)
 		if !ok {
 			return plan.Pool{}, fmt.Errorf("node group %q is not in gpuscaler's config with managedBy: node-provisioner", name)
 		}
-		tmpl, err := r.Core.Template(name)
+		tmpl, err := r.Core.Read().Template(name)
 		if err != nil {
 			return plan.Pool{}, err
 		}
-		target, _ := r.Core.TargetSize(name)
-		price, ok := r.Core.GroupPrice(name)
+		target, _ := r.Core.Read().TargetSize(name)
+		price, ok := r.Core.Read().GroupPrice(name)
 		groups = append(groups, plan.Group{
 			Name: name, Template: tmpl, Nodes: target, MinSize: info.MinSize, MaxSize: info.MaxSize,
-			Unavailable: r.unavailable(ctx, name) || !ok, Price: price, Spend: r.Core.GroupSpend(name),
+			Unavailable: r.unavailable(ctx, name) || !ok, Price: price, Spend: r.Core.Read().GroupSpend(name),
 		})
 	}
 	return Pool(np.Spec, groups)
@@ -319,7 +322,7 @@ func Snapshot(pool plan.Pool, nodes []*corev1.Node, pods []*corev1.Pod, groupOf 
 // backs it off. Orders that failed are withdrawn from the core (their slots
 // deleted), so a group's target holds only live orders.
 func (r *Reconciler) unavailable(ctx context.Context, group string) bool {
-	insts, err := r.Core.Instances(group)
+	insts, err := r.Core.Read().Instances(group)
 	if err != nil {
 		return false
 	}
@@ -329,12 +332,12 @@ func (r *Reconciler) unavailable(ctx context.Context, group string) bool {
 			failed = append(failed, in.ProviderID)
 		}
 	}
-	if len(failed) > 0 && r.Deleter != nil {
-		if err := r.Deleter.DeleteNodes(ctx, group, failed); err != nil {
+	if len(failed) > 0 {
+		if err := r.Core.Write(ctx, func(c Core) error { return c.DeleteNodes(ctx, group, failed) }); err != nil {
 			r.Logger.Warn("could not withdraw failed orders", "group", group, "error", err)
 		}
 	}
-	_, backingOff := r.Core.Backoff(group)
+	_, backingOff := r.Core.Read().Backoff(group)
 	return backingOff
 }
 
@@ -379,7 +382,7 @@ func (r *Reconciler) setStatus(ctx context.Context, np *v1alpha1.NodeProvisioner
 		st.Nodes = 0
 		for _, g := range pool.Groups {
 			added += p.Add[g.Name]
-			target, _ := r.Core.TargetSize(g.Name)
+			target, _ := r.Core.Read().TargetSize(g.Name)
 			ga, gr := gpuQuantity(p.GroupAllocatable[g.Name]), gpuQuantity(p.GroupRequested[g.Name])
 			st.Groups = append(st.Groups, v1alpha1.GroupStatus{Name: g.Name, CurrentSize: int32(g.Nodes), TargetSize: int32(target),
 				GPUsAllocatable: &ga, GPUsRequested: &gr, CapacityUnavailable: g.Unavailable})
@@ -419,7 +422,7 @@ func (r *Reconciler) earlierPools(np *v1alpha1.NodeProvisioner, all []v1alpha1.N
 			continue
 		}
 		for _, g := range r.groupsOf(&all[i]) {
-			if tmpl, err := r.Core.Template(g); err == nil {
+			if tmpl, err := r.Core.Read().Template(g); err == nil {
 				out = append(out, tmpl)
 			}
 		}
@@ -449,7 +452,7 @@ func (r *Reconciler) membership(np *v1alpha1.NodeProvisioner, pool plan.Pool) (g
 	}
 	existing := r.Existing.Names(np.Name)
 	owned = func(n *corev1.Node) string {
-		if g, ok := r.Core.GroupForProviderID(n.Spec.ProviderID); ok && inPool[g] {
+		if g, ok := r.Core.Read().GroupForProviderID(n.Spec.ProviderID); ok && inPool[g] {
 			return g
 		}
 		return ""
@@ -461,11 +464,11 @@ func (r *Reconciler) membership(np *v1alpha1.NodeProvisioner, pool plan.Pool) (g
 		if n.Labels[LabelProvisionerName] != np.Name || len(existing) == 0 {
 			return ""
 		}
-		if _, known := r.Core.GroupForProviderID(n.Spec.ProviderID); known {
+		if _, known := r.Core.Read().GroupForProviderID(n.Spec.ProviderID); known {
 			return "" // another group's instance, relabelled
 		}
 		for _, g := range existing {
-			if tmpl, err := r.Core.Template(g); err == nil && tmpl.Labels[corev1.LabelTopologyZone] == n.Labels[corev1.LabelTopologyZone] {
+			if tmpl, err := r.Core.Read().Template(g); err == nil && tmpl.Labels[corev1.LabelTopologyZone] == n.Labels[corev1.LabelTopologyZone] {
 				return g
 			}
 		}

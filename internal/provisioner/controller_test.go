@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpuscaler/gpuscaler/api/v1alpha1"
+	"github.com/gpuscaler/gpuscaler/internal/inforce"
 	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
 	"github.com/gpuscaler/gpuscaler/internal/provisioner/plan"
 )
@@ -21,19 +22,20 @@ func (c priced) Group(name string) (nodegroup.Info, bool) {
 	_, ok := c[name]
 	return nodegroup.Info{Name: name, MaxSize: 10}, ok
 }
-func (c priced) TargetSize(string) (int, error)                  { return 0, nil }
-func (c priced) IncreaseSize(context.Context, string, int) error { return nil }
-func (c priced) Instances(string) ([]nodegroup.Instance, error)  { return nil, nil }
-func (c priced) GroupForProviderID(string) (string, bool)        { return "", false }
-func (c priced) GroupPrice(name string) (float64, bool)          { return c[name], true }
-func (c priced) GroupSpend(string) float64                       { return 0 }
-func (c priced) Backoff(string) (nodegroup.Backoff, bool)        { return nodegroup.Backoff{}, false }
+func (c priced) TargetSize(string) (int, error)                      { return 0, nil }
+func (c priced) IncreaseSize(context.Context, string, int) error     { return nil }
+func (c priced) DeleteNodes(context.Context, string, []string) error { return nil }
+func (c priced) Instances(string) ([]nodegroup.Instance, error)      { return nil, nil }
+func (c priced) GroupForProviderID(string) (string, bool)            { return "", false }
+func (c priced) GroupPrice(name string) (float64, bool)              { return c[name], true }
+func (c priced) GroupSpend(string) float64                           { return 0 }
+func (c priced) Backoff(string) (nodegroup.Backoff, bool)            { return nodegroup.Backoff{}, false }
 func (c priced) Template(string) (*corev1.Node, error) {
 	return &corev1.Node{Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}}}, nil
 }
 
 func TestPoolOrder(t *testing.T) {
-	r := &Reconciler{Core: priced{"a": 3, "b": 1, "c": 2}}
+	r := &Reconciler{Core: inforce.Fixed[Core](priced{"a": 3, "b": 1, "c": 2})}
 	for order, want := range map[v1alpha1.GroupOrder]string{
 		v1alpha1.GroupOrderOrdered:       "a,b,c",
 		v1alpha1.GroupOrderCheapestFirst: "b,c,a",
@@ -64,7 +66,7 @@ func TestPodsAreClaimedByOnePool(t *testing.T) {
 		{ObjectMeta: metav1.ObjectMeta{Name: "alpha"}, Spec: v1alpha1.NodeProvisionerSpec{NodeGroups: []string{"a"}}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "beta"}, Spec: v1alpha1.NodeProvisionerSpec{NodeGroups: []string{"b"}}},
 	}
-	r := &Reconciler{Core: priced{"a": 1, "b": 1}}
+	r := &Reconciler{Core: inforce.Fixed[Core](priced{"a": 1, "b": 1})}
 	pod := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}}}}}}
 	for name, want := range map[string]bool{"alpha": false, "beta": true} {
 		earlier := r.earlierPools(&v1alpha1.NodeProvisioner{ObjectMeta: metav1.ObjectMeta{Name: name}}, all)
@@ -90,7 +92,7 @@ func (o owners) GroupForProviderID(pid string) (string, bool) {
 // group (NodeRestriction does not guard gpuscaler.dev/node-group) is not
 // pool b's capacity, nor drained or deleted through b.
 func TestMembershipIsByProviderID(t *testing.T) {
-	r := &Reconciler{Core: owners{priced: priced{"a": 1, "b": 1}, byID: map[string]string{"sim://a-1": "a", "sim://b-1": "b"}}}
+	r := &Reconciler{Core: inforce.Fixed[Core](owners{priced: priced{"a": 1, "b": 1}, byID: map[string]string{"sim://a-1": "a", "sim://b-1": "b"}})}
 	np := &v1alpha1.NodeProvisioner{ObjectMeta: metav1.ObjectMeta{Name: "pool-b"}, Spec: v1alpha1.NodeProvisionerSpec{NodeGroups: []string{"b"}}}
 	groupOf, owned := r.membership(np, plan.Pool{Groups: []plan.Group{{Name: "b"}}})
 	node := func(pid, label string) *corev1.Node {

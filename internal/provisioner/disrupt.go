@@ -165,7 +165,7 @@ func (r *Reconciler) orderSuccessor(ctx context.Context, np *v1alpha1.NodeProvis
 			if g.Name != name || g.Unavailable || g.Nodes >= g.MaxSize {
 				continue
 			}
-			if err = r.Core.IncreaseSize(ctx, name, 1); err == nil {
+			if err = r.Core.Write(ctx, func(c Core) error { return c.IncreaseSize(ctx, name, 1) }); err == nil {
 				r.Recorder.Eventf(np, n, corev1.EventTypeNormal, "Rotating", "Rotate", "node %s is older than %s: successor ordered in group %s (mark %s)", n.Name, np.Spec.MaxNodeLifetime.Duration, name, mark)
 				r.Logger.Info("rotation: successor ordered", "pool", np.Name, "node", n.Name, "group", name)
 				return nil

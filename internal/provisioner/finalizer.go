@@ -105,11 +105,11 @@ func (r *Reconciler) finalize(ctx context.Context, np *v1alpha1.NodeProvisioner)
 // whose Node may run pods, and returns how many are still on their way
 // out. overdue keeps, rather than drains, what is left.
 func (r *Reconciler) release(ctx context.Context, np *v1alpha1.NodeProvisioner, group string, byPID map[string]*corev1.Node, overdue bool) (int, error) {
-	info, ok := r.Core.Group(group)
+	info, ok := r.Core.Read().Group(group)
 	if !ok {
 		return 0, nil // not this process's group (any more)
 	}
-	insts, err := r.Core.Instances(group)
+	insts, err := r.Core.Read().Instances(group)
 	if err != nil {
 		return 0, err
 	}
@@ -156,7 +156,7 @@ func (r *Reconciler) release(ctx context.Context, np *v1alpha1.NodeProvisioner, 
 		draining++
 	}
 	if len(ids) > 0 {
-		if err := r.Deleter.DeleteNodes(ctx, group, ids); err != nil {
+		if err := r.Core.Write(ctx, func(c Core) error { return c.DeleteNodes(ctx, group, ids) }); err != nil {
 			return 0, fmt.Errorf("delete %d instances: %w", len(ids), err)
 		}
 	}
@@ -175,7 +175,7 @@ func (r *Reconciler) releaseNodes(ctx context.Context, np *v1alpha1.NodeProvisio
 	}
 	ids := map[string]bool{}
 	for g := range groups {
-		insts, _ := r.Core.Instances(g)
+		insts, _ := r.Core.Read().Instances(g)
 		for _, in := range insts {
 			ids[in.ProviderID] = true
 		}

@@ -34,12 +34,6 @@ const TaintDeleting = "gpuscaler.dev/deleting"
 // --node-delete-delay-after-taint default.
 const DefaultDeleteDelayAfterTaint = 5 * time.Second
 
-// Deleter is what scale-down needs from the core; *nodegroup.Manager
-// implements it.
-type Deleter interface {
-	DeleteNodes(ctx context.Context, group string, providerIDs []string) error
-}
-
 // scaleDown marks the plan's removable nodes unneeded, unmarks the ones no
 // longer in the plan, and drains and deletes those unneeded for longer than
 // the pool's delay. It returns whether it changed anything.
@@ -184,7 +178,7 @@ func (r *Reconciler) drainAndDelete(ctx context.Context, np *v1alpha1.NodeProvis
 	if left > 0 {
 		return true // evictions under way; delete on a later pass
 	}
-	if err := r.Deleter.DeleteNodes(ctx, group, []string{n.Spec.ProviderID}); err != nil {
+	if err := r.Core.Write(ctx, func(c Core) error { return c.DeleteNodes(ctx, group, []string{n.Spec.ProviderID}) }); err != nil {
 		// The node stays: it takes work again (its taint and cordon go)
 		// rather than sit paid for and unschedulable.
 		r.Recorder.Eventf(np, n, corev1.EventTypeWarning, "ScaleDownFailed", "ScaleDown", "delete %s: %v; the node takes work again", n.Name, err)

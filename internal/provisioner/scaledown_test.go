@@ -15,10 +15,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/gpuscaler/gpuscaler/api/v1alpha1"
+	"github.com/gpuscaler/gpuscaler/internal/inforce"
 )
 
-// deleter records DeleteNodes and answers err.
+// deleter records DeleteNodes and answers err; a drain calls nothing else
+// of the core.
 type deleter struct {
+	Core
 	calls int
 	err   error
 }
@@ -49,7 +52,7 @@ func drainFixture(t *testing.T, taintedAgo time.Duration, del *deleter) (*Reconc
 		}}}
 	c := fake.NewClientBuilder().WithObjects(n).Build()
 	reader := &lateReader{Reader: c}
-	r := &Reconciler{Client: c, APIReader: reader, Deleter: del, Recorder: events.NewFakeRecorder(16), Logger: slog.New(slog.DiscardHandler)}
+	r := &Reconciler{Client: c, APIReader: reader, Core: inforce.Fixed[Core](del), Recorder: events.NewFakeRecorder(16), Logger: slog.New(slog.DiscardHandler)}
 	return r, n, reader
 }
 

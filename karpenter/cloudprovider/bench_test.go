@@ -9,6 +9,7 @@ import (
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/verda/verdatest"
 	"github.com/gpuscaler/gpuscaler/internal/config"
+	"github.com/gpuscaler/gpuscaler/internal/inforce"
 	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
 	"github.com/gpuscaler/gpuscaler/karpenter/apis/v1alpha1"
 	"github.com/gpuscaler/gpuscaler/karpenter/cloudprovider"
@@ -42,7 +43,7 @@ func verdaOffers() nodegroup.Offers {
 func benchProvider(b *testing.B, core *offersCore) (*cloudprovider.CloudProvider, *karpv1.NodePool) {
 	started := make(chan struct{})
 	close(started)
-	p := cloudprovider.New(cloudprovider.Options{Kube: kubeWith(readyClass("all", v1alpha1.GPUNodeClassSpec{Cloud: "verda"})), Core: core, Started: started,
+	p := cloudprovider.New(cloudprovider.Options{Kube: kubeWith(readyClass("all", v1alpha1.GPUNodeClassSpec{Cloud: "verda"})), Core: inforce.Fixed[cloudprovider.Core](core), Started: started,
 		Templates: func(string) (config.NodeGroup, bool) { return config.NodeGroup{}, false }})
 	pool := &karpv1.NodePool{Spec: karpv1.NodePoolSpec{Template: karpv1.NodeClaimTemplate{Spec: karpv1.NodeClaimTemplateSpec{
 		NodeClassRef: &karpv1.NodeClassReference{Group: "gpuscaler.dev", Kind: "GPUNodeClass", Name: "all"}}}}}

@@ -27,7 +27,7 @@ func (p *CloudProvider) Check(class *v1alpha1.GPUNodeClass) (Check, error) {
 	}
 	var c Check
 	spec := class.Spec
-	offers, ok := p.opts.Core.Offers(spec.Cloud, spec.Locations)
+	offers, ok := p.opts.Core.Read().Offers(spec.Cloud, spec.Locations)
 	switch {
 	case !ok:
 		c.Cloud = fmt.Errorf("cloud %q is not configured in gpuscaler's config file", spec.Cloud)

@@ -25,6 +25,7 @@ import (
 	karpcp "sigs.k8s.io/karpenter/pkg/cloudprovider"
 
 	"github.com/gpuscaler/gpuscaler/internal/config"
+	"github.com/gpuscaler/gpuscaler/internal/inforce"
 	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
 	"github.com/gpuscaler/gpuscaler/karpenter/apis/v1alpha1"
 )
@@ -32,8 +33,9 @@ import (
 // Owner is the owner the core records on the machines Karpenter launches.
 const Owner = config.ManagedByKarpenter
 
-// Core is the part of gpuscaler's node-group core the provider uses; the
-// runtime's Facade implements it and follows config reloads.
+// Core is the part of gpuscaler's node-group core the provider uses;
+// *nodegroup.Manager implements it. The provider holds it through an
+// inforce.Core handle, which follows config reloads.
 type Core interface {
 	Offers(cloud string, locations []string) (nodegroup.Offers, bool)
 	Launch(ctx context.Context, req nodegroup.LaunchRequest) (nodegroup.Instance, error)
@@ -50,7 +52,8 @@ type Templates func(name string) (config.NodeGroup, bool)
 type Options struct {
 	// Kube reads GPUNodeClasses.
 	Kube client.Reader
-	Core Core
+	// Core is the core in force.
+	Core inforce.Core[Core]
 	// Templates resolves GPUNodeClass templates.
 	Templates Templates
 	// Started is closed once the core has listed every cloud (the leader
@@ -134,7 +137,7 @@ func (p *CloudProvider) classTypes(class *v1alpha1.GPUNodeClass) (*classTypes, e
 	if len(locations) == 0 && in.template != nil {
 		locations = in.template.Locations
 	}
-	offers, ok := p.opts.Core.Offers(class.Spec.Cloud, locations)
+	offers, ok := p.opts.Core.Read().Offers(class.Spec.Cloud, locations)
 	if !ok {
 		return nil, fmt.Errorf("GPUNodeClass %s: cloud %q is not configured", class.Name, class.Spec.Cloud)
 	}
@@ -152,7 +155,7 @@ func (p *CloudProvider) class(ctx context.Context, name string) (*v1alpha1.GPUNo
 
 // Get returns the NodeClaim of a machine Karpenter launched.
 func (p *CloudProvider) Get(_ context.Context, providerID string) (*karpv1.NodeClaim, error) {
-	if in, ok := p.opts.Core.LaunchedInstance(providerID); ok && in.Owner == Owner {
+	if in, ok := p.opts.Core.Read().LaunchedInstance(providerID); ok && in.Owner == Owner {
 		return p.nodeClaim(in), nil
 	}
 	return nil, karpcp.NewNodeClaimNotFoundError(fmt.Errorf("no machine %s", providerID))
@@ -164,7 +167,7 @@ func (p *CloudProvider) List(context.Context) ([]*karpv1.NodeClaim, error) {
 		// An empty answer would read as "every machine is gone".
 		return nil, ErrNotStarted
 	}
-	launched := p.opts.Core.Launched(Owner)
+	launched := p.opts.Core.Read().Launched(Owner)
 	out := make([]*karpv1.NodeClaim, 0, len(launched))
 	for _, in := range launched {
 		out = append(out, p.nodeClaim(in))
@@ -200,14 +203,14 @@ func (p *CloudProvider) Delete(ctx context.Context, nc *karpv1.NodeClaim) error 
 	if pid == "" {
 		// Never launched, or launched and the answer not recorded: the
 		// machine, if any, carries the NodeClaim's name.
-		if in, ok := p.opts.Core.LaunchedNamed(nc.Name); ok && in.Owner == Owner {
+		if in, ok := p.opts.Core.Read().LaunchedNamed(nc.Name); ok && in.Owner == Owner {
 			pid = in.ProviderID
 		}
 		if pid == "" {
 			return karpcp.NewNodeClaimNotFoundError(fmt.Errorf("NodeClaim %s has no machine", nc.Name))
 		}
 	}
-	err := p.opts.Core.Terminate(ctx, pid)
+	err := p.opts.Core.Write(ctx, func(c Core) error { return c.Terminate(ctx, pid) })
 	if errors.Is(err, nodegroup.ErrNotLaunched) {
 		return karpcp.NewNodeClaimNotFoundError(err)
 	}

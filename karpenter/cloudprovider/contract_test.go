@@ -27,6 +27,7 @@ import (
 	"github.com/gpuscaler/gpuscaler/internal/cloud/verda/verdatest"
 	"github.com/gpuscaler/gpuscaler/internal/config"
 	"github.com/gpuscaler/gpuscaler/internal/daemon"
+	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
 	"github.com/gpuscaler/gpuscaler/karpenter/apis/v1alpha1"
 	"github.com/gpuscaler/gpuscaler/karpenter/cloudprovider"
 	"github.com/gpuscaler/gpuscaler/karpenter/controllers"
@@ -94,7 +95,7 @@ func startWith(t *testing.T, doc string, kube client.Reader) *harness {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the core did not start")
 	}
-	p := cloudprovider.New(cloudprovider.Options{Kube: kube, Core: rt.Facade(), Started: started,
+	p := cloudprovider.New(cloudprovider.Options{Kube: kube, Core: daemon.InForce(rt, func(m *nodegroup.Manager) cloudprovider.Core { return m }), Started: started,
 		Templates: func(name string) (config.NodeGroup, bool) {
 			for _, g := range rt.Config().NodeGroups {
 				if g.Name == name {
@@ -323,7 +324,7 @@ func TestLeakedMachineCollected(t *testing.T) {
 	if err := kube.Create(ctx, keep); err != nil {
 		t.Fatal(err)
 	}
-	leaks := &controllers.Leaks{Reader: kube, Core: h.rt.Facade(), Grace: time.Nanosecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	leaks := &controllers.Leaks{Reader: kube, Core: daemon.InForce(h.rt, func(m *nodegroup.Manager) cloudprovider.Core { return m }), Grace: time.Nanosecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	if err := leaks.Collect(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -512,7 +513,7 @@ func TestCreateOfAFailedMachineGivesItUp(t *testing.T) {
 	}
 	f.OverrideField(nc.Name, "status", `"no_capacity"`)
 	eventually(t, "the core to list the machine failed", func() bool {
-		in, ok := h.rt.Facade().LaunchedNamed(nc.Name)
+		in, ok := h.rt.Core().LaunchedNamed(nc.Name)
 		return ok && in.ErrorCode != ""
 	})
 	if _, err := h.provider.Create(context.Background(), nc); !karpcp.IsInsufficientCapacityError(err) {

@@ -78,7 +78,7 @@ func (p *CloudProvider) Create(ctx context.Context, nc *karpv1.NodeClaim) (*karp
 			// that stocked out): the machine will never register. It is
 			// deleted, and Karpenter deletes the NodeClaim and schedules
 			// again, away from the offering the core now skips.
-			if err := p.opts.Core.Terminate(ctx, in.ProviderID); err != nil && !errors.Is(err, nodegroup.ErrNotLaunched) {
+			if err := p.opts.Core.Write(ctx, func(c Core) error { return c.Terminate(ctx, in.ProviderID) }); err != nil && !errors.Is(err, nodegroup.ErrNotLaunched) {
 				return nil, fmt.Errorf("terminate the failed machine %s of NodeClaim %s: %w", in.Name, nc.Name, err)
 			}
 			return nil, karpcp.NewInsufficientCapacityError(fmt.Errorf("machine %s of NodeClaim %s: the cloud failed its order: %s: %s", in.Name, nc.Name, in.ErrorCode, in.ErrorMessage))
@@ -124,7 +124,11 @@ func (p *CloudProvider) tryChoices(ctx context.Context, nc *karpv1.NodeClaim, cl
 	for _, c := range choices {
 		req := p.launchRequest(nc, class, tpl, c, ct.labels[c.it.Name])
 		req.Standby = standby
-		in, err := p.opts.Core.Launch(ctx, req)
+		var in nodegroup.Instance
+		err := p.opts.Core.Write(ctx, func(core Core) (err error) {
+			in, err = core.Launch(ctx, req)
+			return err
+		})
 		switch {
 		case err == nil:
 			return p.hydrate(nc, class, c.it, in, hash), true, nil
@@ -132,7 +136,7 @@ func (p *CloudProvider) tryChoices(ctx context.Context, nc *karpv1.NodeClaim, cl
 			continue
 		case errors.Is(err, cloud.ErrCapacity) || errors.Is(err, cloud.ErrQuota):
 			capacityErrs = append(capacityErrs, err)
-			if _, held := p.opts.Core.LaunchedNamed(nc.Name); held {
+			if _, held := p.opts.Core.Read().LaunchedNamed(nc.Name); held {
 				// The cloud took the order and failed it, or refused a
 				// standby machine's start; the machine, being deleted,
 				// holds the NodeClaim's name. Karpenter makes a new
@@ -282,7 +286,7 @@ func (p *CloudProvider) hydrate(nc *karpv1.NodeClaim, class *v1alpha1.GPUNodeCla
 
 // launched finds a machine Karpenter launched by name.
 func (p *CloudProvider) launched(name string) (nodegroup.Instance, bool) {
-	in, ok := p.opts.Core.LaunchedNamed(name)
+	in, ok := p.opts.Core.Read().LaunchedNamed(name)
 	if !ok || in.Owner != Owner || in.State == nodegroup.StateDeleting {
 		return nodegroup.Instance{}, false
 	}

@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
+	"github.com/gpuscaler/gpuscaler/internal/inforce"
 	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
 	"github.com/gpuscaler/gpuscaler/karpenter/cloudprovider"
 )
@@ -24,7 +25,7 @@ type Leaks struct {
 	// Reader lists NodeClaims; use the manager's API reader, so that a
 	// cache that lags never reads as a missing NodeClaim.
 	Reader client.Reader
-	Core   cloudprovider.Core
+	Core   inforce.Core[cloudprovider.Core]
 	// Period between passes (default 2 minutes) and Grace (default 1
 	// minute).
 	Period, Grace time.Duration
@@ -73,7 +74,7 @@ func (l *Leaks) Start(ctx context.Context) error {
 // Collect runs one pass and returns the first error.
 func (l *Leaks) Collect(ctx context.Context) error {
 	l.defaults()
-	launched := l.Core.Launched(cloudprovider.Owner)
+	launched := l.Core.Read().Launched(cloudprovider.Owner)
 	if len(launched) == 0 {
 		return nil
 	}
@@ -94,7 +95,7 @@ func (l *Leaks) Collect(ctx context.Context) error {
 			continue
 		}
 		l.Logger.Info("deleting a machine no NodeClaim owns", "machine", in.Name, "providerID", in.ProviderID, "age", now.Sub(in.CreatedAt).Round(time.Second))
-		if err := l.Core.Terminate(ctx, in.ProviderID); err != nil {
+		if err := l.Core.Write(ctx, func(c cloudprovider.Core) error { return c.Terminate(ctx, in.ProviderID) }); err != nil {
 			return err
 		}
 	}

@@ -29,6 +29,7 @@ import (
 	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
 	"github.com/gpuscaler/gpuscaler/internal/config"
 	"github.com/gpuscaler/gpuscaler/internal/daemon"
+	"github.com/gpuscaler/gpuscaler/internal/inforce"
 	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
 	"github.com/gpuscaler/gpuscaler/internal/nodeindex"
 	"github.com/gpuscaler/gpuscaler/internal/provisioner"
@@ -121,7 +122,7 @@ func runController(t testing.TB, ctx context.Context, env *testenv.Env, cfg *con
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &provisioner.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Core: core, Deleter: core, Recorder: mgr.GetEventRecorder("gpuscaler"), Logger: log,
+	r := &provisioner.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Core: inforce.Fixed[provisioner.Core](core), Recorder: mgr.GetEventRecorder("gpuscaler"), Logger: log,
 		Forecaster: fc}
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpuscaler/gpuscaler/internal/config"
 	"github.com/gpuscaler/gpuscaler/internal/externalgrpc"
+	"github.com/gpuscaler/gpuscaler/internal/inforce"
 	pb "github.com/gpuscaler/gpuscaler/proto"
 )
 
@@ -44,7 +45,7 @@ func BenchmarkAutoscalerLoopVsFloor(b *testing.B) {
 					ids = append(ids, in.ProviderID)
 				}
 			}
-			srv, err := externalgrpc.NewServer(f.mgr, externalgrpc.Options{Registerer: prometheus.NewRegistry(), AutoscalingOptions: config.OptionsOf(f.cfg)})
+			srv, err := externalgrpc.NewServer(inforce.Fixed[externalgrpc.Core](f.mgr), externalgrpc.Options{Registerer: prometheus.NewRegistry(), AutoscalingOptions: config.OptionsOf(f.cfg)})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -169,7 +170,7 @@ func BenchmarkNodeGroupNodes(b *testing.B) {
 	f := newFleet(b, n)
 	f.grow(b, n)
 	waitRecorded(b, f.mgr, n)
-	srv, err := externalgrpc.NewServer(f.mgr, externalgrpc.Options{Registerer: prometheus.NewRegistry(), AutoscalingOptions: config.OptionsOf(f.cfg)})
+	srv, err := externalgrpc.NewServer(inforce.Fixed[externalgrpc.Core](f.mgr), externalgrpc.Options{Registerer: prometheus.NewRegistry(), AutoscalingOptions: config.OptionsOf(f.cfg)})
 	if err != nil {
 		b.Fatal(err)
 	}

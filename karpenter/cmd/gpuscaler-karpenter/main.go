@@ -32,6 +32,7 @@ import (
 
 	"github.com/gpuscaler/gpuscaler/internal/config"
 	"github.com/gpuscaler/gpuscaler/internal/daemon"
+	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
 	"github.com/gpuscaler/gpuscaler/internal/serve"
 	"github.com/gpuscaler/gpuscaler/karpenter/cloudprovider"
 	"github.com/gpuscaler/gpuscaler/karpenter/controllers"
@@ -111,7 +112,7 @@ func run(ctx context.Context, op *operator.Operator) error {
 	})); err != nil {
 		return err
 	}
-	core := rt.Facade()
+	core := daemon.InForce(rt, func(m *nodegroup.Manager) cloudprovider.Core { return m })
 	provider := cloudprovider.New(cloudprovider.Options{
 		Kube: op.GetClient(), Core: core, Started: started,
 		Templates: func(name string) (config.NodeGroup, bool) {
