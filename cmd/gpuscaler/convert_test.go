@@ -47,9 +47,10 @@ func TestConfigConvertProvisioner(t *testing.T) {
 }
 
 // Every seed format is recognised by its content: the Kamatera INI given
-// as a file (not with --cloud-config) converts and validates, and seed
-// manifests validate (issue 35: the INI answered a YAML decode error, the
-// manifests "unknown field").
+// as a file (not with --cloud-config) converts and validates, seed
+// manifests validate, and the files that cannot stand alone get the flag
+// that reads them (issue 35: the INI answered a YAML decode error, the
+// manifests "unknown field", the others a YAML error).
 func TestSeedFormatsByContent(t *testing.T) {
 	run := func(args ...string) (string, error) {
 		t.Helper()
@@ -67,6 +68,31 @@ func TestSeedFormatsByContent(t *testing.T) {
 	byFlag, err := run("config", "convert", "--cloud-config", ini)
 	if err != nil || byFile != byFlag || !strings.Contains(byFile, "kamatera") {
 		t.Fatalf("as a file:\n%s\nwith --cloud-config (%v):\n%s", byFile, err, byFlag)
+	}
+	// A DataCrunch cluster config converts beside --nodes as it does from
+	// DATACRUNCH_CLUSTER_CONFIG_FILE; alone, and a .env file, are refused
+	// with the flags that read them.
+	const dc = "../../internal/config/seedconfig/testdata/datacrunch-readme.json"
+	nodes := []string{"--nodes", "0:3:1V100.6V:FIN-01:gpu-nodes"}
+	byFile, err = run(append([]string{"config", "convert", dc}, nodes...)...)
+	if err != nil {
+		t.Fatalf("config convert %s --nodes: %v\n%s", dc, err, byFile)
+	}
+	t.Setenv("DATACRUNCH_CLUSTER_CONFIG_FILE", dc)
+	byEnv, err := run(append([]string{"config", "convert"}, nodes...)...)
+	if err != nil || byFile != byEnv || !strings.Contains(byFile, "all-1g.10gb") {
+		t.Fatalf("as a file:\n%s\nfrom DATACRUNCH_CLUSTER_CONFIG_FILE (%v):\n%s", byFile, err, byEnv)
+	}
+	env := filepath.Join(t.TempDir(), ".env")
+	if err := os.WriteFile(env, []byte("# Verda\nexport VERDA_CLIENT_ID=a\nVERDA_CLIENT_SECRET='b'\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for file, want := range map[string]string{dc: "--nodes", env: "--env-file"} {
+		for _, args := range [][]string{{"config", "convert", file}, {"validate", "--config", file}} {
+			if out, err := run(args...); err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("%v: %v, want an error naming %s\n%s", args, err, want, out)
+			}
+		}
 	}
 	for _, tc := range []struct{ file, want string }{
 		{ini, "valid (2 node groups)"},

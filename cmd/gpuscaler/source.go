@@ -41,6 +41,9 @@ type source struct {
 	// Set by read: the import format, for error messages.
 	caVerda        bool
 	dataCrunchFrom string
+	// dataCrunchFile is a DataCrunch cluster config given as --config
+	// beside --nodes (set by sniff).
+	dataCrunchFile string
 	// Set by load: what the clouds will do differently from the config.
 	warnings []string
 }
@@ -68,16 +71,33 @@ func (s *source) imported() bool {
 	return err == nil && (seedconfig.IsCAVerda(data) || seedconfig.IsKamateraINI(data))
 }
 
-// sniff takes a --config (or config convert FILE) that holds the Kamatera
-// cluster-autoscaler's INI cloud config for --cloud-config: every seed
-// format is recognised by its content, not only by its flag.
-func (s *source) sniff() {
+// sniff recognises every seed format given as --config (or config
+// convert FILE) by its content, not only by its flag: the Kamatera
+// cluster-autoscaler's INI is read as --cloud-config, and a DataCrunch
+// cluster config beside --nodes as DATACRUNCH_CLUSTER_CONFIG_FILE. A file
+// that cannot stand alone (a DataCrunch cluster config without --nodes, a
+// .env file) gets an error naming the flags that read it.
+func (s *source) sniff() error {
 	if s.configPath == "" || s.cloudConfig != "" {
-		return
+		return nil
 	}
-	if data, err := config.ReadFile(s.configPath); err == nil && seedconfig.IsKamateraINI(data) {
+	data, err := config.ReadFile(s.configPath)
+	if err != nil {
+		return nil // read reports it
+	}
+	switch {
+	case seedconfig.IsKamateraINI(data):
 		s.cloudConfig, s.configPath = s.configPath, ""
+	case seedconfig.IsDataCrunch(data) && len(s.nodes) > 0:
+		s.dataCrunchFile, s.configPath = s.configPath, ""
+	case seedconfig.IsDataCrunch(data):
+		return fmt.Errorf("%s is a DataCrunch cluster config (node_configs): it holds the pools' settings, not the node groups; "+
+			"give them beside it with --nodes min:max:instance-type:region:name (repeatable)", s.configPath)
+	case seedconfig.IsDotEnv(data):
+		return fmt.Errorf("%s is a file of KEY=value variables (.env), not a config: give it with --env-file, "+
+			"beside --config, --nodes or --cloud-config", s.configPath)
 	}
+	return nil
 }
 
 // reloadPath is the file to watch for changes: a native config file;
@@ -154,7 +174,9 @@ func (s *source) explain(cfg *config.Config, err error) error {
 // validation error it returns the config too, so that explain can name
 // its fields.
 func (s *source) read(getenv func(string) string) (*config.Config, error) {
-	s.sniff()
+	if err := s.sniff(); err != nil {
+		return nil, err
+	}
 	var cfg *config.Config
 	switch {
 	case btoi(s.configPath != "")+btoi(len(s.nodes) > 0)+btoi(s.cloudConfig != "") > 1:
@@ -186,6 +208,10 @@ func (s *source) read(getenv func(string) string) (*config.Config, error) {
 		s.dataCrunchFrom = from
 		if from == "DATACRUNCH_CLUSTER_CONFIG_FILE" {
 			s.dataCrunchFrom += "=" + getenv(from)
+		}
+		if s.dataCrunchFile != "" { // the file named on the command line wins
+			s.dataCrunchFrom = "--config " + s.dataCrunchFile
+			data, err = config.ReadFile(s.dataCrunchFile)
 		}
 		if err != nil {
 			return nil, err

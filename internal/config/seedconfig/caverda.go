@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"regexp"
 	"sort"
 	"strings"
 
@@ -91,6 +92,26 @@ func FromCAVerda(clusterName string, data []byte) (*config.Config, error) {
 		cfg.NodeGroups = append(cfg.NodeGroups, g)
 	}
 	return cfg, nil
+}
+
+// dotEnvLine is one variable of a .env file.
+var dotEnvLine = regexp.MustCompile(`^(export\s+)?[A-Za-z_][A-Za-z0-9_]*=`)
+
+// IsDotEnv reports whether a file is a .env file: KEY=VALUE lines (with
+// optional export), comments and blank lines, at least one variable.
+func IsDotEnv(data []byte) bool {
+	vars := 0
+	for line := range strings.Lines(string(data)) {
+		line = strings.TrimSpace(line)
+		switch {
+		case line == "" || strings.HasPrefix(line, "#"):
+		case dotEnvLine.MatchString(line):
+			vars++
+		default:
+			return false
+		}
+	}
+	return vars > 0
 }
 
 // DotEnv reads KEY=VALUE lines (with optional quotes and export) from a

@@ -21,6 +21,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
 
 	"github.com/gpuscaler/gpuscaler/internal/config"
 )
@@ -41,6 +42,22 @@ type DataCrunchNodeConfig struct {
 	StartupScriptBase64 string            `json:"startup_script_base64"`
 	Taints              []corev1.Taint    `json:"taints"`
 	Labels              map[string]string `json:"labels"`
+}
+
+// IsDataCrunch reports whether a file is the DataCrunch provider's
+// cluster config: a JSON object with a top-level node_configs key. It is
+// read as YAML, so a file JSON refuses (a trailing comma) is recognised
+// too, and FromDataCrunch then names the line.
+func IsDataCrunch(data []byte) bool {
+	if t := bytes.TrimSpace(data); len(t) == 0 || t[0] != '{' {
+		return false
+	}
+	var probe map[string]any
+	if err := yaml.Unmarshal(data, &probe); err != nil {
+		return false
+	}
+	_, ok := probe["node_configs"]
+	return ok
 }
 
 // DataCrunchEnv reads the cluster config from the environment, as the

@@ -133,3 +133,41 @@ func TestDotEnv(t *testing.T) {
 		t.Fatalf("bad line: %v", err)
 	}
 }
+
+// Each seed file is recognised as its own format and as no other; native
+// configs and manifests as none of them.
+func TestFormatsByContent(t *testing.T) {
+	detectors := map[string]func([]byte) bool{
+		"kamatera": IsKamateraINI, "ca-verda": IsCAVerda, "datacrunch": IsDataCrunch, "dotenv": IsDotEnv,
+	}
+	files := map[string]string{
+		"testdata/kamatera-readme-disks.ini":             "kamatera",
+		"testdata/kamatera-readme-networks.ini":          "kamatera",
+		"testdata/ca-verda-readme.yaml":                  "ca-verda",
+		"testdata/datacrunch-readme.json":                "datacrunch",
+		"testdata/scw-karpenter-provisioner.yaml":        "",
+		"../../../examples/sim-quickstart.yaml":          "",
+		"../../../examples/baseten-nodeprovisioner.yaml": "",
+	}
+	contents := map[string][]byte{
+		"a .env":                      []byte("# Verda\nexport VERDA_CLIENT_ID=a\n\nVERDA_CLIENT_SECRET='b c'\n"),
+		"a DataCrunch trailing comma": []byte(`{"node_configs": {"gpu": {"disk_size_gb": 100,}}}`),
+		"YAML with an = in a value":   []byte("clusterName: a=b\n"),
+		"only comments":               []byte("# nothing\n"),
+	}
+	want := map[string]string{"a .env": "dotenv", "a DataCrunch trailing comma": "datacrunch"}
+	for path, format := range files {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		contents[path], want[path] = data, format
+	}
+	for name, data := range contents {
+		for format, is := range detectors {
+			if got := is(data); got != (want[name] == format) {
+				t.Errorf("%s: Is %s = %v", name, format, got)
+			}
+		}
+	}
+}
