@@ -79,13 +79,14 @@ func Class(err error) error {
 	return nil
 }
 
+// IsClass reports whether class is err's class as Class picks it: unlike
+// errors.Is(err, class), an error that carries several classes has only
+// the first of Class's order.
+func IsClass(err, class error) bool { return errors.Is(Class(err), class) }
+
 // Retryable reports whether an operation that failed with err may be sent
 // again as it is. Outcome-unknown creates are not retryable.
 func Retryable(err error) bool {
-	switch Class(err) {
-	case ErrTransient, nil:
-		return err != nil
-	default:
-		return false
-	}
+	class := Class(err)
+	return err != nil && (class == nil || errors.Is(class, ErrTransient))
 }

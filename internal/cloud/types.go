@@ -2,11 +2,11 @@ package cloud
 
 import (
 	"context"
-	"golang.org/x/time/rate"
 	"slices"
 	"strings"
 	"time"
 
+	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 )
 

@@ -38,45 +38,14 @@ func validateBootstrap(p *field.Path, b *Bootstrap, c *Config) field.ErrorList {
 		errs = append(errs, field.NotSupported(p.Child("method"), b.Method, methods))
 	}
 	custom := b.Method == BootstrapCustom
-	switch {
-	case !custom && b.Server == "":
-		errs = append(errs, field.Required(p.Child("server"), "the endpoint nodes join"))
-	case b.Server != "" && !IsShellWord(b.Server):
-		errs = append(errs, field.Invalid(p.Child("server"), truncated(b.Server), shellWordReason))
-	case b.Method == BootstrapK3s:
-		if u, err := url.Parse(b.Server); err != nil || u.Scheme != "https" || u.Host == "" || u.User != nil {
-			errs = append(errs, field.Invalid(p.Child("server"), b.Server, "k3s joins an https:// URL (https://host:port)"))
-		}
-	case b.Method == BootstrapKubeadm:
-		if _, port, err := net.SplitHostPort(b.Server); err != nil || port == "" {
-			errs = append(errs, field.Invalid(p.Child("server"), b.Server, "kubeadm joins host:port"))
-		}
-	}
+	errs = append(errs, validateServer(p, b)...)
 	for i, a := range b.KubeletExtraArgs {
 		if !IsShellWord(a) || !strings.HasPrefix(a, "--") && b.Method == BootstrapKubeadm {
 			errs = append(errs, field.Invalid(p.Child("kubeletExtraArgs").Index(i), truncated(a),
 				"one kubelet flag, --name=value: "+shellWordReason))
 		}
 	}
-	if b.TokenSecretRef == nil && !b.MintToken && !custom {
-		errs = append(errs, field.Required(p.Child("tokenSecretRef"), "name the join token's Secret (or set mintToken for kubeadm)"))
-	}
-	if b.MintToken {
-		if b.TokenSecretRef != nil {
-			errs = append(errs, field.Forbidden(p.Child("mintToken"), "set tokenSecretRef or mintToken, not both"))
-		}
-		if b.Method == BootstrapK3s {
-			errs = append(errs, field.Forbidden(p.Child("mintToken"), "k3s joins with its server token; use tokenSecretRef"))
-		}
-	}
-	if r := b.TokenSecretRef; r != nil {
-		rp := p.Child("tokenSecretRef")
-		for _, f := range []struct{ name, value string }{{"namespace", r.Namespace}, {"name", r.Name}, {"key", r.Key}} {
-			if f.value == "" {
-				errs = append(errs, field.Required(rp.Child(f.name), ""))
-			}
-		}
-	}
+	errs = append(errs, validateJoinToken(p, b)...)
 	switch {
 	case b.Version != "" && b.Method != BootstrapK3s:
 		errs = append(errs, field.Forbidden(p.Child("version"), "only k3s nodes install a pinned release; kubeadm nodes come with their image"))
@@ -105,4 +74,51 @@ func validateBootstrap(p *field.Path, b *Bootstrap, c *Config) field.ErrorList {
 	errs = append(errs, within(p.Child("tokenTTL"), b.TokenTTL, time.Minute, MaxBootstrapTokenTTL,
 		"a join token lives only until its node registers")...)
 	return sortByField(errs)
+}
+
+// validateServer checks the endpoint a group's nodes join: k3s an https://
+// URL, kubeadm host:port, the custom method what its template makes of it.
+func validateServer(p *field.Path, b *Bootstrap) field.ErrorList {
+	var errs field.ErrorList
+	switch {
+	case b.Method != BootstrapCustom && b.Server == "":
+		errs = append(errs, field.Required(p.Child("server"), "the endpoint nodes join"))
+	case b.Server != "" && !IsShellWord(b.Server):
+		errs = append(errs, field.Invalid(p.Child("server"), truncated(b.Server), shellWordReason))
+	case b.Method == BootstrapK3s:
+		if u, err := url.Parse(b.Server); err != nil || u.Scheme != "https" || u.Host == "" || u.User != nil {
+			errs = append(errs, field.Invalid(p.Child("server"), b.Server, "k3s joins an https:// URL (https://host:port)"))
+		}
+	case b.Method == BootstrapKubeadm:
+		if _, port, err := net.SplitHostPort(b.Server); err != nil || port == "" {
+			errs = append(errs, field.Invalid(p.Child("server"), b.Server, "kubeadm joins host:port"))
+		}
+	}
+	return errs
+}
+
+// validateJoinToken checks where a group's join token comes from: a
+// Secret (k3s, kubeadm) or one gpuscaler mints (kubeadm only).
+func validateJoinToken(p *field.Path, b *Bootstrap) field.ErrorList {
+	var errs field.ErrorList
+	if b.TokenSecretRef == nil && !b.MintToken && b.Method != BootstrapCustom {
+		errs = append(errs, field.Required(p.Child("tokenSecretRef"), "name the join token's Secret (or set mintToken for kubeadm)"))
+	}
+	if b.MintToken {
+		if b.TokenSecretRef != nil {
+			errs = append(errs, field.Forbidden(p.Child("mintToken"), "set tokenSecretRef or mintToken, not both"))
+		}
+		if b.Method == BootstrapK3s {
+			errs = append(errs, field.Forbidden(p.Child("mintToken"), "k3s joins with its server token; use tokenSecretRef"))
+		}
+	}
+	if r := b.TokenSecretRef; r != nil {
+		rp := p.Child("tokenSecretRef")
+		for _, f := range []struct{ name, value string }{{"namespace", r.Namespace}, {"name", r.Name}, {"key", r.Key}} {
+			if f.value == "" {
+				errs = append(errs, field.Required(rp.Child(f.name), ""))
+			}
+		}
+	}
+	return errs
 }

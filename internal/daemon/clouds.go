@@ -60,7 +60,7 @@ func (r *Runtime) Describer(cloudName string) (cloud.GroupDescriber, bool) {
 // buildClouds builds one Provider per configured cloud, and the node
 // index when the config gives cluster access.
 func buildClouds(ctx context.Context, cfg *config.Config, opts Options) (*clouds, error) {
-	getenv, log := opts.Getenv, opts.Logger
+	log := opts.Logger
 	out := &clouds{providers: map[string]cloud.Provider{}}
 	kubeconfig := opts.KubeconfigOf(cfg)
 	var rc *rest.Config
@@ -85,71 +85,16 @@ func buildClouds(ctx context.Context, cfg *config.Config, opts Options) (*clouds
 		out.background = append(out.background, out.nodes.Run)
 	}
 	if s := cfg.Clouds.Sim; s != nil {
-		acct, err := sim.New(SimConfig(*s), cfg.ClusterName, sim.Options{})
-		if err != nil {
+		if err := out.addSim(cfg, s, opts); err != nil {
 			return nil, fmt.Errorf("clouds.sim: %w", err)
-		}
-		out.providers[sim.Name] = acct
-		if s.Kubeconfig != "" && !opts.preflight.unreachable(s.Kubeconfig) {
-			kube, err := kubeClient(s.Kubeconfig, opts.KubeContext)
-			if err != nil {
-				return nil, fmt.Errorf("clouds.sim.kubeconfig: %w", err)
-			}
-			reg := sim.NewRegistrar(acct, kube, sim.RegistrarOptions{Kwok: *s.Kwok, GPUStartup: SimGPUStartup(*s), Logger: log.With("component", "sim-registrar")})
-			out.background = append(out.background, reg.Run)
-			if out.nodes == nil {
-				out.nodes = nodeindex.New(kube, log.With("component", "node-index"), opts.Namespace)
-				out.background = append(out.background, out.nodes.Run)
-			}
 		}
 	}
 	if v := cfg.Clouds.Verda; v != nil {
-		id, secret := "unread", "unread" // a FileOnly preflight never calls the API
-		if opts.preflight.readsFiles() {
-			var err error
-			if id, secret, err = verda.Credentials(getenv, v.ClientIDFile, v.SecretFile); err != nil {
-				return nil, fmt.Errorf("clouds.verda: %w", err)
-			}
-		}
-		baseURL, baseFrom := v.Endpoint, "clouds.verda.endpoint"
-		if baseURL == "" {
-			baseURL = getenv("VERDA_BASE_URL") // as the Verda autoscaler reads it
-			baseFrom = "VERDA_BASE_URL"
-			if o := opts.EnvOrigin("VERDA_BASE_URL"); o != "" {
-				baseFrom += " (from " + o + ")"
-			}
-		}
-		api, err := verda.NewClient(verda.ClientOptions{
-			BaseURL: baseURL, ClientID: id, ClientSecret: secret,
-			RequestsPerSecond: cfg.Sync.RequestsPerSecond, Logger: log.With("cloud", verda.Name),
-		})
+		prov, err := buildVerda(cfg, v, opts, out.nodes)
 		if err != nil {
-			return nil, fmt.Errorf("clouds.verda: %s: %w", baseFrom, err)
+			return nil, fmt.Errorf("clouds.verda: %w", err)
 		}
-		if baseURL != "" && baseFrom != "clouds.verda.endpoint" {
-			log.Info("Verda API address from the environment", "variable", baseFrom, "url", baseURL)
-		}
-		var legacy []string
-		if v.AdoptLegacyInstances {
-			for _, g := range cfg.NodeGroups {
-				if g.Cloud == verda.Name {
-					legacy = append(legacy, g.Name)
-				}
-			}
-		}
-		vopts := verda.Options{
-			ClusterName: cfg.ClusterName, Image: v.Image, SSHKeyIDs: v.SSHKeyIDs, LegacyGroups: legacy,
-			ScriptFetchURL: v.StartupScriptFetchURL,
-			Logger:         log.With("cloud", verda.Name),
-		}
-		if len(legacy) > 0 {
-			if out.nodes == nil {
-				log.Warn("clouds.verda.adoptLegacyInstances needs cluster access (kubeconfig): an instance is adopted only when its Node is in this cluster; none will be")
-			} else {
-				vopts.LegacyInCluster = out.nodes.Registered
-			}
-		}
-		out.providers[verda.Name] = verda.New(api, vopts)
+		out.providers[verda.Name] = prov
 	}
 	if gc := cfg.Clouds.GCP; gc != nil {
 		prov, err := buildGCP(ctx, cfg, gc, opts)
@@ -173,6 +118,82 @@ func buildClouds(ctx context.Context, cfg *config.Config, opts Options) (*clouds
 		out.providers[kamatera.Name] = prov
 	}
 	return out, nil
+}
+
+// addSim adds the simulated cloud, and with its kubeconfig the registrar
+// that plays its instances' Nodes (and the node index over them).
+func (out *clouds) addSim(cfg *config.Config, s *config.SimConfig, opts Options) error {
+	log := opts.Logger
+	acct, err := sim.New(SimConfig(*s), cfg.ClusterName, sim.Options{})
+	if err != nil {
+		return err
+	}
+	out.providers[sim.Name] = acct
+	if s.Kubeconfig != "" && !opts.preflight.unreachable(s.Kubeconfig) {
+		kube, err := kubeClient(s.Kubeconfig, opts.KubeContext)
+		if err != nil {
+			return fmt.Errorf("kubeconfig: %w", err)
+		}
+		reg := sim.NewRegistrar(acct, kube, sim.RegistrarOptions{Kwok: *s.Kwok, GPUStartup: SimGPUStartup(*s), Logger: log.With("component", "sim-registrar")})
+		out.background = append(out.background, reg.Run)
+		if out.nodes == nil {
+			out.nodes = nodeindex.New(kube, log.With("component", "node-index"), opts.Namespace)
+			out.background = append(out.background, out.nodes.Run)
+		}
+	}
+	return nil
+}
+
+// buildVerda builds the Verda cloud; nodes (nil without cluster access)
+// tells which legacy instances joined this cluster.
+func buildVerda(cfg *config.Config, v *config.VerdaConfig, opts Options, nodes *nodeindex.Index) (cloud.Provider, error) {
+	getenv, log := opts.Getenv, opts.Logger
+	id, secret := "unread", "unread" // a FileOnly preflight never calls the API
+	if opts.preflight.readsFiles() {
+		var err error
+		if id, secret, err = verda.Credentials(getenv, v.ClientIDFile, v.SecretFile); err != nil {
+			return nil, err
+		}
+	}
+	baseURL, baseFrom := v.Endpoint, "clouds.verda.endpoint"
+	if baseURL == "" {
+		baseURL = getenv("VERDA_BASE_URL") // as the Verda autoscaler reads it
+		baseFrom = "VERDA_BASE_URL"
+		if o := opts.EnvOrigin("VERDA_BASE_URL"); o != "" {
+			baseFrom += " (from " + o + ")"
+		}
+	}
+	api, err := verda.NewClient(verda.ClientOptions{
+		BaseURL: baseURL, ClientID: id, ClientSecret: secret,
+		RequestsPerSecond: cfg.Sync.RequestsPerSecond, Logger: log.With("cloud", verda.Name),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", baseFrom, err)
+	}
+	if baseURL != "" && baseFrom != "clouds.verda.endpoint" {
+		log.Info("Verda API address from the environment", "variable", baseFrom, "url", baseURL)
+	}
+	var legacy []string
+	if v.AdoptLegacyInstances {
+		for _, g := range cfg.NodeGroups {
+			if g.Cloud == verda.Name {
+				legacy = append(legacy, g.Name)
+			}
+		}
+	}
+	vopts := verda.Options{
+		ClusterName: cfg.ClusterName, Image: v.Image, SSHKeyIDs: v.SSHKeyIDs, LegacyGroups: legacy,
+		ScriptFetchURL: v.StartupScriptFetchURL,
+		Logger:         log.With("cloud", verda.Name),
+	}
+	if len(legacy) > 0 {
+		if nodes == nil {
+			log.Warn("clouds.verda.adoptLegacyInstances needs cluster access (kubeconfig): an instance is adopted only when its Node is in this cluster; none will be")
+		} else {
+			vopts.LegacyInCluster = nodes.Registered
+		}
+	}
+	return verda.New(api, vopts), nil
 }
 
 // buildKamatera builds the Kamatera backend: credentials from an imported

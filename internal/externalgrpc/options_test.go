@@ -1,6 +1,7 @@
 package externalgrpc
 
 import (
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +16,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
-	"log/slog"
 
 	"github.com/gpuscaler/gpuscaler/internal/config"
 	"github.com/gpuscaler/gpuscaler/internal/inforce"

@@ -200,12 +200,12 @@ func (o *orderer) create(ctx context.Context, g *group, mem *member) {
 // reported (Events, metrics, the instance's error) and its class, the same
 // for a create the cloud refused and an instance it reports failed.
 func failure(class error) (string, ErrorClass) {
-	switch class {
-	case cloud.ErrCapacity:
+	switch {
+	case errors.Is(class, cloud.ErrCapacity):
 		return CodeOutOfResources, ErrorClassOutOfResources
-	case cloud.ErrQuota:
+	case errors.Is(class, cloud.ErrQuota):
 		return CodeQuotaExceeded, ErrorClassOther
-	case cloud.ErrInvalid, cloud.ErrNotFound:
+	case errors.Is(class, cloud.ErrInvalid), errors.Is(class, cloud.ErrNotFound):
 		return CodeInvalidConfig, ErrorClassOther
 	}
 	return CodeCreateFailed, ErrorClassOther
@@ -256,7 +256,7 @@ func (o *orderer) send(ctx context.Context, g *group, mem *member, spec cloud.Cr
 			// order was never sent, and the next core (Inherit) sends it.
 			return settled, nil
 		}
-		if cloud.Class(err) == cloud.ErrCapacity {
+		if cloud.IsClass(err, cloud.ErrCapacity) {
 			return stockedOut, err
 		}
 		if code, class := failure(cloud.Class(err)); backsOff(code) {

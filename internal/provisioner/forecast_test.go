@@ -9,7 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	testclock "k8s.io/utils/clock/testing"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/gpuscaler/gpuscaler/api/v1alpha1"
 	"github.com/gpuscaler/gpuscaler/internal/forecast"
@@ -21,7 +21,7 @@ var monday = time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC)
 // playDay plays one day, a minute at a time, of a pool whose three
 // one-GPU pods (if come) arrive at 9:00, wait two minutes and run until
 // 17:00.
-func playDay(ctx context.Context, f *Forecaster, clk *testclock.FakeClock, spec *v1alpha1.Forecast, d int, come bool) {
+func playDay(ctx context.Context, f *Forecaster, clk *clocktesting.FakeClock, spec *v1alpha1.Forecast, d int, come bool) {
 	start := clk.Now()
 	for t := time.Duration(0); t < 24*time.Hour; t += time.Minute {
 		clk.SetTime(start.Add(t))
@@ -47,7 +47,7 @@ func playDay(ctx context.Context, f *Forecaster, clk *testclock.FakeClock, spec 
 // restart through its store, and says so when the habit stops.
 func TestForecasterLearnsOrdersAheadAndForgetsNothing(t *testing.T) {
 	ctx := context.Background()
-	clk := testclock.NewFakeClock(monday)
+	clk := clocktesting.NewFakeClock(monday)
 	store := &forecast.Memory{}
 	f, err := NewForecaster(store, clk, nil)
 	if err != nil {

@@ -13,7 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
-	testclock "k8s.io/utils/clock/testing"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/gpuscaler/gpuscaler/api/v1alpha1"
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
@@ -147,7 +147,7 @@ func Run(ctx context.Context, trace Trace, opts Options) (*Result, error) {
 type run struct {
 	opts   Options
 	trace  Trace
-	clock  *testclock.FakeClock
+	clock  *clocktesting.FakeClock
 	engine *sim.Engine
 	core   *nodegroup.Manager
 	reg    *prometheus.Registry
@@ -271,7 +271,7 @@ func newRun(ctx context.Context, trace Trace, opts Options) (*run, error) {
 	if lead := standbyLead(&cfg, boot, opts); lead > 0 && len(trace.Pods) > 0 {
 		start = min(start, trace.Pods[0].At-lead)
 	}
-	clk := testclock.NewFakeClock(epoch.Add(start))
+	clk := clocktesting.NewFakeClock(epoch.Add(start))
 	engine, err := sim.NewEngine(simCfg, sim.Options{Clock: clk})
 	if err != nil {
 		return nil, fmt.Errorf("clouds.sim: %w", err)

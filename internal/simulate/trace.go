@@ -154,7 +154,7 @@ func readCSV(r io.Reader) ([]Pod, error) {
 	var pods []Pod
 	for {
 		rec, err := cr.Read()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return pods, nil
 		}
 		if err != nil {

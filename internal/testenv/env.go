@@ -9,6 +9,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -234,14 +235,17 @@ func waitFor(ctx context.Context, p *process, what string, check func(context.Co
 	var last error
 	for {
 		if ok, err := p.exited(); ok {
-			return fmt.Errorf("%s exited while waiting for %s: %v\n%s", p.name, what, err, tail(p.log, 40))
+			if err == nil {
+				err = errors.New("exit status 0")
+			}
+			return fmt.Errorf("%s exited while waiting for %s: %w\n%s", p.name, what, err, tail(p.log, 40))
 		}
 		if last = check(ctx); last == nil {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%s: timed out waiting for %s: %v\n%s", p.name, what, last, tail(p.log, 40))
+			return fmt.Errorf("%s: timed out waiting for %s: %w\n%s", p.name, what, last, tail(p.log, 40))
 		case <-time.After(100 * time.Millisecond):
 		}
 	}

@@ -8,7 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes/scheme"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
@@ -99,7 +99,7 @@ func TestStandbyHandoverHoldsRegistration(t *testing.T) {
 // API server.
 func indexedClient(t *testing.T, ctx context.Context, env *testenv.Env) client.Client {
 	t.Helper()
-	informers, err := cache.New(env.Config, cache.Options{Scheme: scheme.Scheme})
+	informers, err := cache.New(env.Config, cache.Options{Scheme: clientgoscheme.Scheme})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +112,7 @@ func indexedClient(t *testing.T, ctx context.Context, env *testenv.Env) client.C
 	if !informers.WaitForCacheSync(ctx) {
 		t.Fatal("the cache did not sync")
 	}
-	c, err := client.New(env.Config, client.Options{Scheme: scheme.Scheme, Cache: &client.CacheOptions{Reader: informers}})
+	c, err := client.New(env.Config, client.Options{Scheme: clientgoscheme.Scheme, Cache: &client.CacheOptions{Reader: informers}})
 	if err != nil {
 		t.Fatal(err)
 	}

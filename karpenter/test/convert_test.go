@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/kubernetes/scheme"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -30,7 +30,7 @@ func TestManifestsApply(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := testenv.Start(t, testenv.Options{CRDDirs: []string{karpenterCRDs(t), "../apis/crds"}})
-	kube, err := client.New(env.Config, client.Options{Scheme: scheme.Scheme})
+	kube, err := client.New(env.Config, client.Options{Scheme: clientgoscheme.Scheme})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,7 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
-	testclock "k8s.io/utils/clock/testing"
+	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gpuscaler/gpuscaler/api/v1alpha1"
@@ -34,7 +34,7 @@ func TestNodeProvisionerOrdersAheadOfItsForecast(t *testing.T) {
 	defer cancel()
 	monday := time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC)
 	week := 7 * 24 * time.Hour
-	clk := testclock.NewFakeClock(monday.Add(week + 8*time.Hour + 52*time.Minute))
+	clk := clocktesting.NewFakeClock(monday.Add(week + 8*time.Hour + 52*time.Minute))
 	var store *configmap.Store
 	var learned []byte // what the week taught
 	c := startControllerWith(t, ctx, "{bootDelay: 1s, deleteDelay: 1s}",

@@ -454,17 +454,23 @@ func lastAttempt(mi *compute.ManagedInstance) (code, message string, class error
 // codeMessage is one error of a GCP answer: its code and its message.
 type codeMessage struct{ code, message string }
 
+// capacityOrQuota reports whether a class (from lastAttempt, mostTelling)
+// is a stock-out or a quota.
+func capacityOrQuota(class error) bool {
+	return errors.Is(class, cloud.ErrCapacity) || errors.Is(class, cloud.ErrQuota)
+}
+
 // mostTelling picks, of an answer's errors, the code that says most (a
 // stock-out over quota over any other; GCP lists them in no set order) and
 // joins every message.
 func mostTelling(errs []codeMessage) (code, message string, class error) {
 	rank := func(c error) int {
-		switch c {
-		case cloud.ErrCapacity:
+		switch {
+		case errors.Is(c, cloud.ErrCapacity):
 			return 3
-		case cloud.ErrQuota:
+		case errors.Is(c, cloud.ErrQuota):
 			return 2
-		case errOther:
+		case errors.Is(c, errOther):
 			return 1
 		}
 		return 0
@@ -534,7 +540,7 @@ func (c *Cloud) instance(group string, g Group, m MIG, mi *compute.ManagedInstan
 	switch mi.CurrentAction {
 	case "CREATING", "CREATING_WITHOUT_RETRIES", "RECREATING":
 		in.State = cloud.StatePending
-		if code, msg, class := lastAttempt(mi); class == cloud.ErrCapacity || class == cloud.ErrQuota || class == errOther && notStartedYet(mi) {
+		if code, msg, class := lastAttempt(mi); capacityOrQuota(class) || errors.Is(class, errOther) && notStartedYet(mi) {
 			// The MIG keeps retrying for ever; the core reports the order
 			// failed, deletes the member and orders elsewhere.
 			in.State, in.Error, in.ErrorClass = cloud.StateFailed, code+": "+msg, class
@@ -643,7 +649,7 @@ func (c *Cloud) watch(ctx context.Context, m MIG, name string) (*compute.Managed
 			return nil, cloud.Errorf(cloud.ErrOutcomeUnknown, "create", "instance %s is not in %s/%s after its create", name, m.Location, m.Name)
 		}
 		code, msg, class := lastAttempt(mi)
-		if creating(mi) && (class == cloud.ErrCapacity || class == cloud.ErrQuota || class == errOther && notStartedYet(mi)) {
+		if creating(mi) && (capacityOrQuota(class) || errors.Is(class, errOther) && notStartedYet(mi)) {
 			if derr := c.remove(ctx, m, mi); derr != nil {
 				return nil, cloud.NewError(cloud.ErrOutcomeUnknown, "create", fmt.Errorf("%s: %s; and the instance could not be taken out: %w", code, msg, derr))
 			}
@@ -832,7 +838,7 @@ func (c *Cloud) run(ctx context.Context, op string, call func() (*compute.Operat
 		wait = min(2*wait, c.opts.PollInterval)
 		next, err := answer(c.poll(ctx, o))
 		if err != nil {
-			if cloud.Class(classify(op, err)) == cloud.ErrTransient {
+			if cloud.IsClass(classify(op, err), cloud.ErrTransient) {
 				continue // the operation runs on; ask again
 			}
 			return classify(op, err)
@@ -879,9 +885,9 @@ func doneError(op string, p *compute.Operation) error {
 		msg = p.HttpErrorMessage
 	}
 	switch {
-	case notFound && class != cloud.ErrCapacity && class != cloud.ErrQuota:
+	case notFound && !capacityOrQuota(class):
 		class = cloud.ErrNotFound
-	case class == cloud.ErrCapacity || class == cloud.ErrQuota:
+	case capacityOrQuota(class):
 	case status == http.StatusConflict || status == http.StatusTooManyRequests || status >= 500:
 		class = cloud.ErrTransient
 	case status == http.StatusForbidden && strings.Contains(strings.ToLower(msg), "quota"):

@@ -121,7 +121,7 @@ func (c *Cloud) Start(ctx context.Context, inst cloud.Instance) error {
 		case mi == nil:
 			return cloud.Errorf(cloud.ErrNotFound, "start", "instance %s left %s/%s while it started", inst.Name, m.Location, m.Name)
 		}
-		if code, msg, class := lastAttempt(mi); mi.CurrentAction == "STARTING" && (class == cloud.ErrCapacity || class == cloud.ErrQuota) {
+		if code, msg, class := lastAttempt(mi); mi.CurrentAction == "STARTING" && capacityOrQuota(class) {
 			return cloud.Errorf(class, "start", "%s: %s", code, msg)
 		}
 		if mi.CurrentAction != "STARTING" || time.Now().After(deadline) {

@@ -210,7 +210,7 @@ func (c *Client) classify(op string, status int, data []byte) error {
 	switch class := classifyText(ae.Message); {
 	case strings.Contains(strings.ToLower(ae.Message), "no servers found"):
 		return cloud.NewError(cloud.ErrNotFound, op, msg)
-	case class == cloud.ErrCapacity || class == cloud.ErrQuota:
+	case errors.Is(class, cloud.ErrCapacity) || errors.Is(class, cloud.ErrQuota):
 		return cloud.NewError(class, op, msg)
 	case status == http.StatusTooManyRequests || status == http.StatusRequestTimeout || status >= 500:
 		return cloud.NewError(cloud.ErrTransient, op, msg)

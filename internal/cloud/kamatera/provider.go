@@ -619,7 +619,7 @@ func (c *Cloud) update(name string, l lostCreate) {
 // log that says nothing known is taken for a stock-out, so the next
 // datacenter is tried rather than this one again.
 func createFailureClass(err error) error {
-	if class := cloud.Class(err); class != cloud.ErrTransient {
+	if class := cloud.Class(err); !errors.Is(class, cloud.ErrTransient) {
 		return class
 	}
 	return cloud.ErrCapacity
@@ -655,7 +655,7 @@ func (c *Cloud) Create(ctx context.Context, spec cloud.CreateSpec) (cloud.Instan
 			return cloud.Instance{}, cloud.NewError(cloud.ErrOutcomeUnknown, "create", err)
 		}
 		var ce *cloud.Error
-		if createFailureClass(err) != cloud.Class(err) && errors.As(err, &ce) {
+		if !cloud.IsClass(err, createFailureClass(err)) && errors.As(err, &ce) {
 			return cloud.Instance{}, cloud.Errorf(cloud.ErrCapacity, "create", "unexplained failure, taken for a stock-out: %w", ce.Err)
 		}
 		return cloud.Instance{}, err

@@ -819,7 +819,7 @@ func (c *Cloud) image(ctx context.Context, spec cloud.CreateSpec) (string, error
 		return err
 	})
 	if err != nil {
-		if cloud.Class(err) == cloud.ErrTransient && strings.Contains(err.Error(), "couldn't find a local image") {
+		if cloud.IsClass(err, cloud.ErrTransient) && strings.Contains(err.Error(), "couldn't find a local image") {
 			err = cloud.Errorf(cloud.ErrInvalid, "image", "no image %q for %s in %s", label, spec.InstanceType, spec.Location)
 		}
 		return "", err

@@ -61,7 +61,9 @@ func (c *Client) CreateInstance(ctx context.Context, req CreateRequest) (string,
 	c.log.Warn("verda: create outcome unknown; looking the instance up by hostname", "hostname", req.Hostname, "error", err)
 	insts, lerr := c.ListInstances(ctx)
 	if lerr != nil {
-		return "", fmt.Errorf("%w (look-up failed: %v)", err, lerr)
+		// Only err is wrapped: the look-up's class must not become the
+		// create's (a create whose outcome is unknown is never retried).
+		return "", fmt.Errorf("%w (look-up failed: %s)", err, lerr.Error())
 	}
 	for _, in := range insts {
 		if in.Hostname == req.Hostname {

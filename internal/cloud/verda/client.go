@@ -262,7 +262,7 @@ func (c *Client) send(ctx context.Context, req *http.Request) (int, http.Header,
 	if err != nil {
 		var op *net.OpError
 		if errors.As(err, &op) && op.Op == "dial" {
-			return 0, nil, nil, fmt.Errorf("%w: %v", errNotSent, err)
+			return 0, nil, nil, fmt.Errorf("%w: %w", errNotSent, err)
 		}
 		if ctx.Err() != nil {
 			return 0, nil, nil, ctx.Err()

@@ -150,56 +150,8 @@ func convertProvisioner(meta metav1.ObjectMeta, spec provisionerSpec) ([]map[str
 	if meta.Name == "" {
 		errs = append(errs, field.Required(field.NewPath("metadata", "name"), "the NodePool and GPUNodeClass are named after it"))
 	}
-	var zones []string
-	var reqs []corev1.NodeSelectorRequirement
-	operators := []string{string(corev1.NodeSelectorOpIn), string(corev1.NodeSelectorOpNotIn), string(corev1.NodeSelectorOpExists),
-		string(corev1.NodeSelectorOpDoesNotExist), string(corev1.NodeSelectorOpGt), string(corev1.NodeSelectorOpLt)}
-	hasCapacityType := false
-	for i, r := range spec.Requirements {
-		rp := p.Child("requirements").Index(i)
-		if r.Key == "" {
-			errs = append(errs, field.Required(rp.Child("key"), ""))
-			continue
-		}
-		if !slices.Contains(operators, string(r.Operator)) {
-			errs = append(errs, field.NotSupported(rp.Child("operator"), r.Operator, operators))
-			continue
-		}
-		switch r.Key {
-		case "karpenter.sh/capacity-type":
-			hasCapacityType = true
-			r.Values = slices.DeleteFunc(slices.Clone(r.Values), func(v string) bool { return v == scwCapacityType })
-			if r.Operator == corev1.NodeSelectorOpIn && len(r.Values) == 0 {
-				r.Values = []string{"on-demand"}
-				notes = append(notes, "capacity type scaleway-gpu (scw-karpenter's marker) is on-demand: Scaleway sells no spot")
-			}
-			for _, v := range r.Values {
-				if v != "on-demand" && v != "spot" {
-					errs = append(errs, field.NotSupported(rp.Child("values"), v, []string{"on-demand", "spot", scwCapacityType}))
-				}
-			}
-		case "karpenter.sh/instance-type", corev1.LabelInstanceTypeStable:
-			r.Key = corev1.LabelInstanceTypeStable
-			vals := make([]string, len(r.Values))
-			for j, v := range r.Values {
-				vals[j] = v
-				if t, ok := scwInstanceTypes[v]; ok {
-					vals[j] = t
-				}
-			}
-			r.Values = vals
-		case corev1.LabelTopologyZone:
-			if r.Operator == corev1.NodeSelectorOpIn {
-				zones = r.Values
-			}
-		}
-		reqs = append(reqs, r)
-	}
-	if !hasCapacityType {
-		reqs = append(reqs, corev1.NodeSelectorRequirement{Key: "karpenter.sh/capacity-type", Operator: corev1.NodeSelectorOpIn, Values: []string{"on-demand"}})
-	}
-	// scw-karpenter only ever made GPU machines.
-	reqs = append(reqs, corev1.NodeSelectorRequirement{Key: "nvidia.com/gpu.count", Operator: corev1.NodeSelectorOpExists})
+	reqs, zones, reqNotes, reqErrs := convertRequirements(p.Child("requirements"), spec.Requirements)
+	notes, errs = append(notes, reqNotes...), append(errs, reqErrs...)
 	for k := range spec.Provider {
 		errs = append(errs, field.Invalid(p.Child("provider").Child(k), spec.Provider[k], "does not convert: the GPUNodeClass says where and how machines are made (docs/karpenter.md)"))
 	}
@@ -218,24 +170,8 @@ func convertProvisioner(meta metav1.ObjectMeta, spec provisionerSpec) ([]map[str
 		}
 		className = spec.ProviderRef.Name
 	}
-	disruption := map[string]any{"consolidationPolicy": "WhenEmpty", "consolidateAfter": "Never"}
-	switch {
-	case spec.TTLSecondsAfterEmpty != nil && spec.Consolidation != nil && spec.Consolidation.Enabled != nil && *spec.Consolidation.Enabled:
-		errs = append(errs, field.Forbidden(p.Child("ttlSecondsAfterEmpty"), "with consolidation.enabled: v1alpha5 allowed one of the two"))
-	case spec.TTLSecondsAfterEmpty != nil && *spec.TTLSecondsAfterEmpty < 0:
-		errs = append(errs, field.Invalid(p.Child("ttlSecondsAfterEmpty"), *spec.TTLSecondsAfterEmpty, "must be >= 0"))
-	case spec.TTLSecondsAfterEmpty != nil:
-		disruption["consolidateAfter"] = strconv.FormatInt(*spec.TTLSecondsAfterEmpty, 10) + "s"
-	case spec.Consolidation != nil && spec.Consolidation.Enabled != nil && *spec.Consolidation.Enabled:
-		disruption = map[string]any{"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "0s"}
-	}
-	expireAfter := "Never"
-	if t := spec.TTLSecondsUntilExpired; t != nil {
-		if *t <= 0 {
-			errs = append(errs, field.Invalid(p.Child("ttlSecondsUntilExpired"), *t, "must be > 0"))
-		}
-		expireAfter = strconv.FormatInt(*t, 10) + "s"
-	}
+	disruption, expireAfter, lifeErrs := convertLifetimes(p, spec)
+	errs = append(errs, lifeErrs...)
 	if spec.Weight != nil && (*spec.Weight < 1 || *spec.Weight > 100) {
 		errs = append(errs, field.Invalid(p.Child("weight"), *spec.Weight, "must be 1 to 100"))
 	}
@@ -289,4 +225,84 @@ func convertProvisioner(meta metav1.ObjectMeta, spec provisionerSpec) ([]map[str
 	class := map[string]any{"apiVersion": nodeClassAPIVersion, "kind": "GPUNodeClass", "metadata": objMeta(className), "spec": classSpec}
 	pool := map[string]any{"apiVersion": nodePoolAPIVersion, "kind": "NodePool", "metadata": objMeta(meta.Name), "spec": poolSpec}
 	return []map[string]any{class, pool}, notes, nil
+}
+
+// convertRequirements converts a Provisioner's requirements (at p) to a
+// NodePool's: Scaleway's capacity-type marker and instance-type names
+// become gpuscaler's, and every pool asks for GPUs. zones are the
+// requirements' zones, if any.
+func convertRequirements(p *field.Path, requirements []corev1.NodeSelectorRequirement) (reqs []corev1.NodeSelectorRequirement, zones, notes []string, errs field.ErrorList) {
+	operators := []string{string(corev1.NodeSelectorOpIn), string(corev1.NodeSelectorOpNotIn), string(corev1.NodeSelectorOpExists),
+		string(corev1.NodeSelectorOpDoesNotExist), string(corev1.NodeSelectorOpGt), string(corev1.NodeSelectorOpLt)}
+	hasCapacityType := false
+	for i, r := range requirements {
+		rp := p.Index(i)
+		if r.Key == "" {
+			errs = append(errs, field.Required(rp.Child("key"), ""))
+			continue
+		}
+		if !slices.Contains(operators, string(r.Operator)) {
+			errs = append(errs, field.NotSupported(rp.Child("operator"), r.Operator, operators))
+			continue
+		}
+		switch r.Key {
+		case "karpenter.sh/capacity-type":
+			hasCapacityType = true
+			r.Values = slices.DeleteFunc(slices.Clone(r.Values), func(v string) bool { return v == scwCapacityType })
+			if r.Operator == corev1.NodeSelectorOpIn && len(r.Values) == 0 {
+				r.Values = []string{"on-demand"}
+				notes = append(notes, "capacity type scaleway-gpu (scw-karpenter's marker) is on-demand: Scaleway sells no spot")
+			}
+			for _, v := range r.Values {
+				if v != "on-demand" && v != "spot" {
+					errs = append(errs, field.NotSupported(rp.Child("values"), v, []string{"on-demand", "spot", scwCapacityType}))
+				}
+			}
+		case "karpenter.sh/instance-type", corev1.LabelInstanceTypeStable:
+			r.Key = corev1.LabelInstanceTypeStable
+			vals := make([]string, len(r.Values))
+			for j, v := range r.Values {
+				vals[j] = v
+				if t, ok := scwInstanceTypes[v]; ok {
+					vals[j] = t
+				}
+			}
+			r.Values = vals
+		case corev1.LabelTopologyZone:
+			if r.Operator == corev1.NodeSelectorOpIn {
+				zones = r.Values
+			}
+		}
+		reqs = append(reqs, r)
+	}
+	if !hasCapacityType {
+		reqs = append(reqs, corev1.NodeSelectorRequirement{Key: "karpenter.sh/capacity-type", Operator: corev1.NodeSelectorOpIn, Values: []string{"on-demand"}})
+	}
+	// scw-karpenter only ever made GPU machines.
+	reqs = append(reqs, corev1.NodeSelectorRequirement{Key: "nvidia.com/gpu.count", Operator: corev1.NodeSelectorOpExists})
+	return reqs, zones, notes, errs
+}
+
+// convertLifetimes converts a Provisioner's empty-node and expiry TTLs and
+// its consolidation to a NodePool's disruption and expireAfter.
+func convertLifetimes(p *field.Path, spec provisionerSpec) (disruption map[string]any, expireAfter string, errs field.ErrorList) {
+	disruption = map[string]any{"consolidationPolicy": "WhenEmpty", "consolidateAfter": "Never"}
+	switch {
+	case spec.TTLSecondsAfterEmpty != nil && spec.Consolidation != nil && spec.Consolidation.Enabled != nil && *spec.Consolidation.Enabled:
+		errs = append(errs, field.Forbidden(p.Child("ttlSecondsAfterEmpty"), "with consolidation.enabled: v1alpha5 allowed one of the two"))
+	case spec.TTLSecondsAfterEmpty != nil && *spec.TTLSecondsAfterEmpty < 0:
+		errs = append(errs, field.Invalid(p.Child("ttlSecondsAfterEmpty"), *spec.TTLSecondsAfterEmpty, "must be >= 0"))
+	case spec.TTLSecondsAfterEmpty != nil:
+		disruption["consolidateAfter"] = strconv.FormatInt(*spec.TTLSecondsAfterEmpty, 10) + "s"
+	case spec.Consolidation != nil && spec.Consolidation.Enabled != nil && *spec.Consolidation.Enabled:
+		disruption = map[string]any{"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "0s"}
+	}
+	expireAfter = "Never"
+	if t := spec.TTLSecondsUntilExpired; t != nil {
+		if *t <= 0 {
+			errs = append(errs, field.Invalid(p.Child("ttlSecondsUntilExpired"), *t, "must be > 0"))
+		}
+		expireAfter = strconv.FormatInt(*t, 10) + "s"
+	}
+	return disruption, expireAfter, errs
 }

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	testclock "k8s.io/utils/clock/testing"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/gpuscaler/gpuscaler/internal/config"
 	"github.com/gpuscaler/gpuscaler/internal/forecast"
@@ -34,7 +34,7 @@ var monday = time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC)
 // moves at random keeps its pool at its size.
 func TestPoolGrowsAheadOfTheDailyRise(t *testing.T) {
 	ctx := context.Background()
-	clk := testclock.NewFakeClock(monday)
+	clk := clocktesting.NewFakeClock(monday)
 	groups := []config.NodeGroup{
 		{Name: "daily", MaxSize: 10, Standby: &config.Standby{Size: 1, Forecast: &config.StandbyForecast{MaxSize: 5, TrainFor: &metav1.Duration{Duration: 3 * 24 * time.Hour}}}},
 		{Name: "random", MaxSize: 10, Standby: &config.Standby{Size: 1, Forecast: &config.StandbyForecast{MaxSize: 5, TrainFor: &metav1.Duration{Duration: 3 * 24 * time.Hour}}}},

@@ -9,7 +9,7 @@ package v1alpha1
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/kubernetes/scheme"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 )
 
 // GroupVersion is the API's group and version.
@@ -19,6 +19,6 @@ var GroupVersion = schema.GroupVersion{Group: "gpuscaler.dev", Version: "v1alpha
 // shared scheme (its IsManaged compares GroupKinds it looks up there), so the
 // types are registered in it, as every Karpenter provider does.
 func init() {
-	metav1.AddToGroupVersion(scheme.Scheme, GroupVersion)
-	scheme.Scheme.AddKnownTypes(GroupVersion, &GPUNodeClass{}, &GPUNodeClassList{})
+	metav1.AddToGroupVersion(clientgoscheme.Scheme, GroupVersion)
+	clientgoscheme.Scheme.AddKnownTypes(GroupVersion, &GPUNodeClass{}, &GPUNodeClassList{})
 }

@@ -748,7 +748,7 @@ func (s *Server) start(g *igm, m *member) {
 	m.starting = false
 	switch {
 	case err == nil:
-	case cloud.Class(err) == cloud.ErrCapacity:
+	case cloud.IsClass(err, cloud.ErrCapacity):
 		zone := m.zone
 		if zone == "" {
 			zone = g.zone
@@ -801,7 +801,7 @@ func (s *Server) make(g *igm, m *member) {
 	zone := ""
 	for _, zone = range zones {
 		in, err = s.acct.Create(context.Background(), cloud.CreateSpec{Name: m.name + "." + zone, Group: g.name, InstanceType: g.machineType, Location: zone, CapacityType: cloud.OnDemand})
-		if cloud.Class(err) != cloud.ErrCapacity {
+		if !cloud.IsClass(err, cloud.ErrCapacity) {
 			break
 		}
 	}
@@ -815,7 +815,7 @@ func (s *Server) make(g *igm, m *member) {
 	switch {
 	case err == nil:
 		m.created, m.lastError, m.zone = true, "", zone
-	case cloud.Class(err) == cloud.ErrCapacity:
+	case cloud.IsClass(err, cloud.ErrCapacity):
 		// An instance's URL is zonal: a regional group's member keeps the
 		// zone its last attempt was in, so it can be named to delete it.
 		m.zone = zone

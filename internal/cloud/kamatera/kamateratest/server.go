@@ -624,7 +624,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		defer s.mu.Unlock()
 		if err != nil {
 			delete(s.servers, b.Name)
-			if cloud.Class(err) == cloud.ErrCapacity {
+			if cloud.IsClass(err, cloud.ErrCapacity) {
 				return "error", "Creating server " + b.Name + "\nError: insufficient resources in datacenter " + b.Datacenter
 			}
 			return "error", "Creating server " + b.Name + "\nError: invalid server configuration: " + err.Error()

@@ -608,7 +608,7 @@ func (s *Server) createServer(w http.ResponseWriter, r *http.Request) {
 	engineName := b.Name + "-" + newID()[:8] // names need not be unique at Scaleway
 	in, err := s.acct.Create(r.Context(), cloud.CreateSpec{Name: engineName, Group: groupTag(b.Tags), InstanceType: b.CommercialType, Location: zone, CapacityType: cloud.OnDemand})
 	switch {
-	case cloud.Class(err) == cloud.ErrCapacity:
+	case cloud.IsClass(err, cloud.ErrCapacity):
 		apiError(w, http.StatusPreconditionFailed, "out_of_stock", "resource is out of stock", map[string]any{"resource": b.CommercialType})
 		return
 	case err != nil:
