@@ -4,6 +4,7 @@
 
 GO ?= go
 STATICCHECK_VERSION ?= v0.8.2
+GOLANGCI_LINT_VERSION ?= v2.15.0
 # The Karpenter operator (karpenter/, its main in karpenter/cmd/gpuscaler-karpenter)
 # is its own Go module:
 # Karpenter core v1.15 needs Go >= 1.26.9, which the go command fetches
@@ -21,7 +22,7 @@ TGO = GOTOOLCHAIN=$(CHECK_GOTOOLCHAIN) $(GO)
 
 include Makefile.testbins.mk
 
-.PHONY: test e2e-bins test-unit fuzz chaos lint fmt vet staticcheck crds bench build run tools image
+.PHONY: test e2e-bins test-unit fuzz chaos lint fmt vet staticcheck golangci-lint crds bench build run tools image
 
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 PLATFORMS ?= linux/amd64 linux/arm64
@@ -69,9 +70,10 @@ chaos:
 	$(GO) test -count=1 -timeout 0 -run 'TestCampaigns|TestVirtualCampaigns' ./test/chaos/ \
 	  -chaos.runs=$(CHAOS_RUNS) -chaos.virtual-runs=$(CHAOS_VIRTUAL_RUNS)
 
-## lint: gofmt, go vet, staticcheck, and the CRDs as controller-gen makes them from the API types
-## (every copy: deploy/crds, the chart's, the Karpenter operator's).
-lint: fmt vet staticcheck crds
+## lint: gofmt, go vet, staticcheck, golangci-lint (.golangci.yml: goimports, errorlint, importas,
+## gocyclo), and the CRDs as controller-gen makes them from the API types (every copy:
+## deploy/crds, the chart's, the Karpenter operator's).
+lint: fmt vet staticcheck golangci-lint crds
 
 crds:
 	@KARPENTER_GOTOOLCHAIN=$(KARPENTER_GOTOOLCHAIN) ./hack/update-codegen.sh --check
@@ -86,6 +88,10 @@ vet:
 staticcheck:
 	$(TGO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 	$(KGO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+
+golangci-lint:
+	$(TGO) run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION) run ./...
+	$(KGO) run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION) run --config ../.golangci.yml ./...
 
 ## bench: the Go benchmarks whose numbers are in docs/benchmarks.md.
 bench:

@@ -222,26 +222,8 @@ const launchKey = "/launched"
 // first sync after start rebuilds the groups from scratch.
 func (y *syncer) sync(ctx context.Context, cloudName string, initial bool) error {
 	start := y.clock.Now()
-	attempts := 1
-	if initial {
-		attempts = 5
-	}
-	lctx := ctx
-	if initial {
-		var cancel context.CancelFunc
-		lctx, cancel = context.WithTimeout(ctx, y.startTimeout)
-		defer cancel()
-	}
-	var insts []cloud.Instance
-	err := retry(lctx, y.clock, attempts, func() error {
-		var err error
-		insts, err = y.clients[cloudName].list(lctx)
-		return err
-	})
+	insts, err := y.list(ctx, cloudName, initial)
 	if err != nil {
-		if ctx.Err() == nil && errors.Is(lctx.Err(), context.DeadlineExceeded) {
-			return fmt.Errorf("no answer within %s: %w", y.startTimeout, err)
-		}
 		return err
 	}
 	l := newListing(start, insts)
@@ -301,6 +283,43 @@ func (y *syncer) sync(ctx context.Context, cloudName string, initial bool) error
 		debug.FreeOSMemory() // the listing is not used past this point
 	}
 
+	y.act(ctx, cloudName, &out, goneIDs, reissue)
+	return nil
+}
+
+// list lists one cloud's instances; the first list after start is tried
+// five times within the start timeout.
+func (y *syncer) list(ctx context.Context, cloudName string, initial bool) ([]cloud.Instance, error) {
+	attempts := 1
+	if initial {
+		attempts = 5
+	}
+	lctx := ctx
+	if initial {
+		var cancel context.CancelFunc
+		lctx, cancel = context.WithTimeout(ctx, y.startTimeout)
+		defer cancel()
+	}
+	var insts []cloud.Instance
+	err := retry(lctx, y.clock, attempts, func() error {
+		var err error
+		insts, err = y.clients[cloudName].list(lctx)
+		return err
+	})
+	if err != nil {
+		if ctx.Err() == nil && errors.Is(lctx.Err(), context.DeadlineExceeded) {
+			return nil, fmt.Errorf("no answer within %s: %w", y.startTimeout, err)
+		}
+		return nil, err
+	}
+	return insts, nil
+}
+
+// act does what a sync found, once the store's lock is released: Nodes
+// deleted, scripts put back and released, standby instances stopped and
+// started, taints lifted, pre-pulls started and ended.
+func (y *syncer) act(ctx context.Context, cloudName string, out *afterLock, goneIDs [][]string, reissue []reissue) {
+	s := y.store
 	y.deleteNodes(ctx, goneIDs)
 	if r, ok := y.orderer().boot.(Reissuer); ok {
 		for _, ri := range reissue {
@@ -348,7 +367,6 @@ func (y *syncer) sync(ctx context.Context, cloudName string, initial bool) error
 			}
 		}
 	}
-	return nil
 }
 
 // afterLock is what a sync found under the store's lock and does once it
@@ -428,7 +446,6 @@ func (y *syncer) unjoinedLocked(cloudName string) (out []reissue, ready bool) {
 // Extra instances under a member's name are handed to the reaper as
 // duplicates.
 func (y *syncer) fold(ctx context.Context, cloudName string, g *group, l *listing, key string, initial bool, out *afterLock) []*member {
-	s := y.store
 	start := l.start
 	listed := l.groups[key]
 	lingering := 0.0
@@ -446,162 +463,191 @@ func (y *syncer) fold(ctx context.Context, cloudName string, g *group, l *listin
 		in, dups := pick(l.named(key, name, first), mem.id)
 		y.reaper.duplicatesLocked(cloudName, dups)
 		lingering += y.listPrice(cloudName, dups...)
-		if mem.unconfirmed && !y.mayShowPredecessorDeletes(cloudName, start) {
-			mem.unconfirmed = false
-		}
-		if mem.x != nil && mem.x.fromName != "" {
-			// Listed under the launch's name: a standby instance's
-			// transfer landed, whatever became of the launch since (in
-			// flight, its answer lost, terminated, failed). The pool's
-			// member is gone.
-			s.settleTransfer(mem, true, start)
-		}
-		switch mem.phase {
-		case phaseCreating:
-			continue // the create in flight records it
-		case phaseUnknown:
-			if in.State == cloud.StateFailed {
-				// The cloud took the order and failed it (a queued create
-				// that ended in error): a failed order, reported, never
-				// taken for one that did not land and sent again.
-				// Its instance is recorded: the cloud may go on trying (a
-				// MIG does), so removing the slot must delete it there,
-				// not just forget it for the next list to adopt.
-				y.log.Warn("lost create answer resolved: the order failed at the cloud", "group", g.cfg.Name, "instance", name, "error", in.Error)
-				s.change(g, mem, func() {
-					y.recordLocked(mem, in)
-					// Recorded now, as a landed order is: a list that lags
-					// right after must not take it for vanished.
-					mem.recordedAt = stampOf(y.clock.Now())
-					y.failed(g, mem, in)
-				})
-				mem.settle()
-				continue
-			}
-			y.log.Info("lost create answer resolved: the order landed", "group", g.cfg.Name, "instance", name)
-			y.orderer().recordLocked(g, mem, in)
-			continue
-		}
-		s.change(g, mem, func() {
-			y.recordLocked(mem, in)
-			switch {
-			case in.State == cloud.StateFailed && mem.phase == phaseCreated:
-				y.failed(g, mem, in)
-			case in.State == cloud.StateRunning && mem.phase == phaseFailed:
-				// The cloud went on trying and made it (a MIG retries a
-				// stocked-out member until it runs): it is no failed
-				// order, but a node that runs and bills, until a front
-				// end removes the slot.
-				y.log.Info("the instance of a failed order runs after all; it is a member again", "group", g.cfg.Name, "instance", name)
-				s.to(mem, phaseCreated)
-				x := mem.extras()
-				x.errCode, x.errClass, x.errMsg = "", ErrorClassNone, ""
-			case in.State == cloud.StateDeleting && mem.phase != phaseDeleting:
-				y.log.Warn("instance is being deleted outside gpuscaler; it will be replaced", "group", g.cfg.Name, "instance", name)
-				s.to(mem, phaseDeleting)
-			case in.State == cloud.StateStopped && in.Standby && mem.standby == standbyWarming:
-				// Its stop took effect though the answer was lost.
-				mem.standby, mem.price = standbyStopped, y.clients[cloudName].stoppedPrice(mem.offering())
-			case in.State == cloud.StateStopped && in.Standby && mem.standby == standbyNone && mem.phase == phaseCreated &&
-				mem.recordedAt < stampOf(start):
-				// Taken for demand, and its start lost with the core that
-				// sent it: started again (a start is idempotent).
-				mem.standby = standbyStarting
-				out.start = append(out.start, mem)
-			case in.State == cloud.StateRunning && mem.standby == standbyStopped && mem.phase == phaseCreated:
-				// Started behind the pool's back: a start sent by a process
-				// that crashed took effect after this one listed the
-				// instance stopped (or someone started it by hand). It
-				// bills in full; warm already, it goes back to the pool,
-				// stopped again by the next sync, and a front end that
-				// still needs it takes it from there.
-				y.log.Info("a stopped standby instance runs; it is stopped again", "group", g.cfg.Name, "instance", name)
-				mem.standby = standbyWarming
-				mem.price = y.offerings.price(cloudName, mem.offering(), y.catalog.listPrice(cloudName, mem.offering()))
-				mem.extras().warmSince = y.clock.Now().Add(-g.cfg.Standby.StandbyWarmFor())
-			case in.State == cloud.StateStopped && mem.phase != phaseDeleting && !in.Standby:
-				// Gone for the cluster, not for the bill: delete it (below)
-				// and let the group order a replacement.
-				y.metrics.vanished.WithLabelValues(g.cfg.Name).Inc()
-				y.log.Warn("instance stopped for good (spot reclaim or host lost); deleting it, and it will be replaced", "group", g.cfg.Name, "instance", name)
-				s.to(mem, phaseDeleting)
-			}
-		})
-		if mem.phase == phaseDeleting && in.State != cloud.StateDeleting {
-			// Still there: a delete that gave up, or one lost in a restart.
-			y.deleter.delete(ctx, mem.cloud(), mem.instance(), "still listed after its delete")
-		}
+		y.foldMemberLocked(ctx, cloudName, g, mem, in, start, out)
 	}
 	var adopted []*member
 	for name, first := range listed {
 		in, dups := pick(l.named(key, name, first), "")
 		y.reaper.duplicatesLocked(cloudName, dups)
 		lingering += y.listPrice(cloudName, dups...)
-		if _, ok := s.renamed[name]; ok {
-			// A standby instance handed to the launch API, shown under its
-			// old name by a list that lags: it is the launched one now.
-			continue
-		}
-		if _, ok := s.tombstones[name]; ok {
-			lingering += y.listPrice(cloudName, in)
-			// An instance this process deleted, shown again by a list that
-			// lags: deleted again (deletes are idempotent), never adopted
-			// as a new live instance, which would raise the target and,
-			// once it vanished for good, be replaced by a new order.
-			if in.State != cloud.StateDeleting {
-				y.deleter.delete(ctx, cloudName, in, "listed again after its delete")
-			}
-			continue
-		}
-		mem := &member{
-			name: in.Name, g: g,
-			phase: phaseCreated, recordedAt: stampOf(start),
-		}
-		if in.Owner != "" {
-			mem.extras().owner = in.Owner
-		}
-		if g.cfg.Cloud == "" {
-			mem.extras().cloud = cloudName // launched: the launches span clouds
-		}
-		s.setInstance(mem, in)
-		mem.unconfirmed = y.mayShowPredecessorDeletes(cloudName, start)
-		if mem.createdAt == 0 {
-			// A cloud that did not say when (or in a form we could not
-			// read): the age counts from the first list that shows it, so
-			// that the never-registered check does not take it for ancient.
-			mem.createdAt, mem.ageUnknown = stampOf(start), true
-		}
-		mem.price = y.offerings.price(cloudName, mem.offering(), y.catalog.listPrice(cloudName, mem.offering()))
-		restart := false
-		switch {
-		case in.State == cloud.StateStopped && in.Standby && g == s.launches:
-			// A standby instance handed over to the launch API by a
-			// process that stopped before it started it: started now.
-			mem.standby, restart = standbyStarting, true
-		case in.State == cloud.StateStopped && in.Standby && g.cfg.StandbyMaxSize() > 0:
-			// A standby instance of a process before this one: it stays
-			// in the pool (poolLocked trims a pool above its size).
-			mem.standby, mem.price = standbyStopped, y.clients[cloudName].stoppedPrice(mem.offering())
-		case in.State == cloud.StateDeleting:
-			s.to(mem, phaseDeleting)
-		case in.State == cloud.StateStopped:
-			s.to(mem, phaseDeleting) // deleted by the next sync, as above
-			y.metrics.vanished.WithLabelValues(g.cfg.Name).Inc()
-		case in.State == cloud.StateFailed:
-			// Reported again: the process before this one may have
-			// stopped before it saw the instance fail.
-			y.failed(g, mem, in)
-		}
-		if !initial {
-			y.log.Info("adopting instance the core did not know", "group", g.cfg.Name, "owner", in.Owner, "instance", in.Name)
-		}
-		s.add(g, mem)
-		adopted = append(adopted, mem)
-		if restart {
-			out.start = append(out.start, mem)
+		mem, deleted := y.adoptLocked(ctx, cloudName, g, in, start, initial, out)
+		lingering += deleted
+		if mem != nil {
+			adopted = append(adopted, mem)
 		}
 	}
 	return adopted
+}
+
+// foldMemberLocked folds what a list shows of a member's instance into
+// the member: a lost create answer resolved, a failed order that runs
+// after all, a delete from outside, a standby instance's state.
+func (y *syncer) foldMemberLocked(ctx context.Context, cloudName string, g *group, mem *member, in cloud.Instance, start time.Time, out *afterLock) {
+	s := y.store
+	name := mem.name
+	if mem.unconfirmed && !y.mayShowPredecessorDeletes(cloudName, start) {
+		mem.unconfirmed = false
+	}
+	if mem.x != nil && mem.x.fromName != "" {
+		// Listed under the launch's name: a standby instance's
+		// transfer landed, whatever became of the launch since (in
+		// flight, its answer lost, terminated, failed). The pool's
+		// member is gone.
+		s.settleTransfer(mem, true, start)
+	}
+	switch mem.phase {
+	case phaseCreating:
+		return // the create in flight records it
+	case phaseUnknown:
+		if in.State == cloud.StateFailed {
+			// The cloud took the order and failed it (a queued create
+			// that ended in error): a failed order, reported, never
+			// taken for one that did not land and sent again.
+			// Its instance is recorded: the cloud may go on trying (a
+			// MIG does), so removing the slot must delete it there,
+			// not just forget it for the next list to adopt.
+			y.log.Warn("lost create answer resolved: the order failed at the cloud", "group", g.cfg.Name, "instance", name, "error", in.Error)
+			s.change(g, mem, func() {
+				y.recordLocked(mem, in)
+				// Recorded now, as a landed order is: a list that lags
+				// right after must not take it for vanished.
+				mem.recordedAt = stampOf(y.clock.Now())
+				y.failed(g, mem, in)
+			})
+			mem.settle()
+			return
+		}
+		y.log.Info("lost create answer resolved: the order landed", "group", g.cfg.Name, "instance", name)
+		y.orderer().recordLocked(g, mem, in)
+		return
+	}
+	s.change(g, mem, func() {
+		y.recordLocked(mem, in)
+		y.restateLocked(cloudName, g, mem, in, start, out)
+	})
+	if mem.phase == phaseDeleting && in.State != cloud.StateDeleting {
+		// Still there: a delete that gave up, or one lost in a restart.
+		y.deleter.delete(ctx, mem.cloud(), mem.instance(), "still listed after its delete")
+	}
+}
+
+// restateLocked follows a recorded member's instance to the state the
+// cloud shows, inside the store's change of the member.
+func (y *syncer) restateLocked(cloudName string, g *group, mem *member, in cloud.Instance, start time.Time, out *afterLock) {
+	s := y.store
+	name := mem.name
+	switch {
+	case in.State == cloud.StateFailed && mem.phase == phaseCreated:
+		y.failed(g, mem, in)
+	case in.State == cloud.StateRunning && mem.phase == phaseFailed:
+		// The cloud went on trying and made it (a MIG retries a
+		// stocked-out member until it runs): it is no failed
+		// order, but a node that runs and bills, until a front
+		// end removes the slot.
+		y.log.Info("the instance of a failed order runs after all; it is a member again", "group", g.cfg.Name, "instance", name)
+		s.to(mem, phaseCreated)
+		x := mem.extras()
+		x.errCode, x.errClass, x.errMsg = "", ErrorClassNone, ""
+	case in.State == cloud.StateDeleting && mem.phase != phaseDeleting:
+		y.log.Warn("instance is being deleted outside gpuscaler; it will be replaced", "group", g.cfg.Name, "instance", name)
+		s.to(mem, phaseDeleting)
+	case in.State == cloud.StateStopped && in.Standby && mem.standby == standbyWarming:
+		// Its stop took effect though the answer was lost.
+		mem.standby, mem.price = standbyStopped, y.clients[cloudName].stoppedPrice(mem.offering())
+	case in.State == cloud.StateStopped && in.Standby && mem.standby == standbyNone && mem.phase == phaseCreated &&
+		mem.recordedAt < stampOf(start):
+		// Taken for demand, and its start lost with the core that
+		// sent it: started again (a start is idempotent).
+		mem.standby = standbyStarting
+		out.start = append(out.start, mem)
+	case in.State == cloud.StateRunning && mem.standby == standbyStopped && mem.phase == phaseCreated:
+		// Started behind the pool's back: a start sent by a process
+		// that crashed took effect after this one listed the
+		// instance stopped (or someone started it by hand). It
+		// bills in full; warm already, it goes back to the pool,
+		// stopped again by the next sync, and a front end that
+		// still needs it takes it from there.
+		y.log.Info("a stopped standby instance runs; it is stopped again", "group", g.cfg.Name, "instance", name)
+		mem.standby = standbyWarming
+		mem.price = y.offerings.price(cloudName, mem.offering(), y.catalog.listPrice(cloudName, mem.offering()))
+		mem.extras().warmSince = y.clock.Now().Add(-g.cfg.Standby.StandbyWarmFor())
+	case in.State == cloud.StateStopped && mem.phase != phaseDeleting && !in.Standby:
+		// Gone for the cluster, not for the bill: delete it (below)
+		// and let the group order a replacement.
+		y.metrics.vanished.WithLabelValues(g.cfg.Name).Inc()
+		y.log.Warn("instance stopped for good (spot reclaim or host lost); deleting it, and it will be replaced", "group", g.cfg.Name, "instance", name)
+		s.to(mem, phaseDeleting)
+	}
+}
+
+// adoptLocked makes a member of an instance the list shows and the group
+// does not know: an order of a process before this one, or one whose
+// answer was lost. It adopts none that this process renamed or deleted;
+// for one it deleted, it returns what that instance still bills.
+func (y *syncer) adoptLocked(ctx context.Context, cloudName string, g *group, in cloud.Instance, start time.Time, initial bool, out *afterLock) (*member, float64) {
+	s := y.store
+	if _, ok := s.renamed[in.Name]; ok {
+		// A standby instance handed to the launch API, shown under its
+		// old name by a list that lags: it is the launched one now.
+		return nil, 0
+	}
+	if _, ok := s.tombstones[in.Name]; ok {
+		// An instance this process deleted, shown again by a list that
+		// lags: deleted again (deletes are idempotent), never adopted
+		// as a new live instance, which would raise the target and,
+		// once it vanished for good, be replaced by a new order.
+		if in.State != cloud.StateDeleting {
+			y.deleter.delete(ctx, cloudName, in, "listed again after its delete")
+		}
+		return nil, y.listPrice(cloudName, in)
+	}
+	mem := &member{
+		name: in.Name, g: g,
+		phase: phaseCreated, recordedAt: stampOf(start),
+	}
+	if in.Owner != "" {
+		mem.extras().owner = in.Owner
+	}
+	if g.cfg.Cloud == "" {
+		mem.extras().cloud = cloudName // launched: the launches span clouds
+	}
+	s.setInstance(mem, in)
+	mem.unconfirmed = y.mayShowPredecessorDeletes(cloudName, start)
+	if mem.createdAt == 0 {
+		// A cloud that did not say when (or in a form we could not
+		// read): the age counts from the first list that shows it, so
+		// that the never-registered check does not take it for ancient.
+		mem.createdAt, mem.ageUnknown = stampOf(start), true
+	}
+	mem.price = y.offerings.price(cloudName, mem.offering(), y.catalog.listPrice(cloudName, mem.offering()))
+	restart := false
+	switch {
+	case in.State == cloud.StateStopped && in.Standby && g == s.launches:
+		// A standby instance handed over to the launch API by a
+		// process that stopped before it started it: started now.
+		mem.standby, restart = standbyStarting, true
+	case in.State == cloud.StateStopped && in.Standby && g.cfg.StandbyMaxSize() > 0:
+		// A standby instance of a process before this one: it stays
+		// in the pool (poolLocked trims a pool above its size).
+		mem.standby, mem.price = standbyStopped, y.clients[cloudName].stoppedPrice(mem.offering())
+	case in.State == cloud.StateDeleting:
+		s.to(mem, phaseDeleting)
+	case in.State == cloud.StateStopped:
+		s.to(mem, phaseDeleting) // deleted by the next sync, as above
+		y.metrics.vanished.WithLabelValues(g.cfg.Name).Inc()
+	case in.State == cloud.StateFailed:
+		// Reported again: the process before this one may have
+		// stopped before it saw the instance fail.
+		y.failed(g, mem, in)
+	}
+	if !initial {
+		y.log.Info("adopting instance the core did not know", "group", g.cfg.Name, "owner", in.Owner, "instance", in.Name)
+	}
+	s.add(g, mem)
+	if restart {
+		out.start = append(out.start, mem)
+	}
+	return mem, 0
 }
 
 // recordLocked records what a list says of a member's instance, its

@@ -110,19 +110,10 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	var np v1alpha1.NodeProvisioner
 	if err := r.Client.Get(ctx, req.NamespacedName, &np); err != nil {
-		if apierrors.IsNotFound(err) && r.Existing != nil {
-			// A pool gone: its existing instance groups leave the core.
-			var all v1alpha1.NodeProvisionerList
-			if err := r.Client.List(ctx, &all); err != nil {
-				return reconcile.Result{}, err
-			}
-			if _, errs := r.Existing.Sync(ctx, all.Items); len(errs) > 0 {
-				// The other pools' errors are theirs to report; the
-				// groups of the pool gone must still leave the core.
-				return reconcile.Result{RequeueAfter: 10 * time.Second}, nil
-			}
+		if apierrors.IsNotFound(err) {
+			return r.forget(ctx)
 		}
-		return reconcile.Result{}, client.IgnoreNotFound(err)
+		return reconcile.Result{}, err
 	}
 	if np.DeletionTimestamp != nil {
 		return r.finalize(ctx, &np)
@@ -134,13 +125,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err := r.Client.List(ctx, &all); err != nil {
 		return reconcile.Result{}, err
 	}
-	var existingErr error
-	if r.Existing != nil {
-		_, errs := r.Existing.Sync(ctx, all.Items)
-		existingErr = errs[np.Name]
-	} else if len(np.Spec.ExistingInstanceGroupNames) > 0 {
-		existingErr = fmt.Errorf("existingInstanceGroupNames are not served by this controller")
-	}
+	existingErr := r.syncExisting(ctx, &np, all.Items)
 	pool, err := r.pool(ctx, &np)
 	if err == nil {
 		err = existingErr
@@ -183,20 +168,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 		setForecastStatus(&np, outlook, ahead)
 	}
-	for _, g := range pool.Groups {
-		n := p.Add[g.Name]
-		if n == 0 {
-			continue
-		}
-		if err := r.Core.Write(ctx, func(c Core) error { return c.IncreaseSize(ctx, g.Name, n) }); err != nil {
-			r.Recorder.Eventf(&np, nil, corev1.EventTypeWarning, "ScaleUpFailed", "ScaleUp", "group %s: %v", g.Name, err)
-			continue
-		}
-		r.Recorder.Eventf(&np, nil, corev1.EventTypeNormal, "ScaledUp", "ScaleUp", "group %s +%d (%s)", g.Name, n, p.Reason)
-		r.Logger.Info("scale up", "pool", np.Name, "group", g.Name, "delta", n, "reason", p.Reason)
-		now := metav1.Now()
-		np.Status.LastScaleTime = &now
-	}
+	r.scaleUp(ctx, &np, pool, p)
 	if r.disrupt(ctx, &np, pool, snapshot, nodes.Items, pods.Items, owned, len(p.Add) > 0) {
 		now := metav1.Now()
 		np.Status.LastScaleTime = &now
@@ -228,6 +200,55 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		res.RequeueAfter = max(np.Spec.ScaleDownDelay.Duration, time.Second)
 	}
 	return res, err
+}
+
+// forget takes the existing instance groups of a pool that is gone out of
+// the core.
+func (r *Reconciler) forget(ctx context.Context) (reconcile.Result, error) {
+	if r.Existing == nil {
+		return reconcile.Result{}, nil
+	}
+	var all v1alpha1.NodeProvisionerList
+	if err := r.Client.List(ctx, &all); err != nil {
+		return reconcile.Result{}, err
+	}
+	if _, errs := r.Existing.Sync(ctx, all.Items); len(errs) > 0 {
+		// The other pools' errors are theirs to report; the groups of
+		// the pool gone must still leave the core.
+		return reconcile.Result{RequeueAfter: 10 * time.Second}, nil
+	}
+	return reconcile.Result{}, nil
+}
+
+// syncExisting puts every pool's existing instance groups in force and
+// returns this pool's error, if any.
+func (r *Reconciler) syncExisting(ctx context.Context, np *v1alpha1.NodeProvisioner, all []v1alpha1.NodeProvisioner) error {
+	if r.Existing == nil {
+		if len(np.Spec.ExistingInstanceGroupNames) > 0 {
+			return fmt.Errorf("existingInstanceGroupNames are not served by this controller")
+		}
+		return nil
+	}
+	_, errs := r.Existing.Sync(ctx, all)
+	return errs[np.Name]
+}
+
+// scaleUp orders what the plan adds to each group.
+func (r *Reconciler) scaleUp(ctx context.Context, np *v1alpha1.NodeProvisioner, pool plan.Pool, p plan.Plan) {
+	for _, g := range pool.Groups {
+		n := p.Add[g.Name]
+		if n == 0 {
+			continue
+		}
+		if err := r.Core.Write(ctx, func(c Core) error { return c.IncreaseSize(ctx, g.Name, n) }); err != nil {
+			r.Recorder.Eventf(np, nil, corev1.EventTypeWarning, "ScaleUpFailed", "ScaleUp", "group %s: %v", g.Name, err)
+			continue
+		}
+		r.Recorder.Eventf(np, nil, corev1.EventTypeNormal, "ScaledUp", "ScaleUp", "group %s +%d (%s)", g.Name, n, p.Reason)
+		r.Logger.Info("scale up", "pool", np.Name, "group", g.Name, "delta", n, "reason", p.Reason)
+		now := metav1.Now()
+		np.Status.LastScaleTime = &now
+	}
 }
 
 func conditionStatus(b bool) metav1.ConditionStatus {

@@ -79,69 +79,8 @@ func (e *ExistingGroups) Sync(ctx context.Context, nps []v1alpha1.NodeProvisione
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	names, errs := map[string][]string{}, map[string]error{}
-	type want struct {
-		pool      string
-		zone, mig string
-	}
-	fileNames, fileMIGs := map[string]bool{}, map[string]string{}
-	if e.FileGroups != nil {
-		for i, g := range e.FileGroups() {
-			fileNames[g.Name] = true
-			if g.Cloud != config.CloudGCP {
-				continue
-			}
-			mig := g.CloudOptions["instanceGroup"]
-			if mig == "" {
-				mig = g.Name
-			}
-			for _, z := range g.Locations {
-				fileMIGs[z+"/"+mig] = fmt.Sprintf("nodeGroups[%d] (%s) of the config", i, g.Name)
-			}
-		}
-	}
-	var wants []want
-	owner := map[string]string{} // zone/name -> pool
-	sorted := append([]v1alpha1.NodeProvisioner(nil), nps...)
-	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
-	for _, np := range sorted {
-		if len(np.Spec.ExistingInstanceGroupNames) == 0 || np.DeletionTimestamp != nil {
-			continue
-		}
-		if e.Describer == nil {
-			errs[np.Name] = errors.New("existingInstanceGroupNames name GCP managed instance groups: configure clouds.gcp")
-			continue
-		}
-		if msgs := validation.IsValidLabelValue(np.Name); len(msgs) > 0 {
-			errs[np.Name] = fmt.Errorf("the pool's name is the value of its nodes' %s label: %s", LabelProvisionerName, strings.Join(msgs, "; "))
-			continue
-		}
-		var pool []want
-		mine := map[string]int{}
-		for i, ref := range np.Spec.ExistingInstanceGroupNames {
-			zone, mig, err := config.ParseInstanceGroup(ref, e.Zone)
-			key := zone + "/" + mig
-			switch j, twice := mine[key]; {
-			case err != nil:
-			case twice:
-				err = fmt.Errorf("the same managed instance group as existingInstanceGroupNames[%d]", j)
-			case owner[key] != "" && owner[key] != np.Name:
-				err = fmt.Errorf("it belongs to NodeProvisioner %q already", owner[key])
-			case fileMIGs[key] != "":
-				err = fmt.Errorf("it is %s", fileMIGs[key])
-			}
-			if err != nil {
-				errs[np.Name] = fmt.Errorf("existingInstanceGroupNames[%d] %q: %w", i, ref, err)
-				pool = nil
-				break
-			}
-			mine[key] = i
-			pool = append(pool, want{pool: np.Name, zone: zone, mig: mig})
-		}
-		for _, w := range pool {
-			owner[w.zone+"/"+w.mig] = np.Name
-		}
-		wants = append(wants, pool...)
-	}
+	fileNames, fileMIGs := e.fileGroups()
+	wants := e.claims(nps, fileMIGs, errs)
 	migNames := map[string]int{}
 	for _, w := range wants {
 		migNames[w.mig]++
@@ -195,6 +134,84 @@ func (e *ExistingGroups) Sync(ctx context.Context, nps []v1alpha1.NodeProvisione
 		e.Logger.Info("node groups of existing instance groups in force", "groups", len(kept))
 	}
 	return names, errs
+}
+
+// claim is a pool's claim on one managed instance group.
+type claim struct {
+	pool      string
+	zone, mig string
+}
+
+// fileGroups returns the names of the config file's node groups, and for
+// each zone/MIG a GCP group of the file manages, where the file says so.
+func (e *ExistingGroups) fileGroups() (names map[string]bool, migs map[string]string) {
+	names, migs = map[string]bool{}, map[string]string{}
+	if e.FileGroups != nil {
+		for i, g := range e.FileGroups() {
+			names[g.Name] = true
+			if g.Cloud != config.CloudGCP {
+				continue
+			}
+			mig := g.CloudOptions["instanceGroup"]
+			if mig == "" {
+				mig = g.Name
+			}
+			for _, z := range g.Locations {
+				migs[z+"/"+mig] = fmt.Sprintf("nodeGroups[%d] (%s) of the config", i, g.Name)
+			}
+		}
+	}
+	return names, migs
+}
+
+// claims returns the MIGs the pools name, in pool-name order, and records
+// in errs each pool whose names cannot be taken (all of its claims then
+// drop): malformed, twice, another pool's, or the file's own.
+func (e *ExistingGroups) claims(nps []v1alpha1.NodeProvisioner, fileMIGs map[string]string, errs map[string]error) []claim {
+	var wants []claim
+	owner := map[string]string{} // zone/name -> pool
+	sorted := append([]v1alpha1.NodeProvisioner(nil), nps...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
+	for _, np := range sorted {
+		if len(np.Spec.ExistingInstanceGroupNames) == 0 || np.DeletionTimestamp != nil {
+			continue
+		}
+		if e.Describer == nil {
+			errs[np.Name] = errors.New("existingInstanceGroupNames name GCP managed instance groups: configure clouds.gcp")
+			continue
+		}
+		if msgs := validation.IsValidLabelValue(np.Name); len(msgs) > 0 {
+			errs[np.Name] = fmt.Errorf("the pool's name is the value of its nodes' %s label: %s", LabelProvisionerName, strings.Join(msgs, "; "))
+			continue
+		}
+		var pool []claim
+		mine := map[string]int{}
+		for i, ref := range np.Spec.ExistingInstanceGroupNames {
+			zone, mig, err := config.ParseInstanceGroup(ref, e.Zone)
+			key := zone + "/" + mig
+			switch j, twice := mine[key]; {
+			case err != nil:
+			case twice:
+				err = fmt.Errorf("the same managed instance group as existingInstanceGroupNames[%d]", j)
+			case owner[key] != "" && owner[key] != np.Name:
+				err = fmt.Errorf("it belongs to NodeProvisioner %q already", owner[key])
+			case fileMIGs[key] != "":
+				err = fmt.Errorf("it is %s", fileMIGs[key])
+			}
+			if err != nil {
+				errs[np.Name] = fmt.Errorf("existingInstanceGroupNames[%d] %q: %w", i, ref, err)
+				pool = nil
+				break
+			}
+			mine[key] = i
+			pool = append(pool, claim{pool: np.Name, zone: zone, mig: mig})
+		}
+		for _, w := range pool {
+			owner[w.zone+"/"+w.mig] = np.Name
+		}
+		wants = append(wants, pool...)
+	}
+	return wants
 }
 
 // MarkerPrefix starts the mark an operator puts in a MIG's description

@@ -197,52 +197,11 @@ type run struct {
 }
 
 func newRun(ctx context.Context, trace Trace, opts Options) (*run, error) {
-	if opts.Config == nil || opts.Config.Clouds.Sim == nil {
-		return nil, errors.New("simulate needs a config with clouds.sim and node groups on it")
-	}
-	if opts.Policy == "" {
-		opts.Policy = NodeProvisioner
-	}
-	if opts.Policy != NodeProvisioner && opts.Policy != Baseline && opts.Policy != Foresight {
-		return nil, fmt.Errorf("policy %q: want %s, %s or %s", opts.Policy, NodeProvisioner, Baseline, Foresight)
-	}
-	if opts.Loop <= 0 {
-		opts.Loop = defaultLoop
-	}
-	if opts.GPUStartup < 0 {
-		return nil, fmt.Errorf("GPU start-up %s: negative", opts.GPUStartup)
-	}
-	if opts.GPUStartup == 0 {
-		opts.GPUStartup = defaultGPUStartup
-	}
-	if opts.Sample <= 0 {
-		opts.Sample = 5 * time.Minute
-	}
-	if opts.Standby < 0 || opts.StandbyGPUStartup < 0 {
-		return nil, fmt.Errorf("standby %d, standby GPU start-up %s: negative", opts.Standby, opts.StandbyGPUStartup)
-	}
-	if opts.StandbyGPUStartup == 0 {
-		opts.StandbyGPUStartup = defaultStandbyGPUStartup
-	}
-	if _, err := provisioner.MaxExtraHourlyCost(opts.Provisioner.Forecast); err != nil {
+	opts, err := opts.complete()
+	if err != nil {
 		return nil, err
 	}
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
-	}
-	cfg := *opts.Config
-	cfg.NodeGroups = slices.Clone(cfg.NodeGroups)
-	for i := range cfg.NodeGroups {
-		if g := &cfg.NodeGroups[i]; opts.Standby > 0 && g.Cloud == sim.Name && g.Standby == nil && g.ManagedBy != config.ManagedByKarpenter {
-			g.Standby = &config.Standby{Size: min(opts.Standby, g.MaxSize)}
-		}
-	}
-	// The client-side rate limit runs on real time and protects a real
-	// cloud's API; the simulated one is in the process.
-	cfg.Sync.RequestsPerSecond = 1e9
-	// Creates take no virtual time here; one worker keeps their order,
-	// and so which one meets a stock-out, the same from run to run.
-	cfg.Sync.MaxConcurrentCreates = 1
+	cfg := runConfig(opts)
 	simCfg := daemon.SimConfig(*cfg.Clouds.Sim)
 	if opts.Seed == 0 {
 		opts.Seed = max(uint64(simCfg.Seed), sim.DefaultSeed)
@@ -276,9 +235,6 @@ func newRun(ctx context.Context, trace Trace, opts Options) (*run, error) {
 	if err != nil {
 		return nil, fmt.Errorf("clouds.sim: %w", err)
 	}
-	if opts.Forecast && opts.TrainFor == 0 {
-		opts.TrainFor = defaultTrainFor
-	}
 	r := &run{opts: opts, trace: trace, clock: clk, engine: engine, now: start, start: start, nextSync: start, reg: prometheus.NewRegistry(), cl: newCluster(),
 		bootDelay: sim.DefaultBootDelay, startDelay: engine.StartDelay(), res: &Result{Policy: opts.Policy, Trace: trace.Name, Standby: opts.Standby},
 		failed: map[string][]string{}, instances: map[string][]nodegroup.Instance{}}
@@ -295,9 +251,6 @@ func newRun(ctx context.Context, trace Trace, opts Options) (*run, error) {
 		}
 	}
 	if opts.Forecast {
-		if opts.Policy != NodeProvisioner {
-			return nil, fmt.Errorf("forecast: only the %s policy orders ahead of a forecast", NodeProvisioner)
-		}
 		r.demand = forecast.NewDemand()
 		r.res.Forecast = true
 	}
@@ -312,17 +265,103 @@ func newRun(ctx context.Context, trace Trace, opts Options) (*run, error) {
 	if len(r.groups) == 0 {
 		return nil, errors.New("simulate needs node groups on the simulated cloud (cloud: sim)")
 	}
-	core, err := nodegroup.New(&cfg, map[string]cloud.Provider{sim.Name: engine.Account(cfg.ClusterName)}, nodegroup.Options{
+	if err := r.startCore(ctx, &cfg); err != nil {
+		return nil, err
+	}
+	core := r.core
+	for _, name := range r.groups {
+		if _, ok := core.Group(name); !ok {
+			r.stop()
+			return nil, fmt.Errorf("node group %q: not in the config", name)
+		}
+	}
+	for _, p := range trace.Pods {
+		obj := podObject(p)
+		req := plan.Requests(obj)
+		r.pods = append(r.pods, &pod{Pod: p, obj: obj, req: req, gpu: plan.GPUEquivalents(req)})
+	}
+	return r, nil
+}
+
+// complete checks a run's options and fills in their defaults.
+func (opts Options) complete() (Options, error) {
+	if opts.Config == nil || opts.Config.Clouds.Sim == nil {
+		return opts, errors.New("simulate needs a config with clouds.sim and node groups on it")
+	}
+	if opts.Policy == "" {
+		opts.Policy = NodeProvisioner
+	}
+	if opts.Policy != NodeProvisioner && opts.Policy != Baseline && opts.Policy != Foresight {
+		return opts, fmt.Errorf("policy %q: want %s, %s or %s", opts.Policy, NodeProvisioner, Baseline, Foresight)
+	}
+	if opts.Loop <= 0 {
+		opts.Loop = defaultLoop
+	}
+	if opts.GPUStartup < 0 {
+		return opts, fmt.Errorf("GPU start-up %s: negative", opts.GPUStartup)
+	}
+	if opts.GPUStartup == 0 {
+		opts.GPUStartup = defaultGPUStartup
+	}
+	if opts.Sample <= 0 {
+		opts.Sample = 5 * time.Minute
+	}
+	if opts.Standby < 0 || opts.StandbyGPUStartup < 0 {
+		return opts, fmt.Errorf("standby %d, standby GPU start-up %s: negative", opts.Standby, opts.StandbyGPUStartup)
+	}
+	if opts.StandbyGPUStartup == 0 {
+		opts.StandbyGPUStartup = defaultStandbyGPUStartup
+	}
+	if _, err := provisioner.MaxExtraHourlyCost(opts.Provisioner.Forecast); err != nil {
+		return opts, err
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Forecast && opts.TrainFor == 0 {
+		opts.TrainFor = defaultTrainFor
+	}
+	if opts.Forecast && opts.Policy != NodeProvisioner {
+		return opts, fmt.Errorf("forecast: only the %s policy orders ahead of a forecast", NodeProvisioner)
+	}
+	return opts, nil
+}
+
+// runConfig is the configuration a run plays: opts.Config with standby
+// pools of opts.Standby, and no client-side limits the simulated cloud
+// does not need.
+func runConfig(opts Options) config.Config {
+	cfg := *opts.Config
+	cfg.NodeGroups = slices.Clone(cfg.NodeGroups)
+	for i := range cfg.NodeGroups {
+		if g := &cfg.NodeGroups[i]; opts.Standby > 0 && g.Cloud == sim.Name && g.Standby == nil && g.ManagedBy != config.ManagedByKarpenter {
+			g.Standby = &config.Standby{Size: min(opts.Standby, g.MaxSize)}
+		}
+	}
+	// The client-side rate limit runs on real time and protects a real
+	// cloud's API; the simulated one is in the process.
+	cfg.Sync.RequestsPerSecond = 1e9
+	// Creates take no virtual time here; one worker keeps their order,
+	// and so which one meets a stock-out, the same from run to run.
+	cfg.Sync.MaxConcurrentCreates = 1
+	return cfg
+}
+
+// startCore starts the run's core on cfg, and the sizer of the standby
+// pools a forecast sizes.
+func (r *run) startCore(ctx context.Context, cfg *config.Config) error {
+	clk, engine, opts := r.clock, r.engine, r.opts
+	core, err := nodegroup.New(cfg, map[string]cloud.Provider{sim.Name: engine.Account(cfg.ClusterName)}, nodegroup.Options{
 		Clock: clk, Logger: opts.Logger, Registerer: r.reg, Manual: true,
 		Entropy: rand.NewChaCha8(seedBytes(opts.Seed)),
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	if err := core.Start(cctx); err != nil {
 		cancel()
-		return nil, err
+		return err
 	}
 	r.core = core
 	r.stop = func() { cancel(); core.Wait() }
@@ -338,21 +377,10 @@ func newRun(ctx context.Context, trace Trace, opts Options) (*run, error) {
 		if r.standby, err = standby.New(standby.Options{Core: func() standby.Core { return core }, Clock: clk,
 			Groups: func() []config.NodeGroup { return forecasted }}); err != nil {
 			r.stop()
-			return nil, err
+			return err
 		}
 	}
-	for _, name := range r.groups {
-		if _, ok := core.Group(name); !ok {
-			r.stop()
-			return nil, fmt.Errorf("node group %q: not in the config", name)
-		}
-	}
-	for _, p := range trace.Pods {
-		obj := podObject(p)
-		req := plan.Requests(obj)
-		r.pods = append(r.pods, &pod{Pod: p, obj: obj, req: req, gpu: plan.GPUEquivalents(req)})
-	}
-	return r, nil
+	return nil
 }
 
 // standbyLead is how long before the first arrival the pools of cfg's
@@ -405,18 +433,7 @@ func (r *run) play(ctx context.Context) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		// The next thing that happens.
-		t := nextLoop
-		if r.next < len(r.pods) {
-			t = min(t, r.pods[r.next].At)
-		}
-		if len(r.running) > 0 {
-			t = min(t, r.running[0].done)
-		}
-		if at, ok := r.cl.nextReady(); ok {
-			t = min(t, max(at, r.now))
-		}
-		t = min(t, nextSample)
+		t := r.nextEvent(min(nextLoop, nextSample))
 		if r.next == len(r.pods) && len(r.running) == 0 && len(r.cl.pending) == 0 {
 			break // every pod has run
 		}
@@ -432,24 +449,8 @@ func (r *run) play(ctx context.Context) error {
 			r.opts.Progress(t, end)
 			nextProgress += time.Hour
 		}
-		for r.next < len(r.pods) && r.pods[r.next].At <= t {
-			r.cl.arrive(r.pods[r.next], t)
-			if r.demand != nil {
-				p := r.pods[r.next]
-				r.demand.Arrive(epoch.Add(t), forecast.Shape{GPUs: p.GPUs, MIG: p.MIG})
-			}
-			r.next++
-			r.dirty = true
-		}
-		for len(r.running) > 0 && r.running[0].done <= t {
-			p := r.running[0]
-			r.running = r.running[1:]
-			if p.node != nil && p.started && p.done <= t {
-				r.cl.finish(p, t)
-				r.res.Finished++
-				r.dirty = true
-			}
-		}
+		r.arrive(t)
+		r.finish(t)
 		if r.cl.becomeReady(t) {
 			r.dirty = true
 		}
@@ -459,17 +460,7 @@ func (r *run) play(ctx context.Context) error {
 			}
 			nextLoop += r.opts.Loop
 		}
-		r.cl.schedule(t, func(p *pod) {
-			r.dirty = true
-			switch {
-			case p.requeued == 0 && p.At >= r.opts.MeasureFrom:
-				r.res.waits = append(r.res.waits, t-p.At)
-			case p.requeued > 0 && p.since >= r.opts.MeasureFrom:
-				r.res.requeueWaits = append(r.res.requeueWaits, t-p.since)
-			}
-			i, _ := slices.BinarySearchFunc(r.running, p.done, func(q *pod, d time.Duration) int { return cmp.Compare(q.done, d) })
-			r.running = slices.Insert(r.running, i, p)
-		})
+		r.cl.schedule(t, func(p *pod) { r.started(p, t) })
 		if t == nextSample {
 			r.sample()
 			nextSample += r.opts.Sample
@@ -483,6 +474,62 @@ func (r *run) play(ctx context.Context) error {
 	}
 	r.res.Simulated = r.now
 	return nil
+}
+
+// nextEvent is the time of the next thing that happens: a pod's arrival
+// or end, a node ready, or by (the policy's next loop or sample).
+func (r *run) nextEvent(by time.Duration) time.Duration {
+	t := by
+	if r.next < len(r.pods) {
+		t = min(t, r.pods[r.next].At)
+	}
+	if len(r.running) > 0 {
+		t = min(t, r.running[0].done)
+	}
+	if at, ok := r.cl.nextReady(); ok {
+		t = min(t, max(at, r.now))
+	}
+	return t
+}
+
+// arrive makes the pods that arrive by t pending.
+func (r *run) arrive(t time.Duration) {
+	for r.next < len(r.pods) && r.pods[r.next].At <= t {
+		p := r.pods[r.next]
+		r.cl.arrive(p, t)
+		if r.demand != nil {
+			r.demand.Arrive(epoch.Add(t), forecast.Shape{GPUs: p.GPUs, MIG: p.MIG})
+		}
+		r.next++
+		r.dirty = true
+	}
+}
+
+// finish ends the pods whose work is done by t.
+func (r *run) finish(t time.Duration) {
+	for len(r.running) > 0 && r.running[0].done <= t {
+		p := r.running[0]
+		r.running = r.running[1:]
+		if p.node != nil && p.started && p.done <= t {
+			r.cl.finish(p, t)
+			r.res.Finished++
+			r.dirty = true
+		}
+	}
+}
+
+// started records a pod the scheduler placed at t: its wait, and its end
+// among the running pods.
+func (r *run) started(p *pod, t time.Duration) {
+	r.dirty = true
+	switch {
+	case p.requeued == 0 && p.At >= r.opts.MeasureFrom:
+		r.res.waits = append(r.res.waits, t-p.At)
+	case p.requeued > 0 && p.since >= r.opts.MeasureFrom:
+		r.res.requeueWaits = append(r.res.requeueWaits, t-p.since)
+	}
+	i, _ := slices.BinarySearchFunc(r.running, p.done, func(q *pod, d time.Duration) int { return cmp.Compare(q.done, d) })
+	r.running = slices.Insert(r.running, i, p)
 }
 
 // account adds the GPU-hours and spend from the last event until t.

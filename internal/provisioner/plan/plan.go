@@ -143,61 +143,117 @@ type bin struct {
 // utilization is above the band or the buffer is short, then pick idle
 // nodes that may go when nothing is added.
 func Compute(pool Pool, nodes []Node, pending []*corev1.Pod) Plan {
-	p := Plan{Add: map[string]int{}, GroupAllocatable: map[string]float64{}, GroupRequested: map[string]float64{}, Filled: map[string]int{}}
-	index := map[string]int{}
-	gpusOf := make([]float64, len(pool.Groups))
-	for i, g := range pool.Groups {
-		index[g.Name] = i
-		if g.Template != nil {
-			gpusOf[i] = GPUEquivalents(g.Template.Status.Allocatable)
-		}
+	c := newPlanner(pool, nodes)
+	planned := c.placePending(pending)
+	// Pods planned onto ready nodes make them busy, not idle: they are
+	// already in the utilization and buffer counts through Requested below.
+	c.requested = c.p.Requested + planned
+	c.alloc = c.p.Allocatable
+	for gi, g := range pool.Groups {
+		c.alloc += float64(c.p.Add[g.Name]) * c.gpusOf[gi]
 	}
-	var bins []*bin
-	idle := 0
+	c.band()
+	c.fillBuffer()
+	if c.total > len(nodes) {
+		return c.p
+	}
+	c.scaleDown()
+	return c.p
+}
+
+// planner is one Compute's state: the plan so far, the bins pods are
+// planned onto, and the pool's size, spend and GPUs as the plan grows.
+type planner struct {
+	pool  Pool
+	nodes []Node
+	p     Plan
+	// index finds a group's position by name; gpusOf is each group's
+	// GPU-equivalents per node.
+	index  map[string]int
+	gpusOf []float64
+	bins   []*bin
+	// idle counts the nodes with nothing requested; total the nodes,
+	// spend the hourly spend, both with the plan's additions.
+	idle, total int
+	spend       float64
+	// alloc and requested are the pool's GPU-equivalents with the plan.
+	alloc, requested float64
+}
+
+func newPlanner(pool Pool, nodes []Node) *planner {
+	c := &planner{
+		pool: pool, nodes: nodes, total: len(nodes),
+		p:      Plan{Add: map[string]int{}, GroupAllocatable: map[string]float64{}, GroupRequested: map[string]float64{}, Filled: map[string]int{}},
+		index:  map[string]int{},
+		gpusOf: make([]float64, len(pool.Groups)),
+	}
+	for i, g := range pool.Groups {
+		c.index[g.Name] = i
+		if g.Template != nil {
+			c.gpusOf[i] = GPUEquivalents(g.Template.Status.Allocatable)
+		}
+		c.spend += g.Spend
+	}
 	for _, n := range nodes {
-		gi, ok := index[n.Group]
+		gi, ok := c.index[n.Group]
 		alloc := n.GPUs
 		if n.Coming && ok {
-			alloc = gpusOf[gi]
+			alloc = c.gpusOf[gi]
 			if tmpl := pool.Groups[gi].Template; tmpl != nil && n.Requested == 0 {
-				bins = append(bins, &bin{group: gi, node: tmpl, free: tmpl.Status.Allocatable.DeepCopy(), empty: true})
+				c.bins = append(c.bins, &bin{group: gi, node: tmpl, free: tmpl.Status.Allocatable.DeepCopy(), empty: true})
 			}
 		} else if ok && n.Object != nil && n.freeGPUs() > minGPU {
-			bins = append(bins, &bin{group: gi, node: n.Object, free: n.room(), existing: true, empty: n.Requested == 0})
+			c.bins = append(c.bins, &bin{group: gi, node: n.Object, free: n.room(), existing: true, empty: n.Requested == 0})
 		}
-		p.Allocatable += alloc
-		p.Requested += n.Requested
-		p.GroupAllocatable[n.Group] += alloc
-		p.GroupRequested[n.Group] += n.Requested
+		c.p.Allocatable += alloc
+		c.p.Requested += n.Requested
+		c.p.GroupAllocatable[n.Group] += alloc
+		c.p.GroupRequested[n.Group] += n.Requested
 		if n.Requested == 0 {
-			idle++
+			c.idle++
 		}
 	}
-	total := len(nodes)
-	spend := 0.0
-	for _, g := range pool.Groups {
-		spend += g.Spend
-	}
-	room := func(gi int) bool {
-		g := pool.Groups[gi]
-		return !g.Unavailable && g.Template != nil && g.Nodes+p.Add[g.Name] < g.MaxSize &&
-			(pool.MaxNodes == 0 || total < pool.MaxNodes) &&
-			(pool.MaxHourlyCost == 0 || spend+g.Price <= pool.MaxHourlyCost+1e-9)
-	}
-	add := func(gi int, reason string) *bin {
-		g := pool.Groups[gi]
-		p.Add[g.Name]++
-		total++
-		spend += g.Price
-		if p.Reason == "" {
-			p.Reason = reason
-		}
-		b := &bin{group: gi, node: g.Template, free: g.Template.Status.Allocatable.DeepCopy()}
-		bins = append(bins, b)
-		return b
-	}
+	return c
+}
 
-	// 1. Pending pods, largest GPU request first.
+// room reports whether group gi may take one more node: available, under
+// its maxSize, the pool's maxNodes and its cost cap.
+func (c *planner) room(gi int) bool {
+	g := c.pool.Groups[gi]
+	return !g.Unavailable && g.Template != nil && g.Nodes+c.p.Add[g.Name] < g.MaxSize &&
+		(c.pool.MaxNodes == 0 || c.total < c.pool.MaxNodes) &&
+		(c.pool.MaxHourlyCost == 0 || c.spend+g.Price <= c.pool.MaxHourlyCost+1e-9)
+}
+
+// firstRoom is the first group, in the pool's order, with room and GPUs;
+// -1 when none has.
+func (c *planner) firstRoom() int {
+	for gi := range c.pool.Groups {
+		if c.room(gi) && c.gpusOf[gi] > 0 {
+			return gi
+		}
+	}
+	return -1
+}
+
+// add plans a new node of group gi, for reason, and returns its bin.
+func (c *planner) add(gi int, reason string) *bin {
+	g := c.pool.Groups[gi]
+	c.p.Add[g.Name]++
+	c.total++
+	c.spend += g.Price
+	if c.p.Reason == "" {
+		c.p.Reason = reason
+	}
+	b := &bin{group: gi, node: g.Template, free: g.Template.Status.Allocatable.DeepCopy()}
+	c.bins = append(c.bins, b)
+	return b
+}
+
+// placePending plans the pending pods, largest GPU request first, onto
+// the bins, then onto new nodes of the first group that takes them. It
+// returns the GPU-equivalents planned.
+func (c *planner) placePending(pending []*corev1.Pod) float64 {
 	sorted := append([]*corev1.Pod(nil), pending...)
 	reqs := map[*corev1.Pod]corev1.ResourceList{}
 	for _, pod := range sorted {
@@ -207,99 +263,102 @@ func Compute(pool Pool, nodes []Node, pending []*corev1.Pod) Plan {
 	planned := 0.0
 	for _, pod := range sorted {
 		req := reqs[pod]
-		placed := false
-		for _, b := range bins {
-			if FitsIn(req, b.free) && admits(pod, b.node) {
-				Subtract(b.free, req)
-				if b.empty && !b.used {
-					p.Filled[pool.Groups[b.group].Name]++
-				}
-				b.used, placed = true, true
-				break
-			}
-		}
-		for gi := range pool.Groups {
-			if placed || !room(gi) {
-				continue
-			}
-			if tmpl := pool.Groups[gi].Template; FitsIn(req, tmpl.Status.Allocatable) && admits(pod, tmpl) {
-				b := add(gi, "pending")
-				Subtract(b.free, req)
-				b.used, placed = true, true
-			}
-		}
-		if !placed {
-			p.Unplaced = append(p.Unplaced, pod.Namespace+"/"+pod.Name)
+		if !c.placeOnBin(pod, req) && !c.placeOnNew(pod, req) {
+			c.p.Unplaced = append(c.p.Unplaced, pod.Namespace+"/"+pod.Name)
 			continue
 		}
 		planned += GPUEquivalents(req)
 	}
-	// Pods planned onto ready nodes make them busy, not idle: they are
-	// already in the utilization and buffer counts through Requested below.
+	return planned
+}
 
-	// 2. The utilization band: add capacity while above the maximum.
-	alloc, requested := p.Allocatable, p.Requested+planned
-	for gi := range pool.Groups {
-		alloc += float64(p.Add[pool.Groups[gi].Name]) * gpusOf[gi]
-	}
-	firstRoom := func() int {
-		for gi := range pool.Groups {
-			if room(gi) && gpusOf[gi] > 0 {
-				return gi
+// placeOnBin plans a pod onto the first bin it fits and is admitted on.
+func (c *planner) placeOnBin(pod *corev1.Pod, req corev1.ResourceList) bool {
+	for _, b := range c.bins {
+		if FitsIn(req, b.free) && admits(pod, b.node) {
+			Subtract(b.free, req)
+			if b.empty && !b.used {
+				c.p.Filled[c.pool.Groups[b.group].Name]++
 			}
+			b.used = true
+			return true
 		}
-		return -1
 	}
-	for pool.MaxUtilization > 0 && requested > 0 && (alloc == 0 || requested/alloc > pool.MaxUtilization) {
-		gi := firstRoom()
-		if gi < 0 {
-			break
-		}
-		add(gi, "utilization")
-		alloc += gpusOf[gi]
-	}
+	return false
+}
 
-	// 3. The warm buffer: nodes with nothing requested, new empty ones included.
-	for _, b := range bins {
+// placeOnNew plans a pod onto a new node of the first group with room
+// whose template takes it.
+func (c *planner) placeOnNew(pod *corev1.Pod, req corev1.ResourceList) bool {
+	for gi := range c.pool.Groups {
+		if !c.room(gi) {
+			continue
+		}
+		if tmpl := c.pool.Groups[gi].Template; FitsIn(req, tmpl.Status.Allocatable) && admits(pod, tmpl) {
+			b := c.add(gi, "pending")
+			Subtract(b.free, req)
+			b.used = true
+			return true
+		}
+	}
+	return false
+}
+
+// band adds capacity while utilization is above the band's maximum.
+func (c *planner) band() {
+	for c.pool.MaxUtilization > 0 && c.requested > 0 && (c.alloc == 0 || c.requested/c.alloc > c.pool.MaxUtilization) {
+		gi := c.firstRoom()
+		if gi < 0 {
+			return
+		}
+		c.add(gi, "utilization")
+		c.alloc += c.gpusOf[gi]
+	}
+}
+
+// fillBuffer adds nodes until the warm buffer (nodes with nothing
+// requested, new empty ones included) is full, then up to minNodes.
+func (c *planner) fillBuffer() {
+	for _, b := range c.bins {
 		if !b.used && !b.existing {
-			idle++
+			c.idle++
 		}
 	}
-	idle -= countComingIdle(nodes, index) // coming idle nodes were counted once as nodes above and once as bins
-	for idle < pool.Buffer {
-		gi := firstRoom()
+	c.idle -= countComingIdle(c.nodes, c.index) // coming idle nodes were counted once as nodes and once as bins
+	for c.idle < c.pool.Buffer {
+		gi := c.firstRoom()
 		if gi < 0 {
 			break
 		}
-		add(gi, "buffer")
-		idle++
+		c.add(gi, "buffer")
+		c.idle++
 	}
-	for total < pool.MinNodes {
-		gi := firstRoom()
+	for c.total < c.pool.MinNodes {
+		gi := c.firstRoom()
 		if gi < 0 {
 			break
 		}
-		add(gi, "minNodes")
+		c.add(gi, "minNodes")
 	}
-	if total > len(nodes) {
-		return p
-	}
+}
 
-	// 4. Scale down: idle, removable, ready nodes beyond the buffer, last
-	// fallback group first; never below minNodes, never above the band.
+// scaleDown picks idle, removable, ready nodes beyond the buffer, last
+// fallback group first; never below minNodes or a group's minSize, never
+// above the band.
+func (c *planner) scaleDown() {
 	var candidates []Node
-	for _, n := range nodes {
+	for _, n := range c.nodes {
 		if n.Requested == 0 && !n.Coming && n.Removable {
 			candidates = append(candidates, n)
 		}
 	}
-	sort.SliceStable(candidates, func(i, j int) bool { return index[candidates[i].Group] > index[candidates[j].Group] })
-	keep := pool.Buffer
+	sort.SliceStable(candidates, func(i, j int) bool { return c.index[candidates[i].Group] > c.index[candidates[j].Group] })
+	keep := c.pool.Buffer
 	size := map[string]int{} // what the core counts against minSize: its target, or the nodes seen
-	for _, n := range nodes {
+	for _, n := range c.nodes {
 		size[n.Group]++
 	}
-	for _, g := range pool.Groups {
+	for _, g := range c.pool.Groups {
 		size[g.Name] = max(size[g.Name], g.Nodes)
 	}
 	for _, n := range candidates {
@@ -307,24 +366,23 @@ func Compute(pool Pool, nodes []Node, pending []*corev1.Pod) Plan {
 			keep--
 			continue
 		}
-		if total-1 < pool.MinNodes {
+		if c.total-1 < c.pool.MinNodes {
 			break
 		}
-		if gi, ok := index[n.Group]; ok && size[n.Group]-1 < pool.Groups[gi].MinSize {
+		if gi, ok := c.index[n.Group]; ok && size[n.Group]-1 < c.pool.Groups[gi].MinSize {
 			continue // the group is at its minSize: the core keeps the node
 		}
-		if pool.MinUtilization > 0 && alloc > 0 && requested/alloc >= pool.MinUtilization {
+		if c.pool.MinUtilization > 0 && c.alloc > 0 && c.requested/c.alloc >= c.pool.MinUtilization {
 			break
 		}
-		if pool.MaxUtilization > 0 && requested > 0 && (alloc-n.GPUs <= 0 || requested/(alloc-n.GPUs) > pool.MaxUtilization) {
+		if c.pool.MaxUtilization > 0 && c.requested > 0 && (c.alloc-n.GPUs <= 0 || c.requested/(c.alloc-n.GPUs) > c.pool.MaxUtilization) {
 			break
 		}
-		p.Remove = append(p.Remove, n.Name)
-		alloc -= n.GPUs
-		total--
+		c.p.Remove = append(c.p.Remove, n.Name)
+		c.alloc -= n.GPUs
+		c.total--
 		size[n.Group]--
 	}
-	return p
 }
 
 // countComingIdle counts coming nodes with nothing requested.
