@@ -90,10 +90,10 @@ func (b *backend) running(t *testing.T, group string) []nodegroup.Instance {
 	return coretest.Running(t, b.mgr, group)
 }
 
-// TestScaleUpAndDown: instances are created by name in the first zone's
+// TestOrdersMoveTheMIGTarget: instances are created by name in the first zone's
 // MIG (raising its target size), run with their gce:// provider IDs, and
 // are deleted from the MIG (lowering it).
-func TestScaleUpAndDown(t *testing.T) {
+func TestOrdersMoveTheMIGTarget(t *testing.T) {
 	b := newBackend(t, 5, groupsYAML, gcptest.Options{})
 	ctx := context.Background()
 	tmpl, err := b.mgr.Template("l4")
@@ -122,49 +122,6 @@ func TestScaleUpAndDown(t *testing.T) {
 	b.wait(t, "the instance gone from the MIG", func() bool {
 		_, there := b.fake.Instances("us-central1-a", "gpu-l4")[victim.Name]
 		return !there && b.fake.TargetSize("us-central1-a", "gpu-l4") == 1
-	})
-}
-
-// TestStockOutMovesToNextZone: the first zone's pool is exhausted: the
-// MIG reports it only in the instance's lastAttempt; the instance is
-// taken out again and the order goes to the next zone's MIG.
-func TestStockOutMovesToNextZone(t *testing.T) {
-	b := newBackend(t, 5, groupsYAML, gcptest.Options{})
-	b.engine.SetCapacity(cloud.OfferingKey{InstanceType: "g2-standard-8", Location: "us-central1-a", CapacityType: cloud.OnDemand}, 0)
-	if err := b.mgr.IncreaseSize(context.Background(), "l4", 1); err != nil {
-		t.Fatal(err)
-	}
-	b.wait(t, "1 running", func() bool { return len(b.running(t, "l4")) == 1 })
-	if in := b.running(t, "l4")[0]; in.Location != "us-central1-b" {
-		t.Fatalf("ordered in %s", in.Location)
-	}
-	b.wait(t, "nothing left in the exhausted zone", func() bool {
-		return len(b.fake.Instances("us-central1-a", "gpu-l4")) == 0 && b.fake.TargetSize("us-central1-a", "gpu-l4") == 0
-	})
-	if !strings.Contains(b.logs.String(), "ZONE_RESOURCE_POOL_EXHAUSTED") {
-		t.Error("the stock-out's code is not in the logs")
-	}
-}
-
-// TestQuotaFailsCleanly: past the project's GPU quota the order fails as
-// quota, in every zone, and nothing is left.
-func TestQuotaFailsCleanly(t *testing.T) {
-	b := newBackend(t, 5, groupsYAML, gcptest.Options{GPUQuota: 1})
-	if err := b.mgr.IncreaseSize(context.Background(), "l4", 2); err != nil {
-		t.Fatal(err)
-	}
-	b.wait(t, "a quota failure", func() bool {
-		insts, _ := b.mgr.Instances("l4")
-		for _, in := range insts {
-			if in.ErrorCode == nodegroup.CodeQuotaExceeded {
-				return true
-			}
-		}
-		return false
-	})
-	b.wait(t, "1 running, 1 in the MIGs", func() bool {
-		return len(b.running(t, "l4")) == 1 &&
-			b.fake.TargetSize("us-central1-a", "gpu-l4")+b.fake.TargetSize("us-central1-b", "gpu-l4") == 1
 	})
 }
 

@@ -34,7 +34,8 @@ func TestConformance(t *testing.T) {
 			Cloud: gcp.Name, Scheme: "gce", Clouds: "gcp: {project: " + project + "}",
 			Group: `{name: g, cloud: gcp, instanceType: g2-standard-8, locations: [us-central1-a, us-central1-b], maxSize: 8,
      cloudOptions: {instanceGroup: gpu-g}}`,
-			Fake: gcpFake{fake, zones},
+			Fake:          gcpFake{fake, zones},
+			StockOutWords: "ZONE_RESOURCE_POOL_EXHAUSTED",
 			Provider: func(log *slog.Logger) cloud.Provider {
 				clients, err := gcp.NewClients(t.Context(), gcp.ClientOptions{Endpoint: fake.URL, NoAuth: true})
 				if err != nil {
@@ -74,6 +75,16 @@ func (f gcpFake) Lose(op conformance.Op) {
 func (f gcpFake) Creates() int { return f.Calls()["POST createInstances"] }
 
 func (f gcpFake) Instances() []cloud.Instance { return f.Project() }
+
+// StockOut empties the group's zone: the MIG's member records
+// ZONE_RESOURCE_POOL_EXHAUSTED in its lastAttempt and retries.
+func (f gcpFake) StockOut(zone string) {
+	f.Engine().SetCapacity(cloud.OfferingKey{InstanceType: "g2-standard-8", Location: zone, CapacityType: cloud.OnDemand}, 0)
+}
+
+// Quota caps the project's GPUs (g2-standard-8 has one): a member past it
+// records QUOTA_EXCEEDED.
+func (f gcpFake) Quota(instances int) { f.SetGPUQuota(instances) }
 
 func (f gcpFake) Left() string {
 	members, size := 0, 0

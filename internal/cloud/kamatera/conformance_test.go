@@ -20,8 +20,9 @@ func TestConformance(t *testing.T) {
 		fake, _ := newFake(t, 4)
 		return &conformance.Backend{
 			Cloud: kamatera.Name, Clouds: "kamatera: {}",
-			Group: `{name: g, cloud: kamatera, instanceType: 2A-4096, locations: [EU, EU-FR], image: ubuntu, maxSize: 8}`,
-			Fake:  kamateraFake{fake},
+			Group:    `{name: g, cloud: kamatera, instanceType: 2A-4096, locations: [EU, EU-FR], image: ubuntu, maxSize: 8}`,
+			Fake:     kamateraFake{fake},
+			Launches: true,
 			Provider: func(log *slog.Logger) cloud.Provider {
 				api, err := kamatera.NewClient(kamatera.ClientOptions{BaseURL: fake.URL, ClientID: clientID, Secret: secret,
 					RequestsPerSecond: 2000, RetryBase: time.Millisecond, PollInterval: 5 * time.Millisecond, Logger: log})
@@ -64,6 +65,12 @@ func (f kamateraFake) Lose(op conformance.Op) {
 }
 
 func (f kamateraFake) Creates() int { return f.Calls()["POST /service/server"] }
+
+// StockOut empties the group's offerings in location: the create's queued
+// command ends in error.
+func (f kamateraFake) StockOut(location string) {
+	f.Engine().SetCapacity(cloud.OfferingKey{InstanceType: "2A-4096", Location: location, CapacityType: cloud.OnDemand}, 0)
+}
 
 func (f kamateraFake) Left() string {
 	if n, m := len(f.Servers()), len(f.Instances()); n+m > 0 {

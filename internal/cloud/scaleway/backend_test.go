@@ -133,11 +133,11 @@ func (b *backend) running(t *testing.T, group string) []nodegroup.Instance {
 	return coretest.Running(t, b.mgr, group)
 }
 
-// TestScaleUpAndDown: a server is made with the cluster's and group's
+// TestServerGoesWithItsVolume: a server is made with the cluster's and group's
 // tags and a boot volume of the group's size, booted with a cloud-init
 // that names its provider ID (scaleway://<zone>/<id>), labels and taints
 // and no Scaleway credential, and on scale-down it goes with its volume.
-func TestScaleUpAndDown(t *testing.T) {
+func TestServerGoesWithItsVolume(t *testing.T) {
 	b := newBackend(t, 5, groupsYAML, scwtest.Options{})
 	ctx := context.Background()
 	if err := b.mgr.IncreaseSize(ctx, "l4", 2); err != nil {
@@ -180,21 +180,6 @@ func TestScaleUpAndDown(t *testing.T) {
 	b.wait(t, "the server and its volume gone", func() bool { return b.fake.ServerCount() == 1 && b.fake.VolumeCount() == 1 })
 }
 
-// TestStockOutMovesToNextZone: a zone whose stock says shortage is
-// skipped, and one that runs out between the stock read and the order
-// (out_of_stock at create) moves the order to the next zone.
-func TestStockOutMovesToNextZone(t *testing.T) {
-	b := newBackend(t, 5, groupsYAML, scwtest.Options{})
-	b.engine.SetCapacity(cloud.OfferingKey{InstanceType: "L4-1-24G", Location: "fr-par-2", CapacityType: cloud.OnDemand}, 0)
-	if err := b.mgr.IncreaseSize(context.Background(), "l4", 1); err != nil {
-		t.Fatal(err)
-	}
-	b.wait(t, "1 running", func() bool { return len(b.running(t, "l4")) == 1 })
-	if in := b.running(t, "l4")[0]; in.Location != "nl-ams-1" {
-		t.Fatalf("ordered in %s", in.Location)
-	}
-}
-
 // TestOutOfStockAtCreate: the stock read said available, the order met
 // out_of_stock: the next zone is tried, and nothing is left in the first.
 func TestOutOfStockAtCreate(t *testing.T) {
@@ -220,28 +205,6 @@ func TestOutOfStockAtCreate(t *testing.T) {
 	}
 	if b.fake.Calls()["POST /instance/v1/zones/{zone}/servers"] != 3 {
 		t.Fatalf("creates: %v", b.fake.Calls())
-	}
-}
-
-// TestQuotaFailsCleanly: past the project's quota the order fails as a
-// quota error on the instance, and leaves no server or volume.
-func TestQuotaFailsCleanly(t *testing.T) {
-	b := newBackend(t, 5, groupsYAML, scwtest.Options{ServerQuota: 1})
-	if err := b.mgr.IncreaseSize(context.Background(), "l4", 2); err != nil {
-		t.Fatal(err)
-	}
-	b.wait(t, "a quota failure", func() bool {
-		insts, _ := b.mgr.Instances("l4")
-		for _, in := range insts {
-			if in.ErrorCode == nodegroup.CodeQuotaExceeded {
-				return true
-			}
-		}
-		return false
-	})
-	b.wait(t, "1 running", func() bool { return len(b.running(t, "l4")) == 1 })
-	if b.fake.ServerCount() != 1 || b.fake.VolumeCount() != 1 {
-		t.Fatalf("%d servers, %d volumes", b.fake.ServerCount(), b.fake.VolumeCount())
 	}
 }
 

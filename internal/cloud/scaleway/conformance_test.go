@@ -28,8 +28,9 @@ func TestConformance(t *testing.T) {
 		t.Cleanup(fake.Close)
 		return &conformance.Backend{
 			Cloud: scaleway.Name, Clouds: "scaleway: {}",
-			Group: `{name: g, cloud: scaleway, instanceType: L4-1-24G, locations: [fr-par-2, nl-ams-1], maxSize: 8}`,
-			Fake:  scalewayFake{fake},
+			Group:    `{name: g, cloud: scaleway, instanceType: L4-1-24G, locations: [fr-par-2, nl-ams-1], maxSize: 8}`,
+			Fake:     scalewayFake{fake},
+			Launches: true,
 			Provider: func(log *slog.Logger) cloud.Provider {
 				client, err := scaleway.NewClient(scaleway.ClientOptions{AccessKey: accessKey, SecretKey: secretKey, ProjectID: projectID,
 					APIURL: fake.URL, RequestsPerSecond: 2000})
@@ -72,6 +73,15 @@ func (f scalewayFake) Lose(op conformance.Op) {
 }
 
 func (f scalewayFake) Creates() int { return f.Calls()["POST /instance/v1/zones/{zone}/servers"] }
+
+// StockOut empties the group's offering in location: the availability
+// says shortage, and a create answers out_of_stock.
+func (f scalewayFake) StockOut(location string) {
+	f.Engine().SetCapacity(cloud.OfferingKey{InstanceType: "L4-1-24G", Location: location, CapacityType: cloud.OnDemand}, 0)
+}
+
+// Quota answers creates past the quota 403 quotas_exceeded.
+func (f scalewayFake) Quota(instances int) { f.SetServerQuota(instances) }
 
 func (f scalewayFake) Left() string {
 	if s, v, e := f.ServerCount(), f.VolumeCount(), len(f.Instances()); s+v+e > 0 {

@@ -26,6 +26,7 @@ func TestConformance(t *testing.T) {
 			Cloud: sim.Name, Clouds: "sim: {}",
 			Group:    `{name: g, cloud: sim, instanceType: 1V100.6V, locations: [FIN-01, FIN-02], maxSize: 8}`,
 			Fake:     simFake{engine},
+			Launches: true,
 			Provider: func(*slog.Logger) cloud.Provider { return engine.Account("prod") },
 		}
 	})
@@ -36,9 +37,16 @@ type simFake struct{ e *sim.Engine }
 
 var ops = map[conformance.Op]string{conformance.Create: "create", conformance.Delete: "delete", conformance.List: "list"}
 
-func (f simFake) Fail(op conformance.Op)      { f.e.FailNext(ops[op]) }
-func (f simFake) Lose(op conformance.Op)      { f.e.LoseNext(ops[op]) }
-func (f simFake) Creates() int                { return f.e.Calls()["create"] }
+func (f simFake) Fail(op conformance.Op) { f.e.FailNext(ops[op]) }
+func (f simFake) Lose(op conformance.Op) { f.e.LoseNext(ops[op]) }
+func (f simFake) Creates() int           { return f.e.Calls()["create"] }
+
+// StockOut empties the group's offerings in location.
+func (f simFake) StockOut(location string) {
+	for _, ct := range []cloud.CapacityType{cloud.OnDemand, cloud.Spot} {
+		f.e.SetCapacity(cloud.OfferingKey{InstanceType: "1V100.6V", Location: location, CapacityType: ct}, 0)
+	}
+}
 func (f simFake) Instances() []cloud.Instance { return f.e.Instances("prod") }
 func (f simFake) Left() string {
 	if n := len(f.e.Instances("prod")); n > 0 {

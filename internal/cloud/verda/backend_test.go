@@ -341,14 +341,14 @@ func TestLegacyAdoptionIsScopedToTheCluster(t *testing.T) {
 	}
 }
 
-// An instance launched outside any group is recorded at Verda as its
-// owner's, and listed back so after a restart.
-func TestLaunchRecordsOwner(t *testing.T) {
+// TestLaunchOwnerInDescription: an instance launched outside any group is
+// recorded at Verda, which has no tags on instances, in its description
+// (the conformance suite lists it back as its owner's).
+func TestLaunchOwnerInDescription(t *testing.T) {
 	b := newBackend(t, "  - {name: gpu, cloud: verda, instanceType: 1V100.6V, locations: [FIN-01], maxSize: 3}\n")
 	ctx := context.Background()
-	in, err := b.mgr.Launch(ctx, nodegroup.LaunchRequest{Owner: "karpenter", Cloud: "verda",
-		Offering: cloud.OfferingKey{InstanceType: "1V100.6V", Location: "FIN-01", CapacityType: cloud.OnDemand}})
-	if err != nil {
+	if _, err := b.mgr.Launch(ctx, nodegroup.LaunchRequest{Owner: "karpenter", Cloud: "verda",
+		Offering: cloud.OfferingKey{InstanceType: "1V100.6V", Location: "FIN-01", CapacityType: cloud.OnDemand}}); err != nil {
 		t.Fatal(err)
 	}
 	raw, err := b.api.ListInstances(ctx)
@@ -357,13 +357,6 @@ func TestLaunchRecordsOwner(t *testing.T) {
 	}
 	if len(raw) != 1 || raw[0].Description != "gpuscaler cluster=prod owner=karpenter" {
 		t.Fatalf("at Verda: %+v", raw)
-	}
-	listed, err := verda.New(b.api, verda.Options{ClusterName: "prod"}).List(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(listed) != 1 || listed[0].Owner != "karpenter" || listed[0].Group != "" || listed[0].Name != in.Name {
-		t.Fatalf("listed %+v", listed)
 	}
 }
 

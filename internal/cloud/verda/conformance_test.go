@@ -28,8 +28,9 @@ func TestConformance(t *testing.T) {
 		t.Cleanup(fake.Close)
 		return &conformance.Backend{
 			Cloud: verda.Name, Clouds: "verda: {}",
-			Group: `{name: g, cloud: verda, instanceType: 1V100.6V, locations: [FIN-01, FIN-02], maxSize: 8}`,
-			Fake:  verdaFake{fake},
+			Group:    `{name: g, cloud: verda, instanceType: 1V100.6V, locations: [FIN-01, FIN-02], maxSize: 8}`,
+			Fake:     verdaFake{fake},
+			Launches: true,
 			Provider: func(log *slog.Logger) cloud.Provider {
 				// A create's answer is lost when it outlasts the client's
 				// timeout (verdaFake.Lose).
@@ -68,6 +69,17 @@ func (f verdaFake) Lose(op conformance.Op) {
 }
 
 func (f verdaFake) Creates() int { return f.Calls()["POST /instances"] }
+
+// StockOut empties the group's offerings in location: the availability
+// answers no, and a create answers 503 "Not enough resources".
+func (f verdaFake) StockOut(location string) {
+	for _, ct := range []cloud.CapacityType{cloud.OnDemand, cloud.Spot} {
+		f.Engine().SetCapacity(cloud.OfferingKey{InstanceType: "1V100.6V", Location: location, CapacityType: ct}, 0)
+	}
+}
+
+// Quota answers creates past the limit 400 "Instance limit exceeded".
+func (f verdaFake) Quota(instances int) { f.SetInstanceLimit(instances) }
 
 func (f verdaFake) Left() string {
 	if n, sc, v := len(f.Engine().Instances("verda-account")), f.ScriptCount(), f.Volumes(); n+sc+v > 0 {

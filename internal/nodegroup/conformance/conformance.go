@@ -66,6 +66,18 @@ type Fake interface {
 	// what they leave behind (volumes, startup scripts, a MIG's target
 	// size); "" for nothing.
 	Left() string
+	// StockOut makes the group's instance type out of stock in a
+	// location, as the cloud says so (a pre-check's answer, a create's
+	// error, or an order that fails after it was taken).
+	StockOut(location string)
+}
+
+// Quotas is a Fake whose cloud's quota answers were recorded: the suite
+// runs QuotaFailsCleanly on it.
+type Quotas interface {
+	Fake
+	// Quota caps the instances of the group's type the account may run.
+	Quota(instances int)
 }
 
 // Backend is one cloud under test.
@@ -90,6 +102,12 @@ type Backend struct {
 	Bootstrap nodegroup.Bootstrapper
 	// Secrets must never reach the logs.
 	Secrets []string
+	// StockOutWords are the cloud's own words for a stock-out (its error
+	// code), which the core's logs must carry; "" when the cloud has none.
+	StockOutWords string
+	// Launches: the cloud takes orders outside any group, for the launch
+	// API (Karpenter); a GCP MIG member belongs to its MIG.
+	Launches bool
 }
 
 // resolveAfter is the core's wait for a list to show an order: longer
@@ -97,17 +115,28 @@ type Backend struct {
 const resolveAfter = 300 * time.Millisecond
 
 // Run runs the suite: each test gets a fresh backend from newBackend.
+// The cloud's abilities (quotas, launches) are read from one backend
+// built first; a test of an ability the cloud lacks is not run.
 func Run(t *testing.T, newBackend func(t *testing.T) *Backend) {
+	probe := newBackend(t)
+	_, quotas := probe.Fake.(Quotas)
 	for _, tc := range []struct {
 		name string
 		run  func(t *testing.T, h *harness)
+		runs bool
 	}{
-		{"ScaleUpAndDown", scaleUpAndDown},
-		{"LostCreateAnswerOrdersOnce", lostCreateAnswerOrdersOnce},
-		{"RestartMidCreate", restartMidCreate},
-		{"AnotherReplicasInstanceIsAdopted", anotherReplicasInstanceIsAdopted},
-		{"ScaleCyclesLeaveNothing", scaleCyclesLeaveNothing},
+		{"ScaleUpAndDown", scaleUpAndDown, true},
+		{"LostCreateAnswerOrdersOnce", lostCreateAnswerOrdersOnce, true},
+		{"RestartMidCreate", restartMidCreate, true},
+		{"AnotherReplicasInstanceIsAdopted", anotherReplicasInstanceIsAdopted, true},
+		{"ScaleCyclesLeaveNothing", scaleCyclesLeaveNothing, true},
+		{"StockOutMovesToNextLocation", stockOutMovesToNextLocation, true},
+		{"QuotaFailsCleanly", quotaFailsCleanly, quotas},
+		{"LaunchRecordsOwner", launchRecordsOwner, probe.Launches},
 	} {
+		if !tc.runs {
+			continue
+		}
 		t.Run(tc.name, func(t *testing.T) {
 			h := start(t, newBackend(t))
 			tc.run(t, h)
@@ -334,4 +363,110 @@ func scaleCyclesLeaveNothing(t *testing.T, h *harness) {
 			h.b.Fake.Lose(Create)
 		}
 	}, h.b.Fake.Left)
+}
+
+// stockOutMovesToNextLocation: the group's first location is out of
+// stock; the order lands in the next one, and nothing of it is left (or
+// billed) in the first.
+func stockOutMovesToNextLocation(t *testing.T, h *harness) {
+	g := h.cfg.NodeGroups[0]
+	first, next := g.Locations[0], g.Locations[1]
+	h.b.Fake.StockOut(first)
+	billed := h.watchBilled(t)
+	if err := h.mgr.IncreaseSize(context.Background(), "g", 1); err != nil {
+		t.Fatal(err)
+	}
+	h.wait(t, "1 running", func() bool { return len(h.running(t)) == 1 })
+	if in := h.running(t)[0]; in.Location != next {
+		t.Fatalf("ordered in %s, want %s after %s's stock-out", in.Location, next, first)
+	}
+	h.wait(t, "nothing in the location out of stock", func() bool {
+		for _, in := range h.b.Fake.Instances() {
+			if in.Location == first {
+				return false
+			}
+		}
+		return true
+	})
+	if w := h.b.StockOutWords; w != "" && !strings.Contains(h.logs.String(), w) {
+		t.Errorf("the cloud's words for the stock-out (%s) are not in the logs", w)
+	}
+	if n := billed(); n > 1 {
+		t.Fatalf("%d instances billed at once for one", n)
+	}
+	h.scaleToZero(t)
+}
+
+// quotaFailsCleanly: past the account's quota the order fails as quota,
+// reported on the instance, in every location; what was had runs, and
+// nothing else is left or billed.
+func quotaFailsCleanly(t *testing.T, h *harness) {
+	h.b.Fake.(Quotas).Quota(1)
+	billed := h.watchBilled(t)
+	if err := h.mgr.IncreaseSize(context.Background(), "g", 2); err != nil {
+		t.Fatal(err)
+	}
+	h.wait(t, "a quota failure", func() bool {
+		insts, _ := h.mgr.Instances("g")
+		for _, in := range insts {
+			if in.ErrorCode == nodegroup.CodeQuotaExceeded {
+				return true
+			}
+		}
+		return false
+	})
+	h.wait(t, "1 running", func() bool { return len(h.running(t)) == 1 })
+	if n := billed(); n > 1 {
+		t.Fatalf("%d instances billed at once under a quota of 1", n)
+	}
+	h.scaleToZero(t)
+}
+
+// launchRecordsOwner: an instance launched outside any group (the launch
+// API, for Karpenter) is recorded at the cloud as its owner's: a new
+// process lists it as that owner's, in no group.
+func launchRecordsOwner(t *testing.T, h *harness) {
+	ctx := context.Background()
+	g := h.cfg.NodeGroups[0]
+	in, err := h.mgr.Launch(ctx, nodegroup.LaunchRequest{Owner: "karpenter", Cloud: h.b.Cloud, Template: g.Name,
+		Offering: cloud.OfferingKey{InstanceType: g.InstanceType, Location: g.Locations[0], CapacityType: cloud.OnDemand}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed, err := h.b.Provider(slog.New(slog.DiscardHandler)).List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(listed) != 1 || listed[0].Owner != "karpenter" || listed[0].Group != "" || listed[0].Name != in.Name || listed[0].InstanceType != g.InstanceType {
+		t.Fatalf("a new process lists %+v, want %s, owned by karpenter, in no group", listed, in.Name)
+	}
+	h.restart(t)
+	h.wait(t, "the launched instance known after a restart", func() bool {
+		got, ok := h.mgr.LaunchedInstance(in.ProviderID)
+		return ok && got.Owner == "karpenter"
+	})
+	if err := h.mgr.Terminate(ctx, in.ProviderID); err != nil {
+		t.Fatal(err)
+	}
+	h.wait(t, "nothing left at the cloud", func() bool { return h.b.Fake.Left() == "" })
+}
+
+// scaleToZero deletes every member of the group, failed orders included,
+// and waits until the cloud holds nothing of the cluster.
+func (h *harness) scaleToZero(t *testing.T) {
+	t.Helper()
+	insts, err := h.mgr.Instances("g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := make([]string, 0, len(insts))
+	for _, in := range insts {
+		ids = append(ids, in.ProviderID)
+	}
+	if len(ids) > 0 {
+		if err := h.mgr.DeleteNodes(context.Background(), "g", ids); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.wait(t, "nothing left at the cloud", func() bool { return h.b.Fake.Left() == "" })
 }

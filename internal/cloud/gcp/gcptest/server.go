@@ -233,6 +233,13 @@ func New(engine *sim.Engine, opts Options) *Server {
 // Engine returns the simulated engine behind the API.
 func (s *Server) Engine() *sim.Engine { return s.engine }
 
+// SetGPUQuota caps the GPUs the project may run from now on (Options.GPUQuota).
+func (s *Server) SetGPUQuota(gpus int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.opts.GPUQuota = gpus
+}
+
 // AddGroup creates a managed instance group of a machine type in a zone,
 // empty, with a global template of its own name.
 func (s *Server) AddGroup(zone, name, machineType string) {

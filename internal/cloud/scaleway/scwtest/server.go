@@ -147,6 +147,13 @@ func New(engine *sim.Engine, opts Options) *Server {
 // Engine returns the simulated engine behind the API.
 func (s *Server) Engine() *sim.Engine { return s.engine }
 
+// SetServerQuota caps the project's servers from now on (Options.ServerQuota).
+func (s *Server) SetServerQuota(servers int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.opts.ServerQuota = servers
+}
+
 // FailNext makes the next request with method whose path ends with
 // pathSuffix answer status with an error of type typ.
 func (s *Server) FailNext(method, pathSuffix string, status int, typ, message string) {

@@ -170,7 +170,10 @@ func (s *Server) createInstance(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if insts, _ := s.live(); len(insts) >= s.opts.InstanceLimit {
+	s.mu.Lock()
+	limit := s.opts.InstanceLimit
+	s.mu.Unlock()
+	if insts, _ := s.live(); len(insts) >= limit {
 		apiError(w, http.StatusBadRequest, "invalid_request", "Instance limit exceeded")
 		return
 	}

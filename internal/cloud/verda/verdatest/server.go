@@ -155,6 +155,14 @@ func New(engine *sim.Engine, opts Options) *Server {
 // Engine returns the simulated engine behind the API.
 func (s *Server) Engine() *sim.Engine { return s.engine }
 
+// SetInstanceLimit sets the account's instance quota from now on
+// (Options.InstanceLimit).
+func (s *Server) SetInstanceLimit(instances int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.opts.InstanceLimit = instances
+}
+
 // FailNext makes the next request matching method and path prefix answer
 // with status and body instead of being served.
 func (s *Server) FailNext(method, pathPrefix string, status int, body string) {
