@@ -19,6 +19,11 @@ KGO = cd $(KARPENTER_DIR) && GOTOOLCHAIN=$(KARPENTER_GOTOOLCHAIN) $(GO)
 # `go run` and `go build` by hand keep the local toolchain.
 CHECK_GOTOOLCHAIN ?= $(KARPENTER_GOTOOLCHAIN)
 TGO = GOTOOLCHAIN=$(CHECK_GOTOOLCHAIN) $(GO)
+# Modules of their own, so that what only they need stays out of gpuscaler's
+# go.mod: the end-to-end, chart, chaos, perf and security tests (test/: Helm,
+# Prometheus's PromQL parser) and the image builder (hack/image:
+# go-containerregistry). Each replaces gpuscaler with this checkout.
+SIDE_MODULES := test hack/image
 
 include Makefile.testbins.mk
 
@@ -35,8 +40,9 @@ LDFLAGS = -s -w -X main.version=$(VERSION)
 ## TEST_PARALLEL of them run at once.
 TEST_PARALLEL ?= 4
 test: tools testbins e2e-bins
-	GPUSCALER_TESTBINS="$$($(GO) run ./hack/testbins)" GPUSCALER_BIN=$(E2E_BIN)/gpuscaler \
-	  $(TGO) test -race -count=1 -parallel $(TEST_PARALLEL) -timeout 30m ./...
+	GPUSCALER_TESTBINS="$$($(GO) run ./hack/testbins)"; export GPUSCALER_TESTBINS; export GPUSCALER_BIN=$(E2E_BIN)/gpuscaler; \
+	  $(TGO) test -race -count=1 -parallel $(TEST_PARALLEL) -timeout 30m ./... && \
+	  for m in $(SIDE_MODULES); do $(TGO) -C $$m test -race -count=1 -parallel $(TEST_PARALLEL) -timeout 30m ./... || exit 1; done
 	GPUSCALER_TESTBINS="$$($(GO) run ./hack/testbins)"; export GPUSCALER_TESTBINS; \
 	  export GPUSCALER_KARPENTER_BIN=$(E2E_BIN)/gpuscaler-karpenter; $(KGO) test -race -count=1 -parallel $(TEST_PARALLEL) -timeout 20m ./...
 
@@ -56,6 +62,7 @@ tools:
 ## test-unit: fast inner loop; tests that need the real cluster are skipped with -short.
 test-unit:
 	$(TGO) test -race -short ./...
+	for m in $(SIDE_MODULES); do $(TGO) -C $$m test -race -short ./... || exit 1; done
 	$(KGO) test -race -short ./...
 
 ## fuzz: every fuzz target for FUZZTIME each (default 60s); `make test` runs their seed corpora.
@@ -67,7 +74,7 @@ fuzz:
 CHAOS_RUNS ?= 200
 CHAOS_VIRTUAL_RUNS ?= 2000
 chaos:
-	$(GO) test -count=1 -timeout 0 -run 'TestCampaigns|TestVirtualCampaigns' ./test/chaos/ \
+	$(GO) -C test test -count=1 -timeout 0 -run 'TestCampaigns|TestVirtualCampaigns' ./chaos/ \
 	  -chaos.runs=$(CHAOS_RUNS) -chaos.virtual-runs=$(CHAOS_VIRTUAL_RUNS)
 
 ## lint: gofmt, go vet, staticcheck, golangci-lint (.golangci.yml: goimports, errorlint, importas,
@@ -83,19 +90,23 @@ fmt:
 
 vet:
 	$(TGO) vet ./...
+	for m in $(SIDE_MODULES); do $(TGO) -C $$m vet ./... || exit 1; done
 	$(KGO) vet ./...
 
 staticcheck:
 	$(TGO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+	for m in $(SIDE_MODULES); do $(TGO) -C $$m run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./... || exit 1; done
 	$(KGO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 
 golangci-lint:
 	$(TGO) run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION) run ./...
+	for m in $(SIDE_MODULES); do $(TGO) -C $$m run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION) run --config $(CURDIR)/.golangci.yml ./... || exit 1; done
 	$(KGO) run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION) run --config ../.golangci.yml ./...
 
 ## bench: the Go benchmarks whose numbers are in docs/benchmarks.md.
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+	for m in $(SIDE_MODULES); do $(GO) -C $$m test -run '^$$' -bench . -benchmem ./... || exit 1; done
 	$(KGO) test -run '^$$' -bench . -benchmem ./...
 
 build:
@@ -109,11 +120,11 @@ run:
 ## $(PLATFORMS), as an OCI image layout in dist/image, built without a Docker daemon.
 image:
 	@set -e; bins=""; for p in $(PLATFORMS); do \
-	  os=$${p%/*}; arch=$${p#*/}; out=dist/$$os-$$arch; mkdir -p $$out; \
+	  os=$${p%/*}; arch=$${p#*/}; out=$(CURDIR)/dist/$$os-$$arch; mkdir -p $$out; \
 	  echo "building $$p"; \
 	  CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $$out/gpuscaler ./cmd/gpuscaler; \
-	  (cd $(KARPENTER_DIR) && CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch GOTOOLCHAIN=$(KARPENTER_GOTOOLCHAIN) $(GO) build -trimpath -ldflags "-s -w" -o ../$$out/gpuscaler-karpenter ./cmd/gpuscaler-karpenter); \
+	  (cd $(KARPENTER_DIR) && CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch GOTOOLCHAIN=$(KARPENTER_GOTOOLCHAIN) $(GO) build -trimpath -ldflags "-s -w" -o $$out/gpuscaler-karpenter ./cmd/gpuscaler-karpenter); \
 	  bins="$$bins --binary $$p=$$out/gpuscaler,$$out/gpuscaler-karpenter"; \
 	done; \
-	$(GO) run ./hack/image --out dist/image --version $(VERSION) --revision "$$(git rev-parse HEAD 2>/dev/null)" $$bins
+	$(GO) -C hack/image run . --out $(CURDIR)/dist/image --version $(VERSION) --revision "$$(git rev-parse HEAD 2>/dev/null)" $$bins
 	@echo "OCI image layout in dist/image (load it with: skopeo copy oci:dist/image docker-daemon:gpuscaler:$(VERSION), or crane push dist/image ...)"

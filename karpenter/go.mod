@@ -5,6 +5,7 @@ go 1.26.9
 require (
 	github.com/awslabs/operatorpkg v0.0.0-20261002163259-5e8ed3699dea
 	github.com/gpuscaler/gpuscaler v0.0.0
+	github.com/gpuscaler/gpuscaler/test v0.0.0
 	k8s.io/apimachinery v0.37.2
 	k8s.io/client-go v0.37.2
 )
@@ -135,3 +136,5 @@ require (
 )
 
 replace github.com/gpuscaler/gpuscaler => ..
+
+replace github.com/gpuscaler/gpuscaler/test => ../test

@@ -15,7 +15,7 @@ const (
 	etcdVersion    = "v3.6.8"
 	kwokVersion    = "v0.8.0"
 	// helmVersion is the helm CLI the chart is installed with; the same
-	// as go.mod's helm.sh/helm/v3, whose engine renders it in the unit
+	// as test/go.mod's helm.sh/helm/v3, whose engine renders it in the
 	// tests (TestHelmMatchesGoMod). Not in the cache key: a stamp beside
 	// the binary rebuilds it alone when it changes.
 	helmVersion = "v3.22.0"

@@ -26,6 +26,7 @@ import (
 
 	"github.com/gpuscaler/gpuscaler/internal/testenv"
 	"github.com/gpuscaler/gpuscaler/karpenter/apis/v1alpha1"
+	"github.com/gpuscaler/gpuscaler/test/chartenv"
 )
 
 // TestKarpenterScalesGPUNodes runs the whole loop on the simulated cloud:
@@ -184,7 +185,7 @@ const chartNamespace = "gpuscaler"
 // mode and returns a kubeconfig that is that ServiceAccount.
 func chartServiceAccount(t *testing.T, env *testenv.Env, mode string) string {
 	t.Helper()
-	path, err := env.AsChartServiceAccount(context.Background(), "../../deploy/charts/gpuscaler", "gs", chartNamespace, map[string]any{"mode": mode})
+	path, err := chartenv.AsServiceAccount(context.Background(), env, "../../deploy/charts/gpuscaler", "gs", chartNamespace, map[string]any{"mode": mode})
 	if err != nil {
 		t.Fatal(err)
 	}

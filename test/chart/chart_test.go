@@ -19,13 +19,14 @@ import (
 
 	"github.com/gpuscaler/gpuscaler/internal/config"
 	"github.com/gpuscaler/gpuscaler/internal/testenv"
+	"github.com/gpuscaler/gpuscaler/test/chartenv"
 )
 
 const chartDir = "../../deploy/charts/gpuscaler"
 
 func render(t *testing.T, values map[string]any) ([]*unstructured.Unstructured, error) {
 	t.Helper()
-	return testenv.RenderChart(chartDir, "gs", "gpuscaler", values)
+	return chartenv.Render(chartDir, "gs", "gpuscaler", values)
 }
 
 func kinds(objs []*unstructured.Unstructured) map[string]int {
@@ -129,7 +130,7 @@ func TestRenderedManifestsApply(t *testing.T) {
 		if _, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		objs, err := testenv.RenderChart(chartDir, "gs-"+mode, ns, full(mode))
+		objs, err := chartenv.Render(chartDir, "gs-"+mode, ns, full(mode))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpuscaler/gpuscaler/internal/testenv"
+	"github.com/gpuscaler/gpuscaler/test/chartenv"
 )
 
 // realCA is a test cluster where the real cluster-autoscaler (built by
@@ -48,7 +49,7 @@ func startRealCA(t *testing.T, ctx context.Context, syncPeriod time.Duration, si
 	}
 	values := map[string]any{"mode": "provider", "config": map[string]any{"clusterName": "realca",
 		"clouds": map[string]any{"sim": map[string]any{}}, "nodeGroups": groups}}
-	accounts, err := env.InstallChartRBAC(ctx, chartDir, caRelease, caNamespace, values)
+	accounts, err := chartenv.InstallRBAC(ctx, env, chartDir, caRelease, caNamespace, values)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +114,7 @@ nodeGroups:
 // container (after the binary) and its cloud-config.
 func chartAutoscaler(t *testing.T, values map[string]any) ([]string, map[string]any) {
 	t.Helper()
-	objs, err := testenv.RenderChart(chartDir, caRelease, caNamespace, values)
+	objs, err := chartenv.Render(chartDir, caRelease, caNamespace, values)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 	"github.com/prometheus/prometheus/promql/parser"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"github.com/gpuscaler/gpuscaler/internal/testenv"
+	"github.com/gpuscaler/gpuscaler/test/chartenv"
 )
 
 // chartDir is the Helm chart whose dashboard and alerts the tests check.
@@ -81,7 +81,7 @@ next:
 // they are.
 func chartQueries(t *testing.T) map[string]string {
 	t.Helper()
-	objs, err := testenv.RenderChart(chartDir, "gs", "gpuscaler", map[string]any{
+	objs, err := chartenv.Render(chartDir, "gs", "gpuscaler", map[string]any{
 		"mode": "provider", "dashboard": map[string]any{"enabled": true}, "prometheusRule": map[string]any{"enabled": true},
 	})
 	if err != nil {

@@ -23,6 +23,7 @@ import (
 
 	"github.com/gpuscaler/gpuscaler/internal/testenv"
 	pb "github.com/gpuscaler/gpuscaler/proto"
+	"github.com/gpuscaler/gpuscaler/test/chartenv"
 )
 
 // TestProviderScalesGPUNodes drives the provider the way cluster-autoscaler
@@ -37,7 +38,7 @@ func TestProviderScalesGPUNodes(t *testing.T) {
 
 	// The provider reaches the cluster with only what the chart grants its
 	// ServiceAccount in provider mode.
-	asSA, err := env.AsChartServiceAccount(ctx, "../../deploy/charts/gpuscaler", "gs", "gpuscaler", map[string]any{"mode": "provider"})
+	asSA, err := chartenv.AsServiceAccount(ctx, env, "../../deploy/charts/gpuscaler", "gs", "gpuscaler", map[string]any{"mode": "provider"})
 	if err != nil {
 		t.Fatal(err)
 	}

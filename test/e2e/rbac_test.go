@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpuscaler/gpuscaler/internal/testenv"
+	"github.com/gpuscaler/gpuscaler/test/chartenv"
 )
 
 // TestControllerAsChartServiceAccount proves the chart's RBAC for the
@@ -33,7 +34,7 @@ func TestControllerAsChartServiceAccount(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	const ns = "gpuscaler"
-	asSA, err := env.AsChartServiceAccount(ctx, "../../deploy/charts/gpuscaler", "gs", ns, map[string]any{"mode": "controller"})
+	asSA, err := chartenv.AsServiceAccount(ctx, env, "../../deploy/charts/gpuscaler", "gs", ns, map[string]any{"mode": "controller"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +159,7 @@ func TestChartRBACRefuses(t *testing.T) {
 
 	// Provider mode: cluster-autoscaler and gpuscaler.
 	const ns = "gpuscaler"
-	if _, err := env.InstallChartRBAC(ctx, chart, "gs", ns, map[string]any{"mode": "provider"}); err != nil {
+	if _, err := chartenv.InstallRBAC(ctx, env, chart, "gs", ns, map[string]any{"mode": "provider"}); err != nil {
 		t.Fatal(err)
 	}
 	check("cluster-autoscaler", as(ns, "gs-gpuscaler-cluster-autoscaler"), []try{
@@ -246,7 +247,7 @@ func TestChartRBACRefuses(t *testing.T) {
 				"standby": map[string]any{"size": 1, "forecast": map[string]any{"maxSize": 2}}},
 		},
 	}}
-	if _, err := env.InstallChartRBAC(ctx, chart, "gm", mintNS, values); err != nil {
+	if _, err := chartenv.InstallRBAC(ctx, env, chart, "gm", mintNS, values); err != nil {
 		t.Fatal(err)
 	}
 	token := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "bootstrap-token-abcdef", Labels: map[string]string{"gpuscaler.dev/managed-by": "gpuscaler"}},

@@ -1,0 +1,113 @@
+// Package chartenv renders gpuscaler's Helm chart with Helm's own engine
+// and installs what it grants in a test cluster (internal/testenv), so
+// that tests run the processes with the chart's RBAC alone. It lives in
+// the test module: Helm is a test dependency, not one of gpuscaler's.
+package chartenv
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/engine"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
+
+	"github.com/gpuscaler/gpuscaler/internal/testenv"
+)
+
+// Render renders the Helm chart in dir as one release, with Helm's
+// own engine, after checking values against the chart's values schema as
+// helm install does. Objects come in file-name order.
+func Render(dir, release, namespace string, values map[string]any) ([]*unstructured.Unstructured, error) {
+	c, err := loader.Load(dir)
+	if err != nil {
+		return nil, err
+	}
+	vals, err := chartutil.ToRenderValues(c, values, chartutil.ReleaseOptions{Name: release, Namespace: namespace, IsInstall: true}, chartutil.DefaultCapabilities)
+	if err != nil {
+		return nil, err
+	}
+	if err := chartutil.ValidateAgainstSchema(c, vals["Values"].(chartutil.Values)); err != nil {
+		return nil, err
+	}
+	files, err := engine.Render(c, vals)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, 0, len(files))
+	for n := range files {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var out []*unstructured.Unstructured
+	for _, n := range names {
+		if !strings.HasSuffix(n, ".yaml") {
+			continue
+		}
+		for _, doc := range strings.Split(files[n], "\n---") {
+			obj := &unstructured.Unstructured{}
+			if err := yaml.Unmarshal([]byte(doc), &obj.Object); err != nil {
+				return nil, fmt.Errorf("%s: %w\n%s", n, err, doc)
+			}
+			if len(obj.Object) > 0 {
+				out = append(out, obj)
+			}
+		}
+	}
+	return out, nil
+}
+
+// AsServiceAccount installs in env's cluster the ServiceAccounts and RBAC
+// objects a chart renders for values as release in namespace (created if
+// missing),
+// and returns the path of a kubeconfig that is gpuscaler's own
+// ServiceAccount (the Deployment's; not provider mode's
+// cluster-autoscaler): the admin's credentials impersonating it, so that
+// every request is authorized with the chart's grants alone.
+func AsServiceAccount(ctx context.Context, e *testenv.Env, chartDir, release, namespace string, values map[string]any) (string, error) {
+	accounts, err := InstallRBAC(ctx, e, chartDir, release, namespace, values)
+	if err != nil {
+		return "", err
+	}
+	for _, sa := range accounts {
+		if !strings.HasSuffix(sa, "-cluster-autoscaler") {
+			return e.AsServiceAccount(namespace, sa)
+		}
+	}
+	return "", fmt.Errorf("the chart renders no ServiceAccount of gpuscaler's own: %v", accounts)
+}
+
+// InstallRBAC applies to env's cluster the ServiceAccounts, Roles,
+// ClusterRoles and their bindings a chart renders for values as release in namespace
+// (created if missing), and returns the ServiceAccounts' names.
+func InstallRBAC(ctx context.Context, e *testenv.Env, chartDir, release, namespace string, values map[string]any) ([]string, error) {
+	if _, err := e.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, err
+	}
+	objs, err := Render(chartDir, release, namespace, values)
+	if err != nil {
+		return nil, err
+	}
+	var rbac []*unstructured.Unstructured
+	var accounts []string
+	for _, o := range objs {
+		switch o.GetKind() {
+		case "ServiceAccount":
+			accounts = append(accounts, o.GetName())
+			rbac = append(rbac, o)
+		case "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding":
+			rbac = append(rbac, o)
+		}
+	}
+	if len(accounts) == 0 {
+		return nil, fmt.Errorf("the chart renders no ServiceAccount")
+	}
+	return accounts, e.Apply(ctx, rbac...)
+}
