@@ -409,6 +409,13 @@ type Standby struct {
 	// bound to its Node, before it is stopped: a pod started from the
 	// pool finds them there. Where gpuscaler watches Nodes only.
 	PrePullImages []string `json:"prePullImages,omitempty"`
+	// RefillAfter is how long a pool below its size waits before it
+	// orders fresh instances: meanwhile the nodes of the group that a
+	// front end scales down go back to it (stopped, not deleted), which
+	// saves each fresh instance's warm-up at full price. Default 0: order
+	// at once. Set it near how long a burst's nodes live, for demand that
+	// comes in bursts.
+	RefillAfter *metav1.Duration `json:"refillAfter,omitempty"`
 	// Forecast lets the pool grow past Size, up to its MaxSize, ahead of
 	// the growth the group's own history expects (docs/standby.md).
 	Forecast *StandbyForecast `json:"forecast,omitempty"`
@@ -467,6 +474,14 @@ func (s *Standby) StandbyWarmFor() time.Duration {
 		return DefaultStandbyWarmFor
 	}
 	return s.WarmFor.Duration
+}
+
+// StandbyRefillAfter is the pool's refillAfter, or 0.
+func (s *Standby) StandbyRefillAfter() time.Duration {
+	if s == nil || s.RefillAfter == nil {
+		return 0
+	}
+	return s.RefillAfter.Duration
 }
 
 // StandbyImages are the images the group's standby pool pulls before an

@@ -127,6 +127,8 @@ func validateStandby(p *field.Path, g *NodeGroup, s *Standby) field.ErrorList {
 	errs = append(errs, within(p.Child("maxAge"), s.MaxAge, time.Hour, 60*24*time.Hour,
 		"older standby instances are replaced (GCP deletes stopped VMs' reservations, images drift)")...)
 	errs = append(errs, within(p.Child("warmFor"), s.WarmFor, 0, 2*time.Hour, "how long a new standby instance runs before it is stopped")...)
+	errs = append(errs, within(p.Child("refillAfter"), s.RefillAfter, 0, 24*time.Hour,
+		"how long a short pool waits for the group's scaled-down nodes before it orders fresh ones")...)
 	if f := s.Forecast; f != nil {
 		fp := p.Child("forecast")
 		switch {

@@ -229,6 +229,8 @@ func TestValidateInvalidFields(t *testing.T) {
 			[]string{"nodeGroups[0].standby.maxAge"}, field.ErrorTypeInvalid},
 		{"standby warm for", group0(func(g *NodeGroup) { g.Standby = &Standby{Size: 1, WarmFor: dur(-time.Minute)} }),
 			[]string{"nodeGroups[0].standby.warmFor"}, field.ErrorTypeInvalid},
+		{"standby refill after", group0(func(g *NodeGroup) { g.Standby = &Standby{Size: 1, RefillAfter: dur(48 * time.Hour)} }),
+			[]string{"nodeGroups[0].standby.refillAfter"}, field.ErrorTypeInvalid},
 		{"standby on verda", group0(func(g *NodeGroup) {
 			g.Cloud, g.Locations, g.Standby = CloudVerda, []string{"FIN-01"}, &Standby{Size: 1}
 		}),

@@ -178,12 +178,38 @@ func (z *sizer) deleteNodes(name string, providerIDs []string) error {
 		over = max(g.live-g.target, 0)
 	}
 	for _, mem := range doomed {
+		if z.returnLocked(g, mem) {
+			continue
+		}
 		z.removeLocked(g, mem, "deleted by the autoscaler")
 	}
 	g.target = max(g.target-max(len(doomed)-over, 0), 0)
 	z.log.Info("delete nodes", "group", name, "count", len(doomed), "target", g.target)
 	z.reconcileLocked(g)
 	return nil
+}
+
+// returnLocked takes a member a front end deletes back into g's standby
+// pool, instead of deleting it, while the pool is short: it ran, joined
+// and loaded its GPUs already, so the next sync stops it as it stops a
+// warmed pool member, and the pool orders one fresh instance fewer, whose
+// warm-up would bill in full. Nobody takes it before it stops (takeLocked):
+// its Node still carries the front end's deletion taint until the stop
+// deletes the Node, and the kubelet registers it afresh on a start.
+// Callers hold the store's lock.
+func (z *sizer) returnLocked(g *group, mem *member) bool {
+	if g.cfg.StandbyMaxSize() == 0 || g.counts[stateStandby] >= g.standbySize() || !mem.running() || mem.peek().outdated {
+		return false
+	}
+	if _, ok := z.clients[mem.cloud()].stopper(); !ok {
+		return false
+	}
+	z.store.change(g, mem, func() { mem.standby = standbyWarming })
+	x := mem.extras()
+	x.returned = true
+	x.warmSince = z.clock.Now().Add(-g.cfg.Standby.StandbyWarmFor())
+	z.log.Info("a deleted node goes back to the standby pool instead", "group", g.cfg.Name, "instance", mem.name)
+	return true
 }
 
 // removeLocked takes a member out of the target: a failed order the cloud

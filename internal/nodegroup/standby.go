@@ -116,6 +116,8 @@ func (z *sizer) takeLocked(g *group) *member {
 		switch {
 		case mem.peek().outdated:
 			return -1
+		case mem.peek().returned && mem.standby != standbyStopped:
+			return -1 // a node a front end deleted, until it stops
 		case mem.standby == standbyWarming && mem.running():
 			return 0
 		case mem.standby == standbyStopped && mem.phase == phaseCreated:
@@ -138,6 +140,9 @@ func (z *sizer) takeLocked(g *group) *member {
 		return nil
 	}
 	mem, s := best, z.store
+	if g.poolShort.IsZero() {
+		g.poolShort = z.clock.Now() // the refill waits out refillAfter from here
+	}
 	if mem.standby == standbyWarming {
 		s.change(g, mem, func() { mem.standby = standbyNone })
 		z.log.Info("a standby instance still warming up serves instead", "group", g.cfg.Name, "instance", mem.name)
@@ -281,6 +286,13 @@ func (z *sizer) poolLocked(g *group) {
 			z.removeLocked(g, mem, "over a cost cap")
 		}
 		return
+	}
+	if len(pool) >= want {
+		g.poolShort = time.Time{}
+		return
+	}
+	if !g.poolShort.IsZero() && now.Sub(g.poolShort) < g.cfg.Standby.StandbyRefillAfter() {
+		return // the group's scaled-down nodes may come back first (returnLocked)
 	}
 	if _, off := z.offerings.backedOff(g.cfg.Name); off {
 		return
@@ -480,6 +492,9 @@ func (y *syncer) stop(ctx context.Context, cloudName string, mems []*member) {
 			}
 			stopped := y.clients[cloudName].stoppedPrice(mem.offering())
 			s.change(g, mem, func() { mem.standby, mem.state, mem.price = standbyStopped, stateStopped, stopped })
+			if mem.x != nil {
+				mem.x.returned = false
+			}
 			y.sizer.publishLocked(g)
 			s.mu.Unlock()
 			y.log.Info("standby instance warmed and stopped", "group", g.cfg.Name, "instance", mem.name)

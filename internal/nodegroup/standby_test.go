@@ -712,3 +712,110 @@ func TestStandbyInstanceStartedBehindThePoolIsStoppedAgain(t *testing.T) {
 		t.Errorf("%d instances at the cloud, want the one", n)
 	}
 }
+
+// A node a front end scales down goes back to a short standby pool,
+// stopped rather than deleted, and the pool orders nothing fresh while
+// refillAfter lasts: the instance ran, joined and warmed already, and a
+// fresh one's warm-up bills in full. Nobody takes it back before it has
+// stopped (its Node still carries the front end's deletion taint); then
+// it starts for demand as any pool member does.
+func TestScaledDownNodeGoesBackToAShortPool(t *testing.T) {
+	const doc = `
+clusterName: test
+sync: {period: 30s, requestsPerSecond: 10000, maxConcurrentCreates: 8}
+clouds:
+  sim: {bootDelay: 60s, deleteDelay: 10s, startDelay: 15s, stoppedPrice: 0.05}
+nodeGroups:
+  - {name: g, cloud: sim, instanceType: 1V100.6V, locations: [FIN-01], maxSize: 5, standby: {size: 1, warmFor: 60s, refillAfter: 1h}}
+`
+	w := &wrapped{}
+	h := newWrappedHarness(t, doc, sim.Options{}, Options{}, func(c *sim.Cloud) cloud.Provider { w.Provider = c; return w })
+	first := poolReady(h)
+	ctx := context.Background()
+	if err := h.mgr.IncreaseSize(ctx, "g", 2); err != nil { // the pool's instance, and a fresh order
+		t.Fatal(err)
+	}
+	h.eventually("2 running", func() bool {
+		h.clk.Step(30 * time.Second)
+		h.mgr.syncer.kick("sim")
+		r, _, _, _ := h.states("g")
+		return r == 2
+	})
+	if creates, _ := w.counts(); creates != 2 {
+		t.Fatalf("%d creates, want 2: the pool's first instance and one fresh order; the pool waits out refillAfter", creates)
+	}
+	insts, _ := h.mgr.Instances("g")
+	var back Instance
+	for _, in := range insts {
+		if in.Name != first.Name {
+			back = in
+		}
+	}
+	if err := h.mgr.DeleteNodes(ctx, "g", []string{back.ProviderID}); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := h.mgr.TargetSize("g"); n != 1 {
+		t.Fatalf("target %d after deleting 1 of 2, want 1", n)
+	}
+	if _, ok := h.mgr.GroupForProviderID(back.ProviderID); ok {
+		t.Fatal("the node returned to the pool still maps to the group: cluster-autoscaler would count it")
+	}
+	// Taken again at once: not the returned node, which has not stopped.
+	if err := h.mgr.IncreaseSize(ctx, "g", 1); err != nil {
+		t.Fatal(err)
+	}
+	insts, _ = h.mgr.Instances("g")
+	for _, in := range insts {
+		if in.Name == back.Name {
+			t.Fatal("the node just deleted was taken for demand before it stopped")
+		}
+	}
+	if err := h.mgr.DecreaseTargetSize(ctx, "g", -1); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("the returned node stopped for the pool", func() bool {
+		h.clk.Step(30 * time.Second)
+		h.mgr.syncer.kick("sim")
+		for _, in := range h.engine.Instances("test") {
+			if in.Name == back.Name {
+				return in.State == cloud.StateStopped && in.Standby
+			}
+		}
+		return false
+	})
+	if creates, deletes := w.counts(); creates != 2 || deletes != 0 {
+		t.Fatalf("%d creates, %d deletes: the scaled-down node should be stopped for the pool, nothing ordered or deleted", creates, deletes)
+	}
+	if err := h.mgr.IncreaseSize(ctx, "g", 1); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("the returned node serves again", func() bool {
+		insts, _ := h.mgr.Instances("g")
+		for _, in := range insts {
+			if in.Name == back.Name && !in.StartedAt.IsZero() {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// Without room in its pool, a scaled-down node is deleted as ever.
+func TestScaledDownNodeIsDeletedWhenThePoolIsFull(t *testing.T) {
+	w := &wrapped{}
+	h := newWrappedHarness(t, standbyGroup, sim.Options{}, Options{}, func(c *sim.Cloud) cloud.Provider { w.Provider = c; return w })
+	poolReady(h)
+	ctx := context.Background()
+	if err := h.mgr.IncreaseSize(ctx, "g", 1); err != nil {
+		t.Fatal(err)
+	}
+	poolReady(h) // refilled at once: no refillAfter
+	insts, _ := h.mgr.Instances("g")
+	if len(insts) != 1 {
+		t.Fatalf("%d members, want the 1 taken from the pool", len(insts))
+	}
+	if err := h.mgr.DeleteNodes(ctx, "g", []string{insts[0].ProviderID}); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("the node deleted at the cloud", func() bool { _, deletes := w.counts(); return deletes == 1 })
+}

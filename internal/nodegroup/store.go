@@ -136,6 +136,11 @@ type group struct {
 	// standbyAsked is the standby pool size a forecast asked for
 	// (Manager.SetStandbySize); standbySize bounds it.
 	standbyAsked int
+	// poolShort is when demand first took from the standby pool since it
+	// was last full (zero while it is); a refill waits out
+	// standby.refillAfter from then. A pool short for other reasons (its
+	// first fill, maxAge) orders at once.
+	poolShort time.Time
 
 	// live counts members not being deleted; counts are members by state
 	// label; spend is the price of committed members whose price is known,
@@ -292,6 +297,9 @@ type extras struct {
 	// reload changed (machineChanged); the pool replaces it, and nobody
 	// takes it.
 	outdated bool
+	// returned: a member a front end deleted that went back to the pool
+	// instead (sizer.returnLocked); nobody takes it before it stops.
+	returned bool
 }
 
 // extras returns the member's extras to change, making them on first use.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/gpuscaler/gpuscaler/api/v1alpha1"
@@ -106,6 +107,9 @@ type Options struct {
 	// standby section a standby pool of this size (within its maxSize):
 	// what the pool would do with one (docs/standby.md).
 	Standby int
+	// StandbyRefillAfter is the refillAfter of the pools Standby gives
+	// (config.Standby.RefillAfter); 0: they refill at once.
+	StandbyRefillAfter time.Duration
 	// StandbyGPUStartup is the time from a standby instance running again
 	// to its GPUs allocatable: drivers installed and images pulled at its
 	// warm-up, only the device plugin registers again; default 15 s.
@@ -306,8 +310,8 @@ func (opts Options) complete() (Options, error) {
 	if opts.Sample <= 0 {
 		opts.Sample = 5 * time.Minute
 	}
-	if opts.Standby < 0 || opts.StandbyGPUStartup < 0 {
-		return opts, fmt.Errorf("standby %d, standby GPU start-up %s: negative", opts.Standby, opts.StandbyGPUStartup)
+	if opts.Standby < 0 || opts.StandbyGPUStartup < 0 || opts.StandbyRefillAfter < 0 {
+		return opts, fmt.Errorf("standby %d, standby GPU start-up %s, refill after %s: negative", opts.Standby, opts.StandbyGPUStartup, opts.StandbyRefillAfter)
 	}
 	if opts.StandbyGPUStartup == 0 {
 		opts.StandbyGPUStartup = defaultStandbyGPUStartup
@@ -336,6 +340,9 @@ func runConfig(opts Options) config.Config {
 	for i := range cfg.NodeGroups {
 		if g := &cfg.NodeGroups[i]; opts.Standby > 0 && g.Cloud == sim.Name && g.Standby == nil && g.ManagedBy != config.ManagedByKarpenter {
 			g.Standby = &config.Standby{Size: min(opts.Standby, g.MaxSize)}
+			if opts.StandbyRefillAfter > 0 {
+				g.Standby.RefillAfter = &metav1.Duration{Duration: opts.StandbyRefillAfter}
+			}
 		}
 	}
 	// The client-side rate limit runs on real time and protects a real

@@ -90,7 +90,7 @@ clouds:
   sim: {bootDelay: 40ms, deleteDelay: 30ms, startDelay: 10ms, startFailureRate: 0.2, defaultCapacity: 6} # offeringCapacity
 nodeGroups:
   - {name: a, cloud: sim, instanceType: 1H100.80S.30V, locations: [FIN-01, FIN-02], maxSize: 6, standby: {size: 1, warmFor: 1ms}}
-  - {name: b, cloud: sim, instanceType: 1A100.22V, locations: [FIN-01], capacityPolicy: prefer-spot, minSize: 1, maxSize: 4, standby: {size: 1, warmFor: 1ms}}
+  - {name: b, cloud: sim, instanceType: 1A100.22V, locations: [FIN-01], capacityPolicy: prefer-spot, minSize: 1, maxSize: 4, standby: {size: 1, warmFor: 1ms, refillAfter: 2s}}
   - {name: c, cloud: sim, instanceType: 8H100.80S.176V, locations: [FIN-03], maxSize: 2}
 `
 
@@ -332,7 +332,7 @@ clouds:
   scaleway: {}
 nodeGroups:
   - {name: a, cloud: scaleway, instanceType: L4-1-24G, locations: [fr-par-2, nl-ams-1], maxSize: 6, standby: {size: 1, warmFor: 1ms}}
-  - {name: b, cloud: scaleway, instanceType: L40S-1-48G, locations: [fr-par-2], minSize: 1, maxSize: 4, standby: {size: 1, warmFor: 1ms}}
+  - {name: b, cloud: scaleway, instanceType: L40S-1-48G, locations: [fr-par-2], minSize: 1, maxSize: 4, standby: {size: 1, warmFor: 1ms, refillAfter: 2s}}
   - {name: c, cloud: scaleway, instanceType: H100-2-80G, locations: [fr-par-2], maxSize: 2}
 `, engine.Catalog(), true)
 	return withFaults(fake, seed, &backend{name: scaleway.Name, cfg: cfg, prices: prices, bootstrap: script{}, engine: engine,
@@ -377,7 +377,7 @@ clouds:
   gcp: {project: ` + project + `}
 nodeGroups:
   - {name: a, cloud: gcp, instanceType: g2-standard-8, locations: [us-central1-a, us-central1-b], maxSize: 6, standby: {size: 1, warmFor: 1ms}}
-  - {name: b, cloud: gcp, instanceType: a2-highgpu-1g, locations: [us-central1-a], minSize: 1, maxSize: 4, standby: {size: 1, warmFor: 1ms}}
+  - {name: b, cloud: gcp, instanceType: a2-highgpu-1g, locations: [us-central1-a], minSize: 1, maxSize: 4, standby: {size: 1, warmFor: 1ms, refillAfter: 2s}}
   - {name: c, cloud: gcp, instanceType: g2-standard-8, locations: [europe-west4-a], maxSize: 2}
 `
 	cfg, err := config.Parse([]byte(doc))

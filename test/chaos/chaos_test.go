@@ -774,10 +774,11 @@ func (c *campaign) settle() {
 	c.checkLifecycle()
 	c.stockoutsMet += counter(c.t, c.reg, "gpuscaler_stockouts_total", "")
 	logs := c.logs.String()
-	c.t.Logf("%s: %d actions, %d restarts, %d reloads (%d changed a machine), %d NodeClaims launched (%d from standby), %d reclaims, %d offerings sold out (%v stock-outs met), %d failed orders reported; standby: %d stopped, %d started, %d starts failed, %d replaced after a machine change; faults: %s; %d instances at the end",
+	c.t.Logf("%s: %d actions, %d restarts, %d reloads (%d changed a machine), %d NodeClaims launched (%d from standby), %d reclaims, %d offerings sold out (%v stock-outs met), %d failed orders reported; standby: %d stopped, %d started, %d starts failed, %d replaced after a machine change, %d scaled-down nodes returned; faults: %s; %d instances at the end",
 		c.b.describe(), c.actions, c.restarts, c.reloads, c.remade, c.launched, c.fromPool, c.reclaims, c.stockouts, c.stockoutsMet, c.failedCreates,
 		strings.Count(logs, `msg="standby instance warmed and stopped"`), strings.Count(logs, `msg="standby instance started"`),
-		strings.Count(logs, `msg="standby instance would not start`), strings.Count(logs, `msg="replacing a standby instance made under`), c.b.injected(), len(c.b.instances()))
+		strings.Count(logs, `msg="standby instance would not start`), strings.Count(logs, `msg="replacing a standby instance made under`),
+		strings.Count(logs, `msg="a deleted node goes back to the standby pool instead"`), c.b.injected(), len(c.b.instances()))
 }
 
 // scaleDownPastMax deletes the running members of a group past its
