@@ -40,7 +40,7 @@ type simulateFlags struct {
 	seed                                                    uint64
 	standby, days                                           int
 	scale                                                   float64
-	gpuStartup, loop, trainFor, refillAfter                 time.Duration
+	gpuStartup, loop, trainFor, refillAfter, scaleDownAfter time.Duration
 	forecast                                                bool
 }
 
@@ -76,6 +76,7 @@ cost, next to a baseline that scales as cluster-autoscaler does with its default
 	fl.DurationVar(&f.gpuStartup, "gpu-startup", time.Minute, "time from an instance running to its GPUs being allocatable")
 	fl.IntVar(&f.standby, "standby", defaultStandby, "standby pool size for each group without one; with --policy all, the NodeProvisioner also runs with it beside its run without (0: none)")
 	fl.DurationVar(&f.refillAfter, "standby-refill-after", 0, "how long --standby's pools wait, short, before they order fresh instances; meanwhile the nodes scaled down go back to them (standby.refillAfter)")
+	fl.DurationVar(&f.scaleDownAfter, "standby-scale-down-after", 0, "how long a node stays unneeded before it goes back to --standby's pool when the pool has room (standby.scaleDownAfter; 0: the NodeProvisioner's scaleDownDelay)")
 	fl.IntVar(&f.days, "days", 1, "days of a built-in trace, each drawn anew (the forecast learns on the first ones)")
 	fl.BoolVar(&f.forecast, "forecast", false, "the NodeProvisioner also orders ahead of a forecast of the pool's demand, learned on the trace itself; with --policy all, as a column of its own")
 	fl.DurationVar(&f.trainFor, "train-for", 24*time.Hour, "how long the forecast learns before it orders ahead")
@@ -114,7 +115,7 @@ func runSimulate(cmd *cobra.Command, f *simulateFlags, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	opts := simulate.Options{Config: cfg, Seed: f.seed, GPUStartup: f.gpuStartup, Loop: f.loop, StandbyRefillAfter: f.refillAfter}
+	opts := simulate.Options{Config: cfg, Seed: f.seed, GPUStartup: f.gpuStartup, Loop: f.loop, StandbyRefillAfter: f.refillAfter, StandbyScaleDownAfter: f.scaleDownAfter}
 	if cmd.Flags().Changed("log-level") {
 		// The core's own logs (wall-clock times, not the run's) only when
 		// asked for: a day of them buries the report.

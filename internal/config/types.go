@@ -416,6 +416,14 @@ type Standby struct {
 	// at once. Set it near how long a burst's nodes live, for demand that
 	// comes in bursts.
 	RefillAfter *metav1.Duration `json:"refillAfter,omitempty"`
+	// ScaleDownAfter is how long a node of the group stays unneeded before
+	// it is scaled down while the pool has room for it: it goes back to
+	// the pool and comes back in a start, not a boot, so it need not wait
+	// out the front end's own delay. The NodeProvisioner applies it to the
+	// nodes the pool would take back; cluster-autoscaler gets it as the
+	// group's scaleDownUnneededTime unless autoscalingOptions sets one.
+	// Default: the front end's own delay.
+	ScaleDownAfter *metav1.Duration `json:"scaleDownAfter,omitempty"`
 	// Forecast lets the pool grow past Size, up to its MaxSize, ahead of
 	// the growth the group's own history expects (docs/standby.md).
 	Forecast *StandbyForecast `json:"forecast,omitempty"`
@@ -482,6 +490,14 @@ func (s *Standby) StandbyRefillAfter() time.Duration {
 		return 0
 	}
 	return s.RefillAfter.Duration
+}
+
+// StandbyScaleDownAfter is the pool's scaleDownAfter, or 0 when unset.
+func (s *Standby) StandbyScaleDownAfter() time.Duration {
+	if s == nil || s.ScaleDownAfter == nil {
+		return 0
+	}
+	return s.ScaleDownAfter.Duration
 }
 
 // StandbyImages are the images the group's standby pool pulls before an
@@ -631,8 +647,19 @@ type AutoscalingOptions struct {
 func OptionsOf(c *Config) func(group string) (*AutoscalingOptions, bool) {
 	byGroup := map[string]*AutoscalingOptions{}
 	for _, g := range c.NodeGroups {
-		if g.AutoscalingOptions != nil {
-			byGroup[g.Name] = g.AutoscalingOptions
+		o := g.AutoscalingOptions
+		if g.Standby != nil && g.Standby.ScaleDownAfter != nil && (o == nil || o.ScaleDownUnneededTime == nil) {
+			// A node of a group with a standby pool comes back in a start:
+			// it need not wait out cluster-autoscaler's own unneeded time.
+			withPool := AutoscalingOptions{}
+			if o != nil {
+				withPool = *o
+			}
+			withPool.ScaleDownUnneededTime = g.Standby.ScaleDownAfter
+			o = &withPool
+		}
+		if o != nil {
+			byGroup[g.Name] = o
 		}
 	}
 	return func(group string) (*AutoscalingOptions, bool) {

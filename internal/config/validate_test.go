@@ -231,6 +231,8 @@ func TestValidateInvalidFields(t *testing.T) {
 			[]string{"nodeGroups[0].standby.warmFor"}, field.ErrorTypeInvalid},
 		{"standby refill after", group0(func(g *NodeGroup) { g.Standby = &Standby{Size: 1, RefillAfter: dur(48 * time.Hour)} }),
 			[]string{"nodeGroups[0].standby.refillAfter"}, field.ErrorTypeInvalid},
+		{"standby scale down after", group0(func(g *NodeGroup) { g.Standby = &Standby{Size: 1, ScaleDownAfter: dur(-time.Minute)} }),
+			[]string{"nodeGroups[0].standby.scaleDownAfter"}, field.ErrorTypeInvalid},
 		{"standby on verda", group0(func(g *NodeGroup) {
 			g.Cloud, g.Locations, g.Standby = CloudVerda, []string{"FIN-01"}, &Standby{Size: 1}
 		}),
@@ -420,5 +422,37 @@ nodeGroups:
 	}
 	if strings.Contains(msg, "nodeGroups[0]") {
 		t.Fatalf("the simulated cloud's Karpenter template is refused its pool: %q", msg)
+	}
+}
+
+// A group's standby.scaleDownAfter is cluster-autoscaler's
+// scaleDownUnneededTime for the group, unless autoscalingOptions sets one;
+// the group's other overrides stay, and the config is not changed.
+func TestScaleDownAfterIsCAsUnneededTime(t *testing.T) {
+	cfg, err := Parse([]byte(`clusterName: c
+clouds: {sim: {}}
+nodeGroups:
+  - {name: pooled, cloud: sim, instanceType: 1V100.6V, locations: [FIN-01], maxSize: 4, standby: {size: 1, scaleDownAfter: 2m},
+     autoscalingOptions: {scaleDownUtilizationThreshold: 0.3}}
+  - {name: set, cloud: sim, instanceType: 1V100.6V, locations: [FIN-01], maxSize: 4, standby: {size: 1, scaleDownAfter: 2m},
+     autoscalingOptions: {scaleDownUnneededTime: 20m}}
+  - {name: plain, cloud: sim, instanceType: 1V100.6V, locations: [FIN-01], maxSize: 4}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := OptionsOf(cfg)
+	if o, ok := opts("pooled"); !ok || o.ScaleDownUnneededTime == nil || o.ScaleDownUnneededTime.Duration != 2*time.Minute ||
+		o.ScaleDownUtilizationThreshold == nil || *o.ScaleDownUtilizationThreshold != 0.3 {
+		t.Errorf("pooled: %+v, want scaleDownUnneededTime 2m and its threshold", o)
+	}
+	if cfg.NodeGroups[0].AutoscalingOptions.ScaleDownUnneededTime != nil {
+		t.Error("OptionsOf changed the config's own autoscalingOptions")
+	}
+	if o, _ := opts("set"); o.ScaleDownUnneededTime.Duration != 20*time.Minute {
+		t.Errorf("set: scaleDownUnneededTime %s, want the explicit 20m", o.ScaleDownUnneededTime.Duration)
+	}
+	if _, ok := opts("plain"); ok {
+		t.Error("plain: overrides for a group without any")
 	}
 }

@@ -633,6 +633,26 @@ func (m *Manager) SetStandbySize(_ context.Context, name string, n int) (int, er
 	return m.sizer.setStandbySize(name, n)
 }
 
+// StandbyReturn is how many of a group's nodes a scale-down would send
+// back to its standby pool now, stopped rather than deleted
+// (sizer.returnLocked), and how long such a node stays unneeded first
+// (standby.scaleDownAfter; 0: the front end's own delay). room is 0
+// without a pool, on a cloud that cannot stop instances, or with the pool
+// full.
+func (m *Manager) StandbyReturn(name string) (room int, after time.Duration) {
+	s := m.store
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	g, ok := s.groups[name]
+	if !ok || g.cfg.StandbyMaxSize() == 0 {
+		return 0, 0
+	}
+	if _, ok := m.sizer.clients[g.cfg.Cloud].stopper(); !ok {
+		return 0, 0
+	}
+	return max(g.standbySize()-g.counts[stateStandby], 0), g.cfg.Standby.StandbyScaleDownAfter()
+}
+
 // DecreaseTargetSize lowers a group's target by -delta without touching
 // any running instance: it withdraws orders not yet fulfilled.
 func (m *Manager) DecreaseTargetSize(_ context.Context, name string, delta int) error {

@@ -48,6 +48,10 @@ type Core interface {
 	Template(group string) (*corev1.Node, error)
 	GroupPrice(group string) (float64, bool)
 	GroupSpend(group string) float64
+	// StandbyReturn is how many of a group's nodes a scale-down would send
+	// back to its standby pool, and how long such a node stays unneeded
+	// first (0: the pool's own scaleDownDelay).
+	StandbyReturn(group string) (room int, after time.Duration)
 	// Backoff tells whether a group gets no new orders now (stock-outs,
 	// quota, configuration, nodes that never register): the one backoff
 	// policy, kept in the core for every front end.

@@ -3,6 +3,7 @@ package provisioner
 import (
 	"context"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -29,6 +30,7 @@ func (c priced) Instances(string) ([]nodegroup.Instance, error)      { return ni
 func (c priced) GroupForProviderID(string) (string, bool)            { return "", false }
 func (c priced) GroupPrice(name string) (float64, bool)              { return c[name], true }
 func (c priced) GroupSpend(string) float64                           { return 0 }
+func (c priced) StandbyReturn(string) (int, time.Duration)           { return 0, 0 }
 func (c priced) Backoff(string) (nodegroup.Backoff, bool)            { return nodegroup.Backoff{}, false }
 func (c priced) Template(string) (*corev1.Node, error) {
 	return &corev1.Node{Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}}}, nil

@@ -36,12 +36,15 @@ const DefaultDeleteDelayAfterTaint = 5 * time.Second
 
 // scaleDown marks the plan's removable nodes unneeded, unmarks the ones no
 // longer in the plan, and drains and deletes those unneeded for longer than
-// the pool's delay. It returns whether it changed anything.
+// the pool's delay, or, as many as their group's standby pool would take
+// back, for longer than its standby.scaleDownAfter (they come back in a
+// start, not a boot). It returns whether it changed anything.
 func (r *Reconciler) scaleDown(ctx context.Context, np *v1alpha1.NodeProvisioner, remove []string, nodes []corev1.Node, groupOf func(*corev1.Node) string) bool {
 	delay := 10 * time.Minute
 	if np.Spec.ScaleDownDelay != nil {
 		delay = np.Spec.ScaleDownDelay.Duration
 	}
+	returns := r.standbyReturns()
 	doomed := map[string]bool{}
 	for _, n := range remove {
 		doomed[n] = true
@@ -67,13 +70,40 @@ func (r *Reconciler) scaleDown(ctx context.Context, np *v1alpha1.NodeProvisioner
 				r.Recorder.Eventf(np, n, corev1.EventTypeNormal, "NodeUnneeded", "ScaleDown", "node %s is unneeded; it goes in %s unless demand returns", n.Name, delay)
 				changed = true
 			}
-		case doomed[n.Name] && now.Sub(since) >= delay:
+		case doomed[n.Name] && (now.Sub(since) >= delay || returns.take(group, now.Sub(since))):
 			if r.drainAndDelete(ctx, np, n, group) {
 				changed = true
 			}
 		}
 	}
 	return changed
+}
+
+// standbyReturns reads, once a pass, each group's room to take nodes back
+// into its standby pool and how long they stay unneeded first.
+func (r *Reconciler) standbyReturns() poolReturns {
+	return poolReturns{core: r.Core.Read(), room: map[string]int{}, after: map[string]time.Duration{}}
+}
+
+// poolReturns counts down the nodes a scale-down pass sends back to their
+// groups' standby pools.
+type poolReturns struct {
+	core  Core
+	room  map[string]int
+	after map[string]time.Duration
+}
+
+// take reports whether a node of group unneeded for idle goes back to its
+// pool now, and counts it against the pool's room.
+func (p poolReturns) take(group string, idle time.Duration) bool {
+	if _, read := p.after[group]; !read {
+		p.room[group], p.after[group] = p.core.StandbyReturn(group)
+	}
+	if p.after[group] <= 0 || idle < p.after[group] || p.room[group] <= 0 {
+		return false
+	}
+	p.room[group]--
+	return true
 }
 
 // unneededSince reads the time a node was marked unneeded.

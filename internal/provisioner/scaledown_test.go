@@ -90,3 +90,57 @@ func TestRefusedDeleteUndoesTheCordon(t *testing.T) {
 		t.Errorf("after a refused delete the node is still cordoned or tainted: unschedulable %v, taints %v", got.Spec.Unschedulable, got.Spec.Taints)
 	}
 }
+
+// returning answers StandbyReturn with a pool's room and scaleDownAfter.
+type returning struct {
+	Core
+	room  int
+	after time.Duration
+}
+
+func (c returning) StandbyReturn(string) (int, time.Duration) { return c.room, c.after }
+
+// A node of a group whose standby pool has room goes after the pool's
+// scaleDownAfter, not the NodeProvisioner's scaleDownDelay: it goes back to
+// the pool and comes back in a start. Only as many as the pool takes back
+// go early; the others wait out the delay.
+func TestNodesGoBackToThePoolEarly(t *testing.T) {
+	np := &v1alpha1.NodeProvisioner{ObjectMeta: metav1.ObjectMeta{Name: "pool"}}
+	idle := func(name string) corev1.Node {
+		return corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.NodeSpec{ProviderID: "sim://" + name,
+			Taints: []corev1.Taint{{Key: TaintUnneeded, Value: strconv.FormatInt(time.Now().Add(-3*time.Minute).Unix(), 10), Effect: corev1.TaintEffectPreferNoSchedule}}}}
+	}
+	for _, tc := range []struct {
+		name     string
+		core     returning
+		draining int
+	}{
+		{"no pool", returning{}, 0},
+		{"a pool with room for one", returning{room: 1, after: 2 * time.Minute}, 1},
+		{"a full pool", returning{room: 0, after: 2 * time.Minute}, 0},
+		{"scaleDownAfter not reached", returning{room: 2, after: 5 * time.Minute}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := idle("gpu-1"), idle("gpu-2")
+			c := fake.NewClientBuilder().WithObjects(&a, &b).Build()
+			r := &Reconciler{Client: c, APIReader: c, Core: inforce.Fixed[Core](tc.core), Recorder: events.NewFakeRecorder(16), Logger: slog.New(slog.DiscardHandler)}
+			var list corev1.NodeList
+			if err := c.List(context.Background(), &list); err != nil {
+				t.Fatal(err)
+			}
+			r.scaleDown(context.Background(), np, []string{"gpu-1", "gpu-2"}, list.Items, func(*corev1.Node) string { return "g" })
+			if err := c.List(context.Background(), &list); err != nil {
+				t.Fatal(err)
+			}
+			draining := 0
+			for i := range list.Items {
+				if hasTaint(&list.Items[i], TaintDeleting) {
+					draining++
+				}
+			}
+			if draining != tc.draining {
+				t.Fatalf("%d nodes draining three minutes after they became unneeded (scaleDownDelay 10m), want %d", draining, tc.draining)
+			}
+		})
+	}
+}

@@ -110,6 +110,9 @@ type Options struct {
 	// StandbyRefillAfter is the refillAfter of the pools Standby gives
 	// (config.Standby.RefillAfter); 0: they refill at once.
 	StandbyRefillAfter time.Duration
+	// StandbyScaleDownAfter is the scaleDownAfter of the pools Standby
+	// gives (config.Standby.ScaleDownAfter); 0: none.
+	StandbyScaleDownAfter time.Duration
 	// StandbyGPUStartup is the time from a standby instance running again
 	// to its GPUs allocatable: drivers installed and images pulled at its
 	// warm-up, only the device plugin registers again; default 15 s.
@@ -310,8 +313,9 @@ func (opts Options) complete() (Options, error) {
 	if opts.Sample <= 0 {
 		opts.Sample = 5 * time.Minute
 	}
-	if opts.Standby < 0 || opts.StandbyGPUStartup < 0 || opts.StandbyRefillAfter < 0 {
-		return opts, fmt.Errorf("standby %d, standby GPU start-up %s, refill after %s: negative", opts.Standby, opts.StandbyGPUStartup, opts.StandbyRefillAfter)
+	if opts.Standby < 0 || opts.StandbyGPUStartup < 0 || opts.StandbyRefillAfter < 0 || opts.StandbyScaleDownAfter < 0 {
+		return opts, fmt.Errorf("standby %d, standby GPU start-up %s, refill after %s, scale down after %s: negative",
+			opts.Standby, opts.StandbyGPUStartup, opts.StandbyRefillAfter, opts.StandbyScaleDownAfter)
 	}
 	if opts.StandbyGPUStartup == 0 {
 		opts.StandbyGPUStartup = defaultStandbyGPUStartup
@@ -342,6 +346,9 @@ func runConfig(opts Options) config.Config {
 			g.Standby = &config.Standby{Size: min(opts.Standby, g.MaxSize)}
 			if opts.StandbyRefillAfter > 0 {
 				g.Standby.RefillAfter = &metav1.Duration{Duration: opts.StandbyRefillAfter}
+			}
+			if opts.StandbyScaleDownAfter > 0 {
+				g.Standby.ScaleDownAfter = &metav1.Duration{Duration: opts.StandbyScaleDownAfter}
 			}
 		}
 	}
@@ -727,7 +734,20 @@ func (r *run) provision(ctx context.Context) (bool, error) {
 	for _, name := range r.last.Remove {
 		doomed[name] = true
 	}
-	down, err := r.scaleDown(ctx, func(n *node) bool { return doomed[n.name] }, delay, true)
+	// As the controller: as many as a group's standby pool takes back go
+	// after its scaleDownAfter (provisioner.poolReturns).
+	room, after := map[string]int{}, map[string]time.Duration{}
+	for _, g := range r.groups {
+		room[g], after[g] = r.core.StandbyReturn(g)
+	}
+	early := func(group string, idle time.Duration) bool {
+		if after[group] <= 0 || idle < after[group] || room[group] <= 0 {
+			return false
+		}
+		room[group]--
+		return true
+	}
+	down, err := r.scaleDown(ctx, func(n *node) bool { return doomed[n.name] }, delay, true, early)
 	return asked || down, err
 }
 
@@ -752,7 +772,7 @@ func (r *run) baseline(ctx context.Context) (bool, error) {
 	// Unneeded nodes are timed all along; none goes within
 	// scaleDownDelayAfterAdd of a scale-up.
 	cooling := r.res.ScaleUps > 0 && r.now-r.lastAdd < caDelayAfterAdd
-	return r.scaleDown(ctx, func(n *node) bool { return n.ready && len(n.pods) == 0 }, caUnneededTime, !cooling)
+	return r.scaleDown(ctx, func(n *node) bool { return n.ready && len(n.pods) == 0 }, caUnneededTime, !cooling, nil)
 }
 
 // foresight is one loop of the perfect-foresight policy; it reports
@@ -773,7 +793,7 @@ func (r *run) foresight(ctx context.Context) (bool, error) {
 		}
 	}
 	keep := r.neededBy(soon)
-	return r.scaleDown(ctx, func(n *node) bool { return n.ready && len(n.pods) == 0 && !keep[n] }, 0, true)
+	return r.scaleDown(ctx, func(n *node) bool { return n.ready && len(n.pods) == 0 && !keep[n] }, 0, true, nil)
 }
 
 // upcoming are the pods that arrive within d from now, in arrival order.
@@ -896,8 +916,9 @@ func (r *run) scaleUp(ctx context.Context, pool plan.Pool, p plan.Plan) bool {
 
 // scaleDown times the nodes that are unneeded (a node stops being unneeded
 // when it no longer is) and, if it may, deletes those unneeded for at
-// least delay. It reports whether it deleted any.
-func (r *run) scaleDown(ctx context.Context, unneeded func(*node) bool, delay time.Duration, may bool) (bool, error) {
+// least delay, or those early (non-nil) lets go sooner. It reports whether
+// it deleted any.
+func (r *run) scaleDown(ctx context.Context, unneeded func(*node) bool, delay time.Duration, may bool, early func(group string, idle time.Duration) bool) (bool, error) {
 	byGroup := map[string][]string{}
 	for _, n := range r.cl.nodes {
 		switch {
@@ -905,7 +926,7 @@ func (r *run) scaleDown(ctx context.Context, unneeded func(*node) bool, delay ti
 			n.unneededSince = -1
 		case n.unneededSince < 0:
 			n.unneededSince = r.now
-		case may && r.now-n.unneededSince >= delay && len(n.pods) == 0:
+		case may && len(n.pods) == 0 && (r.now-n.unneededSince >= delay || early != nil && early(n.group, r.now-n.unneededSince)):
 			byGroup[n.group] = append(byGroup[n.group], n.providerID)
 		}
 	}
