@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/gpuscaler/gpuscaler/api/v1alpha1"
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
@@ -238,4 +239,56 @@ nodeGroups:
 	if n := value(scrape(t, metricsAddr), "gpuscaler_nodegroup_target_size", map[string]string{"group": "h100"}); n != 0 {
 		t.Fatalf("target %v: the pool grew, not the group", n)
 	}
+}
+
+// TestRealClusterAutoscalerReturnsANodeToThePool: the real
+// cluster-autoscaler takes a pool's instance for a pod; the pool, whose
+// refillAfter is an hour, orders nothing fresh. When the pod goes,
+// cluster-autoscaler scales the idle node down after the group's
+// standby.scaleDownAfter (20 s, through its per-group options), not its
+// own --scale-down-unneeded-time (5 min), and the node goes back to the
+// pool: stopped, not deleted, its Node gone, and the pool orders nothing.
+func TestRealClusterAutoscalerReturnsANodeToThePool(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	r := startRealCA(t, ctx, 5*time.Second, "bootDelay: 10s, deleteDelay: 1s, startDelay: 1s, stoppedPrice: 0.05",
+		"  - {name: h100, cloud: sim, instanceType: 1H100.80S.30V, locations: [FIN-01], maxSize: 3, taints: [{key: nvidia.com/gpu, value: present, effect: NoSchedule}], standby: {size: 1, warmFor: 1s, refillAfter: 1h, scaleDownAfter: 20s}}\n",
+		"--scan-interval=2s", "--scale-down-unneeded-time=5m", "--scale-down-delay-after-add=0s", "--max-node-provision-time=5m", "--v=3")
+	stops := func() float64 {
+		return value(scrape(t, r.metricsAddr), "gpuscaler_cloud_api_calls_total", map[string]string{"operation": "stop", "result": "ok"})
+	}
+	waitFor(t, ctx, "the pool's instance warmed and stopped", func() bool { return stops() == 1 })
+	pods := r.env.Client.CoreV1().Pods("default")
+	if _, err := pods.Create(ctx, gpuPod("infer"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "the pod running on the pool's instance", func() bool { return runningPods(ctx, pods) == 1 })
+	if err := pods.Delete(ctx, "infer", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		t.Fatal(err)
+	}
+	idle := time.Now()
+	waitFor(t, ctx, "the idle node back in the pool, stopped", func() bool {
+		mfs := scrape(t, r.metricsAddr)
+		return value(mfs, "gpuscaler_nodegroup_instances", map[string]string{"group": "h100", "state": "standby"}) == 1 &&
+			value(mfs, "gpuscaler_cloud_api_calls_total", map[string]string{"operation": "stop", "result": "ok"}) == 2
+	})
+	if took := time.Since(idle); took > 3*time.Minute {
+		t.Errorf("the node went back %s after it was idle: cluster-autoscaler waited its own unneeded time, not the group's scaleDownAfter", took.Round(time.Second))
+	}
+	waitFor(t, ctx, "its Node gone", func() bool {
+		nodes, err := r.env.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: nodegroup.LabelNodeGroup + "=h100"})
+		return err == nil && len(nodes.Items) == 0
+	})
+	// cluster-autoscaler may have asked for a second node while the first
+	// registered with its GPUs not yet allocatable (its gpu_processor
+	// takes such a node for unready); each node it ordered so is deleted
+	// on scale-down, the pool being full again. So the pool's own orders
+	// are the creates less its first and less the deletes: none within
+	// refillAfter.
+	deletes := value(scrape(t, r.metricsAddr), "gpuscaler_cloud_api_calls_total", map[string]string{"operation": "delete", "result": "ok"})
+	if refills := r.creates(t) - 1 - deletes; refills != 0 {
+		t.Errorf("%v creates and %v deletes: %v fresh orders for the pool within refillAfter, want none", r.creates(t), deletes, refills)
+	}
+	r.assertNotForbidden(t)
 }
