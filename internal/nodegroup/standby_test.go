@@ -720,14 +720,7 @@ func TestStandbyInstanceStartedBehindThePoolIsStoppedAgain(t *testing.T) {
 // stopped (its Node still carries the front end's deletion taint); then
 // it starts for demand as any pool member does.
 func TestScaledDownNodeGoesBackToAShortPool(t *testing.T) {
-	const doc = `
-clusterName: test
-sync: {period: 30s, requestsPerSecond: 10000, maxConcurrentCreates: 8}
-clouds:
-  sim: {bootDelay: 60s, deleteDelay: 10s, startDelay: 15s, stoppedPrice: 0.05}
-nodeGroups:
-  - {name: g, cloud: sim, instanceType: 1V100.6V, locations: [FIN-01], maxSize: 5, standby: {size: 1, warmFor: 60s, refillAfter: 1h}}
-`
+	doc := strings.Replace(standbyGroup, "warmFor: 60s}", "warmFor: 60s, refillAfter: 1h}", 1)
 	w := &wrapped{}
 	h := newWrappedHarness(t, doc, sim.Options{}, Options{}, func(c *sim.Cloud) cloud.Provider { w.Provider = c; return w })
 	first := poolReady(h)
