@@ -129,7 +129,7 @@ func validateStandby(p *field.Path, g *NodeGroup, s *Standby) field.ErrorList {
 	errs = append(errs, within(p.Child("warmFor"), s.WarmFor, 0, 2*time.Hour, "how long a new standby instance runs before it is stopped")...)
 	errs = append(errs, within(p.Child("refillAfter"), s.RefillAfter, 0, 24*time.Hour,
 		"how long a short pool waits for the group's scaled-down nodes before it orders fresh ones")...)
-	errs = append(errs, within(p.Child("scaleDownAfter"), s.ScaleDownAfter, 0, 24*time.Hour,
+	errs = append(errs, within(p.Child("scaleDownAfter"), s.ScaleDownAfter, time.Second, 24*time.Hour,
 		"how long a node stays unneeded before it goes back to the pool")...)
 	if f := s.Forecast; f != nil {
 		fp := p.Child("forecast")

@@ -52,11 +52,12 @@ func (m *Manager) Inherit(prev *Manager) {
 		changed := machineChanged(pg.cfg, g.cfg)
 		for _, pm := range pg.members {
 			mem := m.inheritMember(g, pm)
-			if changed && mem != nil && mem.pooled() && mem.phase != phaseCreating {
-				// Booted, joined and stopped as the old configuration
-				// made it: started, it would serve the old image, disk
-				// or labels (an order not sent yet is made as the new
-				// one says).
+			if changed && mem != nil && mem.phase != phaseCreating {
+				// Booted and joined as the old configuration made it:
+				// from the pool, started, it would serve the old image,
+				// disk or labels; a live one serves until scaled down but
+				// never goes back to the pool (returnLocked). An order not
+				// sent yet is made as the new configuration says.
 				mem.extras().outdated = true
 			}
 		}
@@ -69,6 +70,7 @@ func (m *Manager) Inherit(prev *Manager) {
 		}
 		g.target = min(max(target, g.cfg.MinSize), g.cfg.MaxSize)
 		g.standbyAsked = pg.standbyAsked // the forecast's size holds until it asks again
+		g.poolShort = pg.poolShort       // and a refill waits out what is left of refillAfter
 		if b, ok := prev.offerings.failing[name]; ok {
 			bc := *b
 			m.offerings.failing[name] = &bc

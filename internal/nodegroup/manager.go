@@ -633,6 +633,22 @@ func (m *Manager) SetStandbySize(_ context.Context, name string, n int) (int, er
 	return m.sizer.setStandbySize(name, n)
 }
 
+// replacementKey marks a context of ForReplacement.
+type replacementKey struct{}
+
+// ForReplacement marks a DeleteNodes that replaces its nodes (rotation
+// past a lifetime, defragmentation, drift): they are deleted, never
+// returned to a standby pool, where they would live on.
+func ForReplacement(ctx context.Context) context.Context {
+	return context.WithValue(ctx, replacementKey{}, true)
+}
+
+// replacing reports whether ctx comes from ForReplacement.
+func replacing(ctx context.Context) bool {
+	v, _ := ctx.Value(replacementKey{}).(bool)
+	return v
+}
+
 // StandbyReturn is how many of a group's nodes a scale-down would send
 // back to its standby pool now, stopped rather than deleted
 // (sizer.returnLocked), and how long such a node stays unneeded first
@@ -663,12 +679,14 @@ func (m *Manager) DecreaseTargetSize(_ context.Context, name string, delta int) 
 }
 
 // DeleteNodes deletes the instances with the given provider IDs from a
-// group and lowers its target accordingly; see sizer.deleteNodes.
-func (m *Manager) DeleteNodes(_ context.Context, name string, providerIDs []string) error {
+// group and lowers its target accordingly; see sizer.deleteNodes. While
+// the group's standby pool is short, a healthy node goes back to it
+// instead, unless ctx comes from ForReplacement.
+func (m *Manager) DeleteNodes(ctx context.Context, name string, providerIDs []string) error {
 	if err := m.writable("DeleteNodes"); err != nil {
 		return err
 	}
-	return m.sizer.deleteNodes(name, providerIDs)
+	return m.sizer.deleteNodes(ctx, name, providerIDs)
 }
 
 // Backoff reports whether a group gets no new orders now, and why: its

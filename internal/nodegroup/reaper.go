@@ -143,8 +143,8 @@ func (r *reaper) unregisteredLocked(ctx context.Context, cloudName string) {
 	grace := r.cfg.LeakedInstances.GracePeriod.Duration
 	for _, g := range r.store.groupsOn(cloudName) {
 		for _, mem := range g.members {
-			if !mem.running() {
-				continue
+			if !mem.running() || mem.peek().returned {
+				continue // a returned node's Node may be gone: it stops at the next sync
 			}
 			registered, synced := r.nodes.Registered(mem.providerIDs()...)
 			if !synced {

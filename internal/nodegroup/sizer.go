@@ -141,7 +141,7 @@ func (z *sizer) decrease(name string, delta int) error {
 // running) may not take the group's live members below minSize, where
 // they would be bought again at once; failed and unfulfilled slots always
 // may go.
-func (z *sizer) deleteNodes(name string, providerIDs []string) error {
+func (z *sizer) deleteNodes(ctx context.Context, name string, providerIDs []string) error {
 	s := z.store
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -178,7 +178,7 @@ func (z *sizer) deleteNodes(name string, providerIDs []string) error {
 		over = max(g.live-g.target, 0)
 	}
 	for _, mem := range doomed {
-		if z.returnLocked(g, mem) {
+		if z.returnLocked(ctx, g, mem) {
 			continue
 		}
 		z.removeLocked(g, mem, "deleted by the autoscaler")
@@ -197,16 +197,24 @@ func (z *sizer) deleteNodes(name string, providerIDs []string) error {
 // its Node still carries the front end's deletion taint until the stop
 // deletes the Node, and the kubelet registers it afresh on a start.
 // Callers hold the store's lock.
-func (z *sizer) returnLocked(g *group, mem *member) bool {
-	if g.cfg.StandbyMaxSize() == 0 || g.counts[stateStandby] >= g.standbySize() || !mem.running() || mem.peek().outdated {
+func (z *sizer) returnLocked(ctx context.Context, g *group, mem *member) bool {
+	if g.cfg.StandbyMaxSize() == 0 || g.counts[stateStandby] >= g.standbySize() || !mem.running() || mem.peek().outdated || replacing(ctx) {
 		return false
 	}
 	if _, ok := z.clients[mem.cloud()].stopper(); !ok {
 		return false
 	}
+	if z.nodes != nil {
+		// Only a healthy node: Ready, its GPUs seen. One that never
+		// registered, or went unready (cluster-autoscaler removes both),
+		// is deleted.
+		if st, ok := z.nodes.Startup(mem.providerIDs()...); !ok || st.Ready.IsZero() || !st.GPUsSeen && g.itype.GPUCount > 0 {
+			return false
+		}
+	}
 	z.store.change(g, mem, func() { mem.standby = standbyWarming })
 	x := mem.extras()
-	x.returned = true
+	x.returned, x.recycled = true, true
 	x.warmSince = z.clock.Now().Add(-g.cfg.Standby.StandbyWarmFor())
 	z.log.Info("a deleted node goes back to the standby pool instead", "group", g.cfg.Name, "instance", mem.name)
 	return true

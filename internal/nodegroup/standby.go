@@ -260,6 +260,7 @@ func (z *sizer) poolLocked(g *group) {
 		pool = append(pool, mem)
 	}
 	if len(pool) > want {
+		g.poolShort = time.Time{}
 		sort.Slice(pool, func(i, j int) bool {
 			if (pool[i].standby == standbyStopped) != (pool[j].standby == standbyStopped) {
 				return pool[i].standby == standbyStopped
@@ -277,6 +278,7 @@ func (z *sizer) poolLocked(g *group) {
 	if over := z.overCapLocked(g); over > 1e-9 {
 		newestFirst(pool)
 		sort.SliceStable(pool, func(i, j int) bool { return pool[i].standby != standbyStopped && pool[j].standby == standbyStopped })
+		g.poolShort = time.Time{}
 		for _, mem := range pool {
 			if over <= 1e-9 {
 				break
@@ -399,7 +401,7 @@ func (y *syncer) warmedLocked(g *group, now time.Time, out *afterLock) {
 		if now.Sub(x.warmSince) < g.cfg.Standby.StandbyWarmFor() {
 			continue
 		}
-		if y.nodes != nil {
+		if y.nodes != nil && !mem.peek().returned { // a returned node warmed long ago; its Node may be gone already
 			if st, ok := y.nodes.Startup(mem.providerIDs()...); !ok || !st.GPUsSeen && g.itype.GPUCount > 0 {
 				continue // not joined or not warm yet
 			}
@@ -484,6 +486,15 @@ func (y *syncer) stop(ctx context.Context, cloudName string, mems []*member) {
 				s.mu.Unlock()
 				return
 			}
+			if err != nil && mem.peek().returned {
+				// A node the front end deleted: deleted, as it asked, rather
+				// than kept at full price until a stop goes through.
+				y.log.Warn("could not stop a scaled-down node for the standby pool; deleting it", "group", g.cfg.Name, "instance", mem.name, "error", err)
+				y.sizer.removeLocked(g, mem, "deleted by the autoscaler; its stop for the pool failed")
+				y.sizer.reconcileLocked(g)
+				s.mu.Unlock()
+				return
+			}
 			if err != nil {
 				y.log.Warn("could not stop a warmed standby instance; the next sync tries again", "group", g.cfg.Name, "instance", mem.name, "error", err)
 				s.change(g, mem, func() { mem.standby = standbyWarming })
@@ -524,6 +535,16 @@ func (y *syncer) busy(ctx context.Context, mem *member, ids []string) bool {
 	s := y.store
 	s.mu.Lock()
 	g, first, taken := mem.g, false, false
+	if g.members[mem.name] == mem && mem.standby == standbyStopping && mem.peek().returned && err == nil {
+		// A node the front end drained and deleted still runs pods (ones
+		// that tolerate its deletion taint): deleted, as the front end
+		// asked, not kept at full price in a pool slot.
+		y.sizer.removeLocked(g, mem, "deleted by the autoscaler; pods still ran on it")
+		y.sizer.reconcileLocked(g)
+		s.mu.Unlock()
+		y.log.Warn("a scaled-down node still runs pods; deleted rather than returned to the standby pool", "group", g.cfg.Name, "instance", mem.name, "pods", pods)
+		return true
+	}
 	if g.members[mem.name] == mem && mem.standby == standbyStopping {
 		s.change(g, mem, func() { mem.standby = standbyWarming })
 		x := mem.extras()

@@ -812,3 +812,105 @@ func TestScaledDownNodeIsDeletedWhenThePoolIsFull(t *testing.T) {
 	}
 	h.eventually("the node deleted at the cloud", func() bool { _, deletes := w.counts(); return deletes == 1 })
 }
+
+// Only a healthy node goes back to a short pool, and not one a front end
+// replaces: a node not Ready (cluster-autoscaler removes unready ones) and
+// a node deleted ForReplacement (rotation, defragmentation) are deleted.
+// A returned node whose Node the front end deleted with it (as the
+// NodeProvisioner does) still stops for the pool: the reaper does not
+// take it for one that never registered.
+func TestOnlyHealthyNodesGoBackToThePool(t *testing.T) {
+	nodes := newFakeNodes()
+	doc := strings.Replace(standbyGroup, "warmFor: 60s}", "warmFor: 60s, refillAfter: 1h}", 1)
+	w := &wrapped{}
+	h := newWrappedHarness(t, doc, sim.Options{}, Options{Nodes: nodes}, func(c *sim.Cloud) cloud.Provider { w.Provider = c; return w })
+	warmingWithNode(t, h, nodes)
+	poolReady(h)
+	ctx := context.Background()
+	if err := h.mgr.IncreaseSize(ctx, "g", 3); err != nil { // the pool's, and two fresh orders
+		t.Fatal(err)
+	}
+	h.eventually("3 running", func() bool {
+		h.clk.Step(30 * time.Second)
+		h.mgr.syncer.kick("sim")
+		r, _, _, _ := h.states("g")
+		return r == 3
+	})
+	insts, _ := h.mgr.Instances("g")
+	now := h.clk.Now()
+	for _, in := range insts {
+		nodes.setStartup(in.ProviderID, Startup{Registered: now, Ready: now, GPUs: now, GPUsSeen: true})
+	}
+	sick, replaced, healthy := insts[0], insts[1], insts[2]
+	nodes.setStartup(sick.ProviderID, Startup{Registered: now, GPUsSeen: true}) // NotReady
+	if err := h.mgr.DeleteNodes(ctx, "g", []string{sick.ProviderID}); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.mgr.DeleteNodes(ForReplacement(ctx), "g", []string{replaced.ProviderID}); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("the unready and the replaced node deleted at the cloud", func() bool { _, deletes := w.counts(); return deletes == 2 })
+	if err := h.mgr.DeleteNodes(ctx, "g", []string{healthy.ProviderID}); err != nil {
+		t.Fatal(err)
+	}
+	if err := nodes.Delete(ctx, healthy.ProviderID); err != nil { // the front end deletes the Node too
+		t.Fatal(err)
+	}
+	h.eventually("the healthy node stopped for the pool", func() bool {
+		h.clk.Step(30 * time.Second)
+		h.mgr.syncer.kick("sim")
+		for _, in := range h.engine.Instances("test") {
+			if in.Name == healthy.Name {
+				return in.State == cloud.StateStopped && in.Standby
+			}
+		}
+		return false
+	})
+	creates, deletes := w.counts()
+	if creates != 3 || deletes != 2 {
+		t.Fatalf("%d creates, %d deletes; want 3 (the pool's first, two for demand) and 2 (the unready and the replaced node)", creates, deletes)
+	}
+	if n, _ := h.mgr.TargetSize("g"); n != 0 {
+		t.Fatalf("target %d with every node scaled down, want 0", n)
+	}
+}
+
+// A returned node that still runs pods (ones that tolerate the front
+// end's deletion taint) is deleted, as the front end asked, not kept at
+// full price in a pool slot until they leave.
+func TestReturnedNodeStillRunningPodsIsDeleted(t *testing.T) {
+	nodes := newFakeNodes()
+	doc := strings.Replace(standbyGroup, "warmFor: 60s}", "warmFor: 60s, refillAfter: 1h}", 1)
+	w := &wrapped{}
+	h := newWrappedHarness(t, doc, sim.Options{}, Options{Nodes: nodes}, func(c *sim.Cloud) cloud.Provider { w.Provider = c; return w })
+	warmingWithNode(t, h, nodes)
+	poolReady(h)
+	ctx := context.Background()
+	if err := h.mgr.IncreaseSize(ctx, "g", 2); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("2 running", func() bool {
+		h.clk.Step(30 * time.Second)
+		h.mgr.syncer.kick("sim")
+		r, _, _, _ := h.states("g")
+		return r == 2
+	})
+	insts, _ := h.mgr.Instances("g")
+	now := h.clk.Now()
+	for _, in := range insts {
+		nodes.setStartup(in.ProviderID, Startup{Registered: now, Ready: now, GPUs: now, GPUsSeen: true})
+	}
+	nodes.bind(insts[0].ProviderID, "ml/tolerates-everything")
+	if err := h.mgr.DeleteNodes(ctx, "g", []string{insts[0].ProviderID}); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("the busy returned node deleted", func() bool {
+		h.clk.Step(30 * time.Second)
+		h.mgr.syncer.kick("sim")
+		_, deletes := w.counts()
+		return deletes == 1
+	})
+	if n, _ := h.mgr.TargetSize("g"); n != 1 {
+		t.Fatalf("target %d, want the 1 left", n)
+	}
+}

@@ -293,13 +293,15 @@ type extras struct {
 	// being handed over from, until the transfer's outcome is known (see
 	// store.settleTransfer).
 	fromGroup, fromName string
-	// outdated: a standby member made under a group configuration that a
-	// reload changed (machineChanged); the pool replaces it, and nobody
-	// takes it.
+	// outdated: a member made under a group configuration that a reload
+	// changed (machineChanged): in the standby pool, it is replaced and
+	// nobody takes it; live, it never goes back to the pool.
 	outdated bool
 	// returned: a member a front end deleted that went back to the pool
 	// instead (sizer.returnLocked); nobody takes it before it stops.
-	returned bool
+	// recycled stays: its kubelet registers without TaintStandby, so it
+	// is never handed to the launch API (transfer).
+	returned, recycled bool
 }
 
 // extras returns the member's extras to change, making them on first use.

@@ -90,7 +90,7 @@ func (l *launcher) takeLocked(req LaunchRequest) (pm, mem *member, err error) {
 		return nil, nil, err
 	}
 	for _, m := range g.members {
-		if m.standby == standbyStopped && m.phase == phaseCreated && m.offering() == req.Offering && !m.peek().outdated &&
+		if m.standby == standbyStopped && m.phase == phaseCreated && m.offering() == req.Offering && !m.peek().outdated && !m.peek().recycled &&
 			(pm == nil || m.createdAt < pm.createdAt) {
 			pm = m
 		}

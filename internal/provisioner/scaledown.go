@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gpuscaler/gpuscaler/api/v1alpha1"
+	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
 )
 
 // TaintUnneeded marks a node the controller plans to remove; its value is
@@ -208,7 +209,11 @@ func (r *Reconciler) drainAndDelete(ctx context.Context, np *v1alpha1.NodeProvis
 	if left > 0 {
 		return true // evictions under way; delete on a later pass
 	}
-	if err := r.Core.Write(ctx, func(c Core) error { return c.DeleteNodes(ctx, group, []string{n.Spec.ProviderID}) }); err != nil {
+	dctx := ctx
+	if n.Annotations[AnnotationDrain] != "" {
+		dctx = nodegroup.ForReplacement(ctx) // rotated or defragmented: never back to a pool
+	}
+	if err := r.Core.Write(ctx, func(c Core) error { return c.DeleteNodes(dctx, group, []string{n.Spec.ProviderID}) }); err != nil {
 		// The node stays: it takes work again (its taint and cordon go)
 		// rather than sit paid for and unschedulable.
 		r.Recorder.Eventf(np, n, corev1.EventTypeWarning, "ScaleDownFailed", "ScaleDown", "delete %s: %v; the node takes work again", n.Name, err)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -920,7 +921,8 @@ func (r *run) scaleUp(ctx context.Context, pool plan.Pool, p plan.Plan) bool {
 // it deleted any.
 func (r *run) scaleDown(ctx context.Context, unneeded func(*node) bool, delay time.Duration, may bool, early func(group string, idle time.Duration) bool) (bool, error) {
 	byGroup := map[string][]string{}
-	for _, n := range r.cl.nodes {
+	for _, name := range slices.Sorted(maps.Keys(r.cl.nodes)) { // early spends a pool's room: the same nodes from run to run
+		n := r.cl.nodes[name]
 		switch {
 		case !unneeded(n):
 			n.unneededSince = -1
