@@ -662,8 +662,8 @@ nodeGroups:
 	spend := func() float64 {
 		total := 0.0
 		for _, in := range h.engine.Instances("test") {
-			if in.State == cloud.StateStopped && in.Standby {
-				total += 0.05
+			if in.State == cloud.StateStopped && in.Standby || h.engine.Parked(in.Name) {
+				total += 0.05 // stopped, or deleted while stopped: its disk
 			} else {
 				total += 0.1381 // booting and being deleted are billed too
 			}
