@@ -143,7 +143,7 @@ func (r *reaper) unregisteredLocked(ctx context.Context, cloudName string) {
 	grace := r.cfg.LeakedInstances.GracePeriod.Duration
 	for _, g := range r.store.groupsOn(cloudName) {
 		for _, mem := range g.members {
-			if !mem.running() || mem.peek().returned {
+			if !mem.running() || mem.returning() {
 				continue // a returned node's Node may be gone: it stops at the next sync
 			}
 			registered, synced := r.nodes.Registered(mem.providerIDs()...)

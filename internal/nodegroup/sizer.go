@@ -214,7 +214,7 @@ func (z *sizer) returnLocked(ctx context.Context, g *group, mem *member) bool {
 	}
 	z.store.change(g, mem, func() { mem.standby = standbyWarming })
 	x := mem.extras()
-	x.returned, x.recycled = true, true
+	x.recycled = true
 	x.warmSince = z.clock.Now().Add(-g.cfg.Standby.StandbyWarmFor())
 	z.log.Info("a deleted node goes back to the standby pool instead", "group", g.cfg.Name, "instance", mem.name)
 	return true

@@ -91,6 +91,13 @@ func (mem *member) pooled() bool {
 	return false
 }
 
+// returning reports whether the member is a node a front end deleted on
+// its way back to the pool (sizer.returnLocked): warmed long ago, its Node
+// perhaps gone already, and nobody takes it before it stops.
+func (mem *member) returning() bool {
+	return mem.peek().recycled && (mem.standby == standbyWarming || mem.standby == standbyStopping)
+}
+
 // since is when the member's instance last came up: its start from
 // standby, else its order.
 func (mem *member) since() time.Time {
@@ -116,7 +123,7 @@ func (z *sizer) takeLocked(g *group) *member {
 		switch {
 		case mem.peek().outdated:
 			return -1
-		case mem.peek().returned && mem.standby != standbyStopped:
+		case mem.returning():
 			return -1 // a node a front end deleted, until it stops
 		case mem.standby == standbyWarming && mem.running():
 			return 0
@@ -401,7 +408,7 @@ func (y *syncer) warmedLocked(g *group, now time.Time, out *afterLock) {
 		if now.Sub(x.warmSince) < g.cfg.Standby.StandbyWarmFor() {
 			continue
 		}
-		if y.nodes != nil && !mem.peek().returned { // a returned node warmed long ago; its Node may be gone already
+		if y.nodes != nil && !mem.returning() { // a returned node warmed long ago; its Node may be gone already
 			if st, ok := y.nodes.Startup(mem.providerIDs()...); !ok || !st.GPUsSeen && g.itype.GPUCount > 0 {
 				continue // not joined or not warm yet
 			}
@@ -486,7 +493,7 @@ func (y *syncer) stop(ctx context.Context, cloudName string, mems []*member) {
 				s.mu.Unlock()
 				return
 			}
-			if err != nil && mem.peek().returned {
+			if err != nil && mem.returning() {
 				// A node the front end deleted: deleted, as it asked, rather
 				// than kept at full price until a stop goes through.
 				y.log.Warn("could not stop a scaled-down node for the standby pool; deleting it", "group", g.cfg.Name, "instance", mem.name, "error", err)
@@ -503,9 +510,6 @@ func (y *syncer) stop(ctx context.Context, cloudName string, mems []*member) {
 			}
 			stopped := y.clients[cloudName].stoppedPrice(mem.offering())
 			s.change(g, mem, func() { mem.standby, mem.state, mem.price = standbyStopped, stateStopped, stopped })
-			if mem.x != nil {
-				mem.x.returned = false
-			}
 			y.sizer.publishLocked(g)
 			s.mu.Unlock()
 			y.log.Info("standby instance warmed and stopped", "group", g.cfg.Name, "instance", mem.name)
@@ -535,7 +539,7 @@ func (y *syncer) busy(ctx context.Context, mem *member, ids []string) bool {
 	s := y.store
 	s.mu.Lock()
 	g, first, taken := mem.g, false, false
-	if g.members[mem.name] == mem && mem.standby == standbyStopping && mem.peek().returned && err == nil {
+	if g.members[mem.name] == mem && mem.returning() && err == nil {
 		// A node the front end drained and deleted still runs pods (ones
 		// that tolerate its deletion taint): deleted, as the front end
 		// asked, not kept at full price in a pool slot.

@@ -3,6 +3,7 @@ package nodegroup
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -820,27 +821,8 @@ func TestScaledDownNodeIsDeletedWhenThePoolIsFull(t *testing.T) {
 // NodeProvisioner does) still stops for the pool: the reaper does not
 // take it for one that never registered.
 func TestOnlyHealthyNodesGoBackToThePool(t *testing.T) {
-	nodes := newFakeNodes()
-	doc := strings.Replace(standbyGroup, "warmFor: 60s}", "warmFor: 60s, refillAfter: 1h}", 1)
-	w := &wrapped{}
-	h := newWrappedHarness(t, doc, sim.Options{}, Options{Nodes: nodes}, func(c *sim.Cloud) cloud.Provider { w.Provider = c; return w })
-	warmingWithNode(t, h, nodes)
-	poolReady(h)
-	ctx := context.Background()
-	if err := h.mgr.IncreaseSize(ctx, "g", 3); err != nil { // the pool's, and two fresh orders
-		t.Fatal(err)
-	}
-	h.eventually("3 running", func() bool {
-		h.clk.Step(30 * time.Second)
-		h.mgr.syncer.kick("sim")
-		r, _, _, _ := h.states("g")
-		return r == 3
-	})
-	insts, _ := h.mgr.Instances("g")
-	now := h.clk.Now()
-	for _, in := range insts {
-		nodes.setStartup(in.ProviderID, Startup{Registered: now, Ready: now, GPUs: now, GPUsSeen: true})
-	}
+	h, nodes, w, insts := servingFromAShortPool(t, 3) // the pool's, and two fresh orders
+	ctx, now := context.Background(), h.clk.Now()
 	sick, replaced, healthy := insts[0], insts[1], insts[2]
 	nodes.setStartup(sick.ProviderID, Startup{Registered: now, GPUsSeen: true}) // NotReady
 	if err := h.mgr.DeleteNodes(ctx, "g", []string{sick.ProviderID}); err != nil {
@@ -879,27 +861,8 @@ func TestOnlyHealthyNodesGoBackToThePool(t *testing.T) {
 // end's deletion taint) is deleted, as the front end asked, not kept at
 // full price in a pool slot until they leave.
 func TestReturnedNodeStillRunningPodsIsDeleted(t *testing.T) {
-	nodes := newFakeNodes()
-	doc := strings.Replace(standbyGroup, "warmFor: 60s}", "warmFor: 60s, refillAfter: 1h}", 1)
-	w := &wrapped{}
-	h := newWrappedHarness(t, doc, sim.Options{}, Options{Nodes: nodes}, func(c *sim.Cloud) cloud.Provider { w.Provider = c; return w })
-	warmingWithNode(t, h, nodes)
-	poolReady(h)
+	h, nodes, w, insts := servingFromAShortPool(t, 2)
 	ctx := context.Background()
-	if err := h.mgr.IncreaseSize(ctx, "g", 2); err != nil {
-		t.Fatal(err)
-	}
-	h.eventually("2 running", func() bool {
-		h.clk.Step(30 * time.Second)
-		h.mgr.syncer.kick("sim")
-		r, _, _, _ := h.states("g")
-		return r == 2
-	})
-	insts, _ := h.mgr.Instances("g")
-	now := h.clk.Now()
-	for _, in := range insts {
-		nodes.setStartup(in.ProviderID, Startup{Registered: now, Ready: now, GPUs: now, GPUsSeen: true})
-	}
 	nodes.bind(insts[0].ProviderID, "ml/tolerates-everything")
 	if err := h.mgr.DeleteNodes(ctx, "g", []string{insts[0].ProviderID}); err != nil {
 		t.Fatal(err)
@@ -913,4 +876,32 @@ func TestReturnedNodeStillRunningPodsIsDeleted(t *testing.T) {
 	if n, _ := h.mgr.TargetSize("g"); n != 1 {
 		t.Fatalf("target %d, want the 1 left", n)
 	}
+}
+
+// servingFromAShortPool scales a group with a standby pool of one, which
+// refills only after an hour, to n running members (the pool's instance
+// and n-1 fresh orders), each with a healthy Node: Ready, GPUs seen.
+func servingFromAShortPool(t *testing.T, n int) (*harness, *fakeNodes, *wrapped, []Instance) {
+	t.Helper()
+	nodes := newFakeNodes()
+	doc := strings.Replace(standbyGroup, "warmFor: 60s}", "warmFor: 60s, refillAfter: 1h}", 1)
+	w := &wrapped{}
+	h := newWrappedHarness(t, doc, sim.Options{}, Options{Nodes: nodes}, func(c *sim.Cloud) cloud.Provider { w.Provider = c; return w })
+	warmingWithNode(t, h, nodes)
+	poolReady(h)
+	if err := h.mgr.IncreaseSize(context.Background(), "g", n); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually(fmt.Sprint(n, " running"), func() bool {
+		h.clk.Step(30 * time.Second)
+		h.mgr.syncer.kick("sim")
+		r, _, _, _ := h.states("g")
+		return r == n
+	})
+	insts, _ := h.mgr.Instances("g")
+	now := h.clk.Now()
+	for _, in := range insts {
+		nodes.setStartup(in.ProviderID, Startup{Registered: now, Ready: now, GPUs: now, GPUsSeen: true})
+	}
+	return h, nodes, w, insts
 }

@@ -297,11 +297,11 @@ type extras struct {
 	// changed (machineChanged): in the standby pool, it is replaced and
 	// nobody takes it; live, it never goes back to the pool.
 	outdated bool
-	// returned: a member a front end deleted that went back to the pool
-	// instead (sizer.returnLocked); nobody takes it before it stops.
-	// recycled stays: its kubelet registers without TaintStandby, so it
-	// is never handed to the launch API (transfer).
-	returned, recycled bool
+	// recycled: a member a front end deleted that went back to the pool
+	// instead (sizer.returnLocked; member.returning until it stops). Its
+	// kubelet registers without TaintStandby, so it is never handed to the
+	// launch API (transfer).
+	recycled bool
 }
 
 // extras returns the member's extras to change, making them on first use.

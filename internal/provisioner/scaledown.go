@@ -3,6 +3,7 @@ package provisioner
 import (
 	"context"
 	"slices"
+	"sort"
 	"strconv"
 	"time"
 
@@ -52,7 +53,7 @@ func (r *Reconciler) scaleDown(ctx context.Context, np *v1alpha1.NodeProvisioner
 	}
 	changed := false
 	now := time.Now()
-	for i := range nodes {
+	for _, i := range drainOrder(nodes) {
 		n := &nodes[i]
 		group := groupOf(n)
 		if group == "" || n.Annotations[AnnotationDrain] != "" {
@@ -78,6 +79,34 @@ func (r *Reconciler) scaleDown(ctx context.Context, np *v1alpha1.NodeProvisioner
 		}
 	}
 	return changed
+}
+
+// drainOrder is the order scale-down considers nodes in: those draining
+// already first, then the longest unneeded, so that a pool's room for
+// early returns goes to the same nodes pass after pass, not to whichever
+// the cached list gives first (a node cordoned for an early return would
+// otherwise wait out scaleDownDelay cordoned).
+func drainOrder(nodes []corev1.Node) []int {
+	order := make([]int, len(nodes))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool {
+		na, nb := &nodes[order[a]], &nodes[order[b]]
+		if da, db := hasTaint(na, TaintDeleting), hasTaint(nb, TaintDeleting); da != db {
+			return da
+		}
+		sa, oka := unneededSince(na)
+		sb, okb := unneededSince(nb)
+		if oka != okb {
+			return oka
+		}
+		if !sa.Equal(sb) {
+			return sa.Before(sb)
+		}
+		return na.Name < nb.Name
+	})
+	return order
 }
 
 // standbyReturns reads, once a pass, each group's room to take nodes back

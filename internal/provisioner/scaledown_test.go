@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -142,5 +143,30 @@ func TestNodesGoBackToThePoolEarly(t *testing.T) {
 				t.Fatalf("%d nodes draining three minutes after they became unneeded (scaleDownDelay 10m), want %d", draining, tc.draining)
 			}
 		})
+	}
+}
+
+// Scale-down considers nodes already draining first, then the longest
+// unneeded, then by name: a pool's room for early returns goes to the same
+// nodes on every pass, whatever order the cached list gives.
+func TestDrainOrder(t *testing.T) {
+	now := time.Now()
+	at := func(name string, unneeded time.Duration, draining bool) corev1.Node {
+		n := corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		if unneeded > 0 {
+			n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: TaintUnneeded, Value: strconv.FormatInt(now.Add(-unneeded).Unix(), 10)})
+		}
+		if draining {
+			n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: TaintDeleting, Value: "1"})
+		}
+		return n
+	}
+	nodes := []corev1.Node{at("busy", 0, false), at("new", time.Minute, false), at("old", time.Hour, false), at("draining", time.Minute, true), at("also-new", time.Minute, false)}
+	var got []string
+	for _, i := range drainOrder(nodes) {
+		got = append(got, nodes[i].Name)
+	}
+	if want := []string{"draining", "old", "also-new", "new", "busy"}; !slices.Equal(got, want) {
+		t.Fatalf("order %v, want %v", got, want)
 	}
 }
