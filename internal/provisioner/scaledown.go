@@ -46,7 +46,7 @@ func (r *Reconciler) scaleDown(ctx context.Context, np *v1alpha1.NodeProvisioner
 	if np.Spec.ScaleDownDelay != nil {
 		delay = np.Spec.ScaleDownDelay.Duration
 	}
-	returns := r.standbyReturns()
+	returns := NewPoolReturns(r.Core.Read())
 	doomed := map[string]bool{}
 	for _, n := range remove {
 		doomed[n] = true
@@ -72,7 +72,7 @@ func (r *Reconciler) scaleDown(ctx context.Context, np *v1alpha1.NodeProvisioner
 				r.Recorder.Eventf(np, n, corev1.EventTypeNormal, "NodeUnneeded", "ScaleDown", "node %s is unneeded; it goes in %s unless demand returns", n.Name, delay)
 				changed = true
 			}
-		case doomed[n.Name] && (now.Sub(since) >= delay || returns.take(group, now.Sub(since))):
+		case doomed[n.Name] && (now.Sub(since) >= delay || returns.Take(group, now.Sub(since))):
 			if r.drainAndDelete(ctx, np, n, group) {
 				changed = true
 			}
@@ -109,23 +109,29 @@ func drainOrder(nodes []corev1.Node) []int {
 	return order
 }
 
-// standbyReturns reads, once a pass, each group's room to take nodes back
-// into its standby pool and how long they stay unneeded first.
-func (r *Reconciler) standbyReturns() poolReturns {
-	return poolReturns{core: r.Core.Read(), room: map[string]int{}, after: map[string]time.Duration{}}
+// Returner is what PoolReturns reads from the core (Core has it).
+type Returner interface {
+	StandbyReturn(group string) (room int, after time.Duration)
 }
 
-// poolReturns counts down the nodes a scale-down pass sends back to their
-// groups' standby pools.
-type poolReturns struct {
-	core  Core
+// PoolReturns counts down, in one scale-down pass, the nodes that go back
+// to their groups' standby pools after standby.scaleDownAfter rather than
+// the pool's scaleDownDelay: each group's room and delay are read from the
+// core once a pass. simulate plays the controller's scale-down with it.
+type PoolReturns struct {
+	core  Returner
 	room  map[string]int
 	after map[string]time.Duration
 }
 
-// take reports whether a node of group unneeded for idle goes back to its
+// NewPoolReturns starts a pass over the core in force.
+func NewPoolReturns(core Returner) PoolReturns {
+	return PoolReturns{core: core, room: map[string]int{}, after: map[string]time.Duration{}}
+}
+
+// Take reports whether a node of group unneeded for idle goes back to its
 // pool now, and counts it against the pool's room.
-func (p poolReturns) take(group string, idle time.Duration) bool {
+func (p PoolReturns) Take(group string, idle time.Duration) bool {
 	if _, read := p.after[group]; !read {
 		p.room[group], p.after[group] = p.core.StandbyReturn(group)
 	}

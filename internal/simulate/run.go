@@ -736,19 +736,8 @@ func (r *run) provision(ctx context.Context) (bool, error) {
 		doomed[name] = true
 	}
 	// As the controller: as many as a group's standby pool takes back go
-	// after its scaleDownAfter (provisioner.poolReturns).
-	room, after := map[string]int{}, map[string]time.Duration{}
-	for _, g := range r.groups {
-		room[g], after[g] = r.core.StandbyReturn(g)
-	}
-	early := func(group string, idle time.Duration) bool {
-		if after[group] <= 0 || idle < after[group] || room[group] <= 0 {
-			return false
-		}
-		room[group]--
-		return true
-	}
-	down, err := r.scaleDown(ctx, func(n *node) bool { return doomed[n.name] }, delay, true, early)
+	// after its scaleDownAfter.
+	down, err := r.scaleDown(ctx, func(n *node) bool { return doomed[n.name] }, delay, true, provisioner.NewPoolReturns(r.core).Take)
 	return asked || down, err
 }
 
