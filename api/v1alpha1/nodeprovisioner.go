@@ -152,6 +152,28 @@ type Forecast struct {
 	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="a positive duration such as 5m"
 	// +optional
 	LeadTime *metav1.Duration `json:"leadTime,omitempty"`
+
+	// CoveragePercent is the share of the pods expected within leadTime
+	// that the pool is ready for. Pods arrive at random around the rate
+	// the forecast expects, so capacity for their expected number makes
+	// about half of them wait; more covers more of them, with more idle
+	// capacity.
+	// +kubebuilder:default=80
+	// +kubebuilder:validation:Minimum=50
+	// +kubebuilder:validation:Maximum=99
+	// +optional
+	CoveragePercent *int32 `json:"coveragePercent,omitempty"`
+
+	// ScaleDownDelay replaces the pool's scaleDownDelay, when shorter,
+	// while the forecast vouches for the pool: every shape of pod it has
+	// seen is forecast within bounds, and all it expects within leadTime
+	// fits maxExtraHourlyCost. An idle node it does not expect to need
+	// then goes after this: the capacity it keeps covers what comes, as
+	// the pool's scaleDownDelay otherwise does by waiting.
+	// +kubebuilder:default="2m"
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s')",message="a duration such as 0s, 2m or 10m"
+	// +optional
+	ScaleDownDelay *metav1.Duration `json:"scaleDownDelay,omitempty"`
 }
 
 // Defragmentation configures the moving of GPU pods that frees whole

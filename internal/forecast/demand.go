@@ -44,7 +44,11 @@ type series struct {
 	// the arrivals, over the slots scored.
 	expected     float64
 	missed, came float64
-	scored       bool
+	// chance smooths, alike, the error a forecast that hits the rate
+	// makes all the same: arrivals at random around it (a Poisson
+	// count) miss its mean by this much.
+	chance float64
+	scored bool
 	// The same for the level: the slot under way's forecast and peak, and
 	// the smoothed error and level over the slots scored.
 	levelExpected, levelPeak float64
@@ -122,6 +126,7 @@ func (sr *series) score() {
 	if !math.IsNaN(sr.expected) {
 		sr.missed += missAlpha * (math.Abs(sr.arrived-sr.expected) - sr.missed)
 		sr.came += missAlpha * (sr.arrived - sr.came)
+		sr.chance += missAlpha * (poissonMAD(sr.expected) - sr.chance)
 		sr.scored = true
 	}
 	sr.arrived, sr.expected = 0, math.NaN()
@@ -142,11 +147,44 @@ func (d *Demand) Learned(now time.Time) time.Duration {
 }
 
 // Trusted reports whether a shape's forecasts of arrivals hit well enough
-// to order on: they missed by at most MaxMiss of what arrived (a forecast
-// of nothing that saw nothing hit).
+// to order on: they missed by at most MaxMiss of what arrived, beyond what
+// arrivals at random around the rate forecast miss by all the same (a
+// forecast of nothing that saw nothing hit). A rate of a few pods a slot
+// misses by half of it by chance alone: such a forecast is as right as
+// any can be.
 func (d *Demand) Trusted(s Shape) bool {
 	sr := d.shapes[s]
-	return sr != nil && sr.scored && sr.missed <= MaxMiss*sr.came
+	return sr != nil && sr.scored && sr.missed <= MaxMiss*sr.came+sr.chance
+}
+
+// spread is how random a shape's arrivals are, 0 to 1: what its forecasts
+// missed by against what arrivals at random around the rate would (a
+// Poisson count; 1 for those or more random ones). Pods that come like
+// clockwork need no margin above their expected number.
+func (sr *series) spread() float64 {
+	if !(sr.chance > 0) {
+		return 1
+	}
+	return min(1, sr.missed/sr.chance)
+}
+
+// timed reports whether a trusted shape's arrivals also keep time beyond
+// chance: its forecasts missed by at most MaxMiss of what arrived, chance
+// not forgiven. Only then does its profile's rise (pods that come
+// together at a time of day) say more than the noise of a few days.
+func (sr *series) timed() bool {
+	return sr.missed <= MaxMiss*sr.came
+}
+
+// poissonMAD is how far, on average, a Poisson count of the given mean
+// falls from it: 2 e^-mean mean^(k+1) / k!, k the mean's whole part.
+func poissonMAD(mean float64) float64 {
+	if !(mean > 0) {
+		return 0
+	}
+	k := math.Floor(mean)
+	lg, _ := math.Lgamma(k + 1)
+	return 2 * math.Exp((k+1)*math.Log(mean)-mean-lg)
 }
 
 // LevelTrusted reports whether a shape's forecasts of its level (how
@@ -160,24 +198,30 @@ func (d *Demand) LevelTrusted(s Shape) bool {
 }
 
 // AheadOfLevel is Ahead for the shapes whose level forecasts hit
-// (LevelTrusted): what a pool of stopped instances, cheap to hold, is
-// sized by.
+// (LevelTrusted), for the expected arrivals (coverage 0): what a pool of
+// stopped instances, cheap to hold, is sized by.
 func (d *Demand) AheadOfLevel(now time.Time, lead time.Duration) []Want {
-	return d.ahead(now, lead, d.LevelTrusted)
+	return d.ahead(now, lead, 0, d.LevelTrusted, func(*series) bool { return true })
 }
 
 // Ahead is what to order ahead of at now, by shape: for each trusted
-// shape, the growth its profile expects within lead (the time an order
-// takes to serve), or, if more, the pods it expects to arrive meanwhile
-// (what departures free covers the rest), rounded: demand that comes now
-// and then is met as it comes. Shapes come sorted
-// by GPUs, then MIG slice; none with nothing to order.
-func (d *Demand) Ahead(now time.Time, lead time.Duration) []Want {
-	return d.ahead(now, lead, d.Trusted)
+// shape, the pods that arrive within lead (the time an order takes to
+// serve; what departures free covers the rest), or, for a shape whose
+// arrivals keep time, the growth its profile expects meanwhile if more. Arrivals come one by one at random
+// around the rate the profile expects (a Poisson count), so a pool ready
+// for their expected number makes about half of them wait; it is ready
+// for a share coverage (0.5 to 1) of them with the count's coverage
+// quantile, or, for arrivals less random than that, a margin above the
+// expected number as much smaller as they are (spread). Coverage 0 takes
+// the expected number, rounded. Shapes come
+// sorted by GPUs, then MIG slice; none with nothing to order.
+func (d *Demand) Ahead(now time.Time, lead time.Duration, coverage float64) []Want {
+	return d.ahead(now, lead, coverage, d.Trusted, (*series).timed)
 }
 
-// ahead is Ahead for the shapes trusted says.
-func (d *Demand) ahead(now time.Time, lead time.Duration, trusted func(Shape) bool) []Want {
+// ahead is Ahead for the shapes trusted says, their growth counted where
+// rises says.
+func (d *Demand) ahead(now time.Time, lead time.Duration, coverage float64, trusted func(Shape) bool, rises func(*series) bool) []Want {
 	var out []Want
 	for s, sr := range d.shapes {
 		if !trusted(s) {
@@ -190,12 +234,42 @@ func (d *Demand) ahead(now time.Time, lead time.Duration, trusted func(Shape) bo
 		// A slot not seen is one before the shape was: none of it ran.
 		level, _ := sr.level.Forecast(now)
 		incoming, _ := sr.arrivals.Peak(now, lead)
-		if n := int(math.Round(max(peak-level, incoming*float64(lead)/float64(DefaultSlot)))); n > 0 {
+		mean := incoming * float64(lead) / float64(DefaultSlot)
+		arrivals := int(math.Round(mean))
+		if coverage > 0 {
+			arrivals = int(math.Round(mean + sr.spread()*(float64(PoissonQuantile(mean, coverage))-mean)))
+		}
+		growth := 0
+		if rises(sr) {
+			growth = int(math.Round(peak - level))
+		}
+		if n := max(growth, arrivals); n > 0 {
 			out = append(out, Want{Shape: s, Pods: n})
 		}
 	}
 	slices.SortFunc(out, func(a, b Want) int { return compareShapes(a.Shape, b.Shape) })
 	return out
+}
+
+// PoissonQuantile is the least n for which a Poisson count of the given
+// mean is at most n with probability q or more (0 < q < 1); 0 for a mean
+// of 0 or less.
+func PoissonQuantile(mean, q float64) int {
+	if !(mean > 0) {
+		return 0
+	}
+	// The terms e^-mean * mean^n / n!, summed in logs so that a large
+	// mean does not underflow the first; q is reached within a few
+	// standard deviations of the mean, so the loop is short.
+	n, cdf := 0, 0.0
+	for ; n < int(mean+20*math.Sqrt(mean)+20); n++ {
+		lg, _ := math.Lgamma(float64(n + 1))
+		cdf += math.Exp(float64(n)*math.Log(mean) - mean - lg)
+		if cdf >= q {
+			return n
+		}
+	}
+	return n
 }
 
 // Expected is how many pods, of every shape, the Demand expects to run
@@ -246,6 +320,7 @@ type shapeState struct {
 	Expected *float64 `json:"expected,omitempty"`
 	Missed   float64  `json:"missed,omitempty"`
 	Came     float64  `json:"came,omitempty"`
+	Chance   float64  `json:"chance,omitempty"`
 	Scored   bool     `json:"scored,omitempty"`
 	// The level's score (LevelTrusted), the same way.
 	LevelExpected *float64 `json:"levelExpected,omitempty"`
@@ -261,7 +336,7 @@ func (d *Demand) MarshalJSON() ([]byte, error) {
 	st := demandState{Since: d.since, Slot: d.slot}
 	for s, sr := range d.shapes {
 		ss := shapeState{GPUs: s.GPUs, MIG: s.MIG, Level: sr.level, Arrivals: sr.arrivals, Arrived: sr.arrived,
-			Missed: sr.missed, Came: sr.came, Scored: sr.scored,
+			Missed: sr.missed, Came: sr.came, Chance: sr.chance, Scored: sr.scored,
 			LevelPeak: sr.levelPeak, LevelMissed: sr.levelMissed, LevelSeen: sr.levelSeen, LevelScored: sr.levelScored}
 		ss.Expected, ss.LevelExpected = orNil(sr.expected), orNil(sr.levelExpected)
 		st.Shapes = append(st.Shapes, ss)
@@ -285,7 +360,7 @@ func (d *Demand) UnmarshalJSON(b []byte) error {
 			return fmt.Errorf("forecast: shape %d GPUs %q: a profile is missing", ss.GPUs, ss.MIG)
 		}
 		sr := &series{level: ss.Level, arrivals: ss.Arrivals, arrived: ss.Arrived, expected: orNaN(ss.Expected),
-			missed: ss.Missed, came: ss.Came, scored: ss.Scored,
+			missed: ss.Missed, came: ss.Came, chance: ss.Chance, scored: ss.Scored,
 			levelExpected: orNaN(ss.LevelExpected), levelPeak: ss.LevelPeak, levelMissed: ss.LevelMissed, levelSeen: ss.LevelSeen, levelScored: ss.LevelScored}
 		fresh.shapes[Shape{GPUs: ss.GPUs, MIG: ss.MIG}] = sr
 	}

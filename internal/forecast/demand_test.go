@@ -43,11 +43,11 @@ func TestDemandOrdersAheadOnlyForWhatItPredicts(t *testing.T) {
 	}
 	before := monday.Add(3*day + 8*time.Hour + 58*time.Minute) // 8:58 on day 4
 	d.Observe(before, map[Shape]int{random: running[random]})
-	want := d.Ahead(before, lead)
+	want := d.Ahead(before, lead, 0)
 	if len(want) != 1 || want[0].Shape != daily || want[0].Pods != 4 {
 		t.Fatalf("ahead of 9:00: %+v, want 4 one-GPU pods", want)
 	}
-	if w := d.Ahead(monday.Add(3*day+3*time.Hour), lead); len(w) != 0 {
+	if w := d.Ahead(monday.Add(3*day+3*time.Hour), lead, 0); len(w) != 0 {
 		t.Errorf("ahead of 3:00: %+v, want nothing", w)
 	}
 	if got := d.Learned(before); got < 3*day {
@@ -81,7 +81,7 @@ func TestDemandRoundTrips(t *testing.T) {
 		t.Fatal(err)
 	}
 	at := monday.Add(2*day + 8*time.Hour + 58*time.Minute)
-	want, got := d.Ahead(at, 3*time.Minute), e.Ahead(at, 3*time.Minute)
+	want, got := d.Ahead(at, 3*time.Minute, 0.8), e.Ahead(at, 3*time.Minute, 0.8)
 	if len(want) == 0 || !reflect.DeepEqual(want, got) {
 		t.Fatalf("ahead %+v after a round trip, want %+v", got, want)
 	}
@@ -90,5 +90,80 @@ func TestDemandRoundTrips(t *testing.T) {
 	}
 	if err := json.Unmarshal([]byte(`{"shapes":[{"gpus":1}]}`), &e); err == nil {
 		t.Fatal("a shape without its profiles was read")
+	}
+}
+
+// PoissonQuantile against sums done by hand: for a mean of 1.2 the
+// count is at most 0, 1, 2, 3 with probability 0.301, 0.663, 0.880,
+// 0.966; for 0.067 at most 0 with 0.935.
+func TestPoissonQuantile(t *testing.T) {
+	for _, c := range []struct {
+		mean, q float64
+		want    int
+	}{
+		{1.2, 0.3, 0}, {1.2, 0.5, 1}, {1.2, 0.8, 2}, {1.2, 0.95, 3}, {1.2, 0.97, 4},
+		{0.067, 0.9, 0}, {0.067, 0.95, 1},
+		{0, 0.99, 0}, {-1, 0.5, 0},
+	} {
+		if got := PoissonQuantile(c.mean, c.q); got != c.want {
+			t.Errorf("PoissonQuantile(%v, %v) = %d, want %d", c.mean, c.q, got, c.want)
+		}
+	}
+	// A large mean: about normal, 400 ± 20, its 95th percentile 400 +
+	// 1.645 × 20 and a half.
+	if got := PoissonQuantile(400, 0.95); got < 432 || got > 435 {
+		t.Errorf("PoissonQuantile(400, 0.95) = %d, want 433 or so", got)
+	}
+}
+
+// A shape that holds steady while its pods come and go like clockwork (six
+// arrive every ten minutes, six leave) expects 1.8 arrivals within three
+// minutes, two rounded, and needs no margin: its forecasts never miss. A
+// shape whose pods arrive at random (a Poisson stream of 1.5 a slot)
+// misses by about what chance gives, so it is trusted all the same, and
+// gets a margin that grows with the coverage asked: its expected 0.45
+// within three minutes (a little more as forecast from four days) rounds
+// to none or one, while a count of that mean is at most 1 with
+// probability 0.92 and at most 2 with 0.99.
+func TestAheadCoversAShareOfArrivals(t *testing.T) {
+	d := NewDemand()
+	steady, random := Shape{GPUs: 1}, Shape{GPUs: 2}
+	rng := rand.New(rand.NewPCG(3, 4))
+	for now := monday; now.Before(monday.Add(4 * day)); now = now.Add(time.Minute) {
+		if now.Minute()%10 < 6 {
+			d.Arrive(now, steady)
+		}
+		if rng.Float64() < 0.15 {
+			d.Arrive(now, random)
+		}
+		d.Observe(now, map[Shape]int{steady: 10, random: 5})
+	}
+	if !d.Trusted(steady) || !d.Trusted(random) {
+		t.Fatalf("trusted: steady %v, random %v; want both", d.Trusted(steady), d.Trusted(random))
+	}
+	if sp := d.shapes[random].spread(); sp < 0.5 || sp > 1 {
+		t.Errorf("the random shape's spread is %.2f, want about 1", sp)
+	}
+	at := monday.Add(4*day + 12*time.Hour)
+	pods := func(coverage float64) (steadyPods, randomPods int) {
+		for _, w := range d.Ahead(at, 3*time.Minute, coverage) {
+			switch w.Shape {
+			case steady:
+				steadyPods = w.Pods
+			case random:
+				randomPods = w.Pods
+			}
+		}
+		return steadyPods, randomPods
+	}
+	for _, coverage := range []float64{0, 0.5, 0.8, 0.95} {
+		if got, _ := pods(coverage); got != 2 {
+			t.Errorf("coverage %v: %d steady pods ahead, want 2", coverage, got)
+		}
+	}
+	_, none := pods(0)
+	_, most := pods(0.95)
+	if none > 1 || most <= none || most > 3 {
+		t.Errorf("random pods ahead: %d at coverage 0 (want 0 or 1), %d at 0.95 (want more, at most 3)", none, most)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -134,6 +135,48 @@ func adds(q, ref plan.Plan) bool {
 		}
 	}
 	return false
+}
+
+// Defaults of a forecast, as the CRD sets them.
+const (
+	DefaultCoveragePercent        = 80
+	DefaultForecastScaleDownDelay = 2 * time.Minute
+	// DefaultScaleDownDelay is a pool's scaleDownDelay when unset.
+	DefaultScaleDownDelay = 10 * time.Minute
+)
+
+// Coverage is the share of the pods expected within the lead time a pool
+// orders ahead for (forecast.coveragePercent): 0.8 by default, and
+// within the CRD's 0.5 to 0.99 whatever an object written around its
+// validation says.
+func Coverage(spec *v1alpha1.Forecast) float64 {
+	if spec == nil || spec.CoveragePercent == nil {
+		return DefaultCoveragePercent / 100.0
+	}
+	return min(max(float64(*spec.CoveragePercent), 50), 99) / 100
+}
+
+// ScaleDownDelay is how long a pool's idle node stays before it goes: the
+// pool's scaleDownDelay, or, while its forecast vouches for it, the
+// forecast's scaleDownDelay when shorter. A forecast vouches for a pool
+// when it orders ahead for every shape of pod the pool has seen
+// (Outlook.Whole) and the plan took all it expects (PlanAhead's ahead is
+// all of Outlook.Ahead): the nodes it keeps cover the arrivals a wait
+// would have, so the rest need not wait. A forecast that misses, or a cap
+// that cuts what it orders, leaves the pool's own delay.
+func ScaleDownDelay(spec v1alpha1.NodeProvisionerSpec, vouched bool) time.Duration {
+	delay := DefaultScaleDownDelay
+	if spec.ScaleDownDelay != nil {
+		delay = spec.ScaleDownDelay.Duration
+	}
+	if !vouched || spec.Forecast == nil {
+		return delay
+	}
+	fast := DefaultForecastScaleDownDelay
+	if spec.Forecast.ScaleDownDelay != nil {
+		fast = spec.Forecast.ScaleDownDelay.Duration
+	}
+	return min(delay, max(fast, 0))
 }
 
 // MaxExtraHourlyCost is a forecast spec's cap, 0 when unset.

@@ -5,12 +5,14 @@ import (
 	"math"
 	"slices"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/gpuscaler/gpuscaler/api/v1alpha1"
 	"github.com/gpuscaler/gpuscaler/internal/provisioner/plan"
 )
 
@@ -92,4 +94,35 @@ func gpuPodNamed(name string, gpus int64) *corev1.Pod {
 			Containers:   []corev1.Container{{Name: "main", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{"nvidia.com/gpu": q}}}},
 			NodeSelector: map[string]string{"pool": "inference"},
 		}}
+}
+
+// A pool's idle nodes wait its scaleDownDelay (10 minutes unset) unless a
+// forecast vouches for it; then its forecast's (2 minutes unset), never
+// longer than the pool's own.
+func TestScaleDownDelay(t *testing.T) {
+	d := func(v time.Duration) *metav1.Duration { return &metav1.Duration{Duration: v} }
+	for _, c := range []struct {
+		name    string
+		spec    v1alpha1.NodeProvisionerSpec
+		vouched bool
+		want    time.Duration
+	}{
+		{"defaults", v1alpha1.NodeProvisionerSpec{}, false, 10 * time.Minute},
+		{"no forecast", v1alpha1.NodeProvisionerSpec{ScaleDownDelay: d(5 * time.Minute)}, true, 5 * time.Minute},
+		{"not vouched", v1alpha1.NodeProvisionerSpec{ScaleDownDelay: d(5 * time.Minute), Forecast: &v1alpha1.Forecast{}}, false, 5 * time.Minute},
+		{"vouched, forecast's default", v1alpha1.NodeProvisionerSpec{Forecast: &v1alpha1.Forecast{}}, true, 2 * time.Minute},
+		{"vouched", v1alpha1.NodeProvisionerSpec{ScaleDownDelay: d(5 * time.Minute), Forecast: &v1alpha1.Forecast{ScaleDownDelay: d(30 * time.Second)}}, true, 30 * time.Second},
+		{"vouched, the pool's shorter", v1alpha1.NodeProvisionerSpec{ScaleDownDelay: d(time.Minute), Forecast: &v1alpha1.Forecast{ScaleDownDelay: d(3 * time.Minute)}}, true, time.Minute},
+	} {
+		if got := ScaleDownDelay(c.spec, c.vouched); got != c.want {
+			t.Errorf("%s: %s, want %s", c.name, got, c.want)
+		}
+	}
+	if got := Coverage(nil); got != 0.8 {
+		t.Errorf("default coverage %v, want 0.8", got)
+	}
+	pct := int32(95)
+	if got := Coverage(&v1alpha1.Forecast{CoveragePercent: &pct}); got != 0.95 {
+		t.Errorf("coverage %v, want 0.95", got)
+	}
 }

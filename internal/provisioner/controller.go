@@ -177,12 +177,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		now := metav1.Now()
 		np.Status.LastScaleTime = &now
 	}
+	delay := ScaleDownDelay(np.Spec, outlook.Whole && ahead == len(outlook.Ahead))
 	scalingDown := false
 	if len(p.Add) == 0 || p.Reason == ReasonForecast {
 		// Only a plan that orders for pods that wait now holds back
 		// scale-down: what is ordered ahead never keeps a node the
 		// forecast did not take (PlanAhead).
-		scalingDown = r.scaleDown(ctx, &np, p.Remove, nodes.Items, owned)
+		scalingDown = r.scaleDown(ctx, &np, p.Remove, delay, nodes.Items, owned)
 		if scalingDown {
 			now := metav1.Now()
 			np.Status.LastScaleTime = &now
@@ -199,9 +200,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		// group without waiting for an event.
 		res.RequeueAfter = orderCheck
 	}
-	if len(p.Remove) > 0 && np.Spec.ScaleDownDelay != nil && np.Spec.ScaleDownDelay.Duration < res.RequeueAfter {
+	if len(p.Remove) > 0 && delay < res.RequeueAfter {
 		// Come back when the first unneeded node is due.
-		res.RequeueAfter = max(np.Spec.ScaleDownDelay.Duration, time.Second)
+		res.RequeueAfter = max(delay, time.Second)
 	}
 	return res, err
 }

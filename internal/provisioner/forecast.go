@@ -109,6 +109,10 @@ type Outlook struct {
 	// Reason is why the pool orders ahead or not (the Forecasting
 	// condition's reason) and Message says more.
 	Reason, Message string
+	// Whole is set when the forecast orders ahead for every shape of pod
+	// the pool has seen (none missed): the capacity it keeps covers the
+	// pool, not some of its pods.
+	Whole bool
 	// Lost and Regained are the shapes whose forecasts stopped or began
 	// to hit well enough to order on, at this reconcile.
 	Lost, Regained []forecast.Shape
@@ -218,7 +222,7 @@ func (f *Forecaster) outlook(out *Outlook, l *learner, spec *v1alpha1.Forecast, 
 			untrusted = append(untrusted, shapeString(s))
 		}
 	}
-	for _, w := range l.demand.Ahead(now, lead) {
+	for _, w := range l.demand.Ahead(now, lead, Coverage(spec)) {
 		for i := range w.Pods {
 			out.Ahead = append(out.Ahead, expectedPod(w.Shape, l.exemplar[w.Shape], i))
 		}
@@ -231,7 +235,7 @@ func (f *Forecaster) outlook(out *Outlook, l *learner, spec *v1alpha1.Forecast, 
 		out.Reason = ForecastOrdering
 		out.Message = fmt.Sprintf("ordering ahead; forecasts of %v miss: reacting for those", untrusted)
 	default:
-		out.Reason, out.Message = ForecastOrdering, "ordering ahead"
+		out.Reason, out.Message, out.Whole = ForecastOrdering, "ordering ahead", len(l.demand.Shapes()) > 0
 	}
 }
 

@@ -38,14 +38,10 @@ const DefaultDeleteDelayAfterTaint = 5 * time.Second
 
 // scaleDown marks the plan's removable nodes unneeded, unmarks the ones no
 // longer in the plan, and drains and deletes those unneeded for longer than
-// the pool's delay, or, as many as their group's standby pool would take
-// back, for longer than its standby.scaleDownAfter (they come back in a
-// start, not a boot). It returns whether it changed anything.
-func (r *Reconciler) scaleDown(ctx context.Context, np *v1alpha1.NodeProvisioner, remove []string, nodes []corev1.Node, groupOf func(*corev1.Node) string) bool {
-	delay := 10 * time.Minute
-	if np.Spec.ScaleDownDelay != nil {
-		delay = np.Spec.ScaleDownDelay.Duration
-	}
+// delay (ScaleDownDelay), or, as many as their group's standby pool would
+// take back, for longer than its standby.scaleDownAfter (they come back in
+// a start, not a boot). It returns whether it changed anything.
+func (r *Reconciler) scaleDown(ctx context.Context, np *v1alpha1.NodeProvisioner, remove []string, delay time.Duration, nodes []corev1.Node, groupOf func(*corev1.Node) string) bool {
 	returns := NewPoolReturns(r.Core.Read())
 	doomed := map[string]bool{}
 	for _, n := range remove {

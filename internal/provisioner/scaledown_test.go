@@ -129,7 +129,7 @@ func TestNodesGoBackToThePoolEarly(t *testing.T) {
 			if err := c.List(context.Background(), &list); err != nil {
 				t.Fatal(err)
 			}
-			r.scaleDown(context.Background(), np, []string{"gpu-1", "gpu-2"}, list.Items, func(*corev1.Node) string { return "g" })
+			r.scaleDown(context.Background(), np, []string{"gpu-1", "gpu-2"}, ScaleDownDelay(np.Spec, false), list.Items, func(*corev1.Node) string { return "g" })
 			if err := c.List(context.Background(), &list); err != nil {
 				t.Fatal(err)
 			}

@@ -61,12 +61,11 @@ const (
 // Cluster-autoscaler's defaults the baseline follows
 // (../docs/simulate.md cites them).
 const (
-	caGPUBatchWait       = 30 * time.Second
-	caUnneededTime       = 10 * time.Minute
-	caDelayAfterAdd      = 10 * time.Minute
-	defaultLoop          = 10 * time.Second
-	defaultGPUStartup    = time.Minute
-	defaultScaleDownWait = 10 * time.Minute
+	caGPUBatchWait    = 30 * time.Second
+	caUnneededTime    = 10 * time.Minute
+	caDelayAfterAdd   = 10 * time.Minute
+	defaultLoop       = 10 * time.Second
+	defaultGPUStartup = time.Minute
 	// defaultStandbyGPUStartup is a standby instance's GPU start-up once
 	// started: the device plugin registering again.
 	defaultStandbyGPUStartup = 15 * time.Second
@@ -172,8 +171,9 @@ type run struct {
 	start time.Duration
 	// demand learns the pool's demand for the forecast (Options.Forecast).
 	demand *forecast.Demand
-	// aheadBefore is how many pods the last loop planned ahead for.
-	aheadBefore int
+	// aheadBefore is how many pods the last loop planned ahead for;
+	// lastAhead how many of them the last plan took.
+	aheadBefore, lastAhead int
 	// standby sizes the standby pools of groups with standby.forecast.
 	standby *standby.Sizer
 
@@ -323,6 +323,9 @@ func (opts Options) complete() (Options, error) {
 	}
 	if _, err := provisioner.MaxExtraHourlyCost(opts.Provisioner.Forecast); err != nil {
 		return opts, err
+	}
+	if fc := opts.Provisioner.Forecast; fc != nil && fc.CoveragePercent != nil && (*fc.CoveragePercent < 50 || *fc.CoveragePercent > 99) {
+		return opts, fmt.Errorf("forecast.coveragePercent %d: want 50 to 99, as the NodeProvisioner CRD does", *fc.CoveragePercent)
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
@@ -706,31 +709,35 @@ func (r *run) instancesOf(group string) ([]nodegroup.Instance, error) {
 // again only when the cluster or the core changed since the last one, or
 // pods wait: otherwise it would be the same.
 func (r *run) provision(ctx context.Context) (bool, error) {
-	ahead, asked := r.ahead(), false
+	ahead, whole := r.ahead()
+	asked := false
 	// A plan made for pods expected is made again once none are: the
 	// nodes it kept for them may go.
 	aheadBefore := r.aheadBefore
 	r.aheadBefore = len(ahead)
+	maxExtra := math.Inf(1)
+	if fc := r.opts.Provisioner.Forecast; fc != nil && fc.MaxExtraHourlyCost != "" {
+		maxExtra, _ = provisioner.MaxExtraHourlyCost(fc) // checked by Run
+	}
 	if r.dirty || len(r.cl.pending) > 0 || r.last == nil || len(ahead) > 0 || aheadBefore > 0 {
-		maxExtra := math.Inf(1)
-		if fc := r.opts.Provisioner.Forecast; fc != nil && fc.MaxExtraHourlyCost != "" {
-			maxExtra, _ = provisioner.MaxExtraHourlyCost(fc) // checked by Run
-		}
-		pool, p, err := r.planAhead(r.opts.Provisioner, ahead, maxExtra)
+		pool, p, planned, err := r.planAhead(r.opts.Provisioner, ahead, maxExtra)
 		if err != nil {
 			return false, err
 		}
-		r.last, r.dirty = &p, false
+		r.last, r.lastAhead, r.dirty = &p, planned, false
 		if asked = r.scaleUp(ctx, pool, p); asked && p.Reason != provisioner.ReasonForecast {
 			return true, nil // as the controller: only orders ahead let scale-down go on
 		}
 	} else if len(r.last.Add) > 0 && r.last.Reason != provisioner.ReasonForecast {
 		return false, nil // the core refused it last time; nothing changed since
 	}
-	delay := defaultScaleDownWait
-	if d := r.opts.Provisioner.ScaleDownDelay; d != nil {
-		delay = d.Duration
+	// As the controller: a forecast that vouches for the pool lets its
+	// idle nodes go sooner.
+	spec := r.opts.Provisioner
+	if r.demand != nil && spec.Forecast == nil {
+		spec.Forecast = &v1alpha1.Forecast{} // as the CRD defaults it
 	}
+	delay := provisioner.ScaleDownDelay(spec, whole && maxExtra > 0 && r.lastAhead == len(ahead))
 	doomed := map[string]bool{}
 	for _, name := range r.last.Remove {
 		doomed[name] = true
@@ -840,13 +847,14 @@ func (r *run) plan(spec v1alpha1.NodeProvisionerSpec, extra ...*corev1.Pod) (pla
 
 // planAhead is plan with the pods a forecast expects planned for as the
 // controller plans them (provisioner.PlanAhead), within maxExtra an hour.
-func (r *run) planAhead(spec v1alpha1.NodeProvisionerSpec, expected []*corev1.Pod, maxExtra float64) (plan.Pool, plan.Plan, error) {
+// It returns how many of them the plan took.
+func (r *run) planAhead(spec v1alpha1.NodeProvisionerSpec, expected []*corev1.Pod, maxExtra float64) (plan.Pool, plan.Plan, int, error) {
 	pool, snapshot, pending, err := r.view(spec)
 	if err != nil {
-		return pool, plan.Plan{}, err
+		return pool, plan.Plan{}, 0, err
 	}
-	p, _ := provisioner.PlanAhead(pool, snapshot, pending, expected, maxExtra)
-	return pool, p, nil
+	p, ahead := provisioner.PlanAhead(pool, snapshot, pending, expected, maxExtra)
+	return pool, p, ahead, nil
 }
 
 // view is the planner's input for a spec: the pool, its nodes and the
@@ -949,11 +957,13 @@ func (r *run) scaleDown(ctx context.Context, unneeded func(*node) bool, delay ti
 
 // ahead feeds the forecast the demand now, by shape of pod, and returns
 // the pods it adds to the plan (forecast.Demand.Ahead within one start-up
-// time: boot, GPU start-up, a loop). None without a forecast, or before
-// it has learned Options.TrainFor.
-func (r *run) ahead() []*corev1.Pod {
+// time: boot, GPU start-up, a loop, for the spec's coverage), and whether
+// it ordered ahead for every shape it has seen (provisioner.Outlook's
+// Whole). None without a forecast, or before it has learned
+// Options.TrainFor.
+func (r *run) ahead() (out []*corev1.Pod, whole bool) {
 	if r.demand == nil {
-		return nil
+		return nil, false
 	}
 	now := epoch.Add(r.now)
 	count := map[forecast.Shape]int{}
@@ -967,14 +977,18 @@ func (r *run) ahead() []*corev1.Pod {
 	}
 	r.demand.Observe(now, count)
 	if r.demand.Learned(now) < r.opts.TrainFor {
-		return nil
+		return nil, false
 	}
-	var out []*corev1.Pod
-	for _, w := range r.demand.Ahead(now, r.bootDelay+r.opts.GPUStartup+r.opts.Loop) {
+	shapes := r.demand.Shapes()
+	whole = len(shapes) > 0
+	for _, s := range shapes {
+		whole = whole && r.demand.Trusted(s)
+	}
+	for _, w := range r.demand.Ahead(now, r.bootDelay+r.opts.GPUStartup+r.opts.Loop, provisioner.Coverage(r.opts.Provisioner.Forecast)) {
 		for i := range w.Pods {
 			out = append(out, podObject(Pod{Name: fmt.Sprintf("forecast-%d-%s-%d", w.Shape.GPUs, w.Shape.MIG, i), GPUs: w.Shape.GPUs, MIG: w.Shape.MIG}))
 		}
 	}
 	r.res.ForecastPeak = max(r.res.ForecastPeak, len(out))
-	return out
+	return out, whole
 }

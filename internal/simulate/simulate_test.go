@@ -523,12 +523,27 @@ func dailyAtNine() Trace {
 // not wait: their nodes are ordered one start-up time before 9:00. The
 // NodeProvisioner without one waits each morning's cold start (60 s boot,
 // 60 s GPU start-up). Only the days after the training are measured.
+// The forecast vouches for the pool, so its idle nodes go after
+// forecast.scaleDownDelay, 2 minutes, not the pool's 10: 8 minutes less
+// of the fifth node it orders at 9:00 (the slot's four arrivals spread
+// over ten minutes expect one more within a start-up time) on each day,
+// and of the four nodes after 10:00 on the second (the run ends with the
+// third day's last pod): 48 GPU-minutes.
 func TestForecastOrdersAheadOfADailyPattern(t *testing.T) {
 	cfg := parse(t, oneGroup)
 	opts := Options{Policy: NodeProvisioner, GPUStartup: time.Minute, MeasureFrom: 24 * time.Hour}
 	without := play(t, cfg, dailyAtNine(), opts)
 	opts.Forecast, opts.TrainFor = true, 24*time.Hour
+	fast := play(t, cfg, dailyAtNine(), opts)
+	// The same forecast, its idle nodes waiting the pool's 10 minutes.
+	opts.Provisioner.Forecast = &v1alpha1.Forecast{ScaleDownDelay: &metav1.Duration{Duration: 10 * time.Minute}}
 	with := play(t, cfg, dailyAtNine(), opts)
+	if saved, want := with.GPUHoursPaid-fast.GPUHoursPaid, (2*8+4*8)/60.0; math.Abs(saved-want) > 0.05 {
+		t.Errorf("the forecast's scaleDownDelay saved %.2f GPU-hours, want %.2f", saved, want)
+	}
+	if fast.Wait(1) != 0 {
+		t.Errorf("with a forecast and its scaleDownDelay the longest wait is %s, want 0", fast.Wait(1))
+	}
 	if with.Pods != 8 || without.Pods != 8 {
 		t.Fatalf("%d and %d pods measured, want the 8 of the last two days", with.Pods, without.Pods)
 	}
@@ -578,10 +593,13 @@ func TestBuiltinDays(t *testing.T) {
 	}
 }
 
-// Demand that comes at random (training jobs, a Poisson stream of
-// eight-GPU jobs) is not forecast: its forecasts miss by more than half
-// of what arrives, so nothing is ordered ahead for it and the run costs
-// what the NodeProvisioner alone does.
+// Demand that comes at random (training jobs: a Poisson stream of
+// eight-GPU jobs, one every 45 minutes, and two-GPU ones) is forecast no
+// better than its rate. Within a start-up time a job comes with a chance
+// of some 6 %, short of the 80 % the forecast covers, so next to nothing
+// is ordered ahead for it, and the run waits and costs what the
+// NodeProvisioner alone does: a forecast that ordered an eight-GPU node
+// ahead whenever one might come would pay some 15 % more.
 func TestForecastLeavesRandomDemandAlone(t *testing.T) {
 	cfg := parse(t, amplePool)
 	trace, err := BuiltinDays("training-jobs", 1, 1, 3)
@@ -592,8 +610,11 @@ func TestForecastLeavesRandomDemandAlone(t *testing.T) {
 	without := play(t, cfg, trace, opts)
 	opts.Forecast = true
 	with := play(t, cfg, trace, opts)
-	if with.ForecastPeak != 0 || !near(with.GPUHoursPaid, without.GPUHoursPaid) {
-		t.Errorf("planned ahead for up to %d pods; GPU-hours %.1f against %.1f without: want nothing ordered ahead", with.ForecastPeak, with.GPUHoursPaid, without.GPUHoursPaid)
+	if with.ForecastPeak > 1 || math.Abs(with.GPUHoursPaid/without.GPUHoursPaid-1) > 0.01 {
+		t.Errorf("planned ahead for up to %d pods; GPU-hours %.1f against %.1f without: want next to nothing ordered ahead", with.ForecastPeak, with.GPUHoursPaid, without.GPUHoursPaid)
+	}
+	if w, w0 := with.Wait(0.95), without.Wait(0.95); w > w0+10*time.Second {
+		t.Errorf("p95 wait %s with a forecast, %s without", w, w0)
 	}
 }
 
@@ -683,5 +704,38 @@ func TestStandbyServesBursts(t *testing.T) {
 				t.Errorf("cost %.2f with the pools, %.2f without: more than 3%% more", warm.Cost, cold.Cost)
 			}
 		})
+	}
+}
+
+// On the diurnal trace, on a pool with room above its afternoon peak
+// (examples/sim-forecast.yaml), the forecasting NodeProvisioner with the
+// CRD's defaults waits as the perfect-foresight bound does (0 s at p95)
+// and costs at most 5 % more than it; the NodeProvisioner alone waits
+// over a minute and a half. Four days: the forecast learns on the first.
+func TestForecastNearsTheBoundOnDiurnalDemand(t *testing.T) {
+	cfg, err := config.Load("../../examples/sim-forecast.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	trace, err := BuiltinDays("diurnal-inference", 1, 1, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := Options{Policy: NodeProvisioner, Forecast: true, MeasureFrom: 24 * time.Hour, Seed: 1}
+	fc := play(t, cfg, trace, opts)
+	opts.Forecast, opts.Policy = false, Foresight
+	bound := play(t, cfg, trace, opts)
+	opts.Policy = NodeProvisioner
+	alone := play(t, cfg, trace, opts)
+	t.Logf("p95 wait and cost: forecast %s %.2f, bound %s %.2f, alone %s %.2f",
+		fc.Wait(0.95), fc.Cost, bound.Wait(0.95), bound.Cost, alone.Wait(0.95), alone.Cost)
+	if w, b := fc.Wait(0.95), bound.Wait(0.95); w > b+b/2 {
+		t.Errorf("p95 wait %s with a forecast, %s for the bound: want within 1.5×", w, b)
+	}
+	if fc.Cost > 1.05*bound.Cost {
+		t.Errorf("cost %.2f with a forecast, %.2f for the bound: more than 5%% more", fc.Cost, bound.Cost)
+	}
+	if w := alone.Wait(0.95); w < 90*time.Second {
+		t.Errorf("the NodeProvisioner alone waits %s at p95: the trace no longer asks anything of the forecast", w)
 	}
 }

@@ -15,9 +15,10 @@ import (
 )
 
 // SweepFields are the NodeProvisioner settings a sweep can vary, each over
-// whole numbers (scaleDownDelay in minutes; forecast.maxExtraHourlyCost,
-// with Options.Forecast, in the clouds' currency).
-var SweepFields = []string{"minUnutilizedGPUNodes", "minGPUUtilizationPercent", "maxGPUUtilizationPercent", "scaleDownDelay", "forecast.maxExtraHourlyCost"}
+// whole numbers (scaleDownDelay in minutes; with Options.Forecast,
+// forecast.maxExtraHourlyCost in the clouds' currency and
+// forecast.coveragePercent).
+var SweepFields = []string{"minUnutilizedGPUNodes", "minGPUUtilizationPercent", "maxGPUUtilizationPercent", "scaleDownDelay", "forecast.maxExtraHourlyCost", "forecast.coveragePercent"}
 
 // Sweep is a grid over one NodeProvisioner setting.
 type Sweep struct {
@@ -68,12 +69,16 @@ func (sw Sweep) apply(spec v1alpha1.NodeProvisionerSpec, v int) v1alpha1.NodePro
 		spec.MaxGPUUtilizationPercent = &n
 	case "scaleDownDelay":
 		spec.ScaleDownDelay = &metav1.Duration{Duration: time.Duration(v) * time.Minute}
-	case "forecast.maxExtraHourlyCost":
+	case "forecast.maxExtraHourlyCost", "forecast.coveragePercent":
 		fc := v1alpha1.Forecast{}
 		if spec.Forecast != nil {
 			fc = *spec.Forecast
 		}
-		fc.MaxExtraHourlyCost = strconv.Itoa(v)
+		if sw.Field == "forecast.coveragePercent" {
+			fc.CoveragePercent = &n
+		} else {
+			fc.MaxExtraHourlyCost = strconv.Itoa(v)
+		}
 		spec.Forecast = &fc
 	}
 	return spec

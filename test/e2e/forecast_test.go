@@ -40,34 +40,8 @@ func TestNodeProvisionerOrdersAheadOfItsForecast(t *testing.T) {
 	c := startControllerWith(t, ctx, "{bootDelay: 1s, deleteDelay: 1s}",
 		"  - {name: h100, cloud: sim, instanceType: 1H100.80S.30V, locations: [FIN-01], maxSize: 10}\n",
 		func(env *testenv.Env) *provisioner.Forecaster {
-			store = &configmap.Store{ConfigMaps: env.Client.CoreV1().ConfigMaps(metav1.NamespaceDefault), Name: "gpuscaler-forecast"}
-			// What a week of the habit taught an earlier process.
-			d := forecast.NewDemand()
-			shape := forecast.Shape{GPUs: 1}
-			for now := monday; now.Before(monday.Add(week)); now = now.Add(time.Minute) {
-				running := 0
-				if h := now.Sub(monday) % (24 * time.Hour); h >= 9*time.Hour && h < 17*time.Hour {
-					running = 3
-					if h == 9*time.Hour {
-						for range 3 {
-							d.Arrive(now, shape)
-						}
-					}
-				}
-				d.Observe(now, map[forecast.Shape]int{shape: running})
-			}
-			var err error
-			if learned, err = d.MarshalJSON(); err != nil {
-				t.Fatal(err)
-			}
-			b := learned
-			if err := store.Save(ctx, map[string][]byte{"inference": b}); err != nil {
-				t.Fatal(err)
-			}
-			fc, err := provisioner.NewForecaster(store, clk, prometheus.NewRegistry())
-			if err != nil {
-				t.Fatal(err)
-			}
+			var fc *provisioner.Forecaster
+			fc, store, learned = habitForecaster(t, ctx, env, clk, monday)
 			return fc
 		})
 	kube, engine := c.kube, c.engine
@@ -145,5 +119,95 @@ func TestNodeProvisionerOrdersAheadOfItsForecast(t *testing.T) {
 	}
 	if size := len(cm.BinaryData["inference"]); size == 0 || size > 64<<10 {
 		t.Errorf("the pool's forecast takes %d bytes in its ConfigMap", size)
+	}
+}
+
+// habitForecaster is a Forecaster on clk whose store, a ConfigMap on
+// env's API server, holds what a week from monday of the "inference"
+// pool's habit taught an earlier process: three one-GPU pods arrive at
+// 9:00 every day and run until 17:00. It returns the store and what it
+// holds too.
+func habitForecaster(t *testing.T, ctx context.Context, env *testenv.Env, clk *clocktesting.FakeClock, monday time.Time) (*provisioner.Forecaster, *configmap.Store, []byte) {
+	t.Helper()
+	store := &configmap.Store{ConfigMaps: env.Client.CoreV1().ConfigMaps(metav1.NamespaceDefault), Name: "gpuscaler-forecast"}
+	d := forecast.NewDemand()
+	shape := forecast.Shape{GPUs: 1}
+	for now := monday; now.Before(monday.Add(7 * 24 * time.Hour)); now = now.Add(time.Minute) {
+		running := 0
+		if h := now.Sub(monday) % (24 * time.Hour); h >= 9*time.Hour && h < 17*time.Hour {
+			running = 3
+			if h == 9*time.Hour {
+				for range 3 {
+					d.Arrive(now, shape)
+				}
+			}
+		}
+		d.Observe(now, map[forecast.Shape]int{shape: running})
+	}
+	learned, err := d.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Save(ctx, map[string][]byte{"inference": learned}); err != nil {
+		t.Fatal(err)
+	}
+	fc, err := provisioner.NewForecaster(store, clk, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fc, store, learned
+}
+
+// TestForecastLetsIdleNodesGoSooner: at 13:00, when the pool's learned
+// habit expects no pod to arrive, a node left idle goes after the
+// forecast's scaleDownDelay (2 s), not the pool's (10 min): the forecast
+// vouches for the pool. With the same spec but nothing to be ordered
+// ahead (maxExtraHourlyCost "0"), the forecast only learns, and the idle
+// node waits out the pool's delay.
+func TestForecastLetsIdleNodesGoSooner(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, maxExtra string
+		goes           bool
+	}{{"vouched", "5", true}, {"learning only", "0", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			monday := time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC)
+			clk := clocktesting.NewFakeClock(monday.Add(7*24*time.Hour + 13*time.Hour))
+			c := startControllerWith(t, ctx, "{bootDelay: 1s, deleteDelay: 1s}",
+				"  - {name: h100, cloud: sim, instanceType: 1H100.80S.30V, locations: [FIN-01], maxSize: 10}\n",
+				func(env *testenv.Env) *provisioner.Forecaster {
+					fc, _, _ := habitForecaster(t, ctx, env, clk, monday)
+					return fc
+				})
+			createNP(t, ctx, c, &v1alpha1.NodeProvisioner{ObjectMeta: metav1.ObjectMeta{Name: "inference"}, Spec: v1alpha1.NodeProvisionerSpec{
+				NodeGroups:     []string{"h100"},
+				ScaleDownDelay: &metav1.Duration{Duration: 10 * time.Minute},
+				Forecast:       &v1alpha1.Forecast{MaxExtraHourlyCost: tc.maxExtra, ScaleDownDelay: &metav1.Duration{Duration: 2 * time.Second}},
+			}})
+			pods := c.env.Client.CoreV1().Pods("default")
+			if _, err := pods.Create(ctx, gpuPod("job"), metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, ctx, "the pod running on its node", func() bool {
+				p, err := pods.Get(ctx, "job", metav1.GetOptions{})
+				return err == nil && p.Status.Phase == corev1.PodRunning && nodeCount(ctx, c, "h100") == 1
+			})
+			if err := pods.Delete(ctx, "job", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+				t.Fatal(err)
+			}
+			if tc.goes {
+				waitFor(t, ctx, "the idle node gone", func() bool {
+					return nodeCount(ctx, c, "h100") == 0 && c.engine.Count("e2e") == 0
+				})
+				return
+			}
+			time.Sleep(15 * time.Second)
+			if n := c.engine.Count("e2e"); n != 1 {
+				t.Fatalf("%d instances 15 s into a 10-minute scaleDownDelay, want the idle one", n)
+			}
+		})
 	}
 }
