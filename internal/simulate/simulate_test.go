@@ -562,6 +562,36 @@ func TestForecastOrdersAheadOfADailyPattern(t *testing.T) {
 	}
 }
 
+// A sweep over a forecast setting changes that setting only, on top of
+// the spec's other forecast settings; a coverage the CRD would refuse is
+// refused.
+func TestSweepSetsForecastFields(t *testing.T) {
+	base := v1alpha1.NodeProvisionerSpec{Forecast: &v1alpha1.Forecast{MaxExtraHourlyCost: "4"}}
+	for field, check := range map[string]func(*v1alpha1.Forecast) bool{
+		"forecast.scaleDownDelay":     func(f *v1alpha1.Forecast) bool { return f.ScaleDownDelay.Duration == 3*time.Minute },
+		"forecast.coveragePercent":    func(f *v1alpha1.Forecast) bool { return *f.CoveragePercent == 3 },
+		"forecast.maxExtraHourlyCost": func(f *v1alpha1.Forecast) bool { return f.MaxExtraHourlyCost == "3" },
+	} {
+		sw, err := ParseSweep(field + "=3")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := sw.apply(base, 3)
+		if !check(got.Forecast) || (field != "forecast.maxExtraHourlyCost" && got.Forecast.MaxExtraHourlyCost != "4") {
+			t.Errorf("%s=3: %+v", field, *got.Forecast)
+		}
+	}
+	if base.Forecast.ScaleDownDelay != nil || base.Forecast.CoveragePercent != nil {
+		t.Error("the sweep changed the spec it started from")
+	}
+	hundred := int32(100)
+	opts := Options{Config: parse(t, oneGroup), Policy: NodeProvisioner, Forecast: true,
+		Provisioner: v1alpha1.NodeProvisionerSpec{Forecast: &v1alpha1.Forecast{CoveragePercent: &hundred}}}
+	if _, err := Run(context.Background(), dailyAtNine(), opts); err == nil || !strings.Contains(err.Error(), "coveragePercent") {
+		t.Errorf("coverage 100 %%: %v", err)
+	}
+}
+
 // Only the NodeProvisioner orders ahead of a forecast.
 func TestForecastIsTheNodeProvisioners(t *testing.T) {
 	cfg := parse(t, oneGroup)

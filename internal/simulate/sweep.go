@@ -16,9 +16,10 @@ import (
 
 // SweepFields are the NodeProvisioner settings a sweep can vary, each over
 // whole numbers (scaleDownDelay in minutes; with Options.Forecast,
-// forecast.maxExtraHourlyCost in the clouds' currency and
-// forecast.coveragePercent).
-var SweepFields = []string{"minUnutilizedGPUNodes", "minGPUUtilizationPercent", "maxGPUUtilizationPercent", "scaleDownDelay", "forecast.maxExtraHourlyCost", "forecast.coveragePercent"}
+// forecast.maxExtraHourlyCost in the clouds' currency,
+// forecast.coveragePercent, and forecast.scaleDownDelay in minutes).
+var SweepFields = []string{"minUnutilizedGPUNodes", "minGPUUtilizationPercent", "maxGPUUtilizationPercent", "scaleDownDelay",
+	"forecast.maxExtraHourlyCost", "forecast.coveragePercent", "forecast.scaleDownDelay"}
 
 // Sweep is a grid over one NodeProvisioner setting.
 type Sweep struct {
@@ -69,15 +70,18 @@ func (sw Sweep) apply(spec v1alpha1.NodeProvisionerSpec, v int) v1alpha1.NodePro
 		spec.MaxGPUUtilizationPercent = &n
 	case "scaleDownDelay":
 		spec.ScaleDownDelay = &metav1.Duration{Duration: time.Duration(v) * time.Minute}
-	case "forecast.maxExtraHourlyCost", "forecast.coveragePercent":
+	case "forecast.maxExtraHourlyCost", "forecast.coveragePercent", "forecast.scaleDownDelay":
 		fc := v1alpha1.Forecast{}
 		if spec.Forecast != nil {
 			fc = *spec.Forecast
 		}
-		if sw.Field == "forecast.coveragePercent" {
-			fc.CoveragePercent = &n
-		} else {
+		switch sw.Field {
+		case "forecast.maxExtraHourlyCost":
 			fc.MaxExtraHourlyCost = strconv.Itoa(v)
+		case "forecast.coveragePercent":
+			fc.CoveragePercent = &n
+		default:
+			fc.ScaleDownDelay = &metav1.Duration{Duration: time.Duration(v) * time.Minute}
 		}
 		spec.Forecast = &fc
 	}
