@@ -19,8 +19,9 @@ type Shape struct {
 }
 
 // Forecast accuracy: a shape is ordered ahead for only while its
-// forecasts of arrivals miss by at most MaxMiss of what arrives,
-// smoothed slot by slot with missAlpha (some twenty slots).
+// forecasts of arrivals miss by at most MaxMiss of what arrives, beyond
+// what chance misses by (Trusted), smoothed slot by slot with missAlpha
+// (some twenty slots).
 const (
 	MaxMiss   = 0.5
 	missAlpha = 0.05
@@ -151,10 +152,11 @@ func (d *Demand) Learned(now time.Time) time.Duration {
 // arrivals at random around the rate forecast miss by all the same (a
 // forecast of nothing that saw nothing hit). A rate of a few pods a slot
 // misses by half of it by chance alone: such a forecast is as right as
-// any can be.
+// any can be. Chance is forgiven up to what arrived, no more: pods
+// forecast that do not come are a miss, however few.
 func (d *Demand) Trusted(s Shape) bool {
 	sr := d.shapes[s]
-	return sr != nil && sr.scored && sr.missed <= MaxMiss*sr.came+sr.chance
+	return sr != nil && sr.scored && sr.missed <= MaxMiss*sr.came+min(sr.chance, sr.came)
 }
 
 // spread is how random a shape's arrivals are, 0 to 1: what its forecasts
@@ -207,14 +209,18 @@ func (d *Demand) AheadOfLevel(now time.Time, lead time.Duration) []Want {
 // Ahead is what to order ahead of at now, by shape: for each trusted
 // shape, the pods that arrive within lead (the time an order takes to
 // serve; what departures free covers the rest), or, for a shape whose
-// arrivals keep time, the growth its profile expects meanwhile if more. Arrivals come one by one at random
-// around the rate the profile expects (a Poisson count), so a pool ready
-// for their expected number makes about half of them wait; it is ready
-// for a share coverage (0.5 to 1) of them with the count's coverage
-// quantile, or, for arrivals less random than that, a margin above the
-// expected number as much smaller as they are (spread). Coverage 0 takes
-// the expected number, rounded. Shapes come
-// sorted by GPUs, then MIG slice; none with nothing to order.
+// arrivals keep time, the growth its profile expects meanwhile beyond
+// what its level forecasts miss by (a level that wanders from day to day
+// rises and falls by that much without a pattern), if more.
+//
+// Arrivals come one by one at random around the rate the profile expects
+// (a Poisson count), so capacity for their expected number falls short
+// about half the time; the count's coverage quantile (0.5 to 1) falls
+// short with a chance of 1 − coverage at most, and for arrivals less
+// random than that the margin above the expected number is as much
+// smaller as they are (spread). Coverage 0 takes the expected number,
+// rounded. Shapes come sorted by GPUs, then MIG slice; none with nothing
+// to order.
 func (d *Demand) Ahead(now time.Time, lead time.Duration, coverage float64) []Want {
 	return d.ahead(now, lead, coverage, d.Trusted, (*series).timed)
 }
@@ -241,7 +247,7 @@ func (d *Demand) ahead(now time.Time, lead time.Duration, coverage float64, trus
 		}
 		growth := 0
 		if rises(sr) {
-			growth = int(math.Round(peak - level))
+			growth = int(math.Round(peak - level - sr.levelMissed))
 		}
 		if n := max(growth, arrivals); n > 0 {
 			out = append(out, Want{Shape: s, Pods: n})
@@ -258,9 +264,10 @@ func PoissonQuantile(mean, q float64) int {
 	if !(mean > 0) {
 		return 0
 	}
-	// The terms e^-mean * mean^n / n!, summed in logs so that a large
-	// mean does not underflow the first; q is reached within a few
-	// standard deviations of the mean, so the loop is short.
+	// The terms e^-mean * mean^n / n!, each computed in logs so that a
+	// large mean does not underflow it; q is reached within a few
+	// standard deviations above the mean, some mean steps (the pods that
+	// arrive within a lead time: tens, or a few hundred in a vast pool).
 	n, cdf := 0, 0.0
 	for ; n < int(mean+20*math.Sqrt(mean)+20); n++ {
 		lg, _ := math.Lgamma(float64(n + 1))

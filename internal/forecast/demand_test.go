@@ -167,3 +167,28 @@ func TestAheadCoversAShareOfArrivals(t *testing.T) {
 		t.Errorf("random pods ahead: %d at coverage 0 (want 0 or 1), %d at 0.95 (want more, at most 3)", none, most)
 	}
 }
+
+// Chance forgives a forecast no more than what arrived: a shape whose pods
+// stop coming (a Poisson stream of one every 20 minutes for three days,
+// then none) is not trusted a day later, although a forecast of under
+// 0.7 pods a slot misses nothing by less than a Poisson count of that
+// mean would by chance.
+func TestPodsThatStopComingAreNotForgiven(t *testing.T) {
+	d := NewDemand()
+	s := Shape{GPUs: 1}
+	rng := rand.New(rand.NewPCG(5, 6))
+	end := monday.Add(4 * day)
+	for now := monday; now.Before(end); now = now.Add(time.Minute) {
+		if now.Before(monday.Add(3*day)) && rng.Float64() < 1.0/20 {
+			d.Arrive(now, s)
+		}
+		d.Observe(now, map[Shape]int{s: 1})
+		if now.Equal(monday.Add(3*day-time.Minute)) && !d.Trusted(s) {
+			t.Fatal("a Poisson stream of one pod every 20 minutes is not trusted")
+		}
+	}
+	if d.Trusted(s) {
+		sr := d.shapes[s]
+		t.Errorf("trusted a day after the pods stopped: missed %.3f, came %.3f, chance %.3f", sr.missed, sr.came, sr.chance)
+	}
+}

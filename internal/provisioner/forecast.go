@@ -230,7 +230,7 @@ func (f *Forecaster) outlook(out *Outlook, l *learner, spec *v1alpha1.Forecast, 
 	switch {
 	case len(untrusted) > 0 && len(untrusted) == len(l.demand.Shapes()):
 		out.Reason = ForecastMissing
-		out.Message = fmt.Sprintf("forecasts of %v missed by more than %.0f%% of arrivals: reacting only", untrusted, forecast.MaxMiss*100)
+		out.Message = fmt.Sprintf("forecasts of %v missed by more than %.0f%% of arrivals beyond chance: reacting only", untrusted, forecast.MaxMiss*100)
 	case len(untrusted) > 0:
 		out.Reason = ForecastOrdering
 		out.Message = fmt.Sprintf("ordering ahead; forecasts of %v miss: reacting for those", untrusted)
@@ -384,7 +384,7 @@ func (r *Reconciler) observe(ctx context.Context, np *v1alpha1.NodeProvisioner, 
 	if maxExtra, _ := MaxExtraHourlyCost(np.Spec.Forecast); maxExtra > 0 {
 		for _, s := range out.Lost {
 			r.Recorder.Eventf(np, nil, corev1.EventTypeWarning, "ForecastMissing", "Forecast",
-				"forecasts of %s pods missed by more than %.0f%% of arrivals: reacting only for them", shapeString(s), forecast.MaxMiss*100)
+				"forecasts of %s pods missed by more than %.0f%% of arrivals beyond chance: reacting only for them", shapeString(s), forecast.MaxMiss*100)
 		}
 		for _, s := range out.Regained {
 			r.Recorder.Eventf(np, nil, corev1.EventTypeNormal, "ForecastTrusted", "Forecast", "forecasts of %s pods hit: ordering ahead for them", shapeString(s))
