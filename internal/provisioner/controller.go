@@ -201,8 +201,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		res.RequeueAfter = orderCheck
 	}
 	if len(p.Remove) > 0 && delay < res.RequeueAfter {
-		// Come back when the first unneeded node is due.
-		res.RequeueAfter = max(delay, time.Second)
+		// Come back when the first unneeded node is due; a drain waits
+		// DefaultDeleteDelayAfterTaint in any case.
+		res.RequeueAfter = max(delay, DefaultDeleteDelayAfterTaint)
 	}
 	return res, err
 }
