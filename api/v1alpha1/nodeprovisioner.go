@@ -153,11 +153,12 @@ type Forecast struct {
 	// +optional
 	LeadTime *metav1.Duration `json:"leadTime,omitempty"`
 
-	// CoveragePercent is the share of the pods expected within leadTime
-	// that the pool is ready for. Pods arrive at random around the rate
-	// the forecast expects, so capacity for their expected number makes
-	// about half of them wait; more covers more of them, with more idle
-	// capacity.
+	// CoveragePercent is how likely the capacity ordered ahead is to
+	// serve every pod that arrives within leadTime. Pods arrive at random
+	// around the rate the forecast expects, so capacity for their
+	// expected number falls short about half the time; more covers more
+	// often, with more idle capacity. A shape whose pods rarely come
+	// within leadTime (less likely than this) gets none.
 	// +kubebuilder:default=80
 	// +kubebuilder:validation:Minimum=50
 	// +kubebuilder:validation:Maximum=99

@@ -145,8 +145,9 @@ const (
 	DefaultScaleDownDelay = 10 * time.Minute
 )
 
-// Coverage is the share of the pods expected within the lead time a pool
-// orders ahead for (forecast.coveragePercent): 0.8 by default, and
+// Coverage is how likely what a pool orders ahead is to serve every pod
+// that arrives within the lead time (forecast.coveragePercent): 0.8 by
+// default, and
 // within the CRD's 0.5 to 0.99 whatever an object written around its
 // validation says.
 func Coverage(spec *v1alpha1.Forecast) float64 {
