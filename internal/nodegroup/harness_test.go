@@ -342,6 +342,9 @@ type wrapped struct {
 	onTransfer func(ctx context.Context, inst cloud.Instance, name, owner string) (cloud.Instance, error)
 	creates    int
 	deletes    int
+	// deleted counts the delete calls by instance name: the core sends
+	// a delete again for an instance still listed while it goes.
+	deleted map[string]int
 }
 
 func (w *wrapped) Create(ctx context.Context, spec cloud.CreateSpec) (cloud.Instance, error) {
@@ -360,6 +363,10 @@ func (w *wrapped) Create(ctx context.Context, spec cloud.CreateSpec) (cloud.Inst
 func (w *wrapped) Delete(ctx context.Context, inst cloud.Instance) error {
 	w.mu.Lock()
 	w.deletes++
+	if w.deleted == nil {
+		w.deleted = map[string]int{}
+	}
+	w.deleted[inst.Name]++
 	hook := w.onDelete
 	w.mu.Unlock()
 	if hook != nil {
@@ -454,6 +461,14 @@ func (w *wrapped) counts() (creates, deletes int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.creates, w.deletes
+}
+
+// deletedInstances is how many instances were sent a delete, each counted
+// once however many it was sent.
+func (w *wrapped) deletedInstances() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.deleted)
 }
 
 // series returns the series of the Manager's registry whose labels

@@ -811,7 +811,7 @@ func TestScaledDownNodeIsDeletedWhenThePoolIsFull(t *testing.T) {
 	if err := h.mgr.DeleteNodes(ctx, "g", []string{insts[0].ProviderID}); err != nil {
 		t.Fatal(err)
 	}
-	h.eventually("the node deleted at the cloud", func() bool { _, deletes := w.counts(); return deletes == 1 })
+	h.eventually("the node deleted at the cloud", func() bool { return w.deletedInstances() == 1 })
 }
 
 // Only a healthy node goes back to a short pool, and not one a front end
@@ -831,7 +831,7 @@ func TestOnlyHealthyNodesGoBackToThePool(t *testing.T) {
 	if err := h.mgr.DeleteNodes(ForReplacement(ctx), "g", []string{replaced.ProviderID}); err != nil {
 		t.Fatal(err)
 	}
-	h.eventually("the unready and the replaced node deleted at the cloud", func() bool { _, deletes := w.counts(); return deletes == 2 })
+	h.eventually("the unready and the replaced node deleted at the cloud", func() bool { return w.deletedInstances() == 2 })
 	if err := h.mgr.DeleteNodes(ctx, "g", []string{healthy.ProviderID}); err != nil {
 		t.Fatal(err)
 	}
@@ -848,9 +848,9 @@ func TestOnlyHealthyNodesGoBackToThePool(t *testing.T) {
 		}
 		return false
 	})
-	creates, deletes := w.counts()
-	if creates != 3 || deletes != 2 {
-		t.Fatalf("%d creates, %d deletes; want 3 (the pool's first, two for demand) and 2 (the unready and the replaced node)", creates, deletes)
+	creates, _ := w.counts()
+	if deleted := w.deletedInstances(); creates != 3 || deleted != 2 {
+		t.Fatalf("%d creates, %d instances deleted; want 3 (the pool's first, two for demand) and 2 (the unready and the replaced node)", creates, deleted)
 	}
 	if n, _ := h.mgr.TargetSize("g"); n != 0 {
 		t.Fatalf("target %d with every node scaled down, want 0", n)
@@ -870,8 +870,7 @@ func TestReturnedNodeStillRunningPodsIsDeleted(t *testing.T) {
 	h.eventually("the busy returned node deleted", func() bool {
 		h.clk.Step(30 * time.Second)
 		h.mgr.syncer.kick("sim")
-		_, deletes := w.counts()
-		return deletes == 1
+		return w.deletedInstances() == 1
 	})
 	if n, _ := h.mgr.TargetSize("g"); n != 1 {
 		t.Fatalf("target %d, want the 1 left", n)
