@@ -767,16 +767,7 @@ func TestScaledDownNodeGoesBackToAShortPool(t *testing.T) {
 	if err := h.mgr.DecreaseTargetSize(ctx, "g", -1); err != nil {
 		t.Fatal(err)
 	}
-	h.eventually("the returned node stopped for the pool", func() bool {
-		h.clk.Step(30 * time.Second)
-		h.mgr.syncer.kick("sim")
-		for _, in := range h.engine.Instances("test") {
-			if in.Name == back.Name {
-				return in.State == cloud.StateStopped && in.Standby
-			}
-		}
-		return false
-	})
+	stoppedForThePool(h, back.Name, "the returned node stopped for the pool")
 	if creates, deletes := w.counts(); creates != 2 || deletes != 0 {
 		t.Fatalf("%d creates, %d deletes: the scaled-down node should be stopped for the pool, nothing ordered or deleted", creates, deletes)
 	}
@@ -838,16 +829,7 @@ func TestOnlyHealthyNodesGoBackToThePool(t *testing.T) {
 	if err := nodes.Delete(ctx, healthy.ProviderID); err != nil { // the front end deletes the Node too
 		t.Fatal(err)
 	}
-	h.eventually("the healthy node stopped for the pool", func() bool {
-		h.clk.Step(30 * time.Second)
-		h.mgr.syncer.kick("sim")
-		for _, in := range h.engine.Instances("test") {
-			if in.Name == healthy.Name {
-				return in.State == cloud.StateStopped && in.Standby
-			}
-		}
-		return false
-	})
+	stoppedForThePool(h, healthy.Name, "the healthy node stopped for the pool")
 	creates, _ := w.counts()
 	if deleted := w.deletedInstances(); creates != 3 || deleted != 2 {
 		t.Fatalf("%d creates, %d instances deleted; want 3 (the pool's first, two for demand) and 2 (the unready and the replaced node)", creates, deleted)
@@ -875,6 +857,22 @@ func TestReturnedNodeStillRunningPodsIsDeleted(t *testing.T) {
 	if n, _ := h.mgr.TargetSize("g"); n != 1 {
 		t.Fatalf("target %d, want the 1 left", n)
 	}
+}
+
+// stoppedForThePool waits, syncing as time passes, until the instance
+// named name is stopped in its group's standby pool.
+func stoppedForThePool(h *harness, name, what string) {
+	h.t.Helper()
+	h.eventually(what, func() bool {
+		h.clk.Step(30 * time.Second)
+		h.mgr.syncer.kick("sim")
+		for _, in := range h.engine.Instances("test") {
+			if in.Name == name {
+				return in.State == cloud.StateStopped && in.Standby
+			}
+		}
+		return false
+	})
 }
 
 // servingFromAShortPool scales a group with a standby pool of one, which
