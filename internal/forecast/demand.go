@@ -203,7 +203,7 @@ func (d *Demand) LevelTrusted(s Shape) bool {
 // (LevelTrusted), for the expected arrivals (coverage 0): what a pool of
 // stopped instances, cheap to hold, is sized by.
 func (d *Demand) AheadOfLevel(now time.Time, lead time.Duration) []Want {
-	return d.ahead(now, lead, 0, d.LevelTrusted, func(*series) bool { return true })
+	return d.ahead(now, lead, 0, d.LevelTrusted, func(_ *series, rise float64) float64 { return rise })
 }
 
 // Ahead is what to order ahead of at now, by shape: for each trusted
@@ -222,12 +222,28 @@ func (d *Demand) AheadOfLevel(now time.Time, lead time.Duration) []Want {
 // rounded. Shapes come sorted by GPUs, then MIG slice; none with nothing
 // to order.
 func (d *Demand) Ahead(now time.Time, lead time.Duration, coverage float64) []Want {
-	return d.ahead(now, lead, coverage, d.Trusted, (*series).timed)
+	return d.ahead(now, lead, coverage, d.Trusted, func(sr *series, rise float64) float64 {
+		if !sr.timed() {
+			return 0
+		}
+		return rise - sr.levelMissed
+	})
 }
 
-// ahead is Ahead for the shapes trusted says, their growth counted where
-// rises says.
-func (d *Demand) ahead(now time.Time, lead time.Duration, coverage float64, trusted func(Shape) bool, rises func(*series) bool) []Want {
+// AllTrusted reports whether the Demand has seen a shape and trusts every
+// one it has seen: Ahead then speaks for all of the pool's pods.
+func (d *Demand) AllTrusted() bool {
+	for s := range d.shapes {
+		if !d.Trusted(s) {
+			return false
+		}
+	}
+	return len(d.shapes) > 0
+}
+
+// ahead is Ahead for the shapes trusted says, counting of the rise their
+// level profile expects what growth makes of it.
+func (d *Demand) ahead(now time.Time, lead time.Duration, coverage float64, trusted func(Shape) bool, growth func(sr *series, rise float64) float64) []Want {
 	var out []Want
 	for s, sr := range d.shapes {
 		if !trusted(s) {
@@ -245,11 +261,7 @@ func (d *Demand) ahead(now time.Time, lead time.Duration, coverage float64, trus
 		if coverage > 0 {
 			arrivals = int(math.Round(mean + sr.spread()*(float64(PoissonQuantile(mean, coverage))-mean)))
 		}
-		growth := 0
-		if rises(sr) {
-			growth = int(math.Round(peak - level - sr.levelMissed))
-		}
-		if n := max(growth, arrivals); n > 0 {
+		if n := max(int(math.Round(growth(sr, peak-level))), arrivals); n > 0 {
 			out = append(out, Want{Shape: s, Pods: n})
 		}
 	}

@@ -147,9 +147,8 @@ const (
 
 // Coverage is how likely what a pool orders ahead is to serve every pod
 // that arrives within the lead time (forecast.coveragePercent): 0.8 by
-// default, and
-// within the CRD's 0.5 to 0.99 whatever an object written around its
-// validation says.
+// default, and within the CRD's 0.5 to 0.99 whatever an object written
+// around its validation says.
 func Coverage(spec *v1alpha1.Forecast) float64 {
 	if spec == nil || spec.CoveragePercent == nil {
 		return DefaultCoveragePercent / 100.0

@@ -235,7 +235,7 @@ func (f *Forecaster) outlook(out *Outlook, l *learner, spec *v1alpha1.Forecast, 
 		out.Reason = ForecastOrdering
 		out.Message = fmt.Sprintf("ordering ahead; forecasts of %v miss: reacting for those", untrusted)
 	default:
-		out.Reason, out.Message, out.Whole = ForecastOrdering, "ordering ahead", len(l.demand.Shapes()) > 0
+		out.Reason, out.Message, out.Whole = ForecastOrdering, "ordering ahead", l.demand.AllTrusted()
 	}
 }
 

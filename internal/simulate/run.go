@@ -979,11 +979,7 @@ func (r *run) ahead() (out []*corev1.Pod, whole bool) {
 	if r.demand.Learned(now) < r.opts.TrainFor {
 		return nil, false
 	}
-	shapes := r.demand.Shapes()
-	whole = len(shapes) > 0
-	for _, s := range shapes {
-		whole = whole && r.demand.Trusted(s)
-	}
+	whole = r.demand.AllTrusted()
 	for _, w := range r.demand.Ahead(now, r.bootDelay+r.opts.GPUStartup+r.opts.Loop, provisioner.Coverage(r.opts.Provisioner.Forecast)) {
 		for i := range w.Pods {
 			out = append(out, podObject(Pod{Name: fmt.Sprintf("forecast-%d-%s-%d", w.Shape.GPUs, w.Shape.MIG, i), GPUs: w.Shape.GPUs, MIG: w.Shape.MIG}))
