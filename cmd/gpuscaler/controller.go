@@ -2,11 +2,8 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"slices"
 	"strings"
@@ -32,14 +29,12 @@ import (
 	"github.com/gpuscaler/gpuscaler/internal/forecast/configmap"
 	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
 	"github.com/gpuscaler/gpuscaler/internal/provisioner"
-	"github.com/gpuscaler/gpuscaler/internal/serve"
 )
 
 // controllerFlags are the controller command's own flags.
 type controllerFlags struct {
 	leaderElect      bool
 	leaderElectionNS string
-	metricsAddr      string
 	reloadPeriod     time.Duration
 	leaseDuration    time.Duration
 	leaseRenew       time.Duration
@@ -78,13 +73,12 @@ changes, so a standby takes over with the configuration in force.`,
 			for _, w := range src.warnings {
 				log.Warn(w)
 			}
-			if f.metricsAddr != "" {
-				cfg.Metrics.Address = f.metricsAddr
-			}
 			if f.leaderElectionNS == "" {
 				f.leaderElectionNS = daemon.PodNamespace(os.Getenv)
 			}
-			return runController(cmd.Context(), cfg, src.reloadPath(), f, env.runtimeOptions(config.ManagedByNodeProvisioner, log, g.kube), env, log)
+			opts := env.runtimeOptions(config.ManagedByNodeProvisioner, log, g.kube)
+			opts.Override = src.override
+			return runController(cmd.Context(), cfg, src.reloadPath(), f, opts, env, log)
 		},
 	}
 	src.addFlags(cmd)
@@ -95,7 +89,7 @@ changes, so a standby takes over with the configuration in force.`,
 	cmd.Flags().DurationVar(&f.leaseDuration, "leader-elect-lease-duration", 15*time.Second, "how long a lease holds without renewal")
 	cmd.Flags().DurationVar(&f.leaseRenew, "leader-elect-renew-deadline", 10*time.Second, "how long the leader tries to renew before it gives up")
 	cmd.Flags().DurationVar(&f.leaseRetryPeriod, "leader-elect-retry-period", 2*time.Second, "how often candidates try to take the lease")
-	cmd.Flags().StringVar(&f.metricsAddr, "metrics-address", "", "overrides metrics.address (host:port, or 0 to turn it off)")
+	cmd.Flags().StringVar(&src.metricsAddr, "metrics-address", "", "overrides metrics.address (host:port, or 0 to turn it off)")
 	cmd.Flags().StringVar(&f.forecastConfigMap, "forecast-configmap", "gpuscaler-forecast",
 		"the ConfigMap, in the pod's namespace, that keeps the pools' learned demand across restarts")
 	cmd.Flags().DurationVar(&f.reloadPeriod, "config-reload-period", 10*time.Second, "how often the config file is checked for changes")
@@ -168,21 +162,17 @@ func runController(ctx context.Context, cfg *config.Config, cfgPath string, f co
 		}()
 	}
 	var ready atomic.Bool
-	if cfg.Metrics.Address != "0" {
-		lis, err := net.Listen("tcp", cfg.Metrics.Address)
-		if err != nil {
-			return fmt.Errorf("metrics.address: %w", err)
-		}
-		// controller-runtime's own metrics (REST client, work queue,
-		// reconciles, leader election) beside gpuscaler's.
-		srv := serve.HTTP(opsHandler(prometheus.Gatherers{rt, withoutRuntime{ctrlmetrics.Registry}}, &ready), serve.Limits{})
-		go func() {
-			if err := serve.Run(ctx, srv, lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				errc <- fmt.Errorf("metrics server: %w", err)
-			}
-		}()
-		log.Info("serving metrics and health", "address", lis.Addr().String())
+	// controller-runtime's own metrics (REST client, work queue,
+	// reconciles, leader election) beside gpuscaler's.
+	ops, err := listenOps(cfg, prometheus.Gatherers{rt, withoutRuntime{ctrlmetrics.Registry}}, &ready, rt.Evictions(), log)
+	if err != nil {
+		return err
 	}
+	go func() {
+		if err := ops(ctx); err != nil {
+			errc <- err
+		}
+	}()
 	existing := &provisioner.ExistingGroups{GPULabel: cfg.Provider.GPULabel, MaxGroupSize: cfg.Sync.MaxGroupSize,
 		FileGroups: rt.FileGroups, Apply: rt.SetExtraGroups, Logger: log.With("controller", "nodeprovisioner")}
 	if d, ok := rt.Describer(config.CloudGCP); ok {

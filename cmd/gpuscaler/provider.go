@@ -25,7 +25,6 @@ import (
 
 func newProviderCommand(g *globalFlags) *cobra.Command {
 	var src source
-	var metricsAddr string
 	var reloadPeriod time.Duration
 	cmd := &cobra.Command{
 		Use:   "provider",
@@ -51,14 +50,13 @@ the Verda gRPC provider keep their config.yaml, .env file and --config/--port/--
 			for _, w := range src.warnings {
 				log.Warn(w)
 			}
-			if metricsAddr != "" {
-				cfg.Metrics.Address = metricsAddr
-			}
-			return runProvider(cmd.Context(), cfg, src.reloadPath(), reloadPeriod, env.runtimeOptions(config.ManagedByClusterAutoscaler, log, g.kube), env, log)
+			opts := env.runtimeOptions(config.ManagedByClusterAutoscaler, log, g.kube)
+			opts.Override = src.override
+			return runProvider(cmd.Context(), cfg, src.reloadPath(), reloadPeriod, opts, env, log)
 		},
 	}
 	src.addFlags(cmd)
-	cmd.Flags().StringVar(&metricsAddr, "metrics-address", "", "overrides metrics.address (host:port, or 0 to turn it off)")
+	cmd.Flags().StringVar(&src.metricsAddr, "metrics-address", "", "overrides metrics.address (host:port, or 0 to turn it off)")
 	cmd.Flags().DurationVar(&reloadPeriod, "config-reload-period", 10*time.Second, "how often the config file is checked for changes")
 	return cmd
 }
@@ -78,17 +76,13 @@ func runProvider(ctx context.Context, cfg *config.Config, reloadPath string, rel
 	var ready atomic.Bool
 	eg, ctx := errgroup.WithContext(ctx)
 	eg.Go(func() error { return rt.Run(ctx) })
-	if cfg.Metrics.Address != "0" {
-		lis, err := net.Listen("tcp", cfg.Metrics.Address)
-		if err != nil {
-			cancel()
-			_ = eg.Wait()
-			return fmt.Errorf("metrics.address: %w", err)
-		}
-		srv := serve.HTTP(opsHandler(rt, &ready), serve.Limits{})
-		eg.Go(func() error { return serve.Run(ctx, srv, lis) })
-		log.Info("serving metrics and health", "address", lis.Addr().String())
+	ops, err := listenOps(cfg, rt, &ready, rt.Evictions(), log)
+	if err != nil {
+		cancel()
+		_ = eg.Wait()
+		return err
 	}
+	eg.Go(func() error { return ops(ctx) })
 	leading := make(chan error, 1)
 	eg.Go(func() error { return rt.Lead(ctx, func(err error) { leading <- err }) })
 	select {
@@ -111,6 +105,7 @@ func runProvider(ctx context.Context, cfg *config.Config, reloadPath string, rel
 		TLS: externalgrpc.TLSFiles{CertFile: cfg.Provider.TLS.CertFile, KeyFile: cfg.Provider.TLS.KeyFile,
 			CACertFile: cfg.Provider.TLS.CACertFile, ClientNames: cfg.Provider.TLS.ClientNames},
 		AutoscalingOptions: rt.AutoscalingOptions,
+		Evictions:          rt.Evictions(),
 	})
 	if err != nil {
 		cancel()
@@ -123,7 +118,6 @@ func runProvider(ctx context.Context, cfg *config.Config, reloadPath string, rel
 		_ = eg.Wait()
 		return fmt.Errorf("provider.listenAddress: %w", err)
 	}
-	lis = serve.Listener(lis, externalgrpc.MaxConns)
 	if !config.IsLoopback(cfg.Provider.ListenAddress) && !cfg.Provider.TLS.Enabled() {
 		log.Warn("INSECURE: the gRPC provider listens off loopback without mTLS; anyone who reaches "+
 			cfg.Provider.ListenAddress+" can scale groups and delete nodes (provider.insecure is set)", "address", cfg.Provider.ListenAddress)
@@ -144,8 +138,14 @@ func runProvider(ctx context.Context, cfg *config.Config, reloadPath string, rel
 // opsHandler serves /metrics, /healthz (the process is up) and /readyz
 // (the node groups were rebuilt and the front end is serving).
 func opsHandler(g prometheus.Gatherer, ready *atomic.Bool) http.Handler {
-	mux := http.NewServeMux()
+	mux := healthMux(ready)
 	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+	return mux
+}
+
+// healthMux serves /healthz and /readyz.
+func healthMux(ready *atomic.Bool) *http.ServeMux {
+	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
 	})
@@ -157,4 +157,53 @@ func opsHandler(g prometheus.Gatherer, ready *atomic.Bool) http.Handler {
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	return mux
+}
+
+// listenOps opens the metrics listener (metrics.address) and the health
+// one (metrics.healthAddress), those that are set, and returns what
+// serves them until ctx is done.
+func listenOps(cfg *config.Config, g prometheus.Gatherer, ready *atomic.Bool, ev *serve.Evictions, log *slog.Logger) (func(context.Context) error, error) {
+	type listener struct {
+		name string
+		lis  net.Listener
+		srv  *http.Server
+	}
+	var ls []listener
+	closeAll := func() {
+		for _, l := range ls {
+			_ = l.lis.Close()
+		}
+	}
+	open := func(name, field, addr string, h http.Handler) error {
+		lis, err := net.Listen("tcp", addr)
+		if err != nil {
+			closeAll()
+			return fmt.Errorf("%s: %w", field, err)
+		}
+		ls = append(ls, listener{name: name, lis: lis, srv: serve.HTTP(h, serve.Limits{Evicted: ev.For(name)})})
+		return nil
+	}
+	if cfg.Metrics.Address != "0" {
+		if err := open("metrics", "metrics.address", cfg.Metrics.Address, opsHandler(g, ready)); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Metrics.HealthAddress != "" {
+		if err := open("health", "metrics.healthAddress", cfg.Metrics.HealthAddress, healthMux(ready)); err != nil {
+			return nil, err
+		}
+	}
+	return func(ctx context.Context) error {
+		eg, ctx := errgroup.WithContext(ctx)
+		for _, l := range ls {
+			log.Info("serving "+l.name, "address", l.lis.Addr().String())
+			eg.Go(func() error {
+				if err := serve.Run(ctx, l.srv, l.lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+					return fmt.Errorf("%s server: %w", l.name, err)
+				}
+				return nil
+			})
+		}
+		return eg.Wait()
+	}, nil
 }

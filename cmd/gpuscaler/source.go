@@ -34,6 +34,8 @@ type source struct {
 	listen      string
 	insecure    bool
 	envFile     string
+	// metricsAddr is --metrics-address, of the commands that serve.
+	metricsAddr string
 	// online makes load ask the clouds too (validate --online); fileOnly
 	// checks the configuration without its environment (config convert).
 	online, fileOnly bool
@@ -223,6 +225,24 @@ func (s *source) read(getenv func(string) string) (*config.Config, error) {
 	default:
 		return nil, errors.New("--config (or DataCrunch-style --nodes, or a Kamatera --cloud-config) is required")
 	}
+	s.overrideProvider(cfg)
+	if err := config.Complete(cfg); err != nil {
+		return cfg, err
+	}
+	// The file's metrics address is checked even when the flag replaces it.
+	s.overrideMetrics(cfg)
+	return cfg, nil
+}
+
+// override puts the command line's settings over a configuration's: at
+// start, and on every reload (a reload compares the provider and metrics
+// sections with the ones in force, flags included).
+func (s *source) override(cfg *config.Config) {
+	s.overrideProvider(cfg)
+	s.overrideMetrics(cfg)
+}
+
+func (s *source) overrideProvider(cfg *config.Config) {
 	if s.port != 0 {
 		// The port only: the host stays as configured (loopback by default).
 		host := "127.0.0.1"
@@ -237,10 +257,12 @@ func (s *source) read(getenv func(string) string) (*config.Config, error) {
 	if s.insecure {
 		cfg.Provider.Insecure = true
 	}
-	if err := config.Complete(cfg); err != nil {
-		return cfg, err
+}
+
+func (s *source) overrideMetrics(cfg *config.Config) {
+	if s.metricsAddr != "" {
+		cfg.Metrics.Address = s.metricsAddr
 	}
-	return cfg, nil
 }
 
 // environ is what commands read credentials and DataCrunch settings from:

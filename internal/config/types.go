@@ -77,10 +77,15 @@ func (t TLSConfig) Enabled() bool {
 	return t.CertFile != "" || t.KeyFile != "" || t.CACertFile != ""
 }
 
-// MetricsConfig configures the metrics and health HTTP endpoint.
+// MetricsConfig configures the metrics and health HTTP endpoints.
 type MetricsConfig struct {
 	// Address is host:port; default "127.0.0.1:9090"; "0" disables the endpoint.
 	Address string `json:"address,omitempty"`
+	// HealthAddress, when set, is a listener (host:port) of its own for
+	// /healthz and /readyz, which the metrics address serves too: kubelet
+	// probes reach it while a network policy keeps every pod away, so no
+	// flood of the metrics port starves them. The chart sets ":8081".
+	HealthAddress string `json:"healthAddress,omitempty"`
 }
 
 // SyncConfig configures the node-group core's background work.

@@ -32,6 +32,9 @@ func Validate(c *Config) field.ErrorList {
 	if c.Metrics.Address != "0" {
 		errs = append(errs, validateAddress(field.NewPath("metrics", "address"), c.Metrics.Address)...)
 	}
+	if c.Metrics.HealthAddress != "" {
+		errs = append(errs, validateAddress(field.NewPath("metrics", "healthAddress"), c.Metrics.HealthAddress)...)
+	}
 	errs = append(errs, validateSync(field.NewPath("sync"), c.Sync)...)
 	errs = append(errs, nonNegativeFloat(field.NewPath("maxHourlyCost"), c.MaxHourlyCost)...)
 	errs = append(errs, validateLeaked(field.NewPath("leakedInstances"), c.LeakedInstances)...)

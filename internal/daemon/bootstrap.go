@@ -96,12 +96,12 @@ func every(ctx context.Context, period time.Duration, fn func()) {
 
 // serveScripts runs the script server, over TLS when certificates are set,
 // until ctx is done. Failing to listen is an error the process stops on.
-func serveScripts(ctx context.Context, srv *bootstrap.Server, ss config.ScriptServerConfig, log *slog.Logger) error {
+func serveScripts(ctx context.Context, srv *bootstrap.Server, ss config.ScriptServerConfig, ev *serve.Evictions, log *slog.Logger) error {
 	lis, err := net.Listen("tcp", ss.ListenAddress)
 	if err != nil {
 		return fmt.Errorf("scriptServer.listenAddress: %w", err)
 	}
-	hs := serve.HTTP(srv, serve.Limits{})
+	hs := serve.HTTP(srv, serve.Limits{Evicted: ev.For("scripts")})
 	if ss.TLS.CertFile != "" {
 		cert, err := tls.LoadX509KeyPair(ss.TLS.CertFile, ss.TLS.KeyFile)
 		if err != nil {

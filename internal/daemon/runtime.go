@@ -33,6 +33,7 @@ import (
 	"github.com/gpuscaler/gpuscaler/internal/forecast/standby"
 	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
 	"github.com/gpuscaler/gpuscaler/internal/pending"
+	"github.com/gpuscaler/gpuscaler/internal/serve"
 )
 
 // Options configure a Runtime.
@@ -58,6 +59,9 @@ type Options struct {
 	// need the cluster; nil leaves the process without cluster access
 	// (the provider with no kubeconfig).
 	Kube *rest.Config
+	// Override, when set, puts the command line's settings over every
+	// configuration file Watch reads, as they were put over the first.
+	Override func(*config.Config)
 	// Namespace is where the process runs the pods that pull standby
 	// instances' images: its own; default PodNamespace().
 	Namespace string
@@ -80,6 +84,7 @@ type Runtime struct {
 	scripts *bootstrap.Server
 	process *prometheus.Registry
 	metrics *nodegroup.Metrics // the cores', registered in process
+	evicted *serve.Evictions   // the listeners', registered in process
 	scfg    *config.Config     // the config the process was built with
 
 	// file is the configuration file's content in force, and extra the
@@ -132,6 +137,9 @@ func Build(ctx context.Context, cfg *config.Config, opts Options) (*Runtime, err
 	// The cores of every configuration share one set of series: a reload
 	// does not reset the counters.
 	r.metrics = nodegroup.NewMetrics(r.process)
+	if r.evicted, err = serve.NewEvictions(r.process, opts.Logger); err != nil {
+		return nil, err
+	}
 	if cs.kube != nil {
 		r.pending = pending.New(cs.kube, nil)
 		r.process.MustRegister(r.pending)
@@ -217,7 +225,7 @@ func (r *Runtime) Run(ctx context.Context) error {
 		eg.Go(func() error { return r.pending.Run(ctx) })
 	}
 	if r.scripts != nil {
-		eg.Go(func() error { return serveScripts(ctx, r.scripts, r.scfg.ScriptServer, r.log) })
+		eg.Go(func() error { return serveScripts(ctx, r.scripts, r.scfg.ScriptServer, r.evicted, r.log) })
 	}
 	if r.clouds.kube != nil && mintsTokens(r.scfg) {
 		eg.Go(func() error { return reapTokens(ctx, r.clouds, r.log) })
@@ -375,7 +383,11 @@ func (r *Runtime) apply(ctx context.Context, file *config.Config, extra []config
 	case cfg.Kubeconfig != r.scfg.Kubeconfig:
 		return fmt.Errorf("kubeconfig changed: %w", ErrRestartNeeded)
 	case !reflect.DeepEqual(cfg.ScriptServer, r.scfg.ScriptServer):
-		return fmt.Errorf("the scriptServer section changed: %w", ErrRestartNeeded)
+		return fmt.Errorf("%s changed: %w", changedField("scriptServer", cfg.ScriptServer, r.scfg.ScriptServer), ErrRestartNeeded)
+	case !reflect.DeepEqual(cfg.Provider, r.scfg.Provider):
+		return fmt.Errorf("%s changed: %w", changedField("provider", cfg.Provider, r.scfg.Provider), ErrRestartNeeded)
+	case !reflect.DeepEqual(cfg.Metrics, r.scfg.Metrics):
+		return fmt.Errorf("%s changed: %w", changedField("metrics", cfg.Metrics, r.scfg.Metrics), ErrRestartNeeded)
 	case !reflect.DeepEqual(cloudGroups(cfg), cloudGroups(r.scfg)):
 		return fmt.Errorf("groups on Kamatera or Scaleway changed their locations, instance type or cloud options (the cloud is built from them): %w", ErrRestartNeeded)
 	}
@@ -441,7 +453,13 @@ func (r *Runtime) Watch(ctx context.Context, path string, period time.Duration, 
 			return
 		}
 		last = data
-		cfg, err := config.Parse(data)
+		cfg, err := config.Decode(data)
+		if err == nil && r.opts.Override != nil {
+			r.opts.Override(cfg)
+		}
+		if err == nil {
+			err = config.Complete(cfg)
+		}
 		if err == nil {
 			err = r.Reload(ctx, cfg)
 		}
@@ -453,6 +471,31 @@ func (r *Runtime) Watch(ctx context.Context, path string, period time.Duration, 
 		report(err)
 	})
 	return nil
+}
+
+// changedField names the first field, under prefix, in which a and b
+// (two values of one struct type) differ, by its JSON name; prefix itself
+// when none can be named.
+func changedField(prefix string, a, b any) string {
+	va, vb := reflect.ValueOf(a), reflect.ValueOf(b)
+	for va.Kind() == reflect.Pointer && vb.Kind() == reflect.Pointer && !va.IsNil() && !vb.IsNil() {
+		va, vb = va.Elem(), vb.Elem()
+	}
+	if va.Kind() != reflect.Struct || va.Type() != vb.Type() {
+		return prefix
+	}
+	for i := range va.NumField() {
+		f := va.Type().Field(i)
+		if !f.IsExported() || reflect.DeepEqual(va.Field(i).Interface(), vb.Field(i).Interface()) {
+			continue
+		}
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "" {
+			name = f.Name
+		}
+		return changedField(prefix+"."+name, va.Field(i).Interface(), vb.Field(i).Interface())
+	}
+	return prefix
 }
 
 // Config returns the configuration in force.
@@ -472,6 +515,9 @@ func (r *Runtime) current() *generation {
 func (r *Runtime) Gather() ([]*dto.MetricFamily, error) {
 	return r.process.Gather()
 }
+
+// Evictions counts what the process's listeners close to make room.
+func (r *Runtime) Evictions() *serve.Evictions { return r.evicted }
 
 // Registerer receives a front end's own metrics, for the process's life.
 func (r *Runtime) Registerer() prometheus.Registerer { return r.process }

@@ -112,6 +112,21 @@ nodeGroups:
 	if g, _ := rt.Core().Group("g"); g.MaxSize != 5 {
 		t.Fatal("a refused reload changed the configuration in force")
 	}
+	// What the process built once is not changed by a reload: refused,
+	// naming the field, never "reloaded" with the old one kept.
+	for field, change := range map[string]func(*config.Config){
+		"provider.tls.clientNames": func(c *config.Config) { c.Provider.TLS.ClientNames = []string{"someone-else"} },
+		"provider.listenAddress":   func(c *config.Config) { c.Provider.ListenAddress = "127.0.0.1:9999" },
+		"scriptServer.insecure":    func(c *config.Config) { c.ScriptServer.Insecure = !c.ScriptServer.Insecure },
+		"metrics.healthAddress":    func(c *config.Config) { c.Metrics.HealthAddress = "127.0.0.1:8081" },
+	} {
+		changed := parse(t, doc(5, "1V100.6V"))
+		change(changed)
+		err := rt.Reload(ctx, changed)
+		if !errors.Is(err, ErrRestartNeeded) || !strings.Contains(err.Error(), field) {
+			t.Errorf("a change of %s: %v, want ErrRestartNeeded naming it", field, err)
+		}
+	}
 	time.Sleep(3 * time.Second) // several syncs of the new core
 	if n := engine.Count("rt"); n != 2 {
 		t.Fatalf("%d instances after the reloads, want the 2 of minSize", n)

@@ -51,7 +51,7 @@ func TestGetOptions(t *testing.T) {
 		ScaleDownUnreadyTime:             &metav1.Duration{Duration: 2 * time.Minute},
 		MaxNodeProvisionTime:             &metav1.Duration{Duration: 3 * time.Minute},
 	}
-	c := pb.NewCloudProviderClient(serve(t, core, Options{}))
+	c := pb.NewCloudProviderClient(dial(t, core, Options{}))
 
 	partial := caDefaults()
 	partial.ScaleDownGpuUtilizationThreshold = 0.3
@@ -89,7 +89,7 @@ func TestGetOptions(t *testing.T) {
 
 func TestPricing(t *testing.T) {
 	core := newFakeCore()
-	c := pb.NewCloudProviderClient(serve(t, core, Options{}))
+	c := pb.NewCloudProviderClient(dial(t, core, Options{}))
 	ctx := call(t)
 	start := time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
 	end := start.Add(90 * time.Minute)
@@ -136,7 +136,7 @@ func TestGPUAndLifecycleRPCs(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := pb.NewCloudProviderClient(serve(t, newFakeCore(), Options{GPULabel: tt.label}))
+			c := pb.NewCloudProviderClient(dial(t, newFakeCore(), Options{GPULabel: tt.label}))
 			ctx := call(t)
 			l, err := c.GPULabel(ctx, &pb.GPULabelRequest{})
 			if err != nil || l.GetLabel() != tt.want {
@@ -159,7 +159,7 @@ func TestGPUAndLifecycleRPCs(t *testing.T) {
 func TestMetricsLogsAndHealth(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	logs := &lockedBuffer{}
-	conn := serve(t, newFakeCore(), Options{Registerer: reg, Logger: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	conn := dial(t, newFakeCore(), Options{Registerer: reg, Logger: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	c := pb.NewCloudProviderClient(conn)
 	ctx := call(t)
 	for range 2 {

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
@@ -20,6 +21,7 @@ import (
 	"github.com/gpuscaler/gpuscaler/internal/config"
 	"github.com/gpuscaler/gpuscaler/internal/gpu"
 	"github.com/gpuscaler/gpuscaler/internal/inforce"
+	"github.com/gpuscaler/gpuscaler/internal/serve"
 	pb "github.com/gpuscaler/gpuscaler/proto"
 )
 
@@ -36,22 +38,30 @@ type Options struct {
 	// AutoscalingOptions returns a group's cluster-autoscaler option
 	// overrides (the config's nodeGroups[*].autoscalingOptions); nil: none.
 	AutoscalingOptions func(group string) (*config.AutoscalingOptions, bool)
+	// Evictions counts the connections the listener closes to make room;
+	// nil counts nowhere.
+	Evictions *serve.Evictions
 }
 
-// Per-connection bounds of the gRPC server; MaxConns is the listener's
-// (serve.Listener) in the provider command.
+// Per-connection bounds of the gRPC server, and its listener's tiers
+// (serve.Handshakes): connections still in their handshake, and
+// authenticated ones (cluster-autoscaler holds one).
 const (
 	maxStreams   = 32
 	maxRecvBytes = 4 << 20
-	// MaxConns is how many connections the provider's listener holds.
-	MaxConns = 64
+	// MaxUnauthenticated is how many connections may wait for their
+	// handshake; past it the oldest of them is closed.
+	MaxUnauthenticated = 64
+	// MaxAuthenticated is how many connections may hold a place after it.
+	MaxAuthenticated = 64
 )
 
 // Server is the gRPC server of the CloudProvider service.
 type Server struct {
-	grpc   *grpc.Server
-	health *health.Server
-	log    *slog.Logger
+	grpc    *grpc.Server
+	health  *health.Server
+	log     *slog.Logger
+	evicted func(reason string)
 }
 
 // NewServer builds the server over the core in force. It fails when the
@@ -80,22 +90,30 @@ func NewServer(core inforce.Core[Core], opts Options) (*Server, error) {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: 5 * time.Minute, Time: 2 * time.Minute, Timeout: 20 * time.Second}),
 	}
+	creds := insecure.NewCredentials()
 	if opts.TLS.Enabled() {
 		tc, err := opts.TLS.serverConfig()
 		if err != nil {
 			return nil, err
 		}
-		serverOpts = append(serverOpts, grpc.Creds(credentials.NewTLS(tc)))
+		creds = credentials.NewTLS(tc)
 	}
-	s := &Server{grpc: grpc.NewServer(serverOpts...), health: health.NewServer(), log: opts.Logger}
+	admit, err := newAdmitting(creds, opts.Registerer, opts.Logger)
+	if err != nil {
+		return nil, err
+	}
+	serverOpts = append(serverOpts, grpc.Creds(admit))
+	s := &Server{grpc: grpc.NewServer(serverOpts...), health: health.NewServer(), log: opts.Logger,
+		evicted: opts.Evictions.For("grpc")}
 	pb.RegisterCloudProviderServer(s.grpc, &service{core: core, gpuLabel: opts.GPULabel, options: opts.AutoscalingOptions})
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	return s, nil
 }
 
-// Serve serves on lis until ctx is done, then stops gracefully (in-flight
-// calls finish, for at most 10 seconds).
+// Serve serves on lis, within the listener's tiers, until ctx is done,
+// then stops gracefully (in-flight calls finish, for at most 10 seconds).
 func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
+	lis = serve.Handshakes(lis, serve.Tiers{Unauthenticated: MaxUnauthenticated, Authenticated: MaxAuthenticated, Evicted: s.evicted})
 	errc := make(chan error, 1)
 	go func() { errc <- s.grpc.Serve(lis) }()
 	select {

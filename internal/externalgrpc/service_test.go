@@ -200,8 +200,8 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-// serve runs a Server over core on a loopback port and dials it.
-func serve(t *testing.T, core Core, opts Options) *grpc.ClientConn {
+// dial runs a Server over core on a loopback port and dials it.
+func dial(t *testing.T, core Core, opts Options) *grpc.ClientConn {
 	t.Helper()
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
@@ -235,7 +235,7 @@ func serve(t *testing.T, core Core, opts Options) *grpc.ClientConn {
 }
 
 func TestNodeGroupsAndForNode(t *testing.T) {
-	c := pb.NewCloudProviderClient(serve(t, newFakeCore(), Options{}))
+	c := pb.NewCloudProviderClient(dial(t, newFakeCore(), Options{}))
 	ctx := call(t)
 	resp, err := c.NodeGroups(ctx, &pb.NodeGroupsRequest{})
 	if err != nil {
@@ -278,7 +278,7 @@ func TestErrorCodes(t *testing.T) {
 		{errors.New("cloud API: 502"), codes.Internal},
 	}
 	core := newFakeCore()
-	c := pb.NewCloudProviderClient(serve(t, core, Options{}))
+	c := pb.NewCloudProviderClient(dial(t, core, Options{}))
 	pod, _ := (&corev1.Pod{}).Marshal()
 	rpcs := map[string]func(ctx context.Context) error{
 		"TargetSize": func(ctx context.Context) error {
@@ -336,7 +336,7 @@ func TestErrorCodes(t *testing.T) {
 }
 
 func TestUnknownGroupIsNotFound(t *testing.T) {
-	c := pb.NewCloudProviderClient(serve(t, newFakeCore(), Options{}))
+	c := pb.NewCloudProviderClient(dial(t, newFakeCore(), Options{}))
 	ctx := call(t)
 	_, err1 := c.NodeGroupTargetSize(ctx, &pb.NodeGroupTargetSizeRequest{Id: "nope"})
 	_, err2 := c.NodeGroupNodes(ctx, &pb.NodeGroupNodesRequest{Id: "nope"})
@@ -351,7 +351,7 @@ func TestUnknownGroupIsNotFound(t *testing.T) {
 
 func TestResizeAndDeleteArguments(t *testing.T) {
 	core := newFakeCore()
-	c := pb.NewCloudProviderClient(serve(t, core, Options{}))
+	c := pb.NewCloudProviderClient(dial(t, core, Options{}))
 	ctx := call(t)
 	if _, err := c.NodeGroupIncreaseSize(ctx, &pb.NodeGroupIncreaseSizeRequest{Id: "h100", Delta: 3}); err != nil {
 		t.Fatal(err)
@@ -387,7 +387,7 @@ func TestNodesStates(t *testing.T) {
 		{ProviderID: "sim://quota", State: nodegroup.StateCreating, ErrorCode: "QUOTA",
 			ErrorMessage: "quota exceeded", ErrorClass: nodegroup.ErrorClassOther},
 	}
-	c := pb.NewCloudProviderClient(serve(t, core, Options{}))
+	c := pb.NewCloudProviderClient(dial(t, core, Options{}))
 	resp, err := c.NodeGroupNodes(call(t), &pb.NodeGroupNodesRequest{Id: "h100"})
 	if err != nil {
 		t.Fatal(err)
@@ -427,7 +427,7 @@ func TestNodesStates(t *testing.T) {
 func TestTemplate(t *testing.T) {
 	core := newFakeCore()
 	core.sizes["broken"] = 0 // a known group whose core returns no template
-	c := pb.NewCloudProviderClient(serve(t, core, Options{}))
+	c := pb.NewCloudProviderClient(dial(t, core, Options{}))
 	ctx := call(t)
 	resp, err := c.NodeGroupTemplateNodeInfo(ctx, &pb.NodeGroupTemplateNodeInfoRequest{Id: "h100"})
 	if err != nil {

@@ -18,12 +18,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
 	"github.com/gpuscaler/gpuscaler/internal/config"
 	"github.com/gpuscaler/gpuscaler/internal/inforce"
 	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
+	"github.com/gpuscaler/gpuscaler/internal/serve"
 	pb "github.com/gpuscaler/gpuscaler/proto"
 )
 
@@ -115,7 +117,17 @@ func serverFiles(t *testing.T, root *ca, clientNames ...string) TLSFiles {
 // the given certificate (none when nil).
 func serveMTLS(t *testing.T, files TLSFiles) func(serverCA *ca, clientCert, clientKey []byte) error {
 	t.Helper()
-	srv, err := NewServer(inforce.Fixed[Core](staticCore{}), Options{Logger: slog.New(slog.DiscardHandler), TLS: files})
+	dial, _ := serveMTLSWith(t, Options{TLS: files})
+	return dial
+}
+
+// serveMTLSWith is serveMTLS with more options, and the address served.
+func serveMTLSWith(t *testing.T, opts Options) (func(serverCA *ca, clientCert, clientKey []byte) error, string) {
+	t.Helper()
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	srv, err := NewServer(inforce.Fixed[Core](staticCore{}), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +159,73 @@ func serveMTLS(t *testing.T, files TLSFiles) func(serverCA *ca, clientCert, clie
 		defer ccancel()
 		_, err = pb.NewCloudProviderClient(conn).NodeGroups(cctx, &pb.NodeGroupsRequest{})
 		return err
+	}, lis.Addr().String()
+}
+
+// Connections that never start their handshake push out only each other:
+// cluster-autoscaler still gets in behind 200 of them, and every eviction
+// and refused handshake is counted.
+func TestSilentFloodBeforeTheHandshakeLocksNoOneOut(t *testing.T) {
+	root := newCA(t, "gpuscaler-ca")
+	reg := prometheus.NewRegistry()
+	ev, err := serve.NewEvictions(reg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
 	}
+	dial, addr := serveMTLSWith(t, Options{TLS: serverFiles(t, root, "cluster-autoscaler"), Registerer: reg, Evictions: ev})
+	var silent []net.Conn
+	for range 200 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		silent = append(silent, c)
+	}
+	t.Cleanup(func() {
+		for _, c := range silent {
+			c.Close()
+		}
+	})
+	cc, ck := root.issue(t, "cluster-autoscaler", 3, false)
+	if err := dial(root, cc, ck); err != nil {
+		t.Fatalf("cluster-autoscaler behind 200 silent connections: %v", err)
+	}
+	ic, ik := root.issue(t, "intruder", 4, false)
+	if err := dial(root, ic, ik); err == nil {
+		t.Fatal("a certificate for another name was served")
+	}
+	if got := counter(t, reg, "gpuscaler_connections_evicted_total", "reason", serve.EvictUnauthenticated); got < 200-MaxUnauthenticated {
+		t.Errorf("%v unauthenticated connections counted as evicted, want at least %d", got, 200-MaxUnauthenticated)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for counter(t, reg, "gpuscaler_grpc_handshakes_refused_total", "reason", "failed") < 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the intruder's refused handshake was not counted")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// counter is the value of a counter series of g with the label value.
+func counter(t *testing.T, g prometheus.Gatherer, name, label, value string) float64 {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label && l.GetValue() == value {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
 }
 
 // With clientNames, a certificate the same CA signed for another name is

@@ -76,7 +76,7 @@ func run(ctx context.Context, op *operator.Operator) error {
 		}
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(rt, promhttp.HandlerOpts{}))
-		srv := serve.HTTP(mux, serve.Limits{})
+		srv := serve.HTTP(mux, serve.Limits{Evicted: rt.Evictions().For("metrics")})
 		go func() {
 			if err := serve.Run(ctx, srv, lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				errc <- fmt.Errorf("metrics server: %w", err)

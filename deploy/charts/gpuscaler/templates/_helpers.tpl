@@ -43,7 +43,11 @@ app.kubernetes.io/component: {{ .Values.mode }}
 {{- define "gpuscaler.config" -}}
 {{- $cfg := deepCopy .Values.config -}}
 {{- $_ := set $cfg "kubeconfig" "in-cluster" -}}
-{{- $_ := set $cfg "metrics" (merge (dict "address" (printf "0.0.0.0:%v" .Values.metrics.port)) (default dict $cfg.metrics)) -}}
+{{- $metrics := dict "address" (printf "0.0.0.0:%v" .Values.metrics.port) -}}
+{{- if ne .Values.mode "karpenter" -}}
+{{- $_ := set $metrics "healthAddress" (printf "0.0.0.0:%v" .Values.metrics.healthPort) -}}
+{{- end -}}
+{{- $_ := set $cfg "metrics" (merge $metrics (default dict $cfg.metrics)) -}}
 {{- if eq .Values.mode "provider" -}}
 {{- $_ := set $cfg "provider" (dict "listenAddress" (printf "0.0.0.0:%v" .Values.provider.grpcPort) "tls" (dict "certFile" "/etc/gpuscaler/tls/tls.crt" "keyFile" "/etc/gpuscaler/tls/tls.key" "caCertFile" "/etc/gpuscaler/tls/ca.crt" "clientNames" .Values.provider.tls.clientNames)) -}}
 {{- end -}}
