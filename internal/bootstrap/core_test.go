@@ -2,6 +2,7 @@ package bootstrap_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -9,6 +10,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -201,13 +203,23 @@ func waitUntil(t *testing.T, what string, ok func() bool) {
 // account, rendering with a renderer of ropts; stop stops it.
 func startCore(t *testing.T, cfg *config.Config, engine *sim.Engine, ropts bootstrap.Options) (*nodegroup.Manager, func()) {
 	t.Helper()
-	log := slog.New(slog.DiscardHandler)
-	ropts.Logger = log
+	return startCoreWith(t, cfg, engine, ropts, nil)
+}
+
+// startCoreWith is startCore with the renderer's logger (for the core
+// too) and an event sink.
+func startCoreWith(t *testing.T, cfg *config.Config, engine *sim.Engine, ropts bootstrap.Options, events nodegroup.EventSink) (*nodegroup.Manager, func()) {
+	t.Helper()
+	if ropts.Logger == nil {
+		ropts.Logger = slog.New(slog.DiscardHandler)
+	}
+	log := ropts.Logger
 	r, err := bootstrap.New(cfg, ropts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	mgr, err := nodegroup.New(cfg, map[string]cloud.Provider{"sim": engine.Account("test")}, nodegroup.Options{Logger: log, Registerer: prometheus.NewRegistry(), Bootstrap: r})
+	mgr, err := nodegroup.New(cfg, map[string]cloud.Provider{"sim": engine.Account("test")},
+		nodegroup.Options{Logger: log, Registerer: prometheus.NewRegistry(), Bootstrap: r, Events: events})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,4 +228,123 @@ func startCore(t *testing.T, cfg *config.Config, engine *sim.Engine, ropts boots
 		t.Fatal(err)
 	}
 	return mgr, func() { cancel(); mgr.Wait() }
+}
+
+// eventLog keeps the core's Events as text.
+type eventLog struct {
+	mu  sync.Mutex
+	all strings.Builder
+}
+
+func (e *eventLog) Event(ev nodegroup.Event) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	fmt.Fprintf(&e.all, "%+v\n", ev)
+}
+
+func (e *eventLog) String() string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.all.String()
+}
+
+// leaks returns the first 4-byte piece of secret found in text.
+func leaks(text, secret string) (string, bool) {
+	for i := 0; i+4 <= len(secret); i++ {
+		if strings.Contains(text, secret[i:i+4]) {
+			return secret[i : i+4], true
+		}
+	}
+	return "", false
+}
+
+// A join token Secret made with kubectl --from-file ends in a newline: the
+// token is used without it. One that is not a token at all fails the
+// order, and no log line, Event or instance error holds a byte of it,
+// only the Secret's name and key.
+func TestJoinTokenNeverLeaks(t *testing.T) {
+	const good, bad = "abcdef.0123456789abcdef", "qwerty.Hunter2-is-my-pw"
+	for _, tc := range []struct{ name, value string }{
+		{"newline-ended", good + "\n"},
+		{"not a token", bad + "\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := config.Parse([]byte(`
+clusterName: test
+kubeconfig: in-cluster
+sync: {period: 100ms, requestsPerSecond: 1000}
+clouds: {sim: {bootDelay: 10ms}}
+nodeGroups:
+  - name: h100
+    cloud: sim
+    instanceType: 1H100.80S.30V
+    locations: [FIN-01]
+    maxSize: 3
+    bootstrap: {method: kubeadm, server: "10.0.0.1:6443", caCertHash: "sha256:0000000000000000000000000000000000000000000000000000000000000abc", tokenSecretRef: {namespace: kube-system, name: join, key: token}}
+`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			kube := fake.NewClientset(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "join"},
+				Data: map[string][]byte{"token": []byte(tc.value)}})
+			engine, err := sim.NewEngine(daemon.SimConfig(*cfg.Clouds.Sim), sim.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var logs syncBuffer
+			events := &eventLog{}
+			mgr, stop := startCoreWith(t, cfg, engine,
+				bootstrap.Options{Kube: kube, Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}, events)
+			defer stop()
+			ctx := context.Background()
+			err = mgr.IncreaseSize(ctx, "h100", 1)
+			deadline := time.Now().Add(10 * time.Second)
+			for tc.value == good+"\n" && engine.Count("test") < 1 {
+				if time.Now().After(deadline) {
+					t.Fatalf("no instance ordered: %v\n%s", err, logs.String())
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			if tc.value == good+"\n" {
+				script, _ := engine.UserData(engine.Instances("test")[0].Name)
+				if !strings.Contains(script, `token: "`+good+`"`) {
+					t.Errorf("the script does not join with the token, trimmed:\n%s", script)
+				}
+				return
+			}
+			var instErrs strings.Builder
+			for time.Now().Before(deadline) && !strings.Contains(events.String()+logs.String(), "kube-system/join") {
+				time.Sleep(5 * time.Millisecond)
+			}
+			insts, _ := mgr.Instances("h100")
+			for _, in := range insts {
+				instErrs.WriteString(in.ErrorMessage + "\n")
+			}
+			all := fmt.Sprint(err) + "\n" + logs.String() + events.String() + instErrs.String()
+			if !strings.Contains(all, `kube-system/join, key "token"`) {
+				t.Errorf("nothing names the Secret and its key:\n%s", all)
+			}
+			if piece, ok := leaks(all, bad); ok {
+				t.Errorf("%q of the token is in an error, a log line or an Event:\n%s", piece, all)
+			}
+		})
+	}
+}
+
+// syncBuffer is a buffer a logger writes to while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

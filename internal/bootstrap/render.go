@@ -15,6 +15,7 @@ import (
 	"text/template"
 
 	corev1 "k8s.io/api/core/v1"
+	tokenutil "k8s.io/cluster-bootstrap/token/util"
 
 	"github.com/gpuscaler/gpuscaler/internal/config"
 	"github.com/gpuscaler/gpuscaler/internal/gpu"
@@ -74,19 +75,30 @@ type templates struct {
 // funcs are the templates' functions: shq quotes any value for the shell;
 // word passes a value that needs no quoting and fails the render for any
 // other, so no value can change the shape of a node's script.
-var funcs = template.FuncMap{"shq": shellQuote, "word": word, "secret": secret}
+var funcs = template.FuncMap{"shq": shellQuote, "word": word, "secret": secret, "bootstrapToken": bootstrapToken}
 
 // secret returns a join token when it is 1 to 1024 printable ASCII
 // characters without spaces, as k3s and kubeadm tokens are; anything else
 // (a Secret holding a newline, binary, a whole file) stops the render.
+// Its errors never hold a byte of the token.
 func secret(s string) (string, error) {
 	if len(s) == 0 || len(s) > 1024 {
 		return "", fmt.Errorf("bootstrap: the join token is %d bytes; want 1 to 1024", len(s))
 	}
 	for i := 0; i < len(s); i++ {
 		if s[i] < 0x21 || s[i] > 0x7e {
-			return "", fmt.Errorf("bootstrap: the join token holds a byte (0x%02x at %d) no k3s or kubeadm token has", s[i], i)
+			return "", fmt.Errorf("bootstrap: the join token holds white space, a control character or non-ASCII at byte %d; no k3s or kubeadm token does", i)
 		}
+	}
+	return s, nil
+}
+
+// bootstrapToken returns a kubeadm bootstrap token ("<id>.<secret>", a-z
+// and 0-9); anything else stops the render, with an error that holds no
+// byte of it.
+func bootstrapToken(s string) (string, error) {
+	if !tokenutil.IsValidBootstrapToken(s) {
+		return "", fmt.Errorf("bootstrap: the join token is %w", errNotBootstrapToken)
 	}
 	return s, nil
 }

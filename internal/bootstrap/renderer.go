@@ -183,7 +183,7 @@ func (r *Renderer) script(ctx context.Context, g config.NodeGroup, spec cloud.Cr
 	}
 	switch {
 	case b.TokenSecretRef != nil:
-		if v.JoinToken, err = secretToken(ctx, r.opts.Kube, b.TokenSecretRef); err != nil {
+		if v.JoinToken, err = secretToken(ctx, r.opts.Kube, b.TokenSecretRef, b.Method); err != nil {
 			return "", err
 		}
 	case b.MintToken:

@@ -2,6 +2,7 @@ package bootstrap
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -70,18 +71,40 @@ func deleteTokens(ctx context.Context, kube kubernetes.Interface, node string) e
 	return nil
 }
 
-// secretToken reads a join token from a Secret key.
-func secretToken(ctx context.Context, kube kubernetes.Interface, ref *config.SecretKeyRef) (string, error) {
+// secretToken reads a join token from a Secret key, without the white
+// space around it (a Secret made with kubectl --from-file ends in a
+// newline), and checks it is a token of method. An error names the
+// Secret and the key, never any byte of the value.
+func secretToken(ctx context.Context, kube kubernetes.Interface, ref *config.SecretKeyRef, method string) (string, error) {
 	s, err := kube.CoreV1().Secrets(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
 	if err != nil {
 		return "", fmt.Errorf("join token Secret %s/%s: %w", ref.Namespace, ref.Name, err)
 	}
 	v, ok := s.Data[ref.Key]
-	if !ok || len(v) == 0 {
-		return "", fmt.Errorf("join token Secret %s/%s has no key %q", ref.Namespace, ref.Name, ref.Key)
+	token := strings.TrimSpace(string(v))
+	if !ok || token == "" {
+		return "", fmt.Errorf("join token Secret %s/%s has no key %q, or only white space in it", ref.Namespace, ref.Name, ref.Key)
 	}
-	return string(v), nil
+	if err := checkToken(token, method); err != nil {
+		return "", fmt.Errorf("join token Secret %s/%s, key %q: %w", ref.Namespace, ref.Name, ref.Key, err)
+	}
+	return token, nil
 }
+
+// checkToken checks a join token's shape for its join method; the error
+// says what is wrong without any byte of the token.
+func checkToken(token, method string) error {
+	if _, err := secret(token); err != nil {
+		return err
+	}
+	if method == config.BootstrapKubeadm && !tokenutil.IsValidBootstrapToken(token) {
+		return errNotBootstrapToken
+	}
+	return nil
+}
+
+// errNotBootstrapToken is why a kubeadm join token is refused.
+var errNotBootstrapToken = errors.New("not a kubeadm bootstrap token (six and sixteen characters of a-z and 0-9, joined by a dot)")
 
 // ReapTokens deletes the minted tokens whose node has registered or that
 // have expired. Run it periodically; kube-controller-manager's token
