@@ -30,6 +30,8 @@ const (
 
 // Options are a Renderer's collaborators.
 type Options struct {
+	// Tokens mints bootstrap tokens, for groups with mintToken.
+	Tokens *Tokens
 	// Kube reads join-token Secrets and mints bootstrap tokens; needed only
 	// by groups that use them.
 	Kube kubernetes.Interface
@@ -72,6 +74,9 @@ func New(cfg *config.Config, opts Options) (*Renderer, error) {
 	tpl, err := parseBuiltins()
 	if err != nil {
 		return nil, err
+	}
+	if opts.Tokens == nil && opts.Kube != nil {
+		opts.Tokens = NewTokens(opts.Kube)
 	}
 	r := &Renderer{opts: opts, groups: map[string]config.NodeGroup{}, tpl: tpl, custom: map[string]*template.Template{}}
 	var errs []error
@@ -187,7 +192,7 @@ func (r *Renderer) script(ctx context.Context, g config.NodeGroup, spec cloud.Cr
 			return "", err
 		}
 	case b.MintToken:
-		if v.JoinToken, err = mintToken(ctx, r.opts.Kube, spec.Name, tokenTTL, r.opts.Clock.Now()); err != nil {
+		if v.JoinToken, err = r.opts.Tokens.Mint(ctx, spec.Name, tokenTTL, r.opts.Clock.Now()); err != nil {
 			return "", err
 		}
 	}
@@ -238,10 +243,10 @@ func (r *Renderer) Release(ctx context.Context, node string) {
 	if r.opts.Server != nil {
 		r.opts.Server.Forget(node)
 	}
-	if r.opts.Kube == nil || !r.mints {
+	if r.opts.Tokens == nil || !r.mints {
 		return
 	}
-	if err := deleteTokens(ctx, r.opts.Kube, node); err != nil {
+	if err := r.opts.Tokens.Delete(ctx, node); err != nil {
 		r.opts.Logger.Warn("could not delete the join token of a failed order; it expires on its own", "node", node, "error", err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -29,7 +30,8 @@ func TestMintedTokensOnARealAPIServer(t *testing.T) {
 	b := cfg.NodeGroups[2].Bootstrap
 	b.TokenSecretRef, b.MintToken = nil, true
 	var logs bytes.Buffer
-	r, err := New(cfg, Options{Kube: env.Client, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	tokens := NewTokens(env.Client)
+	r, err := New(cfg, Options{Kube: env.Client, Tokens: tokens, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,6 +44,9 @@ func TestMintedTokensOnARealAPIServer(t *testing.T) {
 		t.Fatalf("minted secrets: %v, %v", secrets, err)
 	}
 	s := secrets.Items[0]
+	if s.Name != TokenSecretName("kubeadm-plain-0123456789") {
+		t.Fatalf("the token's Secret is %s, want the name that follows from the node's, %s", s.Name, TokenSecretName("kubeadm-plain-0123456789"))
+	}
 	exp, err := time.Parse(time.RFC3339, string(s.Data["expiration"]))
 	if s.Type != corev1.SecretTypeBootstrapToken || err != nil || time.Until(exp) > time.Hour || time.Until(exp) < 55*time.Minute {
 		t.Fatalf("token secret %s type %s expiration %s", s.Name, s.Type, s.Data["expiration"])
@@ -66,14 +71,34 @@ func TestMintedTokensOnARealAPIServer(t *testing.T) {
 	}
 
 	// Not registered yet: the reaper keeps it.
-	if n, err := ReapTokens(ctx, env.Client, time.Now()); err != nil || n != 0 {
+	if n, err := tokens.Reap(ctx, time.Now(), nil); err != nil || n != 0 {
 		t.Fatalf("reaped %d, %v before registration", n, err)
 	}
-	if _, err := env.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "kubeadm-plain-0123456789"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+	// Registered: the reaper deletes it, by name, once; a process that
+	// restarted (a Tokens of its own) deletes it too.
+	joined := []string{"kubeadm-plain-0123456789"}
+	if n, err := NewTokens(env.Client).Reap(ctx, time.Now(), joined); err != nil || n != 1 {
+		t.Fatalf("reaped %d, %v after registration, by a restarted process", n, err)
 	}
-	if n, err := ReapTokens(ctx, env.Client, time.Now()); err != nil || n != 1 {
+	if _, err := env.Client.CoreV1().Secrets("kube-system").Get(ctx, s.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the joined node's token is still there: %v", err)
+	}
+	if n, err := tokens.Reap(ctx, time.Now(), joined); err != nil || n != 1 {
 		t.Fatalf("reaped %d, %v after registration", n, err)
+	}
+	if n, err := tokens.Reap(ctx, time.Now(), joined); err != nil || n != 0 {
+		t.Fatalf("reaped %d, %v a second time", n, err)
+	}
+	// An order rendered again (after a restart) replaces its node's token.
+	again := spec("kubeadm-plain")
+	again.Name = "kubeadm-plain-eeeeeeeeee"
+	for range 2 {
+		if _, err := NewTokens(env.Client).Mint(ctx, again.Name, time.Hour, time.Now()); err != nil {
+			t.Fatalf("minting a node's token again: %v", err)
+		}
+	}
+	if err := tokens.Delete(ctx, again.Name); err != nil {
+		t.Fatal(err)
 	}
 
 	// A failed order releases its token at once.
@@ -91,7 +116,7 @@ func TestMintedTokensOnARealAPIServer(t *testing.T) {
 	if _, err := r.UserData(ctx, other); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := ReapTokens(ctx, env.Client, time.Now().Add(2*time.Hour)); err != nil || n != 1 {
+	if n, err := tokens.Reap(ctx, time.Now().Add(2*time.Hour), nil); err != nil || n != 1 {
 		t.Fatalf("reaped %d, %v past expiry", n, err)
 	}
 	if strings.Contains(logs.String(), string(s.Data["token-secret"])) {

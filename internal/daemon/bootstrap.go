@@ -59,7 +59,7 @@ func newRenderer(cfg *config.Config, cs *clouds, srv *bootstrap.Server, log *slo
 	if !needed {
 		return nil, nil
 	}
-	opts := bootstrap.Options{Kube: cs.kube, KubeUnchecked: cs.kubeUnchecked, Logger: log.With("component", "bootstrap"),
+	opts := bootstrap.Options{Kube: cs.kube, Tokens: cs.tokens, KubeUnchecked: cs.kubeUnchecked, Logger: log.With("component", "bootstrap"),
 		// Scaleway boots its servers with cloud-init user data.
 		Formats: map[string]bootstrap.Format{config.CloudScaleway: bootstrap.FormatCloudInit}}
 	if srv != nil {
@@ -68,10 +68,13 @@ func newRenderer(cfg *config.Config, cs *clouds, srv *bootstrap.Server, log *slo
 	return bootstrap.New(cfg, opts)
 }
 
-// reapTokens deletes used and expired join tokens until ctx is done.
+// reapTokens deletes used and expired join tokens until ctx is done: the
+// tokens of the Nodes that joined within the longest token lifetime, by
+// name (gpuscaler lists no Secret).
 func reapTokens(ctx context.Context, cs *clouds, log *slog.Logger) error {
 	every(ctx, tokenReapPeriod, func() {
-		if n, err := bootstrap.ReapTokens(ctx, cs.kube, time.Now()); err != nil {
+		now := time.Now()
+		if n, err := cs.tokens.Reap(ctx, now, cs.nodes.Joined(now.Add(-config.MaxBootstrapTokenTTL))); err != nil {
 			log.Warn("join token clean-up failed; will retry", "error", err)
 		} else if n > 0 {
 			log.Info("deleted used or expired join tokens", "count", n)

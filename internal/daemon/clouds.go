@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/gpuscaler/gpuscaler/internal/bootstrap"
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/gcp"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/kamatera"
@@ -37,6 +38,9 @@ type clouds struct {
 	nodes *nodeindex.Index
 	// kube reaches the cluster named by the config's kubeconfig; nil without.
 	kube kubernetes.Interface
+	// tokens mints and reaps bootstrap tokens, across reloads; nil without
+	// cluster access.
+	tokens *bootstrap.Tokens
 	// kubeUnchecked: the config names cluster access that a preflight
 	// cannot reach from where it runs (in-cluster outside a pod).
 	kubeUnchecked bool
@@ -81,6 +85,7 @@ func buildClouds(ctx context.Context, cfg *config.Config, opts Options) (*clouds
 			return nil, fmt.Errorf("kubeconfig: %w", err)
 		}
 		out.kube = kube
+		out.tokens = bootstrap.NewTokens(kube)
 		out.nodes = nodeindex.New(kube, log.With("component", "node-index"), opts.Namespace)
 		out.background = append(out.background, out.nodes.Run)
 	}

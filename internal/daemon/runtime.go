@@ -235,7 +235,7 @@ func (r *Runtime) Run(ctx context.Context) error {
 
 // mintsTokens reports whether any group mints bootstrap tokens, which
 // the reaper deletes; a tokenSecretRef's Secret is the operator's, and
-// listing kube-system's Secrets is granted only to minting configs.
+// deleting kube-system's bootstrap tokens is granted only to minting configs.
 func mintsTokens(cfg *config.Config) bool {
 	for _, g := range cfg.NodeGroups {
 		if b := g.Bootstrap; b != nil && b.MintToken {

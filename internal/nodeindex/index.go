@@ -138,6 +138,18 @@ func (x *Index) set(obj any, initial bool) {
 	x.liftLocked(n)
 }
 
+// Joined returns the names of the Nodes created after since, as the
+// index holds them now.
+func (x *Index) Joined(since time.Time) []string {
+	var names []string
+	for _, obj := range x.informer.GetStore().List() {
+		if n, ok := obj.(*corev1.Node); ok && n.CreationTimestamp.After(since) {
+			names = append(names, n.Name)
+		}
+	}
+	return names
+}
+
 // LiftOnSight lifts the taint of key from the Node that carries one of the
 // provider IDs the moment the index sees it carry it, now if it does
 // (nodegroup.Lifter), and from any Node of those provider IDs that shows

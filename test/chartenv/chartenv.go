@@ -102,7 +102,7 @@ func InstallRBAC(ctx context.Context, e *testenv.Env, chartDir, release, namespa
 		case "ServiceAccount":
 			accounts = append(accounts, o.GetName())
 			rbac = append(rbac, o)
-		case "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding":
+		case "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding":
 			rbac = append(rbac, o)
 		}
 	}

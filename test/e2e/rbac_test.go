@@ -252,17 +252,57 @@ func TestChartRBACRefuses(t *testing.T) {
 	}
 	token := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "bootstrap-token-abcdef", Labels: map[string]string{"gpuscaler.dev/managed-by": "gpuscaler"}},
 		Type: corev1.SecretTypeBootstrapToken, StringData: map[string]string{"token-id": "abcdef", "token-secret": "0123456789abcdef"}}
-	check("gpuscaler (bootstrap)", as(mintNS, "gm-gpuscaler"), []try{
+	// A service-account token for an account that can do anything: with
+	// create and a read of Secrets, this was a path to cluster-admin.
+	saToken := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "escalate",
+		Annotations: map[string]string{corev1.ServiceAccountNameKey: "clusterrole-aggregation-controller"},
+		Labels:      map[string]string{"gpuscaler.dev/managed-by": "gpuscaler"}}, Type: corev1.SecretTypeServiceAccountToken}
+	gm := as(mintNS, "gm-gpuscaler")
+	// The admission policy is in force once the API server has loaded it.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, err := gm.CoreV1().Secrets("kube-system").Create(ctx, saToken, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if apierrors.IsForbidden(err) && strings.Contains(err.Error(), "bootstrap-token") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the bootstrap-token admission policy is not in force after 30s: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	check("gpuscaler (bootstrap)", gm, []try{
 		{"mint a bootstrap token", true, func(c kubernetes.Interface) error {
 			_, err := c.CoreV1().Secrets("kube-system").Create(ctx, token, metav1.CreateOptions{})
 			return err
 		}},
-		{"find its tokens by label", true, func(c kubernetes.Interface) error {
+		{"list its tokens", false, func(c kubernetes.Interface) error {
 			_, err := c.CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{LabelSelector: "gpuscaler.dev/managed-by=gpuscaler"})
+			return err
+		}},
+		{"read its token back", false, func(c kubernetes.Interface) error {
+			_, err := c.CoreV1().Secrets("kube-system").Get(ctx, token.Name, metav1.GetOptions{})
 			return err
 		}},
 		{"delete a token", true, func(c kubernetes.Interface) error {
 			return c.CoreV1().Secrets("kube-system").Delete(ctx, token.Name, metav1.DeleteOptions{})
+		}},
+		{"create a service-account token for a powerful account", false, func(c kubernetes.Interface) error {
+			_, err := c.CoreV1().Secrets("kube-system").Create(ctx, saToken, metav1.CreateOptions{})
+			return err
+		}},
+		{"create a plain Secret in kube-system", false, func(c kubernetes.Interface) error {
+			_, err := c.CoreV1().Secrets("kube-system").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system",
+				Name: "bootstrap-token-zzzzzz", Labels: map[string]string{"gpuscaler.dev/managed-by": "gpuscaler"}}, StringData: map[string]string{"k": "v"}}, metav1.CreateOptions{})
+			return err
+		}},
+		{"create a bootstrap token not labelled as gpuscaler's", false, func(c kubernetes.Interface) error {
+			other := token.DeepCopy()
+			other.Labels = nil
+			_, err := c.CoreV1().Secrets("kube-system").Create(ctx, other, metav1.CreateOptions{})
+			return err
+		}},
+		{"delete another Secret of kube-system", false, func(c kubernetes.Interface) error {
+			return c.CoreV1().Secrets("kube-system").Delete(ctx, "cloud-admin", metav1.DeleteOptions{})
 		}},
 		{"watch kube-system's Secrets", false, func(c kubernetes.Interface) error {
 			w, err := c.CoreV1().Secrets("kube-system").Watch(ctx, metav1.ListOptions{})
