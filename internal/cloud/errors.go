@@ -52,11 +52,16 @@ func Errorf(class error, op, format string, args ...any) *Error {
 	return &Error{Class: class, Op: op, Err: fmt.Errorf(format, args...)}
 }
 
+// maxCauseText bounds the text of an Error's cause: each backend cuts a
+// cloud's answer to MaxErrorText, and this holds whatever a backend wraps
+// around it, or a cause that reached here uncut.
+const maxCauseText = 4 * MaxErrorText
+
 func (e *Error) Error() string {
 	if e.Err == nil {
 		return fmt.Sprintf("%s: %v", e.Op, e.Class)
 	}
-	return fmt.Sprintf("%s: %v: %v", e.Op, e.Class, e.Err)
+	return fmt.Sprintf("%s: %v: %s", e.Op, e.Class, Truncate(clean(e.Err.Error()), maxCauseText))
 }
 
 // Unwrap exposes both the class and the cause to errors.Is and errors.As.

@@ -62,7 +62,13 @@ func (r *Redactor) Text(s string) string {
 		s = strings.ReplaceAll(s, secret, "[redacted]")
 	}
 	r.mu.RUnlock()
-	return Truncate(strings.Map(func(c rune) rune {
+	return Truncate(clean(s), MaxErrorText)
+}
+
+// clean puts one line of s: new lines and tabs become spaces, other
+// control characters and invalid bytes are dropped.
+func clean(s string) string {
+	return strings.Map(func(c rune) rune {
 		switch {
 		case c == '\n' || c == '\t':
 			return ' '
@@ -70,7 +76,7 @@ func (r *Redactor) Text(s string) string {
 			return -1
 		}
 		return c
-	}, strings.TrimSpace(s)), MaxErrorText)
+	}, strings.TrimSpace(s))
 }
 
 // Truncate cuts s to at most n bytes on a rune boundary, saying how much

@@ -97,3 +97,8 @@ func (f gcpFake) Left() string {
 	}
 	return ""
 }
+
+// FailListWith answers the next list a 400 in the API's error shape.
+func (f gcpFake) FailListWith(text string) {
+	f.FailNext(http.MethodPost, "/listManagedInstances", http.StatusBadRequest, "invalid", text)
+}

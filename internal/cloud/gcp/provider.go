@@ -895,7 +895,7 @@ func doneError(op string, p *compute.Operation) error {
 	default:
 		class = cloud.ErrInvalid
 	}
-	return cloud.Errorf(class, op, "operation %s: %d %s: %s", p.Name, status, code, msg)
+	return cloud.Errorf(class, op, "operation %s: %d %s: %s", p.Name, status, code, cloud.NewRedactor().Text(msg))
 }
 
 // creating reports whether a managed instance is still being made.
@@ -955,6 +955,7 @@ func classify(op string, err error) error {
 		if len(ge.Errors) > 0 {
 			reason = ge.Errors[0].Reason
 		}
+		err = &errorAnswer{ge: ge}
 	default:
 		if op == "create" || op == "delete" {
 			return cloud.NewError(cloud.ErrOutcomeUnknown, op, err)
@@ -971,6 +972,17 @@ func classify(op string, err error) error {
 	}
 	return cloud.NewError(cloud.ErrInvalid, op, err)
 }
+
+// errorAnswer is an error answer of the API: its text is the answer's,
+// one line cut to cloud.MaxErrorText (a proxy's page or an echoed request
+// must not fill the logs), while errors.As still finds the googleapi.Error.
+type errorAnswer struct {
+	ge *googleapi.Error
+}
+
+func (a *errorAnswer) Error() string { return cloud.NewRedactor().Text(a.ge.Error()) }
+
+func (a *errorAnswer) Unwrap() error { return a.ge }
 
 // alreadyExists reports a create refused because the instance is there: an
 // earlier attempt landed; the instance is looked up by name.

@@ -32,8 +32,9 @@ func TestConformance(t *testing.T) {
 				return kamatera.New(api, kamatera.Options{ClusterName: "prod", Datacenters: []string{"EU", "EU-FR"},
 					LostCreateWindow: 5 * time.Second, Logger: log})
 			},
-			Bootstrap: userData{},
-			Secrets:   []string{secret, kamateratest.GeneratedPassword, "join-token-for-"},
+			Bootstrap:   userData{},
+			Secrets:     []string{secret, kamateratest.GeneratedPassword, "join-token-for-"},
+			Credentials: []string{secret},
 		}
 	})
 }
@@ -77,4 +78,9 @@ func (f kamateraFake) Left() string {
 		return fmt.Sprintf("%d servers, %d engine instances", n, m)
 	}
 	return ""
+}
+
+// FailListWith answers the next list a 400 in the API's error shape.
+func (f kamateraFake) FailListWith(text string) {
+	f.FailNext(http.MethodGet, "/service/servers", http.StatusBadRequest, text)
 }

@@ -40,8 +40,9 @@ func TestConformance(t *testing.T) {
 				return scaleway.New(client, scaleway.Options{ClusterName: "prod", ProjectID: projectID, Zones: []string{"fr-par-1", "fr-par-2", "nl-ams-1"},
 					StartGrace: 2 * time.Second, RetryBase: time.Millisecond, Secrets: []string{secretKey}, Logger: log})
 			},
-			Bootstrap: cloudInit{},
-			Secrets:   []string{secretKey, "join-token-for-"},
+			Bootstrap:   cloudInit{},
+			Secrets:     []string{secretKey, "join-token-for-"},
+			Credentials: []string{secretKey},
 		}
 	})
 }
@@ -88,4 +89,9 @@ func (f scalewayFake) Left() string {
 		return fmt.Sprintf("%d servers, %d volumes, %d engine instances", s, v, e)
 	}
 	return ""
+}
+
+// FailListWith answers the next list a 400 in the API's error shape.
+func (f scalewayFake) FailListWith(text string) {
+	f.FailNext(http.MethodGet, "/servers", http.StatusBadRequest, "invalid_arguments", text)
 }

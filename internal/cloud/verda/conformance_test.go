@@ -1,6 +1,7 @@
 package verda_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -41,8 +42,9 @@ func TestConformance(t *testing.T) {
 				}
 				return verda.New(api, verda.Options{ClusterName: "prod", Logger: log, ScriptGrace: 2 * time.Second, OfflineGrace: 500 * time.Millisecond})
 			},
-			Bootstrap: userData{},
-			Secrets:   []string{secret, "join-token-for-"},
+			Bootstrap:   userData{},
+			Secrets:     []string{secret, "join-token-for-"},
+			Credentials: []string{secret},
 		}
 	})
 }
@@ -86,4 +88,10 @@ func (f verdaFake) Left() string {
 		return fmt.Sprintf("%d instances, %d scripts, %d volumes", n, sc, v)
 	}
 	return ""
+}
+
+// FailListWith answers the next list a 400 in the API's error shape.
+func (f verdaFake) FailListWith(text string) {
+	body, _ := json.Marshal(map[string]string{"code": "invalid_request", "message": text})
+	f.FailNext(http.MethodGet, "/instances", http.StatusBadRequest, string(body))
 }

@@ -80,6 +80,15 @@ type Quotas interface {
 	Quota(instances int)
 }
 
+// ErrorAnswers is a Fake whose cloud answers errors over HTTP: the suite
+// runs ErrorAnswersAreBounded on it.
+type ErrorAnswers interface {
+	Fake
+	// FailListWith makes the next list fail with a 400 whose message, in
+	// the cloud's error shape, is text.
+	FailListWith(text string)
+}
+
 // Backend is one cloud under test.
 type Backend struct {
 	// Cloud is the cloud's name in the config.
@@ -102,6 +111,9 @@ type Backend struct {
 	Bootstrap nodegroup.Bootstrapper
 	// Secrets must never reach the logs.
 	Secrets []string
+	// Credentials are the secrets the backend's client holds (its API
+	// keys): an error answer that echoes them is redacted.
+	Credentials []string
 	// StockOutWords are the cloud's own words for a stock-out (its error
 	// code), which the core's logs must carry; "" when the cloud has none.
 	StockOutWords string
@@ -120,6 +132,7 @@ const resolveAfter = 300 * time.Millisecond
 func Run(t *testing.T, newBackend func(t *testing.T) *Backend) {
 	probe := newBackend(t)
 	_, quotas := probe.Fake.(Quotas)
+	_, errorAnswers := probe.Fake.(ErrorAnswers)
 	for _, tc := range []struct {
 		name string
 		run  func(t *testing.T, h *harness)
@@ -132,6 +145,7 @@ func Run(t *testing.T, newBackend func(t *testing.T) *Backend) {
 		{"ScaleCyclesLeaveNothing", scaleCyclesLeaveNothing, true},
 		{"StockOutMovesToNextLocation", stockOutMovesToNextLocation, true},
 		{"QuotaFailsCleanly", quotaFailsCleanly, quotas},
+		{"ErrorAnswersAreBounded", errorAnswersAreBounded, errorAnswers},
 		{"LaunchRecordsOwner", launchRecordsOwner, probe.Launches},
 	} {
 		if !tc.runs {
@@ -469,4 +483,43 @@ func (h *harness) scaleToZero(t *testing.T) {
 		}
 	}
 	h.wait(t, "nothing left at the cloud", func() bool { return h.b.Fake.Left() == "" })
+}
+
+// errorAnswersAreBounded: an error answer of 2 MB, with the client's
+// credentials in it, becomes an error of at most 1 KiB that holds none of
+// them, and no log line of the backend is longer.
+func errorAnswersAreBounded(t *testing.T, h *harness) {
+	const bound = 1 << 10
+	var text strings.Builder
+	for _, s := range h.b.Credentials {
+		text.WriteString(s + " ")
+	}
+	text.WriteString(strings.Repeat("an echoed request\n", 2<<20/18))
+	for _, s := range h.b.Credentials {
+		text.WriteString(" " + s)
+	}
+	// The core's own lists would take the answer first.
+	h.stop()
+	h.stop = func() {}
+	h.b.Fake.(ErrorAnswers).FailListWith(text.String())
+	logs := &coretest.LogBuffer{}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := h.b.Provider(slog.New(slog.NewTextHandler(logs, nil))).List(ctx)
+	if err == nil {
+		t.Fatal("the list succeeded through its error answer")
+	}
+	if n := len(err.Error()); n > bound {
+		t.Errorf("the error is %d bytes, want at most %d: %.300s…", n, bound, err)
+	}
+	for _, s := range h.b.Credentials {
+		if strings.Contains(err.Error()+logs.String(), s) {
+			t.Errorf("a credential (%.6s…) is in the error or the logs", s)
+		}
+	}
+	for _, line := range strings.Split(logs.String(), "\n") {
+		if len(line) > 2*bound {
+			t.Errorf("a log line of %d bytes: %.300s…", len(line), line)
+		}
+	}
 }
