@@ -238,8 +238,14 @@ func validateVerda(p *field.Path, v *VerdaConfig) field.ErrorList {
 			errs = append(errs, field.Invalid(p.Child("endpoint"), v.Endpoint, err.Error()))
 		}
 	}
-	if v.StartupScriptFetchURL != "" && !isHTTPURL(v.StartupScriptFetchURL) {
-		errs = append(errs, field.Invalid(p.Child("startupScriptFetchURL"), v.StartupScriptFetchURL, "must be an http(s) URL"))
+	switch u := v.StartupScriptFetchURL; {
+	case u == "":
+	case !isHTTPURL(u):
+		errs = append(errs, field.Invalid(p.Child("startupScriptFetchURL"), u, "must be an https URL"))
+	case strings.HasPrefix(u, "http:") && !urlOnLoopback(u):
+		// Its answer picks the script every new node runs as root.
+		errs = append(errs, field.Invalid(p.Child("startupScriptFetchURL"), u,
+			"must be https: its answer picks the startup script every new node runs as root (plain http only on loopback)"))
 	}
 	return errs
 }

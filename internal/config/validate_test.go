@@ -137,6 +137,8 @@ func TestValidateInvalidFields(t *testing.T) {
 		{"verda endpoint", func(c *Config) { c.Clouds.Verda.Endpoint = "ftp://api" }, []string{"clouds.verda.endpoint"}, field.ErrorTypeInvalid},
 		{"verda script url", func(c *Config) { c.Clouds.Verda.StartupScriptFetchURL = "nowhere" },
 			[]string{"clouds.verda.startupScriptFetchURL"}, field.ErrorTypeInvalid},
+		{"verda script url in clear", func(c *Config) { c.Clouds.Verda.StartupScriptFetchURL = "http://scripts.example.com/script" },
+			[]string{"clouds.verda.startupScriptFetchURL"}, field.ErrorTypeInvalid},
 		{"sim location repeated", sim(func(s *SimConfig) { s.Locations = append(s.Locations, "FIN-01") }),
 			[]string{"clouds.sim.locations[4]"}, field.ErrorTypeDuplicate},
 		{"sim location empty", sim(func(s *SimConfig) { s.Locations = append(s.Locations, "") }),

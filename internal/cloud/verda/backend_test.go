@@ -293,6 +293,71 @@ func TestDataCrunchScriptFetchURL(t *testing.T) {
 	}
 }
 
+// A script server that answers a script already in the account (not made
+// for this order) gets it run, but gpuscaler never deletes it: it is not
+// gpuscaler's.
+func TestFetchedScriptOfSomeoneElseIsNotDeleted(t *testing.T) {
+	engine, err := verdatest.NewEngine(sim.Config{BootDelay: sim.Duration(10 * time.Millisecond)}, sim.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake := verdatest.New(engine, verdatest.Options{ClientID: "id", ClientSecret: secret})
+	defer fake.Close()
+	api, err := verda.NewClient(verda.ClientOptions{BaseURL: fake.URL + "/v1", ClientID: "id", ClientSecret: secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	shared, err := api.CreateScript(ctx, "team-shared-bootstrap", "#!/bin/bash\necho shared\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	scripts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte(shared + "\n"))
+	}))
+	defer scripts.Close()
+	prov := verda.New(api, verda.Options{ClusterName: "prod", ScriptFetchURL: scripts.URL + "/script", ScriptGrace: time.Millisecond})
+	inst, err := prov.Create(ctx, cloud.CreateSpec{Name: "gpu-nodes-0123456789", Group: "gpu-nodes", InstanceType: "1V100.6V",
+		Location: "FIN-01", CapacityType: cloud.OnDemand})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := api.GetInstance(ctx, inst.ID); err != nil || got.StartupScriptID == nil || *got.StartupScriptID != shared {
+		t.Fatalf("instance %+v (%v) does not run the script the server answered", got, err)
+	}
+	for range 20 {
+		if _, err := prov.List(ctx); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := prov.Delete(ctx, inst); err != nil {
+		t.Fatal(err)
+	}
+	if fake.ScriptCount() != 1 {
+		t.Fatalf("%d scripts in the account, want the shared one kept", fake.ScriptCount())
+	}
+}
+
+// Deleting by hostname (an instance whose ID was never heard) deletes only
+// this cluster's instance of that name, never another cluster's.
+func TestDeleteByNameSparesAnotherCluster(t *testing.T) {
+	b := newBackend(t, "  - {name: gpu-pool, cloud: verda, instanceType: 1V100.6V, locations: [FIN-01], maxSize: 3}\n")
+	ctx := context.Background()
+	theirs, err := b.api.CreateInstance(ctx, verda.CreateRequest{InstanceType: "1V100.6V", Image: "ubuntu-22.04", Hostname: "gpu-pool-0123456789",
+		Description: "gpuscaler cluster=staging group=gpu-pool", LocationCode: "FIN-01", SSHKeyIDs: []string{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prov := verda.New(b.api, verda.Options{ClusterName: "prod"})
+	if err := prov.Delete(ctx, cloud.Instance{Name: "gpu-pool-0123456789"}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := b.api.GetInstance(ctx, theirs); err != nil || got.Status == verda.StatusDeleting {
+		t.Fatalf("another cluster's instance of the same hostname: %+v, %v", got, err)
+	}
+}
+
 // Instances a seed autoscaler made are adopted by name only when a Node of
 // this cluster carries one of their provider IDs: another cluster's
 // instances named like one of our groups are not ours.

@@ -576,11 +576,13 @@ func (c *Cloud) Create(ctx context.Context, spec cloud.CreateSpec) (cloud.Instan
 		id := spec.Options[OptionStartupScriptID]
 		req.StartupScriptID = &id
 	case c.opts.ScriptFetchURL != "":
-		id, err := c.fetchScriptID(ctx)
+		id, minted, err := c.fetchScriptID(ctx)
 		if err != nil {
 			return cloud.Instance{}, err
 		}
-		scriptID = id
+		if minted {
+			scriptID = id // the server made it for this order: deleted as gpuscaler's own
+		}
 		req.StartupScriptID = &id
 	}
 	id, err := c.api.CreateInstance(ctx, req)
@@ -616,30 +618,57 @@ func ownerTags(cluster string, spec cloud.CreateSpec) []Tag {
 }
 
 // fetchScriptID asks the DataCrunch-style script server to store a fresh
-// script and answer its ID.
-func (c *Cloud) fetchScriptID(ctx context.Context) (string, error) {
+// script and answer its ID. minted says the script was not in the account
+// before the request (the server made it for this order), so it is this
+// order's to delete once the instance has it; a script that was there
+// already is someone else's, used and never deleted.
+func (c *Cloud) fetchScriptID(ctx context.Context) (id string, minted bool, err error) {
+	before, err := c.api.ListScripts(ctx)
+	if err != nil {
+		return "", false, fmt.Errorf("list startup scripts before asking the script server: %w", err)
+	}
 	hc := c.opts.HTTPClient
 	if hc == nil {
-		hc = &http.Client{Timeout: 30 * time.Second}
+		hc = &http.Client{Timeout: 30 * time.Second, CheckRedirect: httpsRedirectsOnly}
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.opts.ScriptFetchURL, nil)
 	if err != nil {
-		return "", cloud.NewError(cloud.ErrInvalid, "fetch_script", err)
+		return "", false, cloud.NewError(cloud.ErrInvalid, "fetch_script", err)
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return "", cloud.NewError(cloud.ErrTransient, "fetch_script", err)
+		return "", false, cloud.NewError(cloud.ErrTransient, "fetch_script", err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	if err != nil {
-		return "", cloud.NewError(cloud.ErrTransient, "fetch_script", err)
+		return "", false, cloud.NewError(cloud.ErrTransient, "fetch_script", err)
 	}
-	id := strings.Trim(strings.TrimSpace(string(body)), `"`)
+	id = strings.Trim(strings.TrimSpace(string(body)), `"`)
 	if resp.StatusCode != http.StatusOK || id == "" {
-		return "", cloud.Errorf(cloud.ErrTransient, "fetch_script", "script server answered %s", resp.Status)
+		return "", false, cloud.Errorf(cloud.ErrTransient, "fetch_script", "script server answered %s", resp.Status)
 	}
-	return id, nil
+	minted = true
+	for _, s := range before {
+		if s.ID == id {
+			minted = false
+			c.log.Warn("verda: the script server answered a startup script that was in the account already; "+
+				"nodes run it, and gpuscaler will not delete it", "script", id)
+		}
+	}
+	return id, minted, nil
+}
+
+// httpsRedirectsOnly refuses a redirect off https (loopback aside): the
+// script server's answer picks what new nodes run as root.
+func httpsRedirectsOnly(req *http.Request, via []*http.Request) error {
+	if len(via) >= 5 {
+		return errors.New("stopped after 5 redirects")
+	}
+	if req.URL.Scheme != "https" && !cloud.IsLoopbackHost(req.URL.Hostname()) {
+		return fmt.Errorf("refused a redirect to %s: the script server must be https", req.URL.Redacted())
+	}
+	return nil
 }
 
 func (c *Cloud) trackScript(host, id string) {
@@ -657,9 +686,17 @@ func (c *Cloud) Delete(ctx context.Context, inst cloud.Instance) error {
 			return err
 		}
 		for _, in := range insts {
-			if in.Hostname == inst.Name {
-				id = in.ID
+			if in.Hostname != inst.Name {
+				continue
 			}
+			// Only this cluster's, as List takes them: another cluster's
+			// instance of the same hostname is not ours to delete.
+			if _, _, ok := owner(in.Description, c.opts.ClusterName); !ok {
+				if _, ok = c.legacyOwner(in); !ok {
+					continue
+				}
+			}
+			id = in.ID
 		}
 		if id == "" {
 			return nil
