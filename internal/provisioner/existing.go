@@ -164,14 +164,30 @@ func (e *ExistingGroups) fileGroups() (names map[string]bool, migs map[string]st
 	return names, migs
 }
 
-// claims returns the MIGs the pools name, in pool-name order, and records
+// claims returns the MIGs the pools name, first claim first, and records
 // in errs each pool whose names cannot be taken (all of its claims then
-// drop): malformed, twice, another pool's, or the file's own.
+// drop): malformed, twice, another pool's, or the file's own. A MIG goes
+// to the pool that holds it now, else to the pool created first (then by
+// name): a pool created later, whatever its name, never takes a MIG from
+// the pool that has it.
 func (e *ExistingGroups) claims(nps []v1alpha1.NodeProvisioner, fileMIGs map[string]string, errs map[string]error) []claim {
 	var wants []claim
 	owner := map[string]string{} // zone/name -> pool
+	holds := map[string]bool{}   // pools that hold a MIG now
+	for _, g := range e.applied {
+		holds[g.Labels[LabelProvisionerName]] = true
+	}
 	sorted := append([]v1alpha1.NodeProvisioner(nil), nps...)
-	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
+	sort.SliceStable(sorted, func(i, j int) bool {
+		a, b := sorted[i], sorted[j]
+		if holds[a.Name] != holds[b.Name] {
+			return holds[a.Name]
+		}
+		if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+			return a.CreationTimestamp.Before(&b.CreationTimestamp)
+		}
+		return a.Name < b.Name
+	})
 	for _, np := range sorted {
 		if len(np.Spec.ExistingInstanceGroupNames) == 0 || np.DeletionTimestamp != nil {
 			continue

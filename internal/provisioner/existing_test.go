@@ -27,20 +27,16 @@ func pool(name string, maxNodes int32, migs ...string) v1alpha1.NodeProvisioner 
 	return np
 }
 
-// TestExistingGroups: pools' existing instance groups become node groups
-// read from their templates through the real GCP client and fake API:
-// bare names take the default zone; a MIG name found in two zones gets
-// hashed group names; labels gpuscaler sets itself are dropped and the
-// Baseten label names the pool; a MIG two pools name is the first pool's;
-// descriptions are cached (no API call, no reload, on the next pass); a
-// failed re-read keeps the groups in force; a pool whose MIG is missing is
-// in error with none of its groups in force.
-func TestExistingGroups(t *testing.T) {
+// existingGroups is an ExistingGroups over the GCP fake with an L4 MIG
+// "l4-grp" in two zones and one long-named MIG, all handed over, and a
+// config group on "theirs-grp"; applied collects what it puts in force.
+func existingGroups(t *testing.T) (e *ExistingGroups, fake *gcptest.Server, applied *[][]config.NodeGroup) {
+	t.Helper()
 	engine, err := gcptest.NewEngine(sim.Config{}, sim.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	fake := gcptest.New(engine, gcptest.Options{Project: "p"})
+	fake = gcptest.New(engine, gcptest.Options{Project: "p"})
 	t.Cleanup(fake.Close)
 	tmpl := fake.AddTemplate(gcptest.Template{Name: "gke-l4", MachineType: "g2-standard-8", Metadata: map[string]string{
 		"kube-labels": "cloud.google.com/gke-nodepool=l4,kubernetes.io/arch=amd64",
@@ -53,15 +49,28 @@ func TestExistingGroups(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var applied [][]config.NodeGroup
+	applied = &[][]config.NodeGroup{}
 	fileGroups := []config.NodeGroup{{Name: "filed", Cloud: "gcp", Locations: []string{"us-central1-b"}, CloudOptions: map[string]string{"instanceGroup": "theirs-grp"}}}
 	handedOver := []string{"l4-grp", "zones/us-central1-b/instanceGroupManagers/l4-grp", "gke-prod-a-very-long-node-pool-name-1234abcd-grp"}
-	e := &ExistingGroups{Describer: gcp.New(clients, gcp.Options{Project: "p"}), Zone: "us-central1-a", MaxGroupSize: 100,
+	e = &ExistingGroups{Describer: gcp.New(clients, gcp.Options{Project: "p"}), Zone: "us-central1-a", MaxGroupSize: 100,
 		FileGroups: func() []config.NodeGroup { return fileGroups }, Adopt: func() []string { return handedOver },
 		Apply: func(_ context.Context, g []config.NodeGroup) error {
-			applied = append(applied, g)
+			*applied = append(*applied, g)
 			return nil
 		}, Refresh: 200 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)}
+	return e, fake, applied
+}
+
+// TestExistingGroups: pools' existing instance groups become node groups
+// read from their templates through the real GCP client and fake API:
+// bare names take the default zone; a MIG name found in two zones gets
+// hashed group names; labels gpuscaler sets itself are dropped and the
+// Baseten label names the pool; a MIG two pools name is the first pool's;
+// descriptions are cached (no API call, no reload, on the next pass); a
+// failed re-read keeps the groups in force; a pool whose MIG is missing is
+// in error with none of its groups in force.
+func TestExistingGroups(t *testing.T) {
+	e, fake, applied := existingGroups(t)
 	ctx := context.Background()
 	nps := []v1alpha1.NodeProvisioner{
 		pool("a", 4, "l4-grp", "zones/us-central1-b/instanceGroupManagers/l4-grp"),
@@ -74,8 +83,8 @@ func TestExistingGroups(t *testing.T) {
 		pool(strings.Repeat("x", 64), 0, "another-grp"),
 	}
 	names, errs := e.Sync(ctx, nps)
-	if len(applied) != 1 {
-		t.Fatalf("%d applies; want 1", len(applied))
+	if len(*applied) != 1 {
+		t.Fatalf("%d applies; want 1", len(*applied))
 	}
 	if len(names["a"]) != 2 || names["a"][0] == "l4-grp" || !strings.HasPrefix(names["a"][0], "l4-grp-") || names["a"][0] == names["a"][1] {
 		t.Errorf("pool a's groups %v: one MIG name in two zones wants two hashed names", names["a"])
@@ -101,7 +110,7 @@ func TestExistingGroups(t *testing.T) {
 	if _, ok := errs["e"]; ok || names["e"] != nil {
 		t.Errorf("pool e has no existing instance groups: %v %v", errs["e"], names["e"])
 	}
-	g := applied[0][0]
+	g := (*applied)[0][0]
 	want := config.NodeGroup{Name: names["a"][0], Cloud: "gcp", InstanceType: "g2-standard-8", Locations: []string{"us-central1-a"}, MaxSize: 100,
 		Labels: map[string]string{"cloud.google.com/gke-nodepool": "l4", LabelProvisionerName: "a"}, Taints: g.Taints,
 		ManagedBy: config.ManagedByNodeProvisioner, CloudOptions: map[string]string{"instanceGroup": "l4-grp"}}
@@ -111,18 +120,45 @@ func TestExistingGroups(t *testing.T) {
 	// maxNodes bounds the pool through the planner: a group's maxSize
 	// would make the core delete the MIG's live nodes beyond it.
 	before := fake.Calls()["GET instanceTemplate"]
-	if again, _ := e.Sync(ctx, nps); !reflect.DeepEqual(again, names) || len(applied) != 1 || fake.Calls()["GET instanceTemplate"] != before {
-		t.Errorf("second pass: groups %v, %d applies, %d template reads; want the same groups read from memory", again, len(applied), fake.Calls()["GET instanceTemplate"]-before)
+	if again, _ := e.Sync(ctx, nps); !reflect.DeepEqual(again, names) || len(*applied) != 1 || fake.Calls()["GET instanceTemplate"] != before {
+		t.Errorf("second pass: groups %v, %d applies, %d template reads; want the same groups read from memory", again, len(*applied), fake.Calls()["GET instanceTemplate"]-before)
 	}
 	time.Sleep(250 * time.Millisecond)
 	for range 3 {
 		fake.FailNext(http.MethodGet, "/gke-l4", http.StatusForbidden, "forbidden", "permission denied for a moment")
 	}
-	if again, errs := e.Sync(ctx, nps); !reflect.DeepEqual(again, names) || len(applied) != 1 || errs["a"] != nil {
-		t.Errorf("a failed re-read: groups %v, errors %v, %d applies; want the groups kept", again, errs, len(applied))
+	if again, errs := e.Sync(ctx, nps); !reflect.DeepEqual(again, names) || len(*applied) != 1 || errs["a"] != nil {
+		t.Errorf("a failed re-read: groups %v, errors %v, %d applies; want the groups kept", again, errs, len(*applied))
 	}
-	if _, errs := e.Sync(ctx, nps[1:]); len(applied) != 2 || len(applied[1]) != 2 || errs["c"] != nil {
-		t.Errorf("pool a gone: %d applies, groups %v, errors %v; want b's and c's groups", len(applied), applied[len(applied)-1], errs)
+	if _, errs := e.Sync(ctx, nps[1:]); len(*applied) != 2 || len((*applied)[1]) != 2 || errs["c"] != nil {
+		t.Errorf("pool a gone: %d applies, groups %v, errors %v; want b's and c's groups", len(*applied), (*applied)[len(*applied)-1], errs)
+	}
+}
+
+// A MIG another pool already names goes to the pool that holds it, else
+// to the pool created first: a later pool with an earlier name does not
+// take it, and is in error naming the holder.
+func TestExistingGroupsFirstClaimWins(t *testing.T) {
+	e, _, _ := existingGroups(t)
+	ctx := context.Background()
+	t0 := metav1.NewTime(time.Now().Add(-time.Hour))
+	z := pool("z", 0, "l4-grp")
+	z.CreationTimestamp = t0
+	a := pool("a", 0, "l4-grp")
+	a.CreationTimestamp = metav1.NewTime(t0.Add(time.Minute))
+	names, errs := e.Sync(ctx, []v1alpha1.NodeProvisioner{a, z})
+	if len(names["z"]) != 1 || errs["z"] != nil {
+		t.Fatalf("the first pool's groups %v, error %v", names["z"], errs["z"])
+	}
+	if err := errs["a"]; err == nil || !strings.Contains(err.Error(), `NodeProvisioner "z"`) {
+		t.Errorf("a later pool naming the first's MIG: %v, want an error naming z", err)
+	}
+	// Holding wins over age: a pool restored with an older timestamp does
+	// not take a MIG another pool holds.
+	old := pool("0-restored", 0, "l4-grp")
+	old.CreationTimestamp = metav1.NewTime(t0.Add(-time.Hour))
+	if _, errs := e.Sync(ctx, []v1alpha1.NodeProvisioner{a, z, old}); errs["z"] != nil || errs["0-restored"] == nil {
+		t.Errorf("the holder lost its MIG to an older pool: %v", errs)
 	}
 }
 
