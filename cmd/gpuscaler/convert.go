@@ -44,6 +44,10 @@ func newConfigCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if src.imported() && !cmd.Flags().Changed("cluster-name") && cfg.ClusterName == src.clusterName {
+				fmt.Fprintf(cmd.ErrOrStderr(), "note: clusterName is %q, --cluster-name's default: gpuscaler takes as its own every instance of the "+
+					"cloud account marked with it, so two installs sharing it delete each other's nodes; give this cluster its own name (--cluster-name)\n", cfg.ClusterName)
+			}
 			if v := cfg.Clouds.Verda; v != nil {
 				if r := cloud.RedactUserinfo(v.StartupScriptFetchURL); r != v.StartupScriptFetchURL {
 					v.StartupScriptFetchURL = r

@@ -30,6 +30,13 @@ func TestConfigConvertPositional(t *testing.T) {
 	if positional != flag || !strings.Contains(positional, "gpu-pool") {
 		t.Fatalf("positional:\n%s\nflag:\n%s", positional, flag)
 	}
+	// The default cluster name is shared by every install that keeps it.
+	if !strings.Contains(positional, "give this cluster its own name") {
+		t.Errorf("no note about the default clusterName:\n%s", positional)
+	}
+	if named := convert("--cluster-name", "prod-eu", path); strings.Contains(named, "give this cluster its own name") || !strings.Contains(named, "clusterName: prod-eu") {
+		t.Errorf("with --cluster-name:\n%s", named)
+	}
 }
 
 // A Karpenter v1alpha5 Provisioner (scw-karpenter's) converts to a

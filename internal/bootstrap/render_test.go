@@ -155,11 +155,15 @@ func TestScriptsPassShellChecks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stub, err := execute(r.tpl.stub, struct{ NodeName, URL string }{"n", "https://scripts.example.com/v1/scripts/tok"})
+	stub, err := execute(r.tpl.stub, stubVars{NodeName: "n", URL: "https://scripts.example.com/v1/scripts/tok"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	scripts := map[string]string{"stub": stub}
+	pinnedStub, err := execute(r.tpl.stub, stubVars{NodeName: "n", URL: "https://scripts.example.com/v1/scripts/tok", CA: "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	scripts := map[string]string{"stub": stub, "stub-pinned": pinnedStub}
 	for _, g := range []string{"k3s-plain", "k3s-mig", "kubeadm-plain", "kubeadm-mig"} {
 		scripts[g] = render(t, r, g)
 	}

@@ -2,6 +2,8 @@ package bootstrap
 
 import (
 	"context"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -42,6 +44,10 @@ type Options struct {
 	// Server and ServerURL serve scripts of groups with delivery: server.
 	Server    *Server
 	ServerURL string
+	// ServerCA, when set, is the PEM of the CA that signed the script
+	// server's certificate (scriptServer.tls.caCertFile): each stub pins it,
+	// so a node verifies the server without a public CA.
+	ServerCA []byte
 	// Formats chooses the user-data format per cloud; default script.
 	Formats map[string]Format
 	Clock   clock.Clock
@@ -59,8 +65,19 @@ type Renderer struct {
 	// gpuscaler any token to delete, or the right to list them.
 	mints bool
 
+	// serverCA is Options.ServerCA's certificates, encoded anew: only
+	// base64 and PEM armour reach a stub.
+	serverCA string
+
 	mu        sync.Mutex
 	serverK3s string // the k3s release the API server reports, once read
+}
+
+// stubVars are the stub template's values.
+type stubVars struct {
+	NodeName, URL string
+	// CA is the PEM the stub's fetch trusts alone; empty for the system's.
+	CA string
 }
 
 // New prepares the templates of every group with a bootstrap section.
@@ -80,6 +97,11 @@ func New(cfg *config.Config, opts Options) (*Renderer, error) {
 	}
 	r := &Renderer{opts: opts, groups: map[string]config.NodeGroup{}, tpl: tpl, custom: map[string]*template.Template{}}
 	var errs []error
+	if len(opts.ServerCA) > 0 {
+		if r.serverCA, err = certificatesPEM(opts.ServerCA); err != nil {
+			errs = append(errs, fmt.Errorf("scriptServer.tls.caCertFile: %w", err))
+		}
+	}
 	for i, g := range cfg.NodeGroups {
 		b := g.Bootstrap
 		if b == nil {
@@ -121,7 +143,7 @@ func (r *Renderer) UserData(ctx context.Context, spec cloud.CreateSpec) (string,
 	if g.Bootstrap.Delivery == config.DeliveryServer {
 		token := r.opts.Server.Register(spec.Name, script, g.Bootstrap.TokenTTL.Duration)
 		url := strings.TrimRight(r.opts.ServerURL, "/") + ScriptPath + token
-		if script, err = execute(r.tpl.stub, struct{ NodeName, URL string }{spec.Name, url}); err != nil {
+		if script, err = execute(r.tpl.stub, stubVars{NodeName: spec.Name, URL: url, CA: r.serverCA}); err != nil {
 			r.Release(ctx, spec.Name)
 			return "", err
 		}
@@ -206,6 +228,35 @@ func (r *Renderer) script(ctx context.Context, g config.NodeGroup, spec cloud.Cr
 		t = r.custom[g.Name]
 	}
 	return execute(t, v)
+}
+
+// certificatesPEM returns the certificates of a PEM file, encoded anew;
+// anything but certificates is an error.
+func certificatesPEM(data []byte) (string, error) {
+	var out strings.Builder
+	for rest := data; ; {
+		var block *pem.Block
+		block, rest = pem.Decode(rest)
+		if block == nil {
+			if strings.TrimSpace(string(rest)) != "" {
+				return "", errors.New("holds something other than PEM blocks")
+			}
+			break
+		}
+		if block.Type != "CERTIFICATE" {
+			return "", fmt.Errorf("holds a %s; want only certificates", block.Type)
+		}
+		if _, err := x509.ParseCertificate(block.Bytes); err != nil {
+			return "", fmt.Errorf("a certificate: %w", err)
+		}
+		if err := pem.Encode(&out, &pem.Block{Type: "CERTIFICATE", Bytes: block.Bytes}); err != nil {
+			return "", err
+		}
+	}
+	if out.Len() == 0 {
+		return "", errors.New("holds no certificate")
+	}
+	return out.String(), nil
 }
 
 // K3sReleases is where k3s releases are published, each with its

@@ -2,11 +2,15 @@ package bootstrap
 
 import (
 	"bytes"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -221,5 +225,51 @@ func TestReissueAfterRestart(t *testing.T) {
 	}
 	if _, err := NewServer(ServerOptions{Key: []byte("short")}); err == nil {
 		t.Fatal("a 5-byte key accepted")
+	}
+}
+
+// With scriptServer.tls.caCertFile, the stub trusts that CA alone: it
+// fetches and runs its script from a server whose certificate no public
+// CA signed, and the same stub without the pin is refused.
+func TestStubPinsTheServersCA(t *testing.T) {
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Fatal("curl is not installed: apt-get install curl")
+	}
+	srv := newServer(t, ServerOptions{Logger: slog.New(slog.DiscardHandler)})
+	hs := httptest.NewTLSServer(srv)
+	defer hs.Close()
+	cfg := testConfig(t)
+	cfg.NodeGroups[0].Bootstrap.Delivery = "server"
+	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: hs.Certificate().Raw})
+	pinned, err := New(cfg, Options{Kube: secrets(), Server: srv, ServerURL: hs.URL, ServerCA: caPEM})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := New(cfg, Options{Kube: secrets(), Server: srv, ServerURL: hs.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name string
+		r    *Renderer
+		runs bool
+	}{{"pinned", pinned, true}, {"not pinned", plain, false}} {
+		marker := filepath.Join(dir, tc.name)
+		token := srv.Register("node-a", "#!/bin/bash\ntouch '"+marker+"'\n", time.Minute)
+		stub, err := execute(tc.r.tpl.stub, stubVars{NodeName: "node-a", URL: hs.URL + ScriptPath + token, CA: tc.r.serverCA})
+		if err != nil {
+			t.Fatal(err)
+		}
+		stub = strings.Replace(stub, "--retry 30", "--retry 0", 1) // a refusal fails at once
+		out, err := exec.Command("bash", "-c", stub).CombinedOutput()
+		_, statErr := os.Stat(marker)
+		if ran := err == nil && statErr == nil; ran != tc.runs {
+			t.Errorf("%s: the script ran %v, want %v (%v)\n%s", tc.name, ran, tc.runs, err, out)
+		}
+	}
+	if _, err := New(cfg, Options{Kube: secrets(), Server: srv, ServerURL: hs.URL, ServerCA: []byte("-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n")}); err == nil ||
+		!strings.Contains(err.Error(), "scriptServer.tls.caCertFile") {
+		t.Errorf("a key as the CA: %v, want an error naming scriptServer.tls.caCertFile", err)
 	}
 }

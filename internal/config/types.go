@@ -609,7 +609,9 @@ type ScriptServerConfig struct {
 	ListenAddress string `json:"listenAddress,omitempty"`
 	// URL is the server's base URL as nodes reach it, e.g. https://scripts.example.com:8443.
 	URL string `json:"url,omitempty"`
-	// TLS serves HTTPS with the certificate and key (caCertFile unused).
+	// TLS serves HTTPS with the certificate and key; caCertFile, when set,
+	// is the CA that signed that certificate, which every node's stub pins
+	// (curl --cacert): a node then verifies the server without a public CA.
 	TLS TLSConfig `json:"tls,omitempty"`
 	// BindToInstanceIP hands a script only to the address the cloud reports
 	// for its instance, so that a leaked script URL is of no use elsewhere.

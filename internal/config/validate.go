@@ -164,6 +164,9 @@ func validateScriptServer(p *field.Path, ss ScriptServerConfig) field.ErrorList 
 	if len(ss.TLS.ClientNames) > 0 {
 		errs = append(errs, field.Forbidden(p.Child("tls", "clientNames"), "nodes fetch scripts without a client certificate; clientNames is the provider's"))
 	}
+	if ss.TLS.CACertFile != "" && !strings.HasPrefix(ss.URL, "https:") {
+		errs = append(errs, field.Forbidden(p.Child("tls", "caCertFile"), "the CA nodes pin verifies an https url only"))
+	}
 	return errs
 }
 

@@ -64,6 +64,13 @@ func newRenderer(cfg *config.Config, cs *clouds, srv *bootstrap.Server, log *slo
 		Formats: map[string]bootstrap.Format{config.CloudScaleway: bootstrap.FormatCloudInit}}
 	if srv != nil {
 		opts.Server, opts.ServerURL = srv, cfg.ScriptServer.URL
+		if ca := cfg.ScriptServer.TLS.CACertFile; ca != "" {
+			data, err := config.ReadFile(ca)
+			if err != nil {
+				return nil, fmt.Errorf("scriptServer.tls.caCertFile: %w", err)
+			}
+			opts.ServerCA = data
+		}
 	}
 	return bootstrap.New(cfg, opts)
 }

@@ -268,3 +268,55 @@ func TestScriptServerPortIsOpened(t *testing.T) {
 		}
 	}
 }
+
+// Secrets reach gpuscaler as files: secretFiles mounts each at
+// /etc/gpuscaler/secrets/<name>, 0440 and group gpuscaler's; the script
+// server's TLS comes from a Secret, with its CA pinned by the nodes; a
+// config with a real cloud and no clusterName is refused, one with only
+// the simulated cloud is named after the release; the probes use the
+// health port, which the network policy opens to no pod.
+func TestFilesClusterNameAndHealth(t *testing.T) {
+	values := map[string]any{"mode": "controller",
+		"secretFiles": []any{map[string]any{"secretName": "gcp-key"}},
+		"scriptServer": map[string]any{"tls": map[string]any{"existingSecret": "scripts-cert"}},
+		"config": map[string]any{
+			"clouds":       map[string]any{"sim": map[string]any{}},
+			"scriptServer": map[string]any{"listenAddress": "0.0.0.0:8443", "url": "https://scripts.example.com:8443"},
+			"nodeGroups":   []any{map[string]any{"name": "g", "cloud": "sim", "instanceType": "1V100.6V", "locations": []any{"FIN-01"}, "maxSize": 1}},
+		}}
+	objs, err := render(t, values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm := find(t, objs, "ConfigMap", "gs-gpuscaler")
+	data, _, _ := unstructured.NestedString(cm.Object, "data", "config.yaml")
+	cfg, err := config.Parse([]byte(data))
+	if err != nil {
+		t.Fatalf("the rendered config: %v\n%s", err, data)
+	}
+	if cfg.ClusterName != "gs" {
+		t.Errorf("clusterName %q with only the simulated cloud, want the release's name", cfg.ClusterName)
+	}
+	if tls := cfg.ScriptServer.TLS; tls.CertFile != "/etc/gpuscaler/scripts-tls/tls.crt" || tls.CACertFile != "/etc/gpuscaler/scripts-tls/ca.crt" {
+		t.Errorf("scriptServer.tls %+v, want the mounted Secret's files", tls)
+	}
+	if cfg.Metrics.HealthAddress != "0.0.0.0:8081" {
+		t.Errorf("metrics.healthAddress %q, want 0.0.0.0:8081", cfg.Metrics.HealthAddress)
+	}
+	spec, _, _ := unstructured.NestedMap(find(t, objs, "Deployment", "gs-gpuscaler").Object, "spec", "template", "spec")
+	text := fmt.Sprint(spec)
+	for _, want := range []string{"secretName:gcp-key", "defaultMode:288", "mountPath:/etc/gpuscaler/secrets/gcp-key", "fsGroup:65532",
+		"secretName:scripts-cert", "mountPath:/etc/gpuscaler/scripts-tls", "path:/healthz port:health", "path:/readyz port:health"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the pod spec lacks %s:\n%s", want, text)
+		}
+	}
+	ingress, _, _ := unstructured.NestedSlice(find(t, objs, "NetworkPolicy", "gs-gpuscaler").Object, "spec", "ingress")
+	if strings.Contains(fmt.Sprint(ingress), "health") {
+		t.Errorf("the network policy admits pods to the health port: %v", ingress)
+	}
+	values["config"].(map[string]any)["clouds"] = map[string]any{"verda": map[string]any{}}
+	if _, err := render(t, values); err == nil || !strings.Contains(err.Error(), "config.clusterName is required") {
+		t.Errorf("a Verda config without clusterName: %v, want config.clusterName is required", err)
+	}
+}

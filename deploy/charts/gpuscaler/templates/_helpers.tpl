@@ -43,6 +43,18 @@ app.kubernetes.io/component: {{ .Values.mode }}
 {{- define "gpuscaler.config" -}}
 {{- $cfg := deepCopy .Values.config -}}
 {{- $_ := set $cfg "kubeconfig" "in-cluster" -}}
+{{- if not $cfg.clusterName -}}
+{{- $clouds := keys (default dict $cfg.clouds) | sortAlpha -}}
+{{- if and $clouds (ne (join "," $clouds) "sim") -}}
+{{- fail "config.clusterName is required: gpuscaler takes as its own every instance of the cloud account marked with it, so two installs sharing one delete each other's nodes; name this cluster" -}}
+{{- end -}}
+{{- $_ := set $cfg "clusterName" .Release.Name -}}
+{{- end -}}
+{{- with .Values.scriptServer.tls.existingSecret -}}
+{{- $ss := deepCopy (default dict $cfg.scriptServer) -}}
+{{- $_ := set $ss "tls" (dict "certFile" "/etc/gpuscaler/scripts-tls/tls.crt" "keyFile" "/etc/gpuscaler/scripts-tls/tls.key" "caCertFile" "/etc/gpuscaler/scripts-tls/ca.crt") -}}
+{{- $_ := set $cfg "scriptServer" $ss -}}
+{{- end -}}
 {{- $metrics := dict "address" (printf "0.0.0.0:%v" .Values.metrics.port) -}}
 {{- if ne .Values.mode "karpenter" -}}
 {{- $_ := set $metrics "healthAddress" (printf "0.0.0.0:%v" .Values.metrics.healthPort) -}}
