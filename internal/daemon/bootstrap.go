@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpuscaler/gpuscaler/internal/bootstrap"
+	"github.com/gpuscaler/gpuscaler/internal/cloud"
 	"github.com/gpuscaler/gpuscaler/internal/config"
 	"github.com/gpuscaler/gpuscaler/internal/serve"
 )
@@ -34,7 +35,7 @@ func newScriptServer(cfg *config.Config, instanceIP func(string) (string, bool),
 		sopts.InstanceIP = instanceIP
 	}
 	if ss.TokenKeyFile != "" && opts.preflight.readsFiles() {
-		key, err := config.ReadFile(ss.TokenKeyFile)
+		key, err := cloud.ReadSecretFile(ss.TokenKeyFile)
 		if err != nil {
 			return nil, fmt.Errorf("scriptServer.tokenKeyFile: %w", err)
 		}

@@ -237,7 +237,7 @@ func buildKamatera(cfg *config.Config, k *config.KamateraConfig, opts Options) (
 			}
 		}
 		if k.PasswordFile != "" && passwords[g.Name] == "" && opts.preflight.readsFiles() {
-			pw, err := config.ReadFile(k.PasswordFile)
+			pw, err := cloud.ReadSecretFile(k.PasswordFile)
 			if err != nil {
 				return nil, fmt.Errorf("passwordFile: %w", err)
 			}
@@ -376,6 +376,12 @@ func buildGCP(ctx context.Context, cfg *config.Config, gc *config.GCPConfig, opt
 	}
 	if project == "" {
 		return nil, errors.New("set clouds.gcp.project (or GOOGLE_CLOUD_PROJECT)")
+	}
+	if gc.SecretFile != "" && opts.preflight.readsFiles() {
+		// The Google library reads it unbounded: check it first.
+		if _, err := cloud.ReadSecretFile(gc.SecretFile); err != nil {
+			return nil, fmt.Errorf("secretFile: %w", err)
+		}
 	}
 	co := gcp.ClientOptions{Endpoint: gc.Endpoint, CredentialsFile: gc.SecretFile}
 	if u, err := url.Parse(gc.Endpoint); err == nil && u.Scheme == "http" && cloud.IsLoopbackHost(u.Hostname()) && gc.SecretFile == "" {

@@ -125,6 +125,9 @@ func Build(ctx context.Context, cfg *config.Config, opts Options) (*Runtime, err
 	if opts.Namespace == "" {
 		opts.Namespace = PodNamespace(opts.Getenv)
 	}
+	if opts.preflight.readsFiles() {
+		warnLooseSecretFiles(cfg, opts.Logger)
+	}
 	cs, err := buildClouds(ctx, cfg, opts)
 	if err != nil {
 		return nil, err
