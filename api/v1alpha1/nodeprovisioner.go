@@ -117,7 +117,8 @@ type NodeProvisionerSpec struct {
 	Defragmentation *Defragmentation `json:"defragmentation,omitempty"`
 
 	// MaxHourlyCost caps the pool's hourly spend, a decimal in the clouds'
-	// currency ("25", "12.50").
+	// currency ("25", "12.50"); unset, no cap. "0" adds nothing, as a
+	// forecast's maxExtraHourlyCost of "0" orders nothing.
 	// +kubebuilder:validation:Pattern=`^[0-9]+(\.[0-9]+)?$`
 	// +optional
 	MaxHourlyCost string `json:"maxHourlyCost,omitempty"`

@@ -205,6 +205,13 @@ func explicitZeros(doc yamlDoc, cfg *Config) error {
 		{sync.child("maxGroupSize"), cfg.Sync.MaxGroupSize == 0, fmt.Sprintf("must be >= 1; leave it out for the default (%d)", DefaultMaxGroupSize)},
 		{sync.child("maxIncrease"), cfg.Sync.MaxIncrease == 0, fmt.Sprintf("must be >= 1; leave it out for the default (%d)", DefaultMaxIncrease)},
 	}
+	// A cost cap of 0 would be read as no cap (the same as leaving it
+	// out), where a NodeProvisioner's "0" spends nothing: refused.
+	const zeroCap = "0 would be taken for no cap; leave it out for none, or set the cap"
+	settings = append(settings, setting{docPath{}.child("maxHourlyCost"), cfg.MaxHourlyCost == 0, zeroCap})
+	for i, g := range cfg.NodeGroups {
+		settings = append(settings, setting{docPath{}.child("nodeGroups").index(i).child("maxHourlyCost"), g.MaxHourlyCost == 0, zeroCap})
+	}
 	if s := cfg.Clouds.Sim; s != nil {
 		sim := docPath{}.child("clouds").child("sim")
 		settings = append(settings,

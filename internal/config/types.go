@@ -21,7 +21,8 @@ type Config struct {
 	Metrics MetricsConfig `json:"metrics,omitempty"`
 	// Sync configures the background loop of the node-group core.
 	Sync SyncConfig `json:"sync,omitempty"`
-	// MaxHourlyCost caps the hourly spend of all groups together; 0 = no cap.
+	// MaxHourlyCost caps the hourly spend of all groups together; unset, no
+	// cap (an explicit 0 is refused: it would read as no cap).
 	MaxHourlyCost float64 `json:"maxHourlyCost,omitempty"`
 	// Deprecated lists the old keys the file used, each with its new one
 	// (see Decode); never written.
@@ -367,7 +368,8 @@ type NodeGroup struct {
 	Taints []corev1.Taint `json:"taints,omitempty"`
 	// MIG partitions every GPU of the group's nodes.
 	MIG *MIG `json:"mig,omitempty"`
-	// MaxHourlyCost caps the group's hourly spend; 0 = no cap.
+	// MaxHourlyCost caps the group's hourly spend; unset, no cap (an
+	// explicit 0 is refused).
 	MaxHourlyCost float64 `json:"maxHourlyCost,omitempty"`
 	// AutoscalingOptions overrides cluster-autoscaler's per-group options.
 	AutoscalingOptions *AutoscalingOptions `json:"autoscalingOptions,omitempty"`

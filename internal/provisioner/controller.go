@@ -310,7 +310,7 @@ func Pool(s v1alpha1.NodeProvisionerSpec, groups []plan.Group) (plan.Pool, error
 		if err != nil {
 			return pool, fmt.Errorf("maxHourlyCost %q: %w", s.MaxHourlyCost, err)
 		}
-		pool.MaxHourlyCost = cost
+		pool.MaxHourlyCost = &cost
 	}
 	if s.GroupOrder == v1alpha1.GroupOrderCheapestFirst {
 		// Cheapest offering available now first; ties keep the listed order.

@@ -54,7 +54,7 @@ func TestPoolOrder(t *testing.T) {
 			}
 			got += g.Name
 		}
-		if got != want || pool.MaxHourlyCost != 12.5 {
+		if got != want || pool.MaxHourlyCost == nil || *pool.MaxHourlyCost != 12.5 {
 			t.Errorf("%s: order %s, cap %v; want %s", order, got, pool.MaxHourlyCost, want)
 		}
 	}

@@ -37,8 +37,9 @@ type Pool struct {
 	// MinNodes and MaxNodes bound the pool; MaxNodes 0 means no bound.
 	MinNodes int
 	MaxNodes int
-	// MaxHourlyCost caps the pool's spend; 0 means no cap.
-	MaxHourlyCost float64
+	// MaxHourlyCost caps the pool's spend; nil means no cap, and 0 a cap
+	// of nothing (as a forecast's maxExtraHourlyCost of 0 orders nothing).
+	MaxHourlyCost *float64
 }
 
 // Node is one existing node of the pool as the controller saw it.
@@ -222,7 +223,7 @@ func (c *planner) room(gi int) bool {
 	g := c.pool.Groups[gi]
 	return !g.Unavailable && g.Template != nil && g.Nodes+c.p.Add[g.Name] < g.MaxSize &&
 		(c.pool.MaxNodes == 0 || c.total < c.pool.MaxNodes) &&
-		(c.pool.MaxHourlyCost == 0 || c.spend+g.Price <= c.pool.MaxHourlyCost+1e-9)
+		(c.pool.MaxHourlyCost == nil || c.spend+g.Price <= *c.pool.MaxHourlyCost+1e-9)
 }
 
 // firstRoom is the first group, in the pool's order, with room and GPUs;

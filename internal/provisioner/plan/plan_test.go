@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	resourcehelper "k8s.io/component-helpers/resource"
+	"k8s.io/utils/ptr"
 )
 
 func template(res corev1.ResourceList, labels map[string]string, taints ...corev1.Taint) *corev1.Node {
@@ -134,8 +135,12 @@ func TestCompute(t *testing.T) {
 			pending: pods(2, gpus("1")), add: map[string]int{},
 		},
 		{
-			name: "the pool's cost cap stops additions", pool: Pool{Groups: []Group{{Name: "h100", Template: one.Template, MaxSize: 10, Price: 2.29, Spend: 2.29}}, MaxHourlyCost: 7},
+			name: "the pool's cost cap stops additions", pool: Pool{Groups: []Group{{Name: "h100", Template: one.Template, MaxSize: 10, Price: 2.29, Spend: 2.29}}, MaxHourlyCost: ptr.To(7.0)},
 			pending: pods(4, gpus("1")), add: map[string]int{"h100": 2}, unplaced: 2, reason: "pending",
+		},
+		{
+			name: "a cost cap of 0 adds nothing", pool: Pool{Groups: []Group{{Name: "h100", Template: one.Template, MaxSize: 10, Price: 2.29}}, MaxHourlyCost: ptr.To(0.0)},
+			pending: pods(1, gpus("1")), add: map[string]int{}, unplaced: 1,
 		},
 		{name: "too big for any node", pool: Pool{Groups: []Group{one}}, pending: pods(1, gpus("2")), add: map[string]int{}, unplaced: 1},
 	}
