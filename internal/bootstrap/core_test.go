@@ -134,7 +134,10 @@ nodeGroups:
 		return srv, mgr, stop
 	}
 	process := func(key []byte) (*bootstrap.Server, *nodegroup.Manager, func()) {
-		srv, err := bootstrap.NewServer(bootstrap.ServerOptions{Key: key, Logger: slog.New(slog.DiscardHandler)})
+		// httptest.NewRequest comes from 192.0.2.1: the instance's address
+		// here, to which alone a reissued script goes.
+		srv, err := bootstrap.NewServer(bootstrap.ServerOptions{Key: key, Logger: slog.New(slog.DiscardHandler),
+			ReissueIP: func(string) (string, bool) { return "192.0.2.1", true }})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -28,6 +28,12 @@ type ServerOptions struct {
 	// InstanceIP, when set, restricts each script to its instance's own
 	// address (as the cloud reports it); ok false means not known yet.
 	InstanceIP func(node string) (ip string, ok bool)
+	// ReissueIP is the instances' addresses for reissued scripts alone,
+	// when InstanceIP is not set (scriptServer.bindToInstanceIP off): a
+	// reissued token may have been used before the restart, so its script
+	// goes only to its instance's address. Without either, nothing is
+	// reissued.
+	ReissueIP func(node string) (ip string, ok bool)
 	// Registerer receives gpuscaler_script_requests_refused_total; nil
 	// registers nowhere.
 	Registerer prometheus.Registerer
@@ -70,6 +76,9 @@ type entry struct {
 	node    string
 	script  string
 	expires time.Time
+	// reissued: put back after a restart; handed only to the instance's
+	// own address, whatever InstanceIP says.
+	reissued bool
 }
 
 // NewServer returns an empty script server; it is an http.Handler.
@@ -147,7 +156,7 @@ func (s *Server) Register(node, script string, ttl time.Duration) string {
 // node's script out already, or when its key is not one a restarted
 // process shares (ServerOptions.Key unset).
 func (s *Server) Reissue(node, script string, expires time.Time) bool {
-	if !s.keyed || !s.opts.Clock.Now().Before(expires) {
+	if !s.keyed || !s.opts.Clock.Now().Before(expires) || s.opts.InstanceIP == nil && s.opts.ReissueIP == nil {
 		return false
 	}
 	s.mu.Lock()
@@ -157,6 +166,9 @@ func (s *Server) Reissue(node, script string, expires time.Time) bool {
 		return false
 	}
 	s.store(s.token(node), node, script, expires)
+	s.mu.Lock()
+	s.entries[hashToken(s.token(node))].reissued = true
+	s.mu.Unlock()
 	return true
 }
 
@@ -240,6 +252,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case s.opts.InstanceIP != nil:
 		if ip, known := s.opts.InstanceIP(e.node); !known || ip != remote {
 			reason = "request not from the instance's address"
+		}
+	case e.reissued:
+		if ip, known := s.opts.ReissueIP(e.node); !known || ip != remote {
+			reason = "reissued script asked for from another address than the instance's"
 		}
 	}
 	if reason == "" {

@@ -196,7 +196,11 @@ func TestReissueAfterRestart(t *testing.T) {
 	ordered := clk.Now()
 
 	clk.Step(10 * time.Minute) // the process restarts while node-a boots
-	second := newServer(t, ServerOptions{Clock: clk, Key: key, Logger: slog.New(slog.DiscardHandler)})
+	// bindToInstanceIP off: a reissued script still goes to its instance's
+	// address alone (the token may have been used before the restart).
+	instanceIP := "127.0.0.1"
+	second := newServer(t, ServerOptions{Clock: clk, Key: key, Logger: slog.New(slog.DiscardHandler),
+		ReissueIP: func(string) (string, bool) { return instanceIP, true }})
 	hs := httptest.NewServer(second)
 	defer hs.Close()
 	if code, _ := fetch(t, hs.URL+ScriptPath+token); code != 404 {
@@ -205,6 +209,11 @@ func TestReissueAfterRestart(t *testing.T) {
 	if !second.Reissue("node-a", script, ordered.Add(time.Hour)) {
 		t.Fatal("reissue within the deadline refused")
 	}
+	instanceIP = "192.0.2.10" // another machine than the test's
+	if code, _ := fetch(t, hs.URL+ScriptPath+token); code != 404 {
+		t.Fatalf("a reissued script handed to an address other than its instance's: %d", code)
+	}
+	instanceIP = "127.0.0.1"
 	if code, body := fetch(t, hs.URL+ScriptPath+token); code != 200 || body != script {
 		t.Fatalf("after the reissue: %d %q", code, body)
 	}
@@ -212,12 +221,17 @@ func TestReissueAfterRestart(t *testing.T) {
 		t.Fatalf("a reissued token served twice: %d", code)
 	}
 
-	other := newServer(t, ServerOptions{Clock: clk, Key: bytes.Repeat([]byte{8}, MinKeyLength), Logger: slog.New(slog.DiscardHandler)})
+	other := newServer(t, ServerOptions{Clock: clk, Key: bytes.Repeat([]byte{8}, MinKeyLength), Logger: slog.New(slog.DiscardHandler),
+		ReissueIP: func(string) (string, bool) { return "127.0.0.1", true }})
 	other.Reissue("node-a", script, ordered.Add(time.Hour))
 	ho := httptest.NewServer(other)
 	defer ho.Close()
 	if code, _ := fetch(t, ho.URL+ScriptPath+token); code != 404 {
 		t.Fatalf("a server with another key honoured the token: %d", code)
+	}
+	unbound := newServer(t, ServerOptions{Clock: clk, Key: key, Logger: slog.New(slog.DiscardHandler)})
+	if unbound.Reissue("node-b", script, ordered.Add(time.Hour)) {
+		t.Fatal("reissued with no instance address to bind the script to")
 	}
 	clk.Step(time.Hour)
 	if second.Reissue("node-a", script, ordered.Add(time.Hour)) {

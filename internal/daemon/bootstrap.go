@@ -33,6 +33,8 @@ func newScriptServer(cfg *config.Config, instanceIP func(string) (string, bool),
 	sopts := bootstrap.ServerOptions{Logger: log.With("component", "script-server"), Registerer: reg}
 	if ss.BindToInstanceIP != nil && *ss.BindToInstanceIP {
 		sopts.InstanceIP = instanceIP
+	} else {
+		sopts.ReissueIP = instanceIP // a reissued token may have been used: its instance's address only
 	}
 	if ss.TokenKeyFile != "" && opts.preflight.readsFiles() {
 		key, err := cloud.ReadSecretFile(ss.TokenKeyFile)
