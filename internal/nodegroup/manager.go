@@ -794,6 +794,17 @@ func (m *Manager) Advice(ctx context.Context, clouds ...string) []string {
 	return out
 }
 
+// CheckOptions asks a cloud whether it takes these cloudOptions (a
+// GPUNodeClass's, say), as start-up asks for the config's groups; an
+// unconfigured cloud takes none.
+func (m *Manager) CheckOptions(cloudName string, opts map[string]string) []*cloud.OptionError {
+	c, ok := m.clients[cloudName]
+	if !ok || len(opts) == 0 {
+		return nil
+	}
+	return c.p.CheckOptions(opts)
+}
+
 // checkOptions asks each cloud whether it takes its groups' cloudOptions,
 // so that a misspelt key or a bad value stops start-up, naming the field,
 // rather than fail every order.

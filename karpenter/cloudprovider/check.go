@@ -61,6 +61,9 @@ func (p *CloudProvider) Check(class *v1alpha1.GPUNodeClass) (Check, error) {
 	if len(spec.SSHKeyIDs) > 0 && spec.Cloud != config.CloudVerda {
 		errs = append(errs, fmt.Errorf("spec.sshKeyIDs: cloud %q takes no SSH key IDs; use its cloudOptions", spec.Cloud))
 	}
+	for _, e := range p.opts.Core.Read().CheckOptions(spec.Cloud, spec.CloudOptions) {
+		errs = append(errs, fmt.Errorf("spec.cloudOptions[%s]: %s", e.Key, e.Detail))
+	}
 	if spec.MIG != nil && spec.MIG.Strategy != "" && !slices.Contains([]string{config.MIGStrategySingle, config.MIGStrategyMixed}, spec.MIG.Strategy) {
 		errs = append(errs, fmt.Errorf("spec.mig.strategy: %q is not single or mixed", spec.MIG.Strategy))
 	}

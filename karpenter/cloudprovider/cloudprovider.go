@@ -24,6 +24,7 @@ import (
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 	karpcp "sigs.k8s.io/karpenter/pkg/cloudprovider"
 
+	"github.com/gpuscaler/gpuscaler/internal/cloud"
 	"github.com/gpuscaler/gpuscaler/internal/config"
 	"github.com/gpuscaler/gpuscaler/internal/inforce"
 	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
@@ -43,6 +44,7 @@ type Core interface {
 	Launched(owner string) []nodegroup.Instance
 	LaunchedInstance(providerID string) (nodegroup.Instance, bool)
 	LaunchedNamed(name string) (nodegroup.Instance, bool)
+	CheckOptions(cloudName string, opts map[string]string) []*cloud.OptionError
 }
 
 // Templates finds a node group of the config in force by name.

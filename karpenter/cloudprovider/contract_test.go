@@ -521,3 +521,30 @@ func TestCreateOfAFailedMachineGivesItUp(t *testing.T) {
 	}
 	eventually(t, "the failed machine deleted", func() bool { return len(live(f)) == 0 })
 }
+
+// A class's cloudOptions get the per-cloud check the config's groups get at
+// start: a misspelt key, or one the cloud does not take, fails validation
+// naming it; the cloud's own keys pass.
+func TestClassCloudOptionsAreChecked(t *testing.T) {
+	h := start(t, newFake(t).URL, kubeWith())
+	for _, tc := range []struct {
+		opts map[string]string
+		want string
+	}{
+		{map[string]string{"startupScriptIDs": "abc"}, "spec.cloudOptions[startupScriptIDs]"},
+		{map[string]string{"pricing": "CHEAP"}, "spec.cloudOptions[pricing]"},
+		{map[string]string{"pricing": "DYNAMIC_PRICE", "onSpotDiscontinue": "delete_permanently"}, ""},
+	} {
+		class := readyClass("c", v1alpha1.GPUNodeClassSpec{Cloud: "verda", Locations: []string{"FIN-01"}, CloudOptions: tc.opts})
+		c, err := h.provider.Check(class)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case tc.want == "" && c.Validation != nil:
+			t.Errorf("cloudOptions %v: %v, want them taken", tc.opts, c.Validation)
+		case tc.want != "" && (c.Validation == nil || !strings.Contains(c.Validation.Error(), tc.want)):
+			t.Errorf("cloudOptions %v: %v, want an error naming %s", tc.opts, c.Validation, tc.want)
+		}
+	}
+}
