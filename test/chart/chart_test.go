@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -277,7 +278,7 @@ func TestScriptServerPortIsOpened(t *testing.T) {
 // health port, which the network policy opens to no pod.
 func TestFilesClusterNameAndHealth(t *testing.T) {
 	values := map[string]any{"mode": "controller",
-		"secretFiles": []any{map[string]any{"secretName": "gcp-key"}},
+		"secretFiles":  []any{map[string]any{"secretName": "gcp-key"}},
 		"scriptServer": map[string]any{"tls": map[string]any{"existingSecret": "scripts-cert"}},
 		"config": map[string]any{
 			"clouds":       map[string]any{"sim": map[string]any{}},
@@ -315,8 +316,25 @@ func TestFilesClusterNameAndHealth(t *testing.T) {
 	if strings.Contains(fmt.Sprint(ingress), "health") {
 		t.Errorf("the network policy admits pods to the health port: %v", ingress)
 	}
+	if egress, _, _ := unstructured.NestedSlice(find(t, objs, "NetworkPolicy", "gs-gpuscaler").Object, "spec", "egress"); !strings.Contains(fmt.Sprint(egress), "except:[169.254.169.254/32]") {
+		t.Errorf("egress %v, want everything but the metadata endpoint", egress)
+	}
 	values["config"].(map[string]any)["clouds"] = map[string]any{"verda": map[string]any{}}
 	if _, err := render(t, values); err == nil || !strings.Contains(err.Error(), "config.clusterName is required") {
 		t.Errorf("a Verda config without clusterName: %v, want config.clusterName is required", err)
+	}
+	// GCP without a key file authenticates through the metadata endpoint.
+	values["config"].(map[string]any)["clusterName"] = "prod"
+	values["config"].(map[string]any)["clouds"] = map[string]any{"gcp": map[string]any{"project": "p", "zone": "us-central1-a"}}
+	values["image"] = map[string]any{"digest": "sha256:" + strings.Repeat("ab", 32)}
+	objs, err = render(t, values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if types, _, _ := unstructured.NestedStringSlice(find(t, objs, "NetworkPolicy", "gs-gpuscaler").Object, "spec", "policyTypes"); slices.Contains(types, "Egress") {
+		t.Errorf("policy types %v for GCP without a key file, want no egress rule", types)
+	}
+	if spec := fmt.Sprint(find(t, objs, "Deployment", "gs-gpuscaler").Object); !strings.Contains(spec, "gpuscaler@sha256:abab") {
+		t.Error("image.digest does not pin the image")
 	}
 }

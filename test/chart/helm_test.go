@@ -12,6 +12,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpuscaler/gpuscaler/internal/testenv"
 )
@@ -118,6 +119,33 @@ config:
 	}
 	if len(history) != 3 || history[2].Status != "deployed" || history[0].Status != "superseded" {
 		t.Errorf("history %+v, want 3 revisions, the last deployed", history)
+	}
+
+	// Certificates near their end are made anew by the next upgrade, and
+	// cluster-autoscaler, which reads its own only at start, rolls.
+	caAnnotation := func() string {
+		t.Helper()
+		d, err := env.Client.AppsV1().Deployments(ns).Get(ctx, "gs-gpuscaler-cluster-autoscaler", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d.Spec.Template.Annotations["gpuscaler.dev/client-tls"]
+	}
+	before := caAnnotation()
+	soon := strconv.FormatInt(time.Now().Add(24*time.Hour).Unix(), 10)
+	for _, which := range []string{"server", "client"} {
+		patch := []byte(`{"metadata":{"annotations":{"gpuscaler.dev/not-after":"` + soon + `"}}}`)
+		if _, err := env.Client.CoreV1().Secrets(ns).Patch(ctx, "gs-gpuscaler-"+which+"-tls", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	helm("upgrade", release, chartDir, "-f", values("v2.yaml", 6))
+	renewed := certs()
+	if string(renewed["server/tls.crt"]) == string(installed["server/tls.crt"]) || string(renewed["client/ca.crt"]) != string(renewed["server/ca.crt"]) {
+		t.Error("certificates a day from their end were not made anew, or the two no longer share a CA")
+	}
+	if after := caAnnotation(); after == before || after == "" {
+		t.Errorf("cluster-autoscaler's pod template says %q before and %q after new certificates; want it to roll", before, after)
 	}
 
 	helm("uninstall", release)

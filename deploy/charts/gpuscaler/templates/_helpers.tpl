@@ -36,7 +36,11 @@ app.kubernetes.io/component: {{ .Values.mode }}
 {{- end -}}
 
 {{- define "gpuscaler.image" -}}
+{{- if .Values.image.digest -}}
+{{ .Values.image.repository }}@{{ .Values.image.digest }}
+{{- else -}}
 {{ .Values.image.repository }}:{{ default .Chart.AppVersion .Values.image.tag }}
+{{- end -}}
 {{- end -}}
 
 {{/* The config file: the user's, with what the chart decides set. */}}
@@ -108,4 +112,39 @@ DNS SAN), the one the provider accepts. */}}
 {{- with (.Values.config.scriptServer | default dict).listenAddress -}}
 {{- splitList ":" (toString .) | last -}}
 {{- end -}}
+{{- end -}}
+
+{{/* The mTLS Secrets' data the chart makes itself, as JSON: server and
+client (each tls.crt, tls.key, ca.crt, base64) and notAfter (Unix seconds,
+"" for Secrets made before it was recorded). The Secrets in the cluster are
+kept until 30 days (or a third of the lifetime, if shorter) before they
+expire; then, or at install, a CA and two certificates are made. Made once
+a render (kept in .Values), so that the Secrets and cluster-autoscaler's
+pod, which carries their fingerprint and rolls when they change (it reads
+its certificate only at start), agree. */}}
+{{- define "gpuscaler.providerTLS" -}}
+{{- if not (hasKey .Values "__providerTLS") -}}
+{{- $name := include "gpuscaler.fullname" . -}}
+{{- $days := int .Values.provider.tls.durationDays -}}
+{{- $now := now | unixEpoch | int64 -}}
+{{- $renewBefore := min (mul 30 86400) (div (mul $days 86400) 3) -}}
+{{- $server := lookup "v1" "Secret" .Release.Namespace (printf "%s-server-tls" $name) -}}
+{{- $client := lookup "v1" "Secret" .Release.Namespace (printf "%s-client-tls" $name) -}}
+{{- $stored := "" -}}
+{{- with $server }}{{ $stored = index (default dict .metadata.annotations) "gpuscaler.dev/not-after" | default "" }}{{ end -}}
+{{- $data := dict -}}
+{{- if and $server $client (or (eq $stored "") (gt (sub (int64 $stored) $now) (int64 $renewBefore))) -}}
+{{- $data = dict "server" $server.data "client" $client.data "notAfter" $stored -}}
+{{- else -}}
+{{- $host := printf "%s.%s.svc" $name .Release.Namespace -}}
+{{- $ca := genCA (printf "%s-ca" $name) $days -}}
+{{- $srv := genSignedCert $host nil (list $host (printf "%s.%s" $name .Release.Namespace)) $days $ca -}}
+{{- $cli := genSignedCert (include "gpuscaler.clientName" .) nil (list (include "gpuscaler.clientName" .)) $days $ca -}}
+{{- $data = dict "notAfter" (toString (add $now (mul $days 86400)))
+    "server" (dict "tls.crt" ($srv.Cert | b64enc) "tls.key" ($srv.Key | b64enc) "ca.crt" ($ca.Cert | b64enc))
+    "client" (dict "tls.crt" ($cli.Cert | b64enc) "tls.key" ($cli.Key | b64enc) "ca.crt" ($ca.Cert | b64enc)) -}}
+{{- end -}}
+{{- $_ := set .Values "__providerTLS" $data -}}
+{{- end -}}
+{{- toJson (get .Values "__providerTLS") -}}
 {{- end -}}
