@@ -99,4 +99,3 @@ func ReadCredential(getenv func(string) string, file string, envs []string, sect
 	}
 	return "", fmt.Errorf("set %s (or name a file in %s)", strings.Join(envs, " or "), section)
 }
-
