@@ -279,7 +279,7 @@ func TestScriptServerPortIsOpened(t *testing.T) {
 func TestFilesClusterNameAndHealth(t *testing.T) {
 	values := map[string]any{"mode": "controller",
 		"secretFiles":  []any{map[string]any{"secretName": "gcp-key"}},
-		"scriptServer": map[string]any{"tls": map[string]any{"existingSecret": "scripts-cert"}},
+		"scriptServer": map[string]any{"tls": map[string]any{"existingSecret": "scripts-cert", "pinCA": true}},
 		"config": map[string]any{
 			"clouds":       map[string]any{"sim": map[string]any{}},
 			"scriptServer": map[string]any{"listenAddress": "0.0.0.0:8443", "url": "https://scripts.example.com:8443"},
@@ -316,8 +316,15 @@ func TestFilesClusterNameAndHealth(t *testing.T) {
 	if strings.Contains(fmt.Sprint(ingress), "health") {
 		t.Errorf("the network policy admits pods to the health port: %v", ingress)
 	}
+	if egress, _, _ := unstructured.NestedSlice(find(t, objs, "NetworkPolicy", "gs-gpuscaler").Object, "spec", "egress"); egress != nil {
+		t.Errorf("egress %v by default, want none (blockMetadata is opt-in)", egress)
+	}
+	values["networkPolicy"] = map[string]any{"blockMetadata": true}
+	if objs, err = render(t, values); err != nil {
+		t.Fatal(err)
+	}
 	if egress, _, _ := unstructured.NestedSlice(find(t, objs, "NetworkPolicy", "gs-gpuscaler").Object, "spec", "egress"); !strings.Contains(fmt.Sprint(egress), "except:[169.254.169.254/32]") {
-		t.Errorf("egress %v, want everything but the metadata endpoint", egress)
+		t.Errorf("egress %v with blockMetadata, want everything but the metadata endpoint", egress)
 	}
 	values["config"].(map[string]any)["clouds"] = map[string]any{"verda": map[string]any{}}
 	if _, err := render(t, values); err == nil || !strings.Contains(err.Error(), "config.clusterName is required") {

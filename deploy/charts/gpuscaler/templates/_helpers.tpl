@@ -56,7 +56,11 @@ app.kubernetes.io/component: {{ .Values.mode }}
 {{- end -}}
 {{- with .Values.scriptServer.tls.existingSecret -}}
 {{- $ss := deepCopy (default dict $cfg.scriptServer) -}}
-{{- $_ := set $ss "tls" (dict "certFile" "/etc/gpuscaler/scripts-tls/tls.crt" "keyFile" "/etc/gpuscaler/scripts-tls/tls.key" "caCertFile" "/etc/gpuscaler/scripts-tls/ca.crt") -}}
+{{- $tls := dict "certFile" "/etc/gpuscaler/scripts-tls/tls.crt" "keyFile" "/etc/gpuscaler/scripts-tls/tls.key" -}}
+{{- if $.Values.scriptServer.tls.pinCA -}}
+{{- $_ := set $tls "caCertFile" "/etc/gpuscaler/scripts-tls/ca.crt" -}}
+{{- end -}}
+{{- $_ := set $ss "tls" $tls -}}
 {{- $_ := set $cfg "scriptServer" $ss -}}
 {{- end -}}
 {{- $metrics := dict "address" (printf "0.0.0.0:%v" .Values.metrics.port) -}}
@@ -115,10 +119,11 @@ DNS SAN), the one the provider accepts. */}}
 {{- end -}}
 
 {{/* The mTLS Secrets' data the chart makes itself, as JSON: server and
-client (each tls.crt, tls.key, ca.crt, base64) and notAfter (Unix seconds,
-"" for Secrets made before it was recorded). The Secrets in the cluster are
-kept until 30 days (or a third of the lifetime, if shorter) before they
-expire; then, or at install, a CA and two certificates are made. Made once
+client (each tls.crt, tls.key, ca.crt, base64) and notAfter (Unix seconds).
+The Secrets in the cluster are kept until 30 days (or a third of the
+lifetime, if shorter) before they expire; then, at install, or when they
+carry no expiry (made by an earlier chart), a CA and two certificates are
+made. Made once
 a render (kept in .Values), so that the Secrets and cluster-autoscaler's
 pod, which carries their fingerprint and rolls when they change (it reads
 its certificate only at start), agree. */}}
@@ -133,7 +138,8 @@ its certificate only at start), agree. */}}
 {{- $stored := "" -}}
 {{- with $server }}{{ $stored = index (default dict .metadata.annotations) "gpuscaler.dev/not-after" | default "" }}{{ end -}}
 {{- $data := dict -}}
-{{- if and $server $client (or (eq $stored "") (gt (sub (int64 $stored) $now) (int64 $renewBefore))) -}}
+{{- /* Secrets made before the expiry was recorded are due: made anew once. */ -}}
+{{- if and $server $client $stored (gt (sub (int64 $stored) $now) (int64 $renewBefore)) -}}
 {{- $data = dict "server" $server.data "client" $client.data "notAfter" $stored -}}
 {{- else -}}
 {{- $host := printf "%s.%s.svc" $name .Release.Namespace -}}
