@@ -116,18 +116,41 @@ func word(v any) (string, error) {
 		return "", fmt.Errorf("bootstrap: %T is not a value a script may hold", v)
 	}
 	if !config.IsShellWord(s) {
-		return "", fmt.Errorf("bootstrap: %q may not reach a node's script (only letters, digits and ._:/=,@%%+-[]~)", truncate(s, 64))
+		// The value itself is not quoted: a custom template may pass a
+		// secret through word.
+		return "", fmt.Errorf("bootstrap: a value of %d bytes may not reach a node's script: %s (only letters, digits and ._:/=,@%%+-[]~)", len(s), firstBad(s))
 	}
 	return s, nil
 }
 
-// truncate shortens s for an error message.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
+// firstBad says where a value stops being one shell word, without
+// showing any of it.
+func firstBad(s string) string {
+	if s == "" {
+		return "it is empty"
 	}
-	return s[:n] + "..."
+	for i, r := range s {
+		if !config.IsShellWord(string(r)) {
+			return fmt.Sprintf("byte %d is %s", i, charClass(r))
+		}
+	}
+	return "it starts with a character that would change the script"
 }
+
+func charClass(r rune) string {
+	switch {
+	case r == ' ' || r == '\t':
+		return "white space"
+	case r == '\n' || r == '\r':
+		return "a line break"
+	case r < 0x20 || r == 0x7f:
+		return "a control character"
+	case r > 0x7e:
+		return "outside ASCII"
+	}
+	return "a shell metacharacter"
+}
+
 
 func parseBuiltins() (*templates, error) {
 	parse := func(name string) (*template.Template, error) {

@@ -145,7 +145,7 @@ func (s *Server) token(node string) string {
 // one-time token for it.
 func (s *Server) Register(node, script string, ttl time.Duration) string {
 	token := s.token(node)
-	s.store(token, node, script, s.opts.Clock.Now().Add(ttl))
+	s.store(token, &entry{node: node, script: script, expires: s.opts.Clock.Now().Add(ttl)})
 	return token
 }
 
@@ -165,10 +165,7 @@ func (s *Server) Reissue(node, script string, expires time.Time) bool {
 	if served {
 		return false
 	}
-	s.store(s.token(node), node, script, expires)
-	s.mu.Lock()
-	s.entries[hashToken(s.token(node))].reissued = true
-	s.mu.Unlock()
+	s.store(s.token(node), &entry{node: node, script: script, expires: expires, reissued: true})
 	return true
 }
 
@@ -176,11 +173,11 @@ func (s *Server) Reissue(node, script string, expires time.Time) bool {
 // was given), so that Reissue can work.
 func (s *Server) Keyed() bool { return s.keyed }
 
-func (s *Server) store(token, node, script string, expires time.Time) {
+func (s *Server) store(token string, e *entry) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.sweepLocked(s.opts.Clock.Now())
-	s.entries[hashToken(token)] = &entry{node: node, script: script, expires: expires}
+	s.entries[hashToken(token)] = e
 }
 
 // Forget drops whatever is stored for a node (its order failed, or its

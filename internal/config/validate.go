@@ -155,7 +155,7 @@ func validateScriptServer(p *field.Path, ss ScriptServerConfig) field.ErrorList 
 	switch {
 	case !isHTTPURL(ss.URL):
 		errs = append(errs, field.Invalid(p.Child("url"), ss.URL, "must be the http(s) URL nodes reach the server at"))
-	case strings.HasPrefix(ss.URL, "http:") && !urlOnLoopback(ss.URL) && !ss.Insecure:
+	case isPlainHTTP(ss.URL) && !urlOnLoopback(ss.URL) && !ss.Insecure:
 		errs = append(errs, field.Forbidden(p.Child("url"), "plain http would send scripts and join tokens in clear; use https (scriptServer.tls, or a TLS proxy in front), or set scriptServer.insecure: true to accept that"))
 	}
 	if (ss.TLS.CertFile == "") != (ss.TLS.KeyFile == "") {
@@ -164,7 +164,7 @@ func validateScriptServer(p *field.Path, ss ScriptServerConfig) field.ErrorList 
 	if len(ss.TLS.ClientNames) > 0 {
 		errs = append(errs, field.Forbidden(p.Child("tls", "clientNames"), "nodes fetch scripts without a client certificate; clientNames is the provider's"))
 	}
-	if ss.TLS.CACertFile != "" && !strings.HasPrefix(ss.URL, "https:") {
+	if ss.TLS.CACertFile != "" && isPlainHTTP(ss.URL) {
 		errs = append(errs, field.Forbidden(p.Child("tls", "caCertFile"), "the CA nodes pin verifies an https url only"))
 	}
 	return errs
@@ -218,6 +218,12 @@ func validateAddress(p *field.Path, addr string) field.ErrorList {
 func urlOnLoopback(s string) bool {
 	u, err := url.Parse(s)
 	return err == nil && cloud.IsLoopbackHost(u.Hostname())
+}
+
+// isPlainHTTP reports whether a URL's scheme is http, in any case.
+func isPlainHTTP(s string) bool {
+	u, err := url.Parse(s)
+	return err == nil && u.Scheme == "http"
 }
 
 func isHTTPURL(s string) bool {

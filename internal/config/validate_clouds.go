@@ -242,7 +242,7 @@ func validateVerda(p *field.Path, v *VerdaConfig) field.ErrorList {
 	case u == "":
 	case !isHTTPURL(u):
 		errs = append(errs, field.Invalid(p.Child("startupScriptFetchURL"), u, "must be an https URL"))
-	case strings.HasPrefix(u, "http:") && !urlOnLoopback(u):
+	case isPlainHTTP(u) && !urlOnLoopback(u):
 		// Its answer picks the script every new node runs as root.
 		errs = append(errs, field.Invalid(p.Child("startupScriptFetchURL"), u,
 			"must be https: its answer picks the startup script every new node runs as root (plain http only on loopback)"))

@@ -139,6 +139,8 @@ func TestValidateInvalidFields(t *testing.T) {
 			[]string{"clouds.verda.startupScriptFetchURL"}, field.ErrorTypeInvalid},
 		{"verda script url in clear", func(c *Config) { c.Clouds.Verda.StartupScriptFetchURL = "http://scripts.example.com/script" },
 			[]string{"clouds.verda.startupScriptFetchURL"}, field.ErrorTypeInvalid},
+		{"verda script url in clear, upper case", func(c *Config) { c.Clouds.Verda.StartupScriptFetchURL = "HTTP://scripts.example.com/script" },
+			[]string{"clouds.verda.startupScriptFetchURL"}, field.ErrorTypeInvalid},
 		{"sim location repeated", sim(func(s *SimConfig) { s.Locations = append(s.Locations, "FIN-01") }),
 			[]string{"clouds.sim.locations[4]"}, field.ErrorTypeDuplicate},
 		{"sim location empty", sim(func(s *SimConfig) { s.Locations = append(s.Locations, "") }),

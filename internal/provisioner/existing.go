@@ -168,21 +168,14 @@ func (e *ExistingGroups) fileGroups() (names map[string]bool, migs map[string]st
 // in errs each pool whose names cannot be taken (all of its claims then
 // drop): malformed, twice, another pool's, or the file's own. A MIG goes
 // to the pool that holds it now, else to the pool created first (then by
-// name): a pool created later, whatever its name, never takes a MIG from
-// the pool that has it.
+// name): a pool, whatever its name or age, never takes a MIG from the
+// pool that has it.
 func (e *ExistingGroups) claims(nps []v1alpha1.NodeProvisioner, fileMIGs map[string]string, errs map[string]error) []claim {
 	var wants []claim
-	owner := map[string]string{} // zone/name -> pool
-	holds := map[string]bool{}   // pools that hold a MIG now
-	for _, g := range e.applied {
-		holds[g.Labels[LabelProvisionerName]] = true
-	}
+	owner := e.holders(nps) // zone/name -> pool
 	sorted := append([]v1alpha1.NodeProvisioner(nil), nps...)
 	sort.SliceStable(sorted, func(i, j int) bool {
 		a, b := sorted[i], sorted[j]
-		if holds[a.Name] != holds[b.Name] {
-			return holds[a.Name]
-		}
 		if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
 			return a.CreationTimestamp.Before(&b.CreationTimestamp)
 		}
@@ -228,6 +221,34 @@ func (e *ExistingGroups) claims(nps []v1alpha1.NodeProvisioner, fileMIGs map[str
 		wants = append(wants, pool...)
 	}
 	return wants
+}
+
+// holders are the MIGs in force now, by zone/name, with the pool that
+// holds each, among the pools that are not being deleted and still name
+// it: a MIG stays with its holder whatever pools come after.
+func (e *ExistingGroups) holders(nps []v1alpha1.NodeProvisioner) map[string]string {
+	live := map[string]bool{}
+	for _, np := range nps {
+		if np.DeletionTimestamp != nil {
+			continue
+		}
+		for _, ref := range np.Spec.ExistingInstanceGroupNames {
+			if zone, mig, err := config.ParseInstanceGroup(ref, e.Zone); err == nil {
+				live[np.Name+"/"+zone+"/"+mig] = true
+			}
+		}
+	}
+	out := map[string]string{}
+	for _, g := range e.applied {
+		if len(g.Locations) == 0 {
+			continue
+		}
+		pool, key := g.Labels[LabelProvisionerName], g.Locations[0]+"/"+g.CloudOptions["instanceGroup"]
+		if live[pool+"/"+key] {
+			out[key] = pool
+		}
+	}
+	return out
 }
 
 // MarkerPrefix starts the mark an operator puts in a MIG's description

@@ -160,6 +160,17 @@ func TestExistingGroupsFirstClaimWins(t *testing.T) {
 	if _, errs := e.Sync(ctx, []v1alpha1.NodeProvisioner{a, z, old}); errs["z"] != nil || errs["0-restored"] == nil {
 		t.Errorf("the holder lost its MIG to an older pool: %v", errs)
 	}
+	// Held per MIG: an older pool that holds one MIG and names another
+	// pool's does not take it.
+	y := pool("y", 0, "zones/us-central1-b/instanceGroupManagers/l4-grp")
+	y.CreationTimestamp = metav1.NewTime(t0.Add(time.Hour))
+	if _, errs := e.Sync(ctx, []v1alpha1.NodeProvisioner{z, y}); errs["z"] != nil || errs["y"] != nil {
+		t.Fatalf("two pools, two MIGs: %v", errs)
+	}
+	z.Spec.ExistingInstanceGroupNames = append(z.Spec.ExistingInstanceGroupNames, "zones/us-central1-b/instanceGroupManagers/l4-grp")
+	if _, errs := e.Sync(ctx, []v1alpha1.NodeProvisioner{z, y}); errs["y"] != nil || errs["z"] == nil || !strings.Contains(errs["z"].Error(), `NodeProvisioner "y"`) {
+		t.Errorf("an older pool naming a MIG a newer one holds: %v, want z in error naming y", errs)
+	}
 }
 
 // A NodeProvisioner alone never widens what gpuscaler may touch: a MIG

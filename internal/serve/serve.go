@@ -211,7 +211,10 @@ func (c *conns) track(nc net.Conn, st http.ConnState) {
 	c.mu.Unlock()
 	if victim != nil {
 		c.limits.Evicted(reason)
-		_ = victim.Close()
+		// Not here: this runs in the server's accept loop, and a TLS
+		// connection's Close writes a close-notify a full peer can hold
+		// for seconds.
+		go func() { _ = victim.Close() }()
 	}
 }
 

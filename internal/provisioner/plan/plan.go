@@ -223,7 +223,7 @@ func (c *planner) room(gi int) bool {
 	g := c.pool.Groups[gi]
 	return !g.Unavailable && g.Template != nil && g.Nodes+c.p.Add[g.Name] < g.MaxSize &&
 		(c.pool.MaxNodes == 0 || c.total < c.pool.MaxNodes) &&
-		(c.pool.MaxHourlyCost == nil || c.spend+g.Price <= *c.pool.MaxHourlyCost+1e-9)
+		(c.pool.MaxHourlyCost == nil || *c.pool.MaxHourlyCost > 0 && c.spend+g.Price <= *c.pool.MaxHourlyCost+1e-9)
 }
 
 // firstRoom is the first group, in the pool's order, with room and GPUs;
