@@ -151,7 +151,6 @@ func charClass(r rune) string {
 	return "a shell metacharacter"
 }
 
-
 func parseBuiltins() (*templates, error) {
 	parse := func(name string) (*template.Template, error) {
 		return template.New(name).Funcs(funcs).Option("missingkey=error").
