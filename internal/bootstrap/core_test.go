@@ -25,6 +25,7 @@ import (
 	"github.com/gpuscaler/gpuscaler/internal/config"
 	"github.com/gpuscaler/gpuscaler/internal/daemon"
 	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
+	"github.com/gpuscaler/gpuscaler/internal/nodegroup/coretest"
 )
 
 // TestEveryOrderGetsItsScript: the core renders each instance's script
@@ -294,7 +295,7 @@ nodeGroups:
 			if err != nil {
 				t.Fatal(err)
 			}
-			var logs syncBuffer
+			var logs coretest.LogBuffer
 			events := &eventLog{}
 			mgr, stop := startCoreWith(t, cfg, engine,
 				bootstrap.Options{Kube: kube, Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}, events)
@@ -332,22 +333,4 @@ nodeGroups:
 			}
 		})
 	}
-}
-
-// syncBuffer is a buffer a logger writes to while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -21,6 +21,7 @@ package serve
 
 import (
 	"context"
+	"crypto/tls"
 	"net"
 	"net/http"
 	"sync"
@@ -211,10 +212,14 @@ func (c *conns) track(nc net.Conn, st http.ConnState) {
 	c.mu.Unlock()
 	if victim != nil {
 		c.limits.Evicted(reason)
-		// Not here: this runs in the server's accept loop, and a TLS
-		// connection's Close writes a close-notify a full peer can hold
-		// for seconds.
-		go func() { _ = victim.Close() }()
+		// This runs in the server's accept loop: a TLS connection's Close
+		// writes a close-notify a full peer can hold for seconds, so its
+		// socket is closed under it instead.
+		if tc, ok := victim.(*tls.Conn); ok {
+			_ = tc.NetConn().Close()
+		} else {
+			_ = victim.Close()
+		}
 	}
 }
 

@@ -24,7 +24,7 @@ import (
 
 // startProvider runs the provider on a config and waits until addr
 // answers /healthz; it stops at the end of the test.
-func startProvider(t *testing.T, cfg, addr string) *syncBuffer {
+func startProvider(t testing.TB, cfg, addr string) (*exec.Cmd, *syncBuffer) {
 	t.Helper()
 	cmd := exec.Command(bin, "provider", "--config", cfg)
 	var out syncBuffer
@@ -43,7 +43,7 @@ func startProvider(t *testing.T, cfg, addr string) *syncBuffer {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	return &out
+	return cmd, &out
 }
 
 // timedGet asks for a path on a new connection; it returns how long the
@@ -100,7 +100,7 @@ func TestTricklingFloodLocksNothingOut(t *testing.T) {
 	metrics, health, scripts := testenv.LoopbackAddress(t), testenv.LoopbackAddress(t), testenv.LoopbackAddress(t)
 	cfg := writeConfig(t, simOnly+fmt.Sprintf("metrics: {address: %q, healthAddress: %q}\nprovider: {listenAddress: %q}\n"+
 		"scriptServer: {listenAddress: %q, url: \"http://%s\"}\n", metrics, health, testenv.LoopbackAddress(t), scripts, scripts))
-	out := startProvider(t, cfg, metrics)
+	_, out := startProvider(t, cfg, metrics)
 	trickleFlood(t, metrics, 140)
 	trickleFlood(t, scripts, 140)
 	time.Sleep(time.Second)
@@ -133,7 +133,7 @@ func TestSilentFloodBeforeTheHandshakeLocksNothingOut(t *testing.T) {
 	metrics, grpcAddr := testenv.LoopbackAddress(t), testenv.LoopbackAddress(t)
 	cfg := writeConfig(t, simOnly+fmt.Sprintf("metrics: {address: %q}\nprovider: {listenAddress: %q, tls: {certFile: %q, keyFile: %q, caCertFile: %q, clientNames: [cluster-autoscaler]}}\n",
 		metrics, grpcAddr, files.ServerCert, files.ServerKey, files.CA))
-	out := startProvider(t, cfg, metrics)
+	_, out := startProvider(t, cfg, metrics)
 	for range 200 {
 		c, err := net.Dial("tcp", grpcAddr)
 		if err != nil {

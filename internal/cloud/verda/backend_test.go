@@ -244,17 +244,24 @@ func TestLeftoverScriptsAreSwept(t *testing.T) {
 // working: a script server in the DataCrunch autoscaler's style stores a
 // script at the cloud and answers its ID; the instance boots with it, and
 // gpuscaler deletes it once the instance runs.
-func TestDataCrunchScriptFetchURL(t *testing.T) {
+// bareAPI is Verda's fake, booting in 10 ms, and a client of it.
+func bareAPI(t *testing.T) (*verdatest.Server, *verda.Client) {
+	t.Helper()
 	engine, err := verdatest.NewEngine(sim.Config{BootDelay: sim.Duration(10 * time.Millisecond)}, sim.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	fake := verdatest.New(engine, verdatest.Options{ClientID: "id", ClientSecret: secret})
-	defer fake.Close()
+	t.Cleanup(fake.Close)
 	api, err := verda.NewClient(verda.ClientOptions{BaseURL: fake.URL + "/v1", ClientID: "id", ClientSecret: secret})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return fake, api
+}
+
+func TestDataCrunchScriptFetchURL(t *testing.T) {
+	fake, api := bareAPI(t)
 	var posts atomic.Int32
 	scripts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost || r.URL.Path != "/script" {
@@ -297,16 +304,7 @@ func TestDataCrunchScriptFetchURL(t *testing.T) {
 // for this order) gets it run, but gpuscaler never deletes it: it is not
 // gpuscaler's.
 func TestFetchedScriptOfSomeoneElseIsNotDeleted(t *testing.T) {
-	engine, err := verdatest.NewEngine(sim.Config{BootDelay: sim.Duration(10 * time.Millisecond)}, sim.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	fake := verdatest.New(engine, verdatest.Options{ClientID: "id", ClientSecret: secret})
-	defer fake.Close()
-	api, err := verda.NewClient(verda.ClientOptions{BaseURL: fake.URL + "/v1", ClientID: "id", ClientSecret: secret})
-	if err != nil {
-		t.Fatal(err)
-	}
+	fake, api := bareAPI(t)
 	ctx := context.Background()
 	shared, err := api.CreateScript(ctx, "team-shared-bootstrap", "#!/bin/bash\necho shared\n")
 	if err != nil {
