@@ -23,7 +23,8 @@ import (
 )
 
 // startProvider runs the provider on a config and waits until addr
-// answers /healthz; it stops at the end of the test.
+// answers /readyz with 200 (the core runs); it stops at the end of the
+// test.
 func startProvider(t testing.TB, cfg, addr string) (*exec.Cmd, *syncBuffer) {
 	t.Helper()
 	cmd := exec.Command(bin, "provider", "--config", cfg)
@@ -36,14 +37,21 @@ func startProvider(t testing.TB, cfg, addr string) (*exec.Cmd, *syncBuffer) {
 		_ = cmd.Process.Signal(os.Interrupt)
 		_ = cmd.Wait()
 	})
+	client := &http.Client{Timeout: 2 * time.Second}
 	deadline := time.Now().Add(30 * time.Second)
-	for _, err := timedGet(addr, "/healthz"); err != nil; _, err = timedGet(addr, "/healthz") {
+	for {
+		resp, err := client.Get("http://" + addr + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return cmd, &out
+			}
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the provider did not serve /healthz: %v\n%s", err, out.String())
+			t.Fatalf("the provider did not become ready on %s: %v\n%s", addr, err, out.String())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	return cmd, &out
 }
 
 // timedGet asks for a path on a new connection; it returns how long the

@@ -9,7 +9,6 @@ import (
 	"flag"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -87,30 +86,7 @@ func writeConfig(t testing.TB, doc string) string {
 // (9090) answer on 127.0.0.1 only: from another address of this machine
 // (127.0.0.2, as a peer on the network would come) nothing is listening.
 func TestDefaultListenersAreLoopbackOnly(t *testing.T) {
-	cmd := exec.Command(bin, "provider", "--config", writeConfig(t, simOnly))
-	var out syncBuffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		_ = cmd.Wait()
-	})
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := http.Get("http://127.0.0.1:9090/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the provider did not become ready on 127.0.0.1:9090:\n%s", out.String())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	startProvider(t, writeConfig(t, simOnly), "127.0.0.1:9090")
 	for _, port := range []string{"8086", "9090"} {
 		if c, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", port), time.Second); err != nil {
 			t.Errorf("port %s not served on loopback: %v", port, err)
