@@ -280,7 +280,7 @@ func TestOneSourceTakesItsShareOnly(t *testing.T) {
 	// Another source: 127.0.0.2 is loopback too.
 	other, err := (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}).Dial("tcp", addr)
 	if err != nil {
-		t.Skipf("no second loopback address to dial from: %v", err)
+		t.Fatalf("dial from 127.0.0.2, a second loopback address: %v", err)
 	}
 	defer other.Close()
 	var mine []net.Conn
