@@ -55,7 +55,7 @@ e2e-bins:
 	$(TGO) build -ldflags "-s -w" -o $(E2E_BIN)/gpuscaler ./cmd/gpuscaler
 	$(KGO) build -o $(E2E_BIN)/gpuscaler-karpenter ./cmd/gpuscaler-karpenter
 
-## tools: system tools Go cannot build (shellcheck), from Debian's packages.
+## tools: system tools Go cannot build (shellcheck, curl), from Debian's packages.
 tools:
 	@./hack/install-tools.sh
 
