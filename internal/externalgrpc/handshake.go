@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -29,14 +28,11 @@ type admitting struct {
 	credentials.TransportCredentials
 	refused *prometheus.CounterVec
 	log     *slog.Logger
-
-	mu    sync.Mutex
-	last  time.Time
-	quiet int
+	quiet   *serve.QuietLog
 }
 
 func newAdmitting(inner credentials.TransportCredentials, reg prometheus.Registerer, log *slog.Logger) (*admitting, error) {
-	a := &admitting{TransportCredentials: inner, log: log,
+	a := &admitting{TransportCredentials: inner, log: log, quiet: serve.NewQuietLog(handshakeLogEvery),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gpuscaler_grpc_handshakes_refused_total",
 			Help: "gRPC connections refused in their handshake, by reason " +
@@ -66,24 +62,19 @@ func (a *admitting) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInf
 	return c, info, nil
 }
 
-// refuse counts a refused handshake and logs it at most once a minute.
+// refuse counts a refused handshake and logs each reason at most once a
+// minute.
 func (a *admitting) refuse(reason string, raw net.Conn, err error) {
 	a.refused.WithLabelValues(reason).Inc()
-	a.mu.Lock()
-	now := time.Now()
-	if now.Sub(a.last) < handshakeLogEvery {
-		a.quiet++
-		a.mu.Unlock()
+	ok, quiet := a.quiet.Allow(reason)
+	if !ok {
 		return
 	}
-	quiet := a.quiet
-	a.last, a.quiet = now, 0
-	a.mu.Unlock()
 	a.log.Warn("refused a gRPC connection in its handshake", "reason", reason, "peer", raw.RemoteAddr().String(),
 		"error", err, "alsoSinceLastLog", quiet)
 }
 
 // Clone keeps the wrapper.
 func (a *admitting) Clone() credentials.TransportCredentials {
-	return &admitting{TransportCredentials: a.TransportCredentials.Clone(), refused: a.refused, log: a.log}
+	return &admitting{TransportCredentials: a.TransportCredentials.Clone(), refused: a.refused, log: a.log, quiet: a.quiet}
 }

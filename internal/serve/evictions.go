@@ -19,11 +19,38 @@ const evictionLogEvery = time.Minute
 type Evictions struct {
 	counter *prometheus.CounterVec
 	log     *slog.Logger
+	quiet   *QuietLog
+}
 
-	mu      sync.Mutex
-	last    map[[2]string]time.Time
-	quiet   map[[2]string]int
-	nowFunc func() time.Time
+// QuietLog lets one log line a key through per period and counts the
+// rest: for what a flood repeats. Safe for concurrent use.
+type QuietLog struct {
+	every time.Duration
+	now   func() time.Time
+
+	mu    sync.Mutex
+	last  map[string]time.Time
+	quiet map[string]int
+}
+
+// NewQuietLog lets a key's line through once per every.
+func NewQuietLog(every time.Duration) *QuietLog {
+	return &QuietLog{every: every, now: time.Now, last: map[string]time.Time{}, quiet: map[string]int{}}
+}
+
+// Allow reports whether key's line may be logged now, and how many of its
+// lines were held back since the last one.
+func (q *QuietLog) Allow(key string) (ok bool, heldBack int) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	now := q.now()
+	if now.Sub(q.last[key]) < q.every {
+		q.quiet[key]++
+		return false, 0
+	}
+	heldBack = q.quiet[key]
+	q.last[key], q.quiet[key] = now, 0
+	return true, heldBack
 }
 
 // NewEvictions registers the counter with reg (nil: nowhere); a process
@@ -50,7 +77,7 @@ func NewEvictions(reg prometheus.Registerer, log *slog.Logger) (*Evictions, erro
 			c = existing
 		}
 	}
-	return &Evictions{counter: c, log: log, last: map[[2]string]time.Time{}, quiet: map[[2]string]int{}, nowFunc: time.Now}, nil
+	return &Evictions{counter: c, log: log, quiet: NewQuietLog(evictionLogEvery)}, nil
 }
 
 // For returns the Evicted hook of one listener.
@@ -60,17 +87,10 @@ func (e *Evictions) For(listener string) func(reason string) {
 	}
 	return func(reason string) {
 		e.counter.WithLabelValues(listener, reason).Inc()
-		key := [2]string{listener, reason}
-		e.mu.Lock()
-		now := e.nowFunc()
-		if now.Sub(e.last[key]) < evictionLogEvery {
-			e.quiet[key]++
-			e.mu.Unlock()
+		ok, quiet := e.quiet.Allow(listener + "/" + reason)
+		if !ok {
 			return
 		}
-		quiet := e.quiet[key]
-		e.last[key], e.quiet[key] = now, 0
-		e.mu.Unlock()
 		e.log.Warn("closed a connection to make room; a flood or a slow client holds the listener",
 			"listener", listener, "reason", reason, "alsoSinceLastLog", quiet)
 	}
