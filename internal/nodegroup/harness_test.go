@@ -337,6 +337,8 @@ type wrapped struct {
 	onDelete func(inst cloud.Instance) (error, bool)
 	onList   func([]cloud.Instance) []cloud.Instance
 	onStart  func(ctx context.Context, inst cloud.Instance) (error, bool)
+	// onStop runs before a stop goes to the cloud (a test holds it).
+	onStop func(inst cloud.Instance)
 	// onTransfer runs instead of the transfer when set; transfer is the
 	// simulated cloud's, for a hook to call.
 	onTransfer func(ctx context.Context, inst cloud.Instance, name, owner string) (cloud.Instance, error)
@@ -422,6 +424,12 @@ func listedFailed(insts []cloud.Instance, class error) []cloud.Instance {
 // Stop, Start and StoppedPrice pass through to the simulated cloud's
 // cloud.Stopper.
 func (w *wrapped) Stop(ctx context.Context, inst cloud.Instance) error {
+	w.mu.Lock()
+	hook := w.onStop
+	w.mu.Unlock()
+	if hook != nil {
+		hook(inst)
+	}
 	return w.Provider.(cloud.Stopper).Stop(ctx, inst)
 }
 

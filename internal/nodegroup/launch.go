@@ -128,7 +128,7 @@ func (l *launcher) prepareLocked(req LaunchRequest) (cloud.CreateSpec, *member, 
 	}
 	name := req.Name
 	if name == "" {
-		name = s.newName(s.launches, req.Owner)
+		name = s.newName(s.launches, req.Owner, false)
 	} else if err := l.nameFreeLocked(name); err != nil {
 		return cloud.CreateSpec{}, nil, err
 	}

@@ -246,7 +246,7 @@ func (z *sizer) reconcileLocked(g *group) {
 		if z.takeLocked(g) != nil {
 			continue // a standby instance starts: seconds, not a cold boot
 		}
-		mem := z.newMember(g)
+		mem := z.newMember(g, false)
 		z.store.add(g, mem)
 		z.orderer.order(g, mem)
 	}

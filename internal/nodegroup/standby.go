@@ -206,7 +206,7 @@ func (z *sizer) start(g *group, mem *member, inst cloud.Instance) {
 	if g.live < g.target {
 		// The fallback is a fresh order, not the next standby instance,
 		// which likely meets what refused this one.
-		fresh := z.newMember(g)
+		fresh := z.newMember(g, false)
 		s.add(g, fresh)
 		z.orderer.order(g, fresh)
 	}
@@ -313,7 +313,7 @@ func (z *sizer) poolLocked(g *group) {
 		if z.cost.check(g, nil, z.offerings.estimate(g)) != nil {
 			return // the pool waits for room under the cost caps
 		}
-		mem := z.newMember(g)
+		mem := z.newMember(g, true)
 		mem.standby = standbyWarming
 		z.store.add(g, mem)
 		z.orderer.order(g, mem)
@@ -376,9 +376,9 @@ func (z *sizer) overCapLocked(g *group) float64 {
 }
 
 // newMember makes the member for a new order of g.
-func (z *sizer) newMember(g *group) *member {
+func (z *sizer) newMember(g *group, pool bool) *member {
 	mem := &member{
-		name:      z.store.newName(g, z.namePrefix(g)),
+		name:      z.store.newName(g, z.namePrefix(g), pool),
 		g:         g,
 		phase:     phaseCreating,
 		createdAt: stampOf(z.clock.Now()),

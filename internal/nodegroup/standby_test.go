@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -745,6 +746,19 @@ func TestScaledDownNodeGoesBackToAShortPool(t *testing.T) {
 			back = in
 		}
 	}
+	// The returned node's stop is held until the checks below are done:
+	// a sync may stop it at once, and a stopped one is the pool's to give.
+	release := make(chan struct{})
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(free) // before the harness stops, on a failure below
+	w.mu.Lock()
+	w.onStop = func(inst cloud.Instance) {
+		if inst.Name == back.Name {
+			<-release
+		}
+	}
+	w.mu.Unlock()
 	if err := h.mgr.DeleteNodes(ctx, "g", []string{back.ProviderID}); err != nil {
 		t.Fatal(err)
 	}
@@ -765,11 +779,36 @@ func TestScaledDownNodeGoesBackToAShortPool(t *testing.T) {
 		}
 	}
 	if err := h.mgr.DecreaseTargetSize(ctx, "g", -1); err != nil {
-		t.Fatal(err)
+		// The order was made already: its node is deleted instead, as
+		// cluster-autoscaler does when it may not lower the target.
+		var fresh []string
+		insts, _ = h.mgr.Instances("g")
+		for _, in := range insts {
+			if in.Name != first.Name && in.Name != back.Name {
+				fresh = append(fresh, in.ProviderID)
+			}
+		}
+		if len(fresh) != 1 {
+			t.Fatalf("decrease refused (%v), and %d fresh orders", err, len(fresh))
+		}
+		if err := h.mgr.DeleteNodes(ctx, "g", fresh); err != nil {
+			t.Fatal(err)
+		}
 	}
+	free()
 	stoppedForThePool(h, back.Name, "the returned node stopped for the pool")
-	if creates, deletes := w.counts(); creates != 2 || deletes != 0 {
-		t.Fatalf("%d creates, %d deletes: the scaled-down node should be stopped for the pool, nothing ordered or deleted", creates, deletes)
+	// The increase may have placed its order before the decrease took it
+	// back (orders go out from the sync): that order, and only that one,
+	// is then deleted. The returned node is never deleted or replaced.
+	h.eventually("only an order taken back deleted", func() bool {
+		creates, _ := w.counts()
+		return creates <= 3 && w.deletedInstances() == creates-2
+	})
+	w.mu.Lock()
+	backDeleted := w.deleted[back.Name]
+	w.mu.Unlock()
+	if backDeleted != 0 {
+		t.Fatal("the scaled-down node was deleted, not stopped for the pool")
 	}
 	if err := h.mgr.IncreaseSize(ctx, "g", 1); err != nil {
 		t.Fatal(err)
@@ -901,4 +940,60 @@ func servingFromAShortPool(t *testing.T, n int) (*harness, *fakeNodes, *wrapped,
 		nodes.setStartup(in.ProviderID, Startup{Registered: now, Ready: now, GPUs: now, GPUsSeen: true})
 	}
 	return h, nodes, w, insts
+}
+
+// A restart while the pool's order warms up finds it the pool's again (its
+// name says it was ordered for the pool): no capacity, the target stays 0,
+// and the pool orders nothing more. Before, the restarted core took it
+// for capacity, raised the target to 1 and ordered a second instance.
+func TestRestartWhileThePoolWarmsUp(t *testing.T) {
+	w := &wrapped{}
+	h := newWrappedHarness(t, standbyGroup, sim.Options{}, Options{}, func(c *sim.Cloud) cloud.Provider { w.Provider = c; return w })
+	name := warmingUp(h)
+	if !orderedForPool(name) {
+		t.Fatalf("the pool's order is named %s, with no pool mark", name)
+	}
+	h.restart()
+	h.settle(30 * time.Second)
+	if n, _ := h.mgr.TargetSize("g"); n != 0 {
+		t.Fatalf("target %d after the restart, want 0: the warming instance is the pool's", n)
+	}
+	if stopped := poolReady(h); stopped.Name != name {
+		t.Fatalf("the pool holds %s, want %s", stopped.Name, name)
+	}
+	if creates, deletes := w.counts(); creates != 1 || deletes != 0 {
+		t.Fatalf("%d creates, %d deletes: the restart made the pool order again", creates, deletes)
+	}
+}
+
+// A pool's order taken for demand (its Node's TaintStandby lifted) is
+// capacity after a restart, though its name says it was ordered for the
+// pool.
+func TestRestartKeepsAPoolOrderTakenForDemand(t *testing.T) {
+	nodes := newFakeNodes()
+	h := newHarness(t, standbyGroup, sim.Options{}, Options{Nodes: nodes})
+	name := warmingUp(h)
+	now := h.clk.Now()
+	nodes.setStartup(cloud.ProviderID("sim", name), Startup{Registered: now, Ready: now, GPUs: now, GPUsSeen: true})
+	h.restart()
+	h.settle(30 * time.Second)
+	if n, _ := h.mgr.TargetSize("g"); n != 1 {
+		t.Fatalf("target %d after the restart, want 1: the instance serves", n)
+	}
+}
+
+func TestOrderedForPool(t *testing.T) {
+	for name, want := range map[string]bool{
+		"g-p0123456789":        true,
+		"gpu-h100-pabcdef0123": true,
+		"g-0123456789":         false,
+		"g-p012345678":         false,
+		"g-pxyz3456789":        false,
+		"p0123456789":          false,
+		"g-p0123456789-x":      false,
+	} {
+		if got := orderedForPool(name); got != want {
+			t.Errorf("orderedForPool(%q) = %v, want %v", name, got, want)
+		}
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -644,9 +645,22 @@ func (s *store) groupsOn(cloudName string) []*group {
 	return out
 }
 
-// newName returns a fresh hostname "<prefix>-<10 hex>", checked against
-// the group's members.
-func (s *store) newName(g *group, prefix string) string {
+// poolMark starts the random part of the names of a standby pool's
+// orders, "<prefix>-p<10 hex>": no hex digit, so no other order's name
+// has it. The cloud keeps the name, so a restarted process tells a pool
+// member still warming up (running, not yet stopped and marked Standby)
+// from capacity (orderedForPool).
+const poolMark = "p"
+
+// newName returns a fresh hostname "<prefix>-<10 hex>" ("<prefix>-p<10
+// hex>" for an order of the standby pool), checked against the group's
+// members.
+func (s *store) newName(g *group, prefix string, pool bool) string {
+	if pool {
+		prefix += "-" + poolMark
+	} else {
+		prefix += "-"
+	}
 	src := s.entropy
 	if src == nil {
 		src = rand.Reader
@@ -656,9 +670,21 @@ func (s *store) newName(g *group, prefix string) string {
 		if _, err := io.ReadFull(src, b[:]); err != nil {
 			panic(fmt.Sprintf("instance name entropy: %v", err)) // crypto/rand never fails on supported platforms
 		}
-		name := prefix + "-" + hex.EncodeToString(b[:])
+		name := prefix + hex.EncodeToString(b[:])
 		if _, taken := g.members[name]; !taken {
 			return name
 		}
 	}
+}
+
+// orderedForPool reports whether an instance's name is one newName gives
+// an order of a standby pool.
+func orderedForPool(name string) bool {
+	i := strings.LastIndexByte(name, '-')
+	rest, ok := strings.CutPrefix(name[i+1:], poolMark)
+	if i < 0 || !ok || len(rest) != 10 {
+		return false
+	}
+	_, err := hex.DecodeString(rest)
+	return err == nil
 }

@@ -630,6 +630,12 @@ func (y *syncer) adoptLocked(ctx context.Context, cloudName string, g *group, in
 		// A standby instance of a process before this one: it stays
 		// in the pool (poolLocked trims a pool above its size).
 		mem.standby, mem.price = standbyStopped, y.clients[cloudName].stoppedPrice(mem.offering())
+	case (in.State == cloud.StatePending || in.State == cloud.StateRunning) && g.cfg.StandbyMaxSize() > 0 &&
+		orderedForPool(in.Name) && !y.takenForDemand(mem):
+		// An order of the pool that the process before this one left
+		// warming up: still the pool's, no capacity. Taken for capacity
+		// it would raise the target, and the pool would order again.
+		mem.standby = standbyWarming
 	case in.State == cloud.StateDeleting:
 		s.to(mem, phaseDeleting)
 	case in.State == cloud.StateStopped:
@@ -648,6 +654,18 @@ func (y *syncer) adoptLocked(ctx context.Context, cloudName string, g *group, in
 		out.start = append(out.start, mem)
 	}
 	return mem, 0
+}
+
+// takenForDemand reports whether the Node of a pool's order shows it was
+// taken for demand: registered, and TaintStandby lifted. Without a Node
+// (booting, or no Nodes watched) it is still the pool's; a front end that
+// took it asks again, and the pool gives it at once.
+func (y *syncer) takenForDemand(mem *member) bool {
+	if y.nodes == nil {
+		return false
+	}
+	st, ok := y.nodes.Startup(mem.providerIDs()...)
+	return ok && !st.Standby
 }
 
 // recordLocked records what a list says of a member's instance, its

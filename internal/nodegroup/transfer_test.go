@@ -210,6 +210,9 @@ func TestHandedOverInstanceStartedAfterARestart(t *testing.T) {
 		return ok && in.State == cloud.StateRunning && in.Owner == "karpenter"
 	})
 	if creates, deletes := w.counts(); deletes != 0 || creates > 2 {
+		for _, in := range h.engine.Instances("test") {
+			t.Logf("at cloud: %s %s owner=%q standby=%v state=%s created=%v", in.ID, in.Name, in.Owner, in.Standby, in.State, in.CreatedAt)
+		}
 		t.Fatalf("%d creates, %d deletes: the handed-over instance was replaced", creates, deletes)
 	}
 }
