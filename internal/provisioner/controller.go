@@ -328,10 +328,17 @@ func Snapshot(pool plan.Pool, nodes []*corev1.Node, pods []*corev1.Pod, groupOf 
 	instances func(group string) ([]nodegroup.Instance, error)) (snapshot []plan.Node, ordering bool) {
 	snapshot = plan.Snapshot(nodes, pods, groupOf)
 	registered := make(map[string]bool, len(nodes))
+	unneeded := map[string]bool{}
 	for _, n := range nodes {
 		if pid := n.Spec.ProviderID; pid != "" {
 			registered[pid] = true
 		}
+		if _, ok := unneededSince(n); ok {
+			unneeded[n.Name] = true
+		}
+	}
+	for i := range snapshot {
+		snapshot[i].Unneeded = unneeded[snapshot[i].Name]
 	}
 	for _, g := range pool.Groups {
 		insts, _ := instances(g.Name)

@@ -68,7 +68,10 @@ func (r *Reconciler) scaleDown(ctx context.Context, np *v1alpha1.NodeProvisioner
 				r.Recorder.Eventf(np, n, corev1.EventTypeNormal, "NodeUnneeded", "ScaleDown", "node %s is unneeded; it goes in %s unless demand returns", n.Name, delay)
 				changed = true
 			}
-		case doomed[n.Name] && (now.Sub(since) >= delay || returns.Take(group, now.Sub(since))):
+		case doomed[n.Name] && (returns.Take(group, now.Sub(since)) || now.Sub(since) >= delay):
+			// Take first: a node past its delay that the pool takes back
+			// uses the pool's room, which a node cordoned for an early
+			// return must not count on.
 			if r.drainAndDelete(ctx, np, n, group) {
 				changed = true
 			}

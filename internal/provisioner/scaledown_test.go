@@ -170,3 +170,37 @@ func TestDrainOrder(t *testing.T) {
 		t.Fatalf("order %v, want %v", got, want)
 	}
 }
+
+// A node past scaleDownDelay that its pool takes back uses the pool's
+// room: with room for one, a node unneeded for an hour goes (back to the
+// pool), and one unneeded for three minutes is not cordoned for an early
+// return the pool has no room left for. Before, the node past its delay
+// skipped the count, and both drained.
+func TestANodePastItsDelayUsesThePoolsRoom(t *testing.T) {
+	np := &v1alpha1.NodeProvisioner{ObjectMeta: metav1.ObjectMeta{Name: "pool"}}
+	idle := func(name string, ago time.Duration) corev1.Node {
+		return corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.NodeSpec{ProviderID: "sim://" + name,
+			Taints: []corev1.Taint{{Key: TaintUnneeded, Value: strconv.FormatInt(time.Now().Add(-ago).Unix(), 10), Effect: corev1.TaintEffectPreferNoSchedule}}}}
+	}
+	a, b := idle("gpu-old", time.Hour), idle("gpu-new", 3*time.Minute)
+	c := fake.NewClientBuilder().WithObjects(&a, &b).Build()
+	r := &Reconciler{Client: c, APIReader: c, Core: inforce.Fixed[Core](returning{room: 1, after: 2 * time.Minute}),
+		Recorder: events.NewFakeRecorder(16), Logger: slog.New(slog.DiscardHandler)}
+	var list corev1.NodeList
+	if err := c.List(context.Background(), &list); err != nil {
+		t.Fatal(err)
+	}
+	r.scaleDown(context.Background(), np, []string{"gpu-old", "gpu-new"}, ScaleDownDelay(np.Spec, false), list.Items, func(*corev1.Node) string { return "g" })
+	if err := c.List(context.Background(), &list); err != nil {
+		t.Fatal(err)
+	}
+	var draining []string
+	for i := range list.Items {
+		if hasTaint(&list.Items[i], TaintDeleting) {
+			draining = append(draining, list.Items[i].Name)
+		}
+	}
+	if !slices.Equal(draining, []string{"gpu-old"}) {
+		t.Fatalf("draining %v, want only gpu-old: the pool has room for one", draining)
+	}
+}

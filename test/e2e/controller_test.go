@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/dynamic"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -376,6 +377,71 @@ func TestWarmBufferAndScaleDown(t *testing.T) {
 	time.Sleep(5 * time.Second)
 	if n := nodeCount(ctx, c, "h100"); n != 1 {
 		t.Fatalf("%d nodes after the buffer settled", n)
+	}
+}
+
+// TestSurplusIdleNodeGoes: two idle nodes and a buffer of one. The
+// surplus node goes after scaleDownDelay and the kept one is never marked:
+// which node goes does not depend on the order the cache lists them in.
+// Before, each pass kept whichever node came first, so the surplus one was
+// unmarked and marked again (a patch each) and its clock never ran out.
+func TestSurplusIdleNodeGoes(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c := startController(t, ctx, "  - {name: h100, cloud: sim, instanceType: 1H100.80S.30V, locations: [FIN-01], maxSize: 10}\n")
+	one := int32(1)
+	const delay = 15 * time.Second
+	createNP(t, ctx, c, &v1alpha1.NodeProvisioner{ObjectMeta: metav1.ObjectMeta{Name: "surplus"}, Spec: v1alpha1.NodeProvisionerSpec{
+		NodeGroups: []string{"h100"}, MinUnutilizedGPUNodes: &one, ScaleDownDelay: &metav1.Duration{Duration: delay}}})
+	pods := c.env.Client.CoreV1().Pods("default")
+	if _, err := pods.Create(ctx, gpuPod("job"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "the pod running and one idle node", func() bool {
+		p, err := pods.Get(ctx, "job", metav1.GetOptions{})
+		return err == nil && p.Status.Phase == corev1.PodRunning && len(readyGPUNodes(ctx, c.env.Client)) == 2
+	})
+	if err := pods.Delete(ctx, "job", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatal(err)
+	}
+	idleAt := time.Now()
+	// Node updates come often in a real cluster (the kubelet's status),
+	// and each one is a pass of the controller over the cached Nodes.
+	touch, stopTouching := context.WithCancel(ctx)
+	defer stopTouching()
+	go func() {
+		for i := 0; touch.Err() == nil; i++ {
+			list, _ := c.env.Client.CoreV1().Nodes().List(touch, metav1.ListOptions{LabelSelector: "gpuscaler.dev/node-group=h100"})
+			for _, n := range list.Items {
+				patch := fmt.Sprintf(`{"metadata":{"annotations":{"e2e.gpuscaler.dev/touched":"%d"}}}`, i)
+				_, _ = c.env.Client.CoreV1().Nodes().Patch(touch, n.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+			}
+			time.Sleep(300 * time.Millisecond)
+		}
+	}()
+	waitFor(t, ctx, "the surplus node gone", func() bool {
+		return nodeCount(ctx, c, "h100") == 1 && c.engine.Count("e2e") == 1
+	})
+	if took := time.Since(idleAt); took > 3*delay {
+		t.Fatalf("the surplus node went %s after it became idle; scaleDownDelay is %s", took.Round(time.Second), delay)
+	}
+	t.Logf("the surplus node went %s after it became idle", time.Since(idleAt).Round(time.Second))
+	// The node kept is never marked while the buffer keeps it.
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		list, err := c.env.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: "gpuscaler.dev/node-group=h100"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range list.Items {
+			for _, taint := range n.Spec.Taints {
+				if taint.Key == provisioner.TaintUnneeded {
+					t.Fatalf("the node the buffer keeps, %s, is marked unneeded", n.Name)
+				}
+			}
+		}
+		time.Sleep(250 * time.Millisecond)
 	}
 }
 

@@ -57,6 +57,10 @@ type Node struct {
 	// (safe-to-evict: "false"), or it runs other non-DaemonSet pods.
 	Requested float64
 	Removable bool
+	// Unneeded marks a node an earlier pass picked to go (the controller's
+	// unneeded taint): while it stays idle it stays the one that goes, so
+	// that its clock runs on rather than passing to another node.
+	Unneeded bool
 	// Object, when set, lets pending pods be placed on the node's free
 	// resources: a pod the scheduler found no room for a moment ago may fit
 	// a node that became Ready since, and must not buy another. They are
@@ -343,9 +347,12 @@ func (c *planner) fillBuffer() {
 	}
 }
 
-// scaleDown picks idle, removable, ready nodes beyond the buffer, last
-// fallback group first; never below minNodes or a group's minSize, never
-// above the band.
+// scaleDown picks idle, removable, ready nodes beyond the buffer; never
+// below minNodes or a group's minSize, never above the band. Which ones go
+// is a function of the nodes, whatever order they come in (a cache's order
+// changes from one pass to the next): those picked before first, then the
+// last fallback group's, then by name; the buffer keeps the last of that
+// order.
 func (c *planner) scaleDown() {
 	var candidates []Node
 	for _, n := range c.nodes {
@@ -353,8 +360,17 @@ func (c *planner) scaleDown() {
 			candidates = append(candidates, n)
 		}
 	}
-	sort.SliceStable(candidates, func(i, j int) bool { return c.index[candidates[i].Group] > c.index[candidates[j].Group] })
-	keep := c.pool.Buffer
+	sort.Slice(candidates, func(i, j int) bool {
+		a, b := &candidates[i], &candidates[j]
+		if a.Unneeded != b.Unneeded {
+			return a.Unneeded
+		}
+		if ga, gb := c.index[a.Group], c.index[b.Group]; ga != gb {
+			return ga > gb
+		}
+		return a.Name < b.Name
+	})
+	candidates = candidates[:len(candidates)-min(c.pool.Buffer, len(candidates))]
 	size := map[string]int{} // what the core counts against minSize: its target, or the nodes seen
 	for _, n := range c.nodes {
 		size[n.Group]++
@@ -363,10 +379,6 @@ func (c *planner) scaleDown() {
 		size[g.Name] = max(size[g.Name], g.Nodes)
 	}
 	for _, n := range candidates {
-		if keep > 0 {
-			keep--
-			continue
-		}
 		if c.total-1 < c.pool.MinNodes {
 			break
 		}

@@ -2,7 +2,9 @@ package plan
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"reflect"
+	"slices"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -92,7 +94,7 @@ func TestCompute(t *testing.T) {
 			name: "idle nodes beyond the buffer go", pool: Pool{Groups: []Group{one}, Buffer: 1},
 			nodes: []Node{{Name: "n1", Group: "h100", GPUs: 1, Removable: true}, {Name: "n2", Group: "h100", GPUs: 1, Removable: true},
 				{Name: "n3", Group: "h100", GPUs: 1, Requested: 1}},
-			add: map[string]int{}, remove: []string{"n2"},
+			add: map[string]int{}, remove: []string{"n1"},
 		},
 		{
 			name: "unremovable and coming nodes stay", pool: Pool{Groups: []Group{one}},
@@ -253,4 +255,55 @@ func TestScaleDownKeepsGroupsAtMinSize(t *testing.T) {
 	if removed["kept"] != 1 || removed["free"] != 2 {
 		t.Errorf("removed %v (%v); want 1 of kept (minSize 2 of 3) and both of free", removed, p.Remove)
 	}
+}
+
+// Which idle nodes go is a function of the nodes, not of the order they
+// come in (a cache's order changes from pass to pass): fed in every order,
+// the plan removes the same nodes, and a node picked before stays picked
+// while it stays idle. Before, the buffer or minSize kept whichever came
+// first, so the surplus node was unmarked and marked again pass after
+// pass, and never went.
+func TestScaleDownIsAFunctionOfTheNodes(t *testing.T) {
+	a := Group{Name: "a", MaxSize: 10}
+	b := Group{Name: "b", MaxSize: 10, MinSize: 1}
+	idle := func(name, group string, unneeded bool) Node {
+		return Node{Name: name, Group: group, GPUs: 1, Removable: true, Unneeded: unneeded}
+	}
+	for _, tc := range []struct {
+		name   string
+		pool   Pool
+		nodes  []Node
+		remove []string
+	}{
+		{"a buffer of one keeps one", Pool{Groups: []Group{a}, Buffer: 1},
+			[]Node{idle("n1", "a", false), idle("n2", "a", false), idle("n3", "a", false)}, []string{"n1", "n2"}},
+		{"the one picked before stays picked", Pool{Groups: []Group{a}, Buffer: 1},
+			[]Node{idle("n1", "a", false), idle("n2", "a", true)}, []string{"n2"}},
+		{"minSize keeps the one not picked", Pool{Groups: []Group{b}},
+			[]Node{idle("n1", "b", false), idle("n2", "b", true)}, []string{"n2"}},
+		{"the last fallback group goes first", Pool{Groups: []Group{a, {Name: "c", MaxSize: 10}}, Buffer: 1},
+			[]Node{idle("c1", "c", false), idle("a1", "a", false)}, []string{"c1"}},
+		{"minNodes", Pool{Groups: []Group{a}, MinNodes: 2},
+			[]Node{idle("n3", "a", false), idle("n1", "a", true), idle("n2", "a", false), idle("n4", "a", true)}, []string{"n1", "n4"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(1, 2))
+			for range 50 {
+				nodes := slices.Clone(tc.nodes)
+				rng.Shuffle(len(nodes), func(i, j int) { nodes[i], nodes[j] = nodes[j], nodes[i] })
+				got := Compute(tc.pool, nodes, nil).Remove
+				if !slices.Equal(got, tc.remove) {
+					t.Fatalf("nodes %v: remove %v, want %v", names(nodes), got, tc.remove)
+				}
+			}
+		})
+	}
+}
+
+func names(nodes []Node) []string {
+	out := make([]string, len(nodes))
+	for i, n := range nodes {
+		out[i] = n.Name
+	}
+	return out
 }
