@@ -236,9 +236,7 @@ func (r *reaper) gpuStartupLocked(ctx context.Context, g *group, mem *member, no
 	}
 	r.log.Warn("deleting a GPU node that never showed its GPUs; it will be replaced", "group", name, "instance", mem.name)
 	r.events.warn(name, mem.name, mem.providerID, "GPUsNeverAppeared", msg+"; deleting its instance")
-	r.store.change(g, mem, func() { r.store.to(mem, phaseDeleting) })
-	g.target = max(g.target-1, 0)
-	r.deleter.delete(ctx, g.cfg.Cloud, mem.instance(), "GPUs never appeared")
+	r.dropLocked(ctx, g, mem, "GPUs never appeared")
 }
 
 func (r *reaper) neverRegisteredLocked(ctx context.Context, g *group, mem *member, now time.Time) {
@@ -262,7 +260,18 @@ func (r *reaper) neverRegisteredLocked(ctx context.Context, g *group, mem *membe
 	}
 	r.log.Warn("deleting instance that never registered as a node", "group", g.cfg.Name, "instance", mem.name, "age", age)
 	r.events.warn(g.cfg.Name, mem.name, mem.providerID, "NeverRegistered", msg+"; deleting it")
+	r.dropLocked(ctx, g, mem, "never registered as a node")
+}
+
+// dropLocked deletes a member the reaper gave up on. A member that served
+// leaves the target one lower; a standby pool's member never counted in
+// it, and lowering the target for it would lose one of the front end's
+// scale-ups (cluster-autoscaler never raises a target that is too low).
+func (r *reaper) dropLocked(ctx context.Context, g *group, mem *member, why string) {
+	pooled := mem.pooled()
 	r.store.change(g, mem, func() { r.store.to(mem, phaseDeleting) })
-	g.target = max(g.target-1, 0)
-	r.deleter.delete(ctx, g.cfg.Cloud, mem.instance(), "never registered as a node")
+	if !pooled {
+		g.target = max(g.target-1, 0)
+	}
+	r.deleter.delete(ctx, g.cfg.Cloud, mem.instance(), why)
 }

@@ -180,7 +180,10 @@ func (z *sizer) takeLocked(g *group) *member {
 // error) deletes the instance and orders a fresh one at once.
 func (z *sizer) start(g *group, mem *member, inst cloud.Instance) {
 	ctx := z.ctx()
-	err := z.clients[g.cfg.Cloud].start(ctx, inst)
+	err := z.clearNode(ctx, mem)
+	if err == nil {
+		err = z.clients[g.cfg.Cloud].start(ctx, inst)
+	}
 	s := z.store
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -211,6 +214,31 @@ func (z *sizer) start(g *group, mem *member, inst cloud.Instance) {
 		z.orderer.order(g, fresh)
 	}
 	z.reconcileLocked(g)
+}
+
+// clearNode deletes the Node a stopped member's instance had, if it is
+// still there, before the instance starts: the kubelet registers a fresh
+// one as it boots. The old one may carry a front end's deletion marks
+// (cluster-autoscaler's ToBeDeletedByClusterAutoscaler, Karpenter's
+// disruption taint, a cordon) from when the node was scaled down into the
+// pool; started with them, the node would bill in full and take no pod.
+// A Node that cannot be deleted fails the start (the instance is deleted
+// and a fresh one ordered, as for a start the cloud refuses).
+func (z *sizer) clearNode(ctx context.Context, mem *member) error {
+	if z.nodes == nil {
+		return nil
+	}
+	s := z.store
+	s.mu.RLock()
+	ids := mem.providerIDs()
+	s.mu.RUnlock()
+	var err error
+	for range 3 { // a conflict or a dropped connection: tried again at once
+		if err = z.nodes.Delete(ctx, ids...); err == nil {
+			return nil
+		}
+	}
+	return fmt.Errorf("delete the Node it had before it stopped: %w", err)
 }
 
 // liftOnSight asks the Nodes to lift TaintStandby from a group member
@@ -519,6 +547,46 @@ func (y *syncer) stop(ctx context.Context, cloudName string, mems []*member) {
 				}
 			}
 		})
+	}
+}
+
+// stoppedNodesLocked returns g's stopped standby members whose Node is
+// still there and NotReady. The stop deletes it once; that delete may
+// fail, or be lost with a restart or a reload, and cluster-autoscaler
+// counts every NotReady Node against the cluster's health (past 3 nodes
+// and 45 %, it stops scaling). Callers hold the store's lock.
+func (y *syncer) stoppedNodesLocked(g *group) []*member {
+	if y.nodes == nil || g.counts[stateStandby] == 0 {
+		return nil
+	}
+	var out []*member
+	for _, mem := range g.members {
+		if mem.standby != standbyStopped || mem.phase != phaseCreated {
+			continue
+		}
+		if st, ok := y.nodes.Startup(mem.providerIDs()...); ok && st.Ready.IsZero() {
+			out = append(out, mem)
+		}
+	}
+	return out
+}
+
+// deleteStoppedNodes deletes the Nodes stoppedNodesLocked found, each only
+// while its member is still stopped: one taken for demand meanwhile has
+// its old Node deleted by its start, and a new one may register.
+func (y *syncer) deleteStoppedNodes(ctx context.Context, mems []*member) {
+	s := y.store
+	for _, mem := range mems {
+		s.mu.RLock()
+		stopped := mem.g.members[mem.name] == mem && mem.standby == standbyStopped
+		ids := mem.providerIDs()
+		s.mu.RUnlock()
+		if !stopped {
+			continue
+		}
+		if err := y.nodes.Delete(ctx, ids...); err != nil {
+			y.log.Warn("could not delete a stopped standby instance's Node; the next sync tries again", "instance", mem.name, "error", err)
+		}
 	}
 }
 

@@ -997,3 +997,113 @@ func TestOrderedForPool(t *testing.T) {
 		}
 	}
 }
+
+// flakyNodes fails the first n Node deletes, as an API server that drops
+// a connection or a conflict would.
+type flakyNodes struct {
+	*fakeNodes
+	fail int
+}
+
+func (f *flakyNodes) Delete(ctx context.Context, ids ...string) error {
+	f.mu.Lock()
+	if f.fail > 0 {
+		f.fail--
+		f.mu.Unlock()
+		return errors.New("etcdserver: request timed out")
+	}
+	f.mu.Unlock()
+	return f.fakeNodes.Delete(ctx, ids...)
+}
+
+// The Node of a stopped standby instance is deleted until it is gone: a
+// delete that failed right after the stop is tried again by the syncs.
+// Before, it was tried once, and the NotReady Node stayed for good
+// (cluster-autoscaler counts it against the cluster's health).
+func TestStoppedStandbyNodeDeletedUntilGone(t *testing.T) {
+	nodes := &flakyNodes{fakeNodes: newFakeNodes()}
+	h := newHarness(t, standbyGroup, sim.Options{}, Options{Nodes: nodes})
+	pid := warmingWithNode(t, h, nodes.fakeNodes)
+	nodes.mu.Lock()
+	nodes.fail = 2 // the stop's delete, and the next sync's
+	nodes.mu.Unlock()
+	poolReady(h)
+	// The kubelet's heartbeats stop: the Node goes NotReady.
+	now := h.clk.Now()
+	nodes.setStartup(pid, Startup{Registered: now.Add(-5 * time.Minute), GPUsSeen: true, Standby: true})
+	h.eventually("the stopped instance's Node deleted", func() bool {
+		h.clk.Step(30 * time.Second)
+		h.mgr.syncer.kick("sim")
+		registered, _ := nodes.Registered(pid)
+		return !registered
+	})
+}
+
+// A standby instance started for demand never comes up with the marks a
+// front end put on its old Node when it was scaled down into the pool
+// (cluster-autoscaler's ToBeDeletedByClusterAutoscaler, a cordon): its
+// old Node, still there, is deleted before the start, and the kubelet
+// registers a fresh one as it boots.
+func TestStandbyStartClearsTheOldNode(t *testing.T) {
+	nodes := &flakyNodes{fakeNodes: newFakeNodes()}
+	h := newHarness(t, standbyGroup, sim.Options{}, Options{Nodes: nodes})
+	pid := warmingWithNode(t, h, nodes.fakeNodes)
+	nodes.mu.Lock()
+	nodes.fail = 1 // the stop's delete: the old Node, with its marks, stays
+	nodes.mu.Unlock()
+	poolReady(h)
+	if registered, _ := nodes.Registered(pid); !registered {
+		t.Fatal("the stop's failed delete removed the Node anyway")
+	}
+	if err := h.mgr.IncreaseSize(context.Background(), "g", 1); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("the instance started", func() bool {
+		insts, _ := h.mgr.Instances("g")
+		return len(insts) == 1 && !insts[0].StartedAt.IsZero()
+	})
+	if registered, _ := nodes.Registered(pid); registered {
+		t.Fatal("the instance started with its old Node (and whatever marks it carries) still there")
+	}
+}
+
+// A standby pool's member that the reaper deletes (its GPUs never came)
+// leaves the target alone: it never counted in it. Before, the target
+// dropped by one, and cluster-autoscaler, which never raises a target
+// that is too low, lost a scale-up.
+func TestReapedPoolMemberLeavesTheTarget(t *testing.T) {
+	nodes := newFakeNodes()
+	h := newHarness(t, standbyGroup, sim.Options{}, Options{Nodes: nodes})
+	first := warmingUp(h)
+	if err := h.mgr.IncreaseSize(context.Background(), "g", 1); err != nil { // takes the warming instance
+		t.Fatal(err)
+	}
+	now := h.clk.Now()
+	nodes.setStartup(cloud.ProviderID("sim", first), Startup{Registered: now, Ready: now, GPUs: now, GPUsSeen: true})
+	var refill string
+	h.eventually("the pool's next order running", func() bool {
+		h.clk.Step(30 * time.Second)
+		h.mgr.syncer.kick("sim")
+		for _, in := range h.engine.Instances("test") {
+			if in.Name != first && in.State == cloud.StateRunning {
+				refill = in.Name
+				return true
+			}
+		}
+		return false
+	})
+	if !orderedForPool(refill) {
+		t.Fatalf("%s is not the pool's order", refill)
+	}
+	now = h.clk.Now()
+	nodes.setStartup(cloud.ProviderID("sim", refill), Startup{Registered: now, Ready: now, Standby: true}) // no GPUs, ever
+	h.eventually("the GPU-less pool member reaped", func() bool {
+		h.clk.Step(time.Minute)
+		h.mgr.syncer.kick("sim")
+		return h.metric("gpuscaler_gpu_startup_timeouts_total", map[string]string{"group": "g"}) == 1
+	})
+	h.settle(30 * time.Second)
+	if n, _ := h.mgr.TargetSize("g"); n != 1 {
+		t.Fatalf("target %d after the pool's member was reaped, want 1", n)
+	}
+}

@@ -249,6 +249,7 @@ func (y *syncer) sync(ctx context.Context, cloudName string, initial bool) error
 		y.sizer.adoptedLocked(g, adopted, initial && !g.inherited)
 		y.sizer.reconcileLocked(g)
 		y.warmedLocked(g, start, &out)
+		out.stoppedNodes = append(out.stoppedNodes, y.stoppedNodesLocked(g)...)
 		untaint := y.untaintLocked(g)
 		out.untaint = append(out.untaint, untaint...)
 		if len(g.cfg.StandbyImages()) > 0 {
@@ -344,6 +345,7 @@ func (y *syncer) act(ctx context.Context, cloudName string, out *afterLock, gone
 		}
 	}
 	y.stop(ctx, cloudName, out.stop)
+	y.deleteStoppedNodes(ctx, out.stoppedNodes)
 	for _, mem := range out.start {
 		s.mu.RLock()
 		inst := mem.instance()
@@ -392,6 +394,9 @@ type afterLock struct {
 	// the provider IDs of serving members whose pull is to end.
 	prePull []prePull
 	endPull [][]string
+	// stoppedNodes are stopped standby members whose NotReady Node is
+	// still there: deleted, sync after sync, until it is gone.
+	stoppedNodes []*member
 }
 
 // reissue is the script of an instance ordered before a restart.
