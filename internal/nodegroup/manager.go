@@ -194,8 +194,9 @@ func New(cfg *config.Config, providers map[string]cloud.Provider, opts Options) 
 		if mem, ok := s.pids.get(inst.ProviderID); ok && mem.name == inst.Name && (inst.ID == "" || inst.ID == mem.id) {
 			if err != nil {
 				mem.extras().deleteErr = err.Error()
-			} else if mem.x != nil {
-				mem.x.deleteErr = ""
+			} else {
+				x := mem.extras()
+				x.deleteErr, x.deleted = "", true
 			}
 		}
 	}

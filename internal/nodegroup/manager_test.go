@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -344,6 +345,52 @@ nodeGroups:
 		t.Fatal(err)
 	}
 	h.eventually("4 instances", func() bool { return h.engine.Count("test") == 4 })
+}
+
+// An instance whose delete failed still bills: a list that lags and
+// leaves it out (it is fresh) does not make it gone, and the cost cap
+// keeps counting it. Before, a deleting member missing from any list was
+// dropped at once, and the cap let a new order past it (a chaos campaign
+// saw a group at 9.16/h under a cap of 8.24).
+func TestAFailedDeleteStillCountsAgainstTheCap(t *testing.T) {
+	doc := baseConfig + `
+nodeGroups:
+  - {name: g, cloud: sim, instanceType: 1V100.6V, locations: [FIN-01], maxSize: 10, maxHourlyCost: 0.2}
+`
+	w := &wrapped{}
+	// A list may lag ten minutes behind: the instance is fresh all along.
+	h := newWrappedHarness(t, doc, sim.Options{}, Options{ResolveAfter: 10 * time.Minute}, func(c *sim.Cloud) cloud.Provider { w.Provider = c; return w })
+	ctx := context.Background()
+	// 1V100.6V costs 0.1381/h on demand: one fits under 0.2.
+	if err := h.mgr.IncreaseSize(ctx, "g", 1); err != nil {
+		t.Fatal(err)
+	}
+	var first Instance
+	h.eventually("the instance created", func() bool {
+		insts, _ := h.mgr.Instances("g")
+		if len(insts) == 1 && insts[0].State == StateRunning {
+			first = insts[0]
+			return true
+		}
+		return false
+	})
+	w.mu.Lock()
+	w.onDelete = func(cloud.Instance) (error, bool) {
+		return cloud.Errorf(cloud.ErrInvalid, "delete", "400 bad request"), true // not retried
+	}
+	w.onList = func(in []cloud.Instance) []cloud.Instance { // a list that lags behind the fresh instance
+		return slices.DeleteFunc(in, func(i cloud.Instance) bool { return i.Name == first.Name })
+	}
+	w.mu.Unlock()
+	if err := h.mgr.DeleteNodes(ctx, "g", []string{first.ProviderID}); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("the delete refused", func() bool { return w.deletedInstances() == 1 })
+	h.mgr.syncer.kick("sim")
+	h.settle(time.Second)
+	if err := h.mgr.IncreaseSize(ctx, "g", 1); !errors.Is(err, ErrCostLimit) {
+		t.Fatalf("an order beside an instance whose delete failed: %v, want the cost cap", err)
+	}
 }
 
 // TestManageLeavesOtherGroupsAlone: a Manager that scales only some groups

@@ -274,6 +274,10 @@ type extras struct {
 	// deleteErr is why the last delete of the instance failed; shown on
 	// its status until a delete goes through.
 	deleteErr string
+	// deleted: the cloud accepted a delete of the instance. Only then
+	// does a list that leaves it out mean it is gone; until then it may be
+	// a list that lags behind a fresh instance, which still bills.
+	deleted bool
 	// resolved is closed when a launch's outcome-unknown create is settled.
 	resolved chan struct{}
 	// aliases are the instance's aliases when they are not its cloud's ID

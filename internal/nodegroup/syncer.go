@@ -710,10 +710,13 @@ func (y *syncer) failed(g *group, mem *member, in cloud.Instance) {
 func (y *syncer) missing(g *group, mem *member, start time.Time, out *afterLock) {
 	s := y.store
 	// How long a list may leave out a recorded instance before its silence
-	// means the instance is gone; none for one gpuscaler deleted (its
-	// tombstone keeps a list that shows it again from adopting it).
+	// means the instance is gone; none for one whose delete the cloud
+	// accepted (its tombstone keeps a list that shows it again from
+	// adopting it). One whose delete failed or is in flight may be a fresh
+	// instance a lagging list leaves out: it still bills, and forgetting it
+	// would let a cost cap order past it.
 	lag := y.resolveAfter
-	if mem.phase == phaseDeleting {
+	if mem.phase == phaseDeleting && mem.peek().deleted {
 		lag = 0
 	}
 	// An order whose answer was lost, then withdrawn (a target decrease)
