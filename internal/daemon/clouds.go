@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 
@@ -52,6 +53,20 @@ func (c *clouds) setGroups(cfg *config.Config) {
 	if g, ok := c.providers[gcp.Name].(*gcp.Cloud); ok {
 		g.SetGroups(gcpGroups(cfg))
 	}
+}
+
+// listableAhead names the clouds whose lists a reload from cur to next may
+// take before the hand-over (nodegroup.Manager.Warm): all but GCP when
+// next gives it other groups, whose MIGs it lists only once setGroups
+// has followed. Never empty: an empty list would mean every cloud.
+func (c *clouds) listableAhead(cur, next *config.Config) []string {
+	out := []string{""}
+	for name := range c.providers {
+		if name != gcp.Name || reflect.DeepEqual(gcpGroups(cur), gcpGroups(next)) {
+			out = append(out, name)
+		}
+	}
+	return out
 }
 
 // Describer returns the cloud's reader of existing instance groups; false

@@ -401,6 +401,15 @@ func (r *Runtime) apply(ctx context.Context, file *config.Config, extra []config
 	if err := next.core.Check(ctx); err != nil {
 		return err
 	}
+	if r.leadCtx != nil {
+		// Read ahead while the old core serves: the hand-over below
+		// holds writes, and must make no cloud call. GCP lists the MIGs
+		// of the groups it is given (setGroups, in the hand-over): with
+		// other groups, its list waits for the hand-over.
+		if err := next.core.Warm(ctx, r.clouds.listableAhead(r.current().cfg, cfg)...); err != nil {
+			return err
+		}
+	}
 	r.mu.RLock()
 	old := r.gen
 	r.mu.RUnlock()

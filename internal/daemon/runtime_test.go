@@ -355,6 +355,66 @@ nodeGroups:
 	}
 }
 
+// A reload holds writes only for the hand-over itself, which makes no
+// cloud call: with every call to the cloud taking 2 s, writes sent all
+// through a reload are neither refused nor held for a cloud call. Before,
+// the gate stayed closed while the new core read the catalog, the
+// offerings and a full list (6 s here), writes waited 4 s and were
+// refused, and cluster-autoscaler backs a group off for 5 minutes on a
+// failed IncreaseSize.
+func TestReloadHoldsWritesOnlyForTheHandOver(t *testing.T) {
+	doc := func(maxSize int) *config.Config {
+		return parse(t, fmt.Sprintf(`
+clusterName: rt
+sync: {period: 1m}
+clouds:
+  sim: {bootDelay: 1s, apiLatency: 2s}
+nodeGroups:
+  - {name: g, cloud: sim, instanceType: 1V100.6V, locations: [FIN-01], maxSize: %d}
+`, maxSize))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	rt, err := Build(ctx, doc(500), Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan error, 1)
+	go func() { _ = rt.Lead(ctx, func(err error) { started <- err }) }()
+	if err := <-started; err != nil {
+		t.Fatal(err)
+	}
+	type sizer interface {
+		IncreaseSize(ctx context.Context, group string, delta int) error
+	}
+	core := InForce(rt, func(m *nodegroup.Manager) sizer { return m })
+	reloaded := make(chan error, 1)
+	go func() { reloaded <- rt.Reload(ctx, doc(501)) }()
+	var slowest time.Duration
+	writes := 0
+	for done := false; !done; {
+		select {
+		case err := <-reloaded:
+			if err != nil {
+				t.Fatal(err)
+			}
+			done = true
+		case <-time.After(50 * time.Millisecond):
+		}
+		at := time.Now()
+		if err := core.Write(ctx, func(c sizer) error { return c.IncreaseSize(ctx, "g", 1) }); err != nil {
+			t.Fatalf("IncreaseSize %d during the reload: %v", writes+1, err)
+		}
+		writes++
+		slowest = max(slowest, time.Since(at))
+	}
+	t.Logf("%d writes through the reload, the slowest held %s", writes, slowest)
+	// Far under one cloud call (2 s): the hand-over waited on none.
+	if slowest > time.Second {
+		t.Fatalf("a write was held %s by the reload: the hand-over waited on the cloud", slowest)
+	}
+}
+
 // A reload keeps the process's counters counting (each core had its own
 // registry, and every counter fell to zero with a reload, as a restart
 // looks to rate()), and drops the gauges of a group it removed.

@@ -83,6 +83,7 @@ func (m *Manager) Inherit(prev *Manager) {
 	}
 	maps.Copy(s.tombstones, ps.tombstones)
 	maps.Copy(s.renamed, ps.renamed)
+	maps.Copy(s.goneAt, ps.goneAt)
 	// The process started once: a group new in this configuration is held
 	// only as long as the process's first core held its orders.
 	m.inherited = true

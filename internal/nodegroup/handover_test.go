@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -18,13 +19,18 @@ import (
 // reload while leading.
 func (h *harness) reload(doc string) {
 	h.t.Helper()
+	h.reloadWarm(doc, nil)
+}
+
+// reloadWarm is reload with the new core warmed (Manager.Warm) while the
+// old one still serves, as the runtime does, and between run after the
+// warm-up, before the hand-over; with between nil, nothing is warmed.
+func (h *harness) reloadWarm(doc string, between func()) {
+	h.t.Helper()
 	cfg, err := config.Parse([]byte(doc))
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	old := h.mgr
-	h.stop()
-	h.cfg = cfg
 	opts := h.opts
 	opts.Clock, opts.Logger, opts.Registerer = h.clk, testLogger(), nil
 	p := h.provider
@@ -35,6 +41,15 @@ func (h *harness) reload(doc string) {
 	if err != nil {
 		h.t.Fatal(err)
 	}
+	if between != nil {
+		if err := mgr.Warm(context.Background()); err != nil {
+			h.t.Fatalf("warm: %v", err)
+		}
+		between()
+	}
+	old := h.mgr
+	h.stop()
+	h.cfg = cfg
 	mgr.Inherit(old)
 	ctx, cancel := context.WithCancel(context.Background())
 	if err := mgr.Start(ctx); err != nil {
@@ -293,5 +308,44 @@ func TestReloadRaisingMaxSizeCoversWhatTheGroupHolds(t *testing.T) {
 	h.settle(2 * time.Minute)
 	if n := h.engine.Count("test"); n != 3 {
 		t.Fatalf("%d instances at the cloud, want the 3", n)
+	}
+}
+
+// A reload's new core takes its first list ahead of the hand-over
+// (Manager.Warm), while the old core still serves. An instance the old
+// core found gone after that list is not adopted from it: adopted, it
+// would raise the target, vanish at the next list and be replaced. The
+// old core's replacement is handed over, and the target stays.
+func TestWarmListIsStaleForWhatVanishedSince(t *testing.T) {
+	w := &wrapped{}
+	h := newWrappedHarness(t, oneGroupLeaky, sim.Options{}, Options{}, func(c *sim.Cloud) cloud.Provider { w.Provider = c; return w })
+	if err := h.mgr.IncreaseSize(context.Background(), "g", 1); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("running", func() bool { r, _, _, _ := h.states("g"); return r == 1 })
+	insts, _ := h.mgr.Instances("g")
+	lost := insts[0].Name
+	h.reloadWarm(oneGroupLeaky, func() {
+		w.mu.Lock()
+		w.onList = func(in []cloud.Instance) []cloud.Instance { // the cloud took it away
+			return slices.DeleteFunc(in, func(i cloud.Instance) bool { return i.Name == lost })
+		}
+		w.mu.Unlock()
+		h.eventually("the old core finds it gone", func() bool {
+			h.clk.Step(30 * time.Second)
+			h.mgr.syncer.kick("sim")
+			insts, _ := h.mgr.Instances("g")
+			return len(insts) == 1 && insts[0].Name != lost
+		})
+	})
+	h.settle(30 * time.Second)
+	if n, _ := h.mgr.TargetSize("g"); n != 1 {
+		t.Fatalf("target %d after the reload, want 1: the stale list's instance was adopted", n)
+	}
+	insts, _ = h.mgr.Instances("g")
+	for _, in := range insts {
+		if in.Name == lost {
+			t.Fatalf("the instance found gone was adopted from the list taken before: %+v", insts)
+		}
 	}
 }

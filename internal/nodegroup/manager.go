@@ -302,7 +302,11 @@ func (m *Manager) Start(ctx context.Context) error {
 		}
 	}
 	m.orderer.start(ctx)
+	warm := m.isWarm()
 	for cloudName := range m.clients {
+		if warm[cloudName] {
+			continue
+		}
 		if err := m.startCall(ctx, cloudName, "catalog", func(cctx context.Context) error { return m.catalog.load(cctx, cloudName) }); err != nil {
 			return err
 		}
@@ -311,10 +315,12 @@ func (m *Manager) Start(ctx context.Context) error {
 		return err
 	}
 	for cloudName := range m.clients {
-		_ = m.startCall(ctx, cloudName, "offerings", func(cctx context.Context) error {
-			m.syncer.refreshOfferings(cctx, cloudName)
-			return nil
-		})
+		if !warm[cloudName] {
+			_ = m.startCall(ctx, cloudName, "offerings", func(cctx context.Context) error {
+				m.syncer.refreshOfferings(cctx, cloudName)
+				return nil
+			})
+		}
 		if err := m.syncer.sync(ctx, cloudName, true); err != nil {
 			return fmt.Errorf("initial list of cloud %q: %w", cloudName, err)
 		}
@@ -327,6 +333,75 @@ func (m *Manager) Start(ctx context.Context) error {
 		m.run(func() { m.syncer.loop(ctx, cloudName) })
 	}
 	return nil
+}
+
+// Warm reads ahead of Start, from every cloud at once, what Start would
+// otherwise wait on: the catalog, the offerings and the first list. A
+// reload calls it while the core before this one still serves, so that
+// the hand-over, which holds writes, makes no cloud call: with a slow
+// cloud, a write held for seconds would be refused, and
+// cluster-autoscaler backs a group off for a failed scale-up. The list
+// is older than the hand-over; what the core before learned since comes
+// with Inherit, and a list that lags is what the sync is built for.
+//
+// Only the clouds in list are listed ahead (all when it is empty): a
+// cloud whose list follows the configuration's groups (GCP's MIGs) is
+// listed at Start, once it follows the new ones.
+func (m *Manager) Warm(ctx context.Context, list ...string) error {
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []error
+	lists := map[string]warmed{}
+	for cloudName := range m.clients {
+		wg.Go(func() {
+			var err error
+			m.store.mu.RLock()
+			_, checked := m.catalog.types[cloudName] // by Check
+			m.store.mu.RUnlock()
+			if !checked {
+				err = m.startCall(ctx, cloudName, "catalog", func(cctx context.Context) error { return m.catalog.load(cctx, cloudName) })
+			}
+			var w warmed
+			if err == nil {
+				_ = m.startCall(ctx, cloudName, "offerings", func(cctx context.Context) error {
+					m.syncer.refreshOfferings(cctx, cloudName)
+					return nil
+				})
+				if w.listed = len(list) == 0 || slices.Contains(list, cloudName); w.listed {
+					w.start = m.clock.Now()
+					w.insts, err = m.syncer.list(ctx, cloudName, true)
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, fmt.Errorf("cloud %q: %w", cloudName, err))
+				return
+			}
+			lists[cloudName] = w
+		})
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	m.syncer.warmMu.Lock()
+	m.syncer.warm = lists
+	m.syncer.warmMu.Unlock()
+	return nil
+}
+
+// isWarm reports the clouds Warm read ahead, list included; the others'
+// catalogs and offerings are read again at Start, as their lists are (a
+// GCP's offerings follow its groups' MIGs too).
+func (m *Manager) isWarm() map[string]bool {
+	m.syncer.warmMu.Lock()
+	defer m.syncer.warmMu.Unlock()
+	out := make(map[string]bool, len(m.syncer.warm))
+	for c, w := range m.syncer.warm {
+		out[c] = w.listed
+	}
+	return out
 }
 
 // publishCaps sets the cost caps' gauges in the currency of the prices

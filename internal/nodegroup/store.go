@@ -57,6 +57,11 @@ type store struct {
 	// still shows one under its old name must not adopt it into its pool
 	// again (it is the launched instance). Kept as tombstones are.
 	renamed map[string]time.Time
+	// goneAt are the names of members a list found gone, with when that
+	// list started: a list that started before (one taken ahead of a
+	// reload's hand-over, see Manager.Warm) is stale for them, and adopts
+	// none of them. Kept as tombstones are.
+	goneAt map[string]time.Time
 	// refused hears of each move the member lifecycle does not have.
 	refused func(mem *member, from, to phase)
 	synced  chan struct{}
@@ -101,6 +106,7 @@ func newStore(cfg *config.Config, manage func(string) bool) *store {
 
 		tombstones: map[string]time.Time{},
 		renamed:    map[string]time.Time{},
+		goneAt:     map[string]time.Time{},
 	}
 	for i, g := range cfg.NodeGroups {
 		if manage != nil && !manage(g.Name) {

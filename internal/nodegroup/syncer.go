@@ -64,6 +64,10 @@ type syncer struct {
 	// nodesLeft are Nodes of gone instances whose delete failed.
 	nodesMu   sync.Mutex
 	nodesLeft [][]string
+
+	// warm are the lists Manager.Warm took for the initial syncs.
+	warmMu sync.Mutex
+	warm   map[string]warmed
 }
 
 // kick asks for an early sync of one cloud without blocking.
@@ -222,9 +226,14 @@ const launchKey = "/launched"
 // first sync after start rebuilds the groups from scratch.
 func (y *syncer) sync(ctx context.Context, cloudName string, initial bool) error {
 	start := y.clock.Now()
-	insts, err := y.list(ctx, cloudName, initial)
-	if err != nil {
-		return err
+	var insts []cloud.Instance
+	if w, ok := y.warmList(cloudName, initial); ok {
+		start, insts = w.start, w.insts
+	} else {
+		var err error
+		if insts, err = y.list(ctx, cloudName, initial); err != nil {
+			return err
+		}
 	}
 	l := newListing(start, insts)
 
@@ -237,7 +246,7 @@ func (y *syncer) sync(ctx context.Context, cloudName string, initial bool) error
 	// only once a list that cannot lag behind leaves the old name out: a
 	// delete that failed and is retried keeps it listed, and it must not
 	// be adopted meanwhile.
-	for _, names := range []map[string]time.Time{s.tombstones, s.renamed} {
+	for _, names := range []map[string]time.Time{s.tombstones, s.renamed, s.goneAt} {
 		maps.DeleteFunc(names, func(name string, at time.Time) bool {
 			return !start.Before(at.Add(y.resolveAfter)) && !l.lists(name)
 		})
@@ -278,6 +287,7 @@ func (y *syncer) sync(ctx context.Context, cloudName string, initial bool) error
 	}
 	for _, mem := range out.gone {
 		goneIDs = append(goneIDs, mem.providerIDs())
+		s.goneAt[mem.name] = start
 	}
 	s.mu.Unlock()
 	if len(insts) >= releaseAt {
@@ -286,6 +296,25 @@ func (y *syncer) sync(ctx context.Context, cloudName string, initial bool) error
 
 	y.act(ctx, cloudName, &out, goneIDs, reissue)
 	return nil
+}
+
+// warmed is a list taken ahead of Start (Manager.Warm), with when it
+// started.
+type warmed struct {
+	// listed is false for a cloud whose catalog and offerings were read
+	// ahead, but not its list.
+	listed bool
+	start  time.Time
+	insts  []cloud.Instance
+}
+
+// warmList takes the list Warm left for a cloud's initial sync, if any.
+func (y *syncer) warmList(cloudName string, initial bool) (warmed, bool) {
+	y.warmMu.Lock()
+	defer y.warmMu.Unlock()
+	w, ok := y.warm[cloudName]
+	delete(y.warm, cloudName)
+	return w, ok && w.listed && initial
 }
 
 // list lists one cloud's instances; the first list after start is tried
@@ -594,6 +623,13 @@ func (y *syncer) adoptLocked(ctx context.Context, cloudName string, g *group, in
 	if _, ok := s.renamed[in.Name]; ok {
 		// A standby instance handed to the launch API, shown under its
 		// old name by a list that lags: it is the launched one now.
+		return nil, 0
+	}
+	if at, ok := s.goneAt[in.Name]; ok && !at.Before(start) {
+		// Found gone by a list that started after this one (taken ahead
+		// of a reload's hand-over): this list is stale for it, and the
+		// next one tells. Adopted, it would raise the target, then vanish
+		// and be replaced.
 		return nil, 0
 	}
 	if _, ok := s.tombstones[in.Name]; ok {

@@ -258,21 +258,33 @@ func (c *campaign) start() {
 	c.prov = c.b.provider(c.log)
 	c.carried = map[string]float64{}
 	c.events = &eventLog{}
-	c.startCore(nil)
+	c.startCore(nil, nil, nil)
+}
+
+// newCore makes a core of c.cfg on the process's backend, not started.
+func (c *campaign) newCore() (*nodegroup.Manager, *prometheus.Registry) {
+	c.t.Helper()
+	reg := prometheus.NewRegistry()
+	mgr, err := nodegroup.New(c.cfg, map[string]cloud.Provider{c.b.name: c.prov},
+		nodegroup.Options{Logger: c.log, Registerer: reg, Events: c.events, ResolveAfter: resolveAfter, Bootstrap: c.b.bootstrap, Entropy: c.names})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return mgr, reg
 }
 
 // startCore starts a core on the process's backend, handed what prev
-// knew (a reload) or not (nil: a process start).
-func (c *campaign) startCore(prev *nodegroup.Manager) {
+// knew (a reload) or not (nil: a process start): warmed, the core a
+// reload made and warmed while prev still served (nil: a new one).
+func (c *campaign) startCore(prev, warmed *nodegroup.Manager, warmedReg *prometheus.Registry) {
 	c.t.Helper()
-	log := c.log
 	for attempt := 0; ; attempt++ {
-		reg, events := prometheus.NewRegistry(), c.events // the process's Event sink outlives its cores
-		mgr, err := nodegroup.New(c.cfg, map[string]cloud.Provider{c.b.name: c.prov},
-			nodegroup.Options{Logger: log, Registerer: reg, Events: events, ResolveAfter: resolveAfter, Bootstrap: c.b.bootstrap, Entropy: c.names})
-		if err != nil {
-			c.t.Fatal(err)
+		mgr, reg := warmed, warmedReg
+		if mgr == nil {
+			mgr, reg = c.newCore()
 		}
+		warmed = nil // a start that fails is tried again on a fresh core
+		events := c.events // the process's Event sink outlives its cores
 		if prev != nil {
 			mgr.Inherit(prev)
 		}
@@ -569,6 +581,13 @@ func (c *campaign) reload() {
 	c.log.Info("chaos: a config reload", "group", g.Name, "maxSize", g.MaxSize, "labels", g.Labels)
 	c.checkReported()
 	prev := c.mgr
+	// As the runtime does: the new core reads the cloud ahead while the
+	// old one serves (a failed read ahead is read again at Start).
+	cur := c.cfg
+	c.cfg = &next
+	warmed, warmedReg := c.newCore()
+	c.cfg = cur
+	_ = warmed.Warm(context.Background())
 	c.stop()
 	// The old core's counters once it has stopped: an order that fails
 	// while it stops is counted there, and handed over failed.
@@ -581,7 +600,7 @@ func (c *campaign) reload() {
 		before[g.Name], _ = prev.TargetSize(g.Name)
 	}
 	c.cfg = &next
-	c.startCore(prev)
+	c.startCore(prev, warmed, warmedReg)
 	c.reloads++
 	// Every write the old core acknowledged survives the handover: a
 	// target set by a front end is not lowered by a reload.
