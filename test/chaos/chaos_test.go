@@ -201,12 +201,14 @@ type campaign struct {
 	// campaign (see readLoop).
 	readsMu   sync.Mutex
 	readTimes []time.Duration
+	// nodes are the cluster's Nodes, which outlive process restarts.
+	nodes *clusterNodes
 }
 
 func newCampaign(t *testing.T, b *backend, s uint64) *campaign {
 	c := &campaign{t: t, rng: rand.New(rand.NewPCG(s, s^0x9e3779b97f4a7c15)), b: b, cfg: b.cfg, logs: &coretest.LogBuffer{},
 		reclaimed: map[string]bool{}, existed: map[string]bool{}, soldOut: map[cloud.OfferingKey]bool{}, maxSizes: map[string]int{},
-		claims: map[string]bool{}}
+		claims: map[string]bool{}, nodes: newClusterNodes(s)}
 	for _, g := range b.cfg.NodeGroups {
 		c.maxSizes[g.Name] = g.MaxSize
 	}
@@ -266,7 +268,7 @@ func (c *campaign) newCore() (*nodegroup.Manager, *prometheus.Registry) {
 	c.t.Helper()
 	reg := prometheus.NewRegistry()
 	mgr, err := nodegroup.New(c.cfg, map[string]cloud.Provider{c.b.name: c.prov},
-		nodegroup.Options{Logger: c.log, Registerer: reg, Events: c.events, ResolveAfter: resolveAfter, Bootstrap: c.b.bootstrap, Entropy: c.names})
+		nodegroup.Options{Logger: c.log, Registerer: reg, Events: c.events, ResolveAfter: resolveAfter, Bootstrap: c.b.bootstrap, Entropy: c.names, Nodes: c.nodes})
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -342,7 +344,7 @@ func (c *campaign) act() {
 				}
 			}
 			if len(ids) > 0 {
-				_ = c.mgr.DeleteNodes(ctx, g.Name, ids) // refused below minSize: fine
+				c.deleteNodes(ctx, g.Name, ids) // refused below minSize: fine
 			}
 		case p < 83:
 			if insts := c.atCloud(); len(insts) > 0 {
@@ -404,10 +406,20 @@ func (c *campaign) autoscalerLoop(ctx context.Context, g config.NodeGroup) {
 		unregistered = unregistered[:max(0, min(len(unregistered), len(insts)-g.MinSize))]
 	}
 	if len(unregistered) > 0 {
-		_ = c.mgr.DeleteNodes(ctx, g.Name, unregistered) // refused below minSize: fine
+		c.deleteNodes(ctx, g.Name, unregistered) // refused below minSize: fine
 	}
 	if len(failed) > 0 {
-		_ = c.mgr.DeleteNodes(ctx, g.Name, failed)
+		c.deleteNodes(ctx, g.Name, failed)
+	}
+}
+
+// deleteNodes deletes nodes as cluster-autoscaler does: it marks their
+// Nodes for deletion first (ToBeDeletedByClusterAutoscaler) and takes the
+// mark off when the delete is refused.
+func (c *campaign) deleteNodes(ctx context.Context, group string, ids []string) {
+	c.nodes.mark(true, time.Now(), ids...)
+	if err := c.mgr.DeleteNodes(ctx, group, ids); err != nil {
+		c.nodes.mark(false, time.Now(), ids...)
 	}
 }
 
@@ -678,6 +690,19 @@ func (c *campaign) checkBounds(settled bool) {
 		if n > g.MaxSize || settled && n < g.MinSize {
 			c.t.Errorf("group %s: target %d outside [%d, %d]", g.Name, n, g.MinSize, g.MaxSize)
 		}
+		// The target never drops below the live members that count
+		// toward it (cluster-autoscaler never raises a target that is
+		// too low): but for those past maxSize, which a restart leaves
+		// to scale-down.
+		live := 0
+		for _, in := range c.members(g.Name) {
+			if in.State != nodegroup.StateDeleting && !in.Failed() {
+				live++
+			}
+		}
+		if again, _ := c.mgr.TargetSize(g.Name); again == n && live > n && n < g.MaxSize {
+			c.t.Errorf("group %s: target %d below its %d live members", g.Name, n, live)
+		}
 	}
 }
 
@@ -788,6 +813,7 @@ func (c *campaign) settle() {
 	}
 	c.checkBounds(true)
 	c.checkSpend()
+	c.checkNodes()
 	c.checkVanished()
 	c.checkDecreases()
 	c.checkLifecycle()
@@ -822,7 +848,7 @@ func (c *campaign) scaleDownPastMax() {
 			continue
 		}
 		slices.Sort(running)
-		_ = c.mgr.DeleteNodes(ctx, g.Name, running[target:])
+		c.deleteNodes(ctx, g.Name, running[target:])
 	}
 }
 
@@ -856,10 +882,34 @@ func (c *campaign) checkLifecycle() {
 // vanishedRE finds the instances the core took for vanished in its log.
 var vanishedRE = regexp.MustCompile(`msg="instance vanished[^"]*" group=\S+ instance=(\S+)`)
 
-// sample records the instances at the cloud now.
+// sample records the instances at the cloud now, and plays their
+// kubelets.
 func (c *campaign) sample() {
-	for _, in := range c.b.instances() {
+	insts := c.b.instances()
+	for _, in := range insts {
 		c.existed[in.Name] = true
+	}
+	c.nodes.kubelets(insts, time.Now())
+}
+
+// checkNodes: once settled, no NotReady Node of a stopped instance
+// outlives two syncs (cluster-autoscaler counts each against the
+// cluster's health, and stops scaling past 3 and 45 %), and no node
+// started from a standby pool for demand carries a deletion mark a front
+// end put on its Node before (it would bill in full and take no pod). A
+// node marked since, or marked by a process that crashed before it
+// deleted it, is a front end's to delete again.
+func (c *campaign) checkNodes() {
+	c.t.Helper()
+	if stale := c.nodes.stale(c.b.instances(), time.Now(), 2*c.cfg.Sync.Period.Duration+100*time.Millisecond); stale != "" {
+		c.t.Errorf("stopped instances keep their NotReady Nodes past two syncs: %s", stale)
+	}
+	for _, g := range c.cfg.NodeGroups {
+		for _, in := range c.members(g.Name) {
+			if !in.StartedAt.IsZero() && in.State != nodegroup.StateDeleting && c.nodes.markedBefore(in.ProviderID, in.StartedAt) {
+				c.t.Errorf("group %s's node %s was started for demand with the deletion mark of its old Node", g.Name, in.Name)
+			}
+		}
 	}
 }
 
