@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/yaml"
 
 	"github.com/gpuscaler/gpuscaler/internal/config"
 	"github.com/gpuscaler/gpuscaler/internal/testenv"
@@ -99,6 +100,61 @@ func TestRenderModes(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// A node group without managedBy is the mode's front end's (the config's
+// own default, cluster-autoscaler, refused the NodeProvisioner of a
+// controller install with default values), and NOTES.txt's NodeProvisioner
+// names the groups the controller may size.
+func TestDefaultGroupsFollowTheMode(t *testing.T) {
+	owners := map[string]string{"provider": config.ManagedByClusterAutoscaler, "controller": config.ManagedByNodeProvisioner, "karpenter": config.ManagedByKarpenter}
+	for mode, owner := range owners {
+		t.Run(mode, func(t *testing.T) {
+			objs, err := render(t, map[string]any{"mode": mode})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var cfg *config.Config
+			for _, o := range objs {
+				if o.GetKind() == "ConfigMap" && o.GetName() == "gs-gpuscaler" {
+					data, _, _ := unstructured.NestedString(o.Object, "data", "config.yaml")
+					if cfg, err = config.Parse([]byte(data)); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if cfg == nil || len(cfg.NodeGroups) == 0 {
+				t.Fatal("no config with node groups rendered")
+			}
+			for _, g := range cfg.NodeGroups {
+				if g.ManagedBy != owner {
+					t.Errorf("group %s is managedBy %q, want %q in %s mode", g.Name, g.ManagedBy, owner, mode)
+				}
+			}
+			notes, err := chartenv.Notes(chartDir, "gs", "gpuscaler", map[string]any{"mode": mode})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if mode != "controller" {
+				return
+			}
+			_, manifest, ok := strings.Cut(notes, "kubectl apply -f - <<EOF\n")
+			manifest, _, ok2 := strings.Cut(manifest, "  EOF")
+			if !ok || !ok2 {
+				t.Fatalf("NOTES.txt prints no NodeProvisioner to apply:\n%s", notes)
+			}
+			var np struct {
+				Kind string
+				Spec struct{ NodeGroups []string }
+			}
+			if err := yaml.Unmarshal([]byte(manifest), &np); err != nil || np.Kind != "NodeProvisioner" {
+				t.Fatalf("NOTES.txt's manifest: %v\n%s", err, manifest)
+			}
+			if want := []string{cfg.NodeGroups[0].Name}; !slices.Equal(np.Spec.NodeGroups, want) {
+				t.Fatalf("NOTES.txt's NodeProvisioner sizes %v, want %v", np.Spec.NodeGroups, want)
+			}
+		})
 	}
 }
 

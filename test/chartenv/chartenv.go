@@ -26,18 +26,7 @@ import (
 // own engine, after checking values against the chart's values schema as
 // helm install does. Objects come in file-name order.
 func Render(dir, release, namespace string, values map[string]any) ([]*unstructured.Unstructured, error) {
-	c, err := loader.Load(dir)
-	if err != nil {
-		return nil, err
-	}
-	vals, err := chartutil.ToRenderValues(c, values, chartutil.ReleaseOptions{Name: release, Namespace: namespace, IsInstall: true}, chartutil.DefaultCapabilities)
-	if err != nil {
-		return nil, err
-	}
-	if err := chartutil.ValidateAgainstSchema(c, vals["Values"].(chartutil.Values)); err != nil {
-		return nil, err
-	}
-	files, err := engine.Render(c, vals)
+	files, err := renderFiles(dir, release, namespace, values)
 	if err != nil {
 		return nil, err
 	}
@@ -110,4 +99,36 @@ func InstallRBAC(ctx context.Context, e *testenv.Env, chartDir, release, namespa
 		return nil, fmt.Errorf("the chart renders no ServiceAccount")
 	}
 	return accounts, e.Apply(ctx, rbac...)
+}
+
+// Notes renders the chart's NOTES.txt, what helm install prints, for
+// values as release in namespace.
+func Notes(dir, release, namespace string, values map[string]any) (string, error) {
+	files, err := renderFiles(dir, release, namespace, values)
+	if err != nil {
+		return "", err
+	}
+	for name, text := range files {
+		if strings.HasSuffix(name, "/NOTES.txt") {
+			return text, nil
+		}
+	}
+	return "", fmt.Errorf("the chart in %s renders no NOTES.txt", dir)
+}
+
+// renderFiles renders every template of the chart in dir, by file name,
+// once values pass its schema.
+func renderFiles(dir, release, namespace string, values map[string]any) (map[string]string, error) {
+	c, err := loader.Load(dir)
+	if err != nil {
+		return nil, err
+	}
+	vals, err := chartutil.ToRenderValues(c, values, chartutil.ReleaseOptions{Name: release, Namespace: namespace, IsInstall: true}, chartutil.DefaultCapabilities)
+	if err != nil {
+		return nil, err
+	}
+	if err := chartutil.ValidateAgainstSchema(c, vals["Values"].(chartutil.Values)); err != nil {
+		return nil, err
+	}
+	return engine.Render(c, vals)
 }

@@ -47,6 +47,21 @@ app.kubernetes.io/component: {{ .Values.mode }}
 {{- define "gpuscaler.config" -}}
 {{- $cfg := deepCopy .Values.config -}}
 {{- $_ := set $cfg "kubeconfig" "in-cluster" -}}
+{{- /* A group without managedBy is the mode's: the NodeProvisioner's in
+controller mode, a GPUNodeClass template in karpenter mode (the config's
+own default, cluster-autoscaler, is the provider mode's). */ -}}
+{{- $owner := get (dict "controller" "node-provisioner" "karpenter" "karpenter" "provider" "cluster-autoscaler") .Values.mode -}}
+{{- $groups := list -}}
+{{- range (default list $cfg.nodeGroups) -}}
+{{- $g := deepCopy . -}}
+{{- if not $g.managedBy -}}
+{{- $_ := set $g "managedBy" $owner -}}
+{{- end -}}
+{{- $groups = append $groups $g -}}
+{{- end -}}
+{{- if $cfg.nodeGroups -}}
+{{- $_ := set $cfg "nodeGroups" $groups -}}
+{{- end -}}
 {{- if not $cfg.clusterName -}}
 {{- $clouds := keys (default dict $cfg.clouds) | sortAlpha -}}
 {{- if and $clouds (ne (join "," $clouds) "sim") -}}
