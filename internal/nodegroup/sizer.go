@@ -205,10 +205,11 @@ func (z *sizer) returnLocked(ctx context.Context, g *group, mem *member) bool {
 		return false
 	}
 	if z.nodes != nil {
-		// Only a healthy node: Ready, its GPUs seen. One that never
-		// registered, or went unready (cluster-autoscaler removes both),
-		// is deleted.
-		if st, ok := z.nodes.Startup(mem.providerIDs()...); !ok || st.Ready.IsZero() || !st.GPUsSeen && g.itype.GPUCount > 0 {
+		// Only a healthy node: Ready, its GPUs allocatable now. One that
+		// never registered, went unready (cluster-autoscaler removes
+		// both) or lost its GPUs (a failed driver or device plugin, which
+		// a start would bring back with it) is deleted.
+		if st, ok := z.nodes.Startup(mem.providerIDs()...); !ok || st.Ready.IsZero() || !st.GPUsNow && g.itype.GPUCount > 0 {
 			return false
 		}
 	}

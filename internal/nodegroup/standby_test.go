@@ -194,7 +194,7 @@ func TestStandbyStartIsTimedApart(t *testing.T) {
 		now := h.clk.Now()
 		nodes.register(pid)
 		nodes.mu.Lock()
-		nodes.startup[pid] = Startup{Registered: now, Ready: now, GPUs: now.Add(gpusAfter), GPUsSeen: true}
+		nodes.startup[pid] = Startup{Registered: now, Ready: now, GPUs: now.Add(gpusAfter), GPUsSeen: true, GPUsNow: true}
 		nodes.mu.Unlock()
 	}
 	warming := warmingUp(h)
@@ -299,7 +299,7 @@ func TestStandbyWaitsForItsImages(t *testing.T) {
 	now := h.clk.Now()
 	pids := []string{cloud.ProviderID("sim", warming[0]), cloud.ProviderID("sim", warming[1])}
 	for _, pid := range pids {
-		nodes.setStartup(pid, Startup{Registered: now, Ready: now, GPUs: now, GPUsSeen: true, Standby: true})
+		nodes.setStartup(pid, Startup{Registered: now, Ready: now, GPUs: now, GPUsSeen: true, GPUsNow: true, Standby: true})
 	}
 	for range 6 {
 		h.clk.Step(30 * time.Second)
@@ -413,7 +413,7 @@ func warmingWithNode(t *testing.T, h *harness, nodes *fakeNodes) string {
 	t.Helper()
 	pid := cloud.ProviderID("sim", warmingUp(h))
 	now := h.clk.Now()
-	nodes.setStartup(pid, Startup{Registered: now, Ready: now, GPUs: now, GPUsSeen: true, Standby: true})
+	nodes.setStartup(pid, Startup{Registered: now, Ready: now, GPUs: now, GPUsSeen: true, GPUsNow: true, Standby: true})
 	return pid
 }
 
@@ -845,23 +845,29 @@ func TestScaledDownNodeIsDeletedWhenThePoolIsFull(t *testing.T) {
 }
 
 // Only a healthy node goes back to a short pool, and not one a front end
-// replaces: a node not Ready (cluster-autoscaler removes unready ones) and
-// a node deleted ForReplacement (rotation, defragmentation) are deleted.
+// replaces: a node not Ready (cluster-autoscaler removes unready ones), a
+// node whose GPUs are gone though they were seen once (a failed driver or
+// device plugin, which a start would bring back with it) and a node
+// deleted ForReplacement (rotation, defragmentation) are deleted.
 // A returned node whose Node the front end deleted with it (as the
 // NodeProvisioner does) still stops for the pool: the reaper does not
 // take it for one that never registered.
 func TestOnlyHealthyNodesGoBackToThePool(t *testing.T) {
-	h, nodes, w, insts := servingFromAShortPool(t, 3) // the pool's, and two fresh orders
+	h, nodes, w, insts := servingFromAShortPool(t, 4) // the pool's, and three fresh orders
 	ctx, now := context.Background(), h.clk.Now()
-	sick, replaced, healthy := insts[0], insts[1], insts[2]
-	nodes.setStartup(sick.ProviderID, Startup{Registered: now, GPUsSeen: true}) // NotReady
+	sick, replaced, gpuless, healthy := insts[0], insts[1], insts[2], insts[3]
+	nodes.setStartup(sick.ProviderID, Startup{Registered: now, GPUsSeen: true, GPUsNow: true}) // NotReady
+	nodes.setStartup(gpuless.ProviderID, Startup{Registered: now, Ready: now, GPUsSeen: true})
 	if err := h.mgr.DeleteNodes(ctx, "g", []string{sick.ProviderID}); err != nil {
 		t.Fatal(err)
 	}
 	if err := h.mgr.DeleteNodes(ForReplacement(ctx), "g", []string{replaced.ProviderID}); err != nil {
 		t.Fatal(err)
 	}
-	h.eventually("the unready and the replaced node deleted at the cloud", func() bool { return w.deletedInstances() == 2 })
+	if err := h.mgr.DeleteNodes(ctx, "g", []string{gpuless.ProviderID}); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("the unready, the replaced and the GPU-less node deleted at the cloud", func() bool { return w.deletedInstances() == 3 })
 	if err := h.mgr.DeleteNodes(ctx, "g", []string{healthy.ProviderID}); err != nil {
 		t.Fatal(err)
 	}
@@ -870,8 +876,8 @@ func TestOnlyHealthyNodesGoBackToThePool(t *testing.T) {
 	}
 	stoppedForThePool(h, healthy.Name, "the healthy node stopped for the pool")
 	creates, _ := w.counts()
-	if deleted := w.deletedInstances(); creates != 3 || deleted != 2 {
-		t.Fatalf("%d creates, %d instances deleted; want 3 (the pool's first, two for demand) and 2 (the unready and the replaced node)", creates, deleted)
+	if deleted := w.deletedInstances(); creates != 4 || deleted != 3 {
+		t.Fatalf("%d creates, %d instances deleted; want 4 (the pool's first, three for demand) and 3 (the unready, the replaced and the GPU-less node)", creates, deleted)
 	}
 	if n, _ := h.mgr.TargetSize("g"); n != 0 {
 		t.Fatalf("target %d with every node scaled down, want 0", n)
@@ -937,7 +943,7 @@ func servingFromAShortPool(t *testing.T, n int) (*harness, *fakeNodes, *wrapped,
 	insts, _ := h.mgr.Instances("g")
 	now := h.clk.Now()
 	for _, in := range insts {
-		nodes.setStartup(in.ProviderID, Startup{Registered: now, Ready: now, GPUs: now, GPUsSeen: true})
+		nodes.setStartup(in.ProviderID, Startup{Registered: now, Ready: now, GPUs: now, GPUsSeen: true, GPUsNow: true})
 	}
 	return h, nodes, w, insts
 }
@@ -974,7 +980,7 @@ func TestRestartKeepsAPoolOrderTakenForDemand(t *testing.T) {
 	h := newHarness(t, standbyGroup, sim.Options{}, Options{Nodes: nodes})
 	name := warmingUp(h)
 	now := h.clk.Now()
-	nodes.setStartup(cloud.ProviderID("sim", name), Startup{Registered: now, Ready: now, GPUs: now, GPUsSeen: true})
+	nodes.setStartup(cloud.ProviderID("sim", name), Startup{Registered: now, Ready: now, GPUs: now, GPUsSeen: true, GPUsNow: true})
 	h.restart()
 	h.settle(30 * time.Second)
 	if n, _ := h.mgr.TargetSize("g"); n != 1 {
@@ -1030,7 +1036,7 @@ func TestStoppedStandbyNodeDeletedUntilGone(t *testing.T) {
 	poolReady(h)
 	// The kubelet's heartbeats stop: the Node goes NotReady.
 	now := h.clk.Now()
-	nodes.setStartup(pid, Startup{Registered: now.Add(-5 * time.Minute), GPUsSeen: true, Standby: true})
+	nodes.setStartup(pid, Startup{Registered: now.Add(-5 * time.Minute), GPUsSeen: true, GPUsNow: true, Standby: true})
 	h.eventually("the stopped instance's Node deleted", func() bool {
 		h.clk.Step(30 * time.Second)
 		h.mgr.syncer.kick("sim")
@@ -1079,7 +1085,7 @@ func TestReapedPoolMemberLeavesTheTarget(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := h.clk.Now()
-	nodes.setStartup(cloud.ProviderID("sim", first), Startup{Registered: now, Ready: now, GPUs: now, GPUsSeen: true})
+	nodes.setStartup(cloud.ProviderID("sim", first), Startup{Registered: now, Ready: now, GPUs: now, GPUsSeen: true, GPUsNow: true})
 	var refill string
 	h.eventually("the pool's next order running", func() bool {
 		h.clk.Step(30 * time.Second)

@@ -22,7 +22,7 @@ func TestNodeStartupMetrics(t *testing.T) {
 	insts, _ := h.mgr.Instances("g")
 	a, b := insts[0], insts[1]
 	at := func(in Instance, d time.Duration) time.Time { return in.CreatedAt.Add(d) }
-	nodes.setStartup(a.ProviderID, Startup{Registered: at(a, 40*time.Second), Ready: at(a, 70*time.Second), GPUs: at(a, 130*time.Second), GPUsSeen: true})
+	nodes.setStartup(a.ProviderID, Startup{Registered: at(a, 40*time.Second), Ready: at(a, 70*time.Second), GPUs: at(a, 130*time.Second), GPUsSeen: true, GPUsNow: true})
 	nodes.setStartup(b.ProviderID, Startup{Registered: at(b, 50*time.Second), Ready: at(b, 80*time.Second)})
 	h.settle(time.Minute)
 
@@ -40,7 +40,7 @@ func TestNodeStartupMetrics(t *testing.T) {
 	want("gpuscaler_gpu_startup_gap_seconds", map[string]string{"group": "g"}, 1, 60)
 
 	// b's GPUs come later; a's steps are not counted again.
-	nodes.setStartup(b.ProviderID, Startup{Registered: at(b, 50*time.Second), Ready: at(b, 80*time.Second), GPUs: at(b, 200*time.Second), GPUsSeen: true})
+	nodes.setStartup(b.ProviderID, Startup{Registered: at(b, 50*time.Second), Ready: at(b, 80*time.Second), GPUs: at(b, 200*time.Second), GPUsSeen: true, GPUsNow: true})
 	h.settle(2 * time.Minute)
 	want("gpuscaler_node_startup_duration_seconds", step("registered"), 2, 90)
 	want("gpuscaler_node_startup_duration_seconds", step("gpus"), 2, 330)
@@ -67,7 +67,7 @@ func TestGPUStartupTimeout(t *testing.T) {
 	broken, fine := insts[0], insts[1]
 	now := h.clk.Now()
 	nodes.setStartup(broken.ProviderID, Startup{Registered: now, Ready: now})
-	nodes.setStartup(fine.ProviderID, Startup{Registered: now, Ready: now, GPUs: now.Add(time.Minute), GPUsSeen: true})
+	nodes.setStartup(fine.ProviderID, Startup{Registered: now, Ready: now, GPUs: now.Add(time.Minute), GPUsSeen: true, GPUsNow: true})
 	h.settle(14 * time.Minute)
 	if n := len(h.cloudInstances()["g"]); n != 2 {
 		t.Fatalf("%d instances before gpuStartupTimeout (15m), want 2", n)
@@ -113,7 +113,9 @@ func TestGPUStartupTimeoutsBackOff(t *testing.T) {
 		nodes.setStartup(fresh, s(h.clk.Now()))
 		return fresh
 	}
-	order(func(now time.Time) Startup { return Startup{Registered: now, Ready: now, GPUs: now, GPUsSeen: true} })
+	order(func(now time.Time) Startup {
+		return Startup{Registered: now, Ready: now, GPUs: now, GPUsSeen: true, GPUsNow: true}
+	})
 	for i := range 3 {
 		if b, ok := h.mgr.Backoff("g"); ok {
 			t.Fatalf("backed off after %d GPU-less nodes: %+v", i, b)

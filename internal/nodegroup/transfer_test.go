@@ -387,7 +387,7 @@ func TestHandedOverNodeKeepsItsTaintUntilClaimed(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := h.clk.Now()
-	nodes.setStartup(in.ProviderID, Startup{Registered: now, Ready: now, GPUs: now, GPUsSeen: true, Standby: true})
+	nodes.setStartup(in.ProviderID, Startup{Registered: now, Ready: now, GPUs: now, GPUsSeen: true, GPUsNow: true, Standby: true})
 	h.settle(2 * time.Minute)
 	if st, _ := nodes.Startup(in.ProviderID); !st.Standby {
 		t.Fatal("the standby taint was lifted before the owner claimed the Node")

@@ -139,6 +139,8 @@ type Startup struct {
 	// GPUsSeen: the Node has shown GPUs or MIG devices allocatable at some
 	// point (they may be gone for now, while the device plugin restarts).
 	GPUsSeen bool
+	// GPUsNow: the Node shows GPUs or MIG devices allocatable now.
+	GPUsNow bool
 	// Standby: the Node carries TaintStandby (registered by an order of a
 	// standby pool).
 	Standby bool

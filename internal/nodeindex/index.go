@@ -285,7 +285,7 @@ func (x *Index) Startup(providerIDs ...string) (nodegroup.Startup, bool) {
 		return nodegroup.Startup{}, false
 	}
 	s := nodegroup.Startup{Registered: n.CreationTimestamp.Time, Leaving: leaving(n), Standby: hasTaint(n, nodegroup.TaintStandby),
-		Claimed: n.Labels[labelKarpenterRegistered] == "true"}
+		Claimed: n.Labels[labelKarpenterRegistered] == "true", GPUsNow: gpu.HasGPUs(n.Status.Allocatable)}
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
 			s.Ready = c.LastTransitionTime.Time

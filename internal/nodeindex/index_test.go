@@ -94,9 +94,21 @@ func TestIndexOnARealCluster(t *testing.T) {
 		_, ok := n.(*corev1.Node).Status.Allocatable["cpu"]
 		return ok
 	})
-	if s, _ = x.Startup("verda://gpu-2"); !s.GPUs.Equal(first) {
-		t.Fatalf("GPUs moved from %v to %v on a later update", first, s.GPUs)
+	if s, _ = x.Startup("verda://gpu-2"); !s.GPUs.Equal(first) || !s.GPUsNow {
+		t.Fatalf("GPUs moved from %v to %v on a later update, or are not allocatable now (%v)", first, s.GPUs, s.GPUsNow)
 	}
+	// The device plugin restarts: the GPUs go, seen once still.
+	setStatus(t, ctx, env, "gpu-2", func(st *corev1.NodeStatus) {
+		st.Allocatable = corev1.ResourceList{"cpu": resource.MustParse("64")}
+	})
+	wait(t, ctx, "the GPUs gone", func() bool { s, _ = x.Startup("verda://gpu-2"); return !s.GPUsNow })
+	if !s.GPUsSeen {
+		t.Fatal("GPUs seen once are forgotten when they go")
+	}
+	setStatus(t, ctx, env, "gpu-2", func(st *corev1.NodeStatus) {
+		st.Allocatable = corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("8"), "cpu": resource.MustParse("64")}
+	})
+	wait(t, ctx, "the GPUs back", func() bool { s, _ = x.Startup("verda://gpu-2"); return s.GPUsNow })
 
 	// A front end's deletion taint: the Node is leaving.
 	n, err := env.Client.CoreV1().Nodes().Get(ctx, "gpu-2", metav1.GetOptions{})

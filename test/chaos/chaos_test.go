@@ -285,7 +285,7 @@ func (c *campaign) startCore(prev, warmed *nodegroup.Manager, warmedReg *prometh
 		if mgr == nil {
 			mgr, reg = c.newCore()
 		}
-		warmed = nil // a start that fails is tried again on a fresh core
+		warmed = nil       // a start that fails is tried again on a fresh core
 		events := c.events // the process's Event sink outlives its cores
 		if prev != nil {
 			mgr.Inherit(prev)

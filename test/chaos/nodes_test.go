@@ -132,7 +132,7 @@ func (n *clusterNodes) Startup(pids ...string) (nodegroup.Startup, bool) {
 	if node == nil {
 		return nodegroup.Startup{}, false
 	}
-	s := nodegroup.Startup{Registered: node.registered, GPUs: node.registered, GPUsSeen: true, Standby: node.standby, Leaving: node.leaving}
+	s := nodegroup.Startup{Registered: node.registered, GPUs: node.registered, GPUsSeen: true, GPUsNow: node.ready, Standby: node.standby, Leaving: node.leaving}
 	if node.ready {
 		s.Ready = node.registered
 	}
