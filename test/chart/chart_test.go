@@ -326,6 +326,57 @@ func TestScriptServerPortIsOpened(t *testing.T) {
 	}
 }
 
+// The script server reaches booting machines outside the cluster through
+// a Service of its own (NodePort or LoadBalancer) that carries its port
+// alone (never the metrics or gRPC port) and keeps each machine's address
+// (externalTrafficPolicy Local), which bindToInstanceIP checks. A real
+// API server accepts it.
+func TestScriptServerServiceExposesScriptsOnly(t *testing.T) {
+	env := testenv.Start(t, testenv.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, typ := range []string{"ClusterIP", "NodePort", "LoadBalancer"} {
+		t.Run(typ, func(t *testing.T) {
+			values := map[string]any{"mode": "provider", "config": map[string]any{
+				"clusterName": "s", "clouds": map[string]any{"sim": map[string]any{}},
+				"scriptServer": map[string]any{"listenAddress": "0.0.0.0:8443", "url": "https://scripts.example.com:8443"},
+				"nodeGroups":   []any{map[string]any{"name": "g", "cloud": "sim", "instanceType": "1V100.6V", "locations": []any{"FIN-01"}, "maxSize": 1}},
+			}, "scriptServer": map[string]any{"service": map[string]any{
+				"type": typ, "annotations": map[string]any{"example.com/lb": "external"}, "loadBalancerSourceRanges": []any{"203.0.113.0/24"},
+			}}}
+			objs, err := render(t, values)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var svc *unstructured.Unstructured
+			for _, o := range objs {
+				if o.GetKind() == "Service" && o.GetName() == "gs-gpuscaler-scripts" {
+					svc = o
+				}
+			}
+			if typ == "ClusterIP" {
+				if svc != nil {
+					t.Fatal("a ClusterIP script server got a Service of its own")
+				}
+				return
+			}
+			if svc == nil {
+				t.Fatalf("no Service of the script server's own for %s", typ)
+			}
+			ports, _, _ := unstructured.NestedSlice(svc.Object, "spec", "ports")
+			policy, _, _ := unstructured.NestedString(svc.Object, "spec", "externalTrafficPolicy")
+			if len(ports) != 1 || ports[0].(map[string]any)["name"] != "scripts" || policy != "Local" || svc.GetAnnotations()["example.com/lb"] != "external" {
+				t.Fatalf("the scripts Service: ports %v, externalTrafficPolicy %q, annotations %v", ports, policy, svc.GetAnnotations())
+			}
+			svc.SetNamespace("default")
+			svc.SetName("scripts-" + strings.ToLower(typ))
+			if err := env.Apply(ctx, svc); err != nil {
+				t.Fatalf("the API server refuses the scripts Service: %v", err)
+			}
+		})
+	}
+}
+
 // Secrets reach gpuscaler as files: secretFiles mounts each at
 // /etc/gpuscaler/secrets/<name>, 0440 and group gpuscaler's; the script
 // server's TLS comes from a Secret, with its CA pinned by the nodes; a
