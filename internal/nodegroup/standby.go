@@ -550,18 +550,20 @@ func (y *syncer) stop(ctx context.Context, cloudName string, mems []*member) {
 	}
 }
 
-// stoppedNodesLocked returns g's stopped standby members whose Node is
-// still there and NotReady. The stop deletes it once; that delete may
-// fail, or be lost with a restart or a reload, and cluster-autoscaler
-// counts every NotReady Node against the cluster's health (past 3 nodes
-// and 45 %, it stops scaling). Callers hold the store's lock.
+// stoppedNodesLocked returns g's members whose instance is stopped (for
+// its standby pool, or for good and being deleted) and whose Node is still
+// there and NotReady. A standby stop deletes it once; that delete may
+// fail, or be lost with a restart or a reload (a stop that lands after
+// its core handed over), and cluster-autoscaler counts every NotReady
+// Node against the cluster's health (past 3 nodes and 45 %, it stops
+// scaling). Callers hold the store's lock.
 func (y *syncer) stoppedNodesLocked(g *group) []*member {
-	if y.nodes == nil || g.counts[stateStandby] == 0 {
+	if y.nodes == nil {
 		return nil
 	}
 	var out []*member
 	for _, mem := range g.members {
-		if mem.standby != standbyStopped || mem.phase != phaseCreated {
+		if !mem.stoppedNode() {
 			continue
 		}
 		if st, ok := y.nodes.Startup(mem.providerIDs()...); ok && st.Ready.IsZero() {
@@ -571,6 +573,13 @@ func (y *syncer) stoppedNodesLocked(g *group) []*member {
 	return out
 }
 
+// stoppedNode reports whether the member's instance is stopped, as its
+// stop's answer or a list says, and no start of it is in flight: its Node
+// is of no use until a start, which deletes it anyway (clearNode).
+func (mem *member) stoppedNode() bool {
+	return (mem.standby == standbyStopped || mem.state == stateStopped) && mem.standby != standbyStarting && mem.standby != standbyLeaving
+}
+
 // deleteStoppedNodes deletes the Nodes stoppedNodesLocked found, each only
 // while its member is still stopped: one taken for demand meanwhile has
 // its old Node deleted by its start, and a new one may register.
@@ -578,7 +587,7 @@ func (y *syncer) deleteStoppedNodes(ctx context.Context, mems []*member) {
 	s := y.store
 	for _, mem := range mems {
 		s.mu.RLock()
-		stopped := mem.g.members[mem.name] == mem && mem.standby == standbyStopped
+		stopped := mem.g.members[mem.name] == mem && mem.stoppedNode()
 		ids := mem.providerIDs()
 		s.mu.RUnlock()
 		if !stopped {
