@@ -101,6 +101,8 @@ type Runtime struct {
 	switching sync.Mutex
 	leadCtx   context.Context // set while leading
 	gate      *gate
+	// reloads counts the config file's changes by result (Watch).
+	reloads *prometheus.CounterVec
 }
 
 // generation is one configuration's core.
@@ -140,6 +142,13 @@ func Build(ctx context.Context, cfg *config.Config, opts Options) (*Runtime, err
 	// The cores of every configuration share one set of series: a reload
 	// does not reset the counters.
 	r.metrics = nodegroup.NewMetrics(r.process)
+	r.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gpuscaler_config_reloads_total",
+		Help: "Changes of the config file seen, by result: applied, or refused (the configuration in force stays; the log and, in controller mode, a ConfigRejected Event say why).",
+	}, []string{"result"})
+	r.reloads.WithLabelValues("applied")
+	r.reloads.WithLabelValues("refused")
+	r.process.MustRegister(r.reloads)
 	if r.evicted, err = serve.NewEvictions(r.process, opts.Logger); err != nil {
 		return nil, err
 	}
@@ -476,8 +485,10 @@ func (r *Runtime) Watch(ctx context.Context, path string, period time.Duration, 
 			err = r.Reload(ctx, cfg)
 		}
 		if err != nil {
+			r.reloads.WithLabelValues("refused").Inc()
 			r.log.Error("config change refused; keeping the configuration in force", "path", path, "error", err)
 		} else {
+			r.reloads.WithLabelValues("applied").Inc()
 			r.log.Info("config reloaded", "path", path)
 		}
 		report(err)

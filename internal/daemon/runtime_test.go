@@ -415,6 +415,85 @@ nodeGroups:
 	}
 }
 
+// A change of the config file reaches the running process through the
+// reload: a good one is put in force, a bad one or one that needs a
+// restart is refused and the one in force keeps serving; each is counted
+// in gpuscaler_config_reloads_total by result.
+func TestWatchCountsReloadsByResult(t *testing.T) {
+	doc := func(maxSize string) string {
+		return `
+clusterName: rt
+clouds:
+  sim: {}
+nodeGroups:
+  - {name: g, cloud: sim, instanceType: 1V100.6V, locations: [FIN-01], maxSize: ` + maxSize + `}
+`
+	}
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	write := func(data string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(doc("3"))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	rt, err := Build(ctx, parse(t, doc("3")), Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reports := make(chan error, 8)
+	watching := make(chan error, 1)
+	go func() { watching <- rt.Watch(ctx, path, 10*time.Millisecond, func(err error) { reports <- err }) }()
+	defer func() {
+		cancel()
+		if err := <-watching; err != nil {
+			t.Error(err)
+		}
+	}()
+	time.Sleep(50 * time.Millisecond) // Watch has read the file as it is
+	count := func(result string) float64 {
+		t.Helper()
+		mfs, err := rt.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() != "gpuscaler_config_reloads_total" {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				if m.GetLabel()[0].GetValue() == result {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+		return -1
+	}
+	if count("applied") != 0 || count("refused") != 0 {
+		t.Fatalf("before any change: applied %v, refused %v; want both series at 0", count("applied"), count("refused"))
+	}
+	write(doc("5"))
+	if err := <-reports; err != nil {
+		t.Fatalf("a valid change refused: %v", err)
+	}
+	write(doc("-1"))
+	if err := <-reports; err == nil {
+		t.Fatal("a negative maxSize was put in force")
+	}
+	write(strings.Replace(doc("5"), "sim: {}", "sim: {bootDelay: 1s}", 1))
+	if err := <-reports; !errors.Is(err, ErrRestartNeeded) {
+		t.Fatalf("a change of the clouds section: %v, want ErrRestartNeeded", err)
+	}
+	if got := rt.Config().NodeGroups[0].MaxSize; got != 5 {
+		t.Fatalf("maxSize in force %d, want 5: the refused changes must leave the last good one", got)
+	}
+	if count("applied") != 1 || count("refused") != 2 {
+		t.Fatalf("applied %v, refused %v; want 1 and 2", count("applied"), count("refused"))
+	}
+}
+
 // A reload keeps the process's counters counting (each core had its own
 // registry, and every counter fell to zero with a reload, as a restart
 // looks to rate()), and drops the gauges of a group it removed.

@@ -158,6 +158,38 @@ func TestDefaultGroupsFollowTheMode(t *testing.T) {
 	}
 }
 
+// A config change reaches the running pods through their hot reload
+// (which refuses a bad one and keeps the config in force), not a rollout:
+// only a change a reload cannot apply (the clouds, say) changes the pod
+// template. Before, every change rolled the pods, and in provider mode the
+// Recreate strategy killed the working provider for a config the new pod
+// might refuse.
+func TestOnlyRestartChangesRollThePods(t *testing.T) {
+	checksum := func(cfg map[string]any) string {
+		t.Helper()
+		objs, err := render(t, map[string]any{"mode": "provider", "config": cfg})
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, _, _ := unstructured.NestedString(find(t, objs, "Deployment", "gs-gpuscaler").Object, "spec", "template", "metadata", "annotations", "checksum/config-restart")
+		if v == "" {
+			t.Fatal("no checksum/config-restart on the pod template")
+		}
+		return v
+	}
+	cfg := func(maxSize int, sim map[string]any) map[string]any {
+		return map[string]any{"clusterName": "c", "clouds": map[string]any{"sim": sim},
+			"nodeGroups": []any{map[string]any{"name": "g", "cloud": "sim", "instanceType": "1V100.6V", "locations": []any{"FIN-01"}, "maxSize": maxSize}}}
+	}
+	base := checksum(cfg(2, map[string]any{}))
+	if checksum(cfg(5, map[string]any{})) != base {
+		t.Error("a group's maxSize, which a reload applies, rolls the pods")
+	}
+	if checksum(cfg(2, map[string]any{"bootDelay": "5s"})) == base {
+		t.Error("a change of the clouds section, which needs a restart, does not roll the pods")
+	}
+}
+
 // A typo or a wrong type fails at install, against values.schema.json.
 func TestValuesSchemaRefuses(t *testing.T) {
 	for name, values := range map[string]map[string]any{

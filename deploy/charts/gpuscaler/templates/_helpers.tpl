@@ -89,6 +89,21 @@ own default, cluster-autoscaler, is the provider mode's). */ -}}
 {{- toYaml $cfg -}}
 {{- end -}}
 
+{{/* The parts of the config a reload refuses to change (a restart puts
+them in force): the clouds, cluster access, the script server, the
+metrics and provider listeners, and the Kamatera and Scaleway groups,
+which their clouds are built from (daemon.Runtime.Reload). */}}
+{{- define "gpuscaler.restartConfig" -}}
+{{- $cfg := include "gpuscaler.config" . | fromYaml -}}
+{{- $built := list -}}
+{{- range (default list $cfg.nodeGroups) -}}
+{{- if has .cloud (list "kamatera" "scaleway") -}}
+{{- $built = append $built (pick . "name" "cloud" "instanceType" "locations" "cloudOptions") -}}
+{{- end -}}
+{{- end -}}
+{{- toYaml (dict "clouds" $cfg.clouds "kubeconfig" $cfg.kubeconfig "scriptServer" $cfg.scriptServer "metrics" $cfg.metrics "provider" $cfg.provider "builtGroups" $built) -}}
+{{- end -}}
+
 {{/* The leader Lease's name: the controller's --leader-election-id default,
 or Karpenter core's. */}}
 {{- define "gpuscaler.leaseName" -}}
