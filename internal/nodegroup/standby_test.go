@@ -948,13 +948,15 @@ func servingFromAShortPool(t *testing.T, n int) (*harness, *fakeNodes, *wrapped,
 	return h, nodes, w, insts
 }
 
-// A restart while the pool's order warms up finds it the pool's again (its
-// name says it was ordered for the pool): no capacity, the target stays 0,
-// and the pool orders nothing more. Before, the restarted core took it
-// for capacity, raised the target to 1 and ordered a second instance.
+// A restart while the pool's order warms up (its Node not registered yet)
+// finds it the pool's again (its name says it was ordered for the pool):
+// no capacity, the target stays 0, and the pool orders nothing more.
+// Before, the restarted core took it for capacity, raised the target to 1
+// and ordered a second instance.
 func TestRestartWhileThePoolWarmsUp(t *testing.T) {
 	w := &wrapped{}
-	h := newWrappedHarness(t, standbyGroup, sim.Options{}, Options{}, func(c *sim.Cloud) cloud.Provider { w.Provider = c; return w })
+	nodes := newFakeNodes()
+	h := newWrappedHarness(t, standbyGroup, sim.Options{}, Options{Nodes: nodes}, func(c *sim.Cloud) cloud.Provider { w.Provider = c; return w })
 	name := warmingUp(h)
 	if !orderedForPool(name) {
 		t.Fatalf("the pool's order is named %s, with no pool mark", name)
@@ -964,6 +966,8 @@ func TestRestartWhileThePoolWarmsUp(t *testing.T) {
 	if n, _ := h.mgr.TargetSize("g"); n != 0 {
 		t.Fatalf("target %d after the restart, want 0: the warming instance is the pool's", n)
 	}
+	now := h.clk.Now() // it joins, with the pool's taint, and warms up
+	nodes.setStartup(cloud.ProviderID("sim", name), Startup{Registered: now, Ready: now, GPUs: now, GPUsSeen: true, GPUsNow: true, Standby: true})
 	if stopped := poolReady(h); stopped.Name != name {
 		t.Fatalf("the pool holds %s, want %s", stopped.Name, name)
 	}
@@ -1111,5 +1115,18 @@ func TestReapedPoolMemberLeavesTheTarget(t *testing.T) {
 	h.settle(30 * time.Second)
 	if n, _ := h.mgr.TargetSize("g"); n != 1 {
 		t.Fatalf("target %d after the pool's member was reaped, want 1", n)
+	}
+}
+
+// Without Nodes to tell by, a running pool order found after a restart is
+// capacity: taken for the pool, a node that serves would be stopped with
+// its pods.
+func TestRestartWithoutNodesKeepsAPoolOrderAsCapacity(t *testing.T) {
+	h := newHarness(t, standbyGroup, sim.Options{}, Options{})
+	warmingUp(h)
+	h.restart()
+	h.settle(30 * time.Second)
+	if n, _ := h.mgr.TargetSize("g"); n != 1 {
+		t.Fatalf("target %d after the restart, want 1: without Nodes the running instance may serve", n)
 	}
 }

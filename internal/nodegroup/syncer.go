@@ -699,11 +699,13 @@ func (y *syncer) adoptLocked(ctx context.Context, cloudName string, g *group, in
 
 // takenForDemand reports whether the Node of a pool's order shows it was
 // taken for demand: registered, and TaintStandby lifted. Without a Node
-// (booting, or no Nodes watched) it is still the pool's; a front end that
-// took it asks again, and the pool gives it at once.
+// yet (booting) it is still the pool's: a front end that took it asks
+// again, and the pool gives it at once. Without Nodes watched there is no
+// telling, and it is capacity: taken for the pool, a node that serves
+// would be stopped with its pods, which only a Node shows.
 func (y *syncer) takenForDemand(mem *member) bool {
 	if y.nodes == nil {
-		return false
+		return true
 	}
 	st, ok := y.nodes.Startup(mem.providerIDs()...)
 	return ok && !st.Standby

@@ -186,7 +186,14 @@ func TestHandedOverInstanceStartedAfterARestart(t *testing.T) {
 	h, w, stopped := standbyOn(t)
 	var refused atomic.Bool
 	refused.Store(true)
+	var fresh atomic.Int32 // orders not the pool's
 	w.mu.Lock()
+	w.onCreate = func(_ context.Context, spec cloud.CreateSpec) (cloud.Instance, error, bool) {
+		if !orderedForPool(spec.Name) {
+			fresh.Add(1)
+		}
+		return cloud.Instance{}, nil, false
+	}
 	w.onStart = func(_ context.Context, inst cloud.Instance) (error, bool) {
 		if inst.Name == "nc-1" && refused.Load() {
 			return cloud.Errorf(cloud.ErrTransient, "start", "503 service unavailable"), true
@@ -209,11 +216,14 @@ func TestHandedOverInstanceStartedAfterARestart(t *testing.T) {
 		in, ok := atCloud(h, "nc-1")
 		return ok && in.State == cloud.StateRunning && in.Owner == "karpenter"
 	})
-	if creates, deletes := w.counts(); deletes != 0 || creates > 2 {
+	// The pool refills; a restart while its order warms up may count that
+	// order as capacity (no Nodes to tell by here) and refill once more.
+	// Nothing replaces the handed-over instance: no order but the pool's.
+	if creates, deletes := w.counts(); deletes != 0 || creates > 3 || fresh.Load() != 0 {
 		for _, in := range h.engine.Instances("test") {
 			t.Logf("at cloud: %s %s owner=%q standby=%v state=%s created=%v", in.ID, in.Name, in.Owner, in.Standby, in.State, in.CreatedAt)
 		}
-		t.Fatalf("%d creates, %d deletes: the handed-over instance was replaced", creates, deletes)
+		t.Fatalf("%d creates (%d not the pool's), %d deletes: the handed-over instance was replaced", creates, fresh.Load(), deletes)
 	}
 }
 
