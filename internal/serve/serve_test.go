@@ -233,16 +233,20 @@ func TestFullOfSlowRequestsMakesRoom(t *testing.T) {
 		Evicted: func(r string) { reasons <- r }}), listen(t))
 	defer close(release)
 	var busy []net.Conn
-	for range max {
-		busy = append(busy, slow(t, addr))
-	}
 	defer func() {
 		for _, c := range busy {
 			c.Close()
 		}
 	}()
-	for started.Load() < max {
-		time.Sleep(10 * time.Millisecond)
+	// One at a time, each running before the next is sent: busy[0] is
+	// the longest-running request, whatever the scheduler does with the
+	// others' handshakes.
+	for i := range max {
+		busy = append(busy, slow(t, addr))
+		for started.Load() < int64(i+1) {
+			time.Sleep(time.Millisecond)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 	fresh, err := net.Dial("tcp", addr)
 	if err != nil {
