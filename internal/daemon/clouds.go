@@ -55,18 +55,13 @@ func (c *clouds) setGroups(cfg *config.Config) {
 	}
 }
 
-// listableAhead names the clouds whose lists a reload from cur to next may
+// listableAhead reports which clouds' lists a reload from cur to next may
 // take before the hand-over (nodegroup.Manager.Warm): all but GCP when
 // next gives it other groups, whose MIGs it lists only once setGroups
-// has followed. Never empty: an empty list would mean every cloud.
-func (c *clouds) listableAhead(cur, next *config.Config) []string {
-	out := []string{""}
-	for name := range c.providers {
-		if name != gcp.Name || reflect.DeepEqual(gcpGroups(cur), gcpGroups(next)) {
-			out = append(out, name)
-		}
-	}
-	return out
+// has followed.
+func listableAhead(cur, next *config.Config) func(cloudName string) bool {
+	sameGCP := reflect.DeepEqual(gcpGroups(cur), gcpGroups(next))
+	return func(cloudName string) bool { return cloudName != gcp.Name || sameGCP }
 }
 
 // Describer returns the cloud's reader of existing instance groups; false

@@ -415,7 +415,7 @@ func (r *Runtime) apply(ctx context.Context, file *config.Config, extra []config
 		// holds writes, and must make no cloud call. GCP lists the MIGs
 		// of the groups it is given (setGroups, in the hand-over): with
 		// other groups, its list waits for the hand-over.
-		if err := next.core.Warm(ctx, r.clouds.listableAhead(r.current().cfg, cfg)...); err != nil {
+		if err := next.core.Warm(ctx, listableAhead(r.current().cfg, cfg)); err != nil {
 			return err
 		}
 	}

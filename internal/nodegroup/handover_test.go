@@ -42,7 +42,7 @@ func (h *harness) reloadWarm(doc string, between func()) {
 		h.t.Fatal(err)
 	}
 	if between != nil {
-		if err := mgr.Warm(context.Background()); err != nil {
+		if err := mgr.Warm(context.Background(), nil); err != nil {
 			h.t.Fatalf("warm: %v", err)
 		}
 		between()

@@ -344,10 +344,10 @@ func (m *Manager) Start(ctx context.Context) error {
 // is older than the hand-over; what the core before learned since comes
 // with Inherit, and a list that lags is what the sync is built for.
 //
-// Only the clouds in list are listed ahead (all when it is empty): a
-// cloud whose list follows the configuration's groups (GCP's MIGs) is
+// A cloud for which listAhead is false (nil: none) is not listed ahead:
+// one whose list follows the configuration's groups (GCP's MIGs) is
 // listed at Start, once it follows the new ones.
-func (m *Manager) Warm(ctx context.Context, list ...string) error {
+func (m *Manager) Warm(ctx context.Context, listAhead func(cloudName string) bool) error {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var errs []error
@@ -367,7 +367,7 @@ func (m *Manager) Warm(ctx context.Context, list ...string) error {
 					m.syncer.refreshOfferings(cctx, cloudName)
 					return nil
 				})
-				if w.listed = len(list) == 0 || slices.Contains(list, cloudName); w.listed {
+				if w.listed = listAhead == nil || listAhead(cloudName); w.listed {
 					w.start = m.clock.Now()
 					w.insts, err = m.syncer.list(ctx, cloudName, true)
 				}

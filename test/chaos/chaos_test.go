@@ -614,7 +614,7 @@ func (c *campaign) reload() {
 	c.cfg = &next
 	warmed, warmedReg := c.newCore()
 	c.cfg = cur
-	_ = warmed.Warm(context.Background())
+	_ = warmed.Warm(context.Background(), nil)
 	c.stop()
 	// The old core's counters once it has stopped: an order that fails
 	// while it stops is counted there, and handed over failed.
