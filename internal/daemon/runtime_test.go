@@ -166,6 +166,22 @@ nodeGroups:
 	}
 }
 
+// leading builds a runtime of cfg and has it lead until ctx ends; it
+// returns once the core has started.
+func leading(t *testing.T, ctx context.Context, cfg *config.Config, opts Options) *Runtime {
+	t.Helper()
+	rt, err := Build(ctx, cfg, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan error, 1)
+	go func() { _ = rt.Lead(ctx, func(err error) { started <- err }) }()
+	if err := <-started; err != nil {
+		t.Fatal(err)
+	}
+	return rt
+}
+
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
@@ -256,15 +272,7 @@ nodeGroups:
 `, fake.URL))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	rt, err := Build(ctx, cfg, Options{Owner: config.ManagedByNodeProvisioner, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	started := make(chan error, 1)
-	go func() { _ = rt.Lead(ctx, func(err error) { started <- err }) }()
-	if err := <-started; err != nil {
-		t.Fatal(err)
-	}
+	rt := leading(t, ctx, cfg, Options{Owner: config.ManagedByNodeProvisioner, Logger: slog.New(slog.DiscardHandler)})
 	extra := config.NodeGroup{Name: "gke-pool-grp", Cloud: "gcp", InstanceType: "g2-standard-8", Locations: []string{"us-central1-b"},
 		MinSize: 1, MaxSize: 3, ManagedBy: config.ManagedByNodeProvisioner}
 	if err := rt.SetExtraGroups(ctx, []config.NodeGroup{extra}); err != nil {
@@ -375,15 +383,7 @@ nodeGroups:
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	rt, err := Build(ctx, doc(500), Options{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	started := make(chan error, 1)
-	go func() { _ = rt.Lead(ctx, func(err error) { started <- err }) }()
-	if err := <-started; err != nil {
-		t.Fatal(err)
-	}
+	rt := leading(t, ctx, doc(500), Options{Logger: slog.New(slog.DiscardHandler)})
 	type sizer interface {
 		IncreaseSize(ctx context.Context, group string, delta int) error
 	}
@@ -505,15 +505,7 @@ func TestReloadKeepsCountersDropsRemovedGroups(t *testing.T) {
 	const h = "  - {name: h, cloud: sim, instanceType: 1V100.6V, locations: [FIN-01], maxSize: 2}\n"
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	rt, err := Build(ctx, parse(t, doc(g+h)), Options{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	started := make(chan error, 1)
-	go func() { _ = rt.Lead(ctx, func(err error) { started <- err }) }()
-	if err := <-started; err != nil {
-		t.Fatal(err)
-	}
+	rt := leading(t, ctx, parse(t, doc(g+h)), Options{Logger: slog.New(slog.DiscardHandler)})
 	// value is the sum of a family's series whose labels include want;
 	// found reports whether there was any.
 	value := func(name string, want map[string]string) (sum float64, found bool) {
