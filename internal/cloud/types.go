@@ -154,6 +154,10 @@ type Instance struct {
 	// (StateStopped), as the cloud records it (a tag, a label, a state of
 	// its own): it is kept, not replaced, and a restart finds it again.
 	Standby bool
+	// Install is the install ID of the gpuscaler that ordered the
+	// instance, as the cloud recorded it (CreateSpec.Install); empty for
+	// one ordered without (by an earlier version, or a seed system).
+	Install string
 }
 
 // CreateSpec is one order for one instance.
@@ -165,7 +169,12 @@ type CreateSpec struct {
 	// instance launched outside any group, which names its Owner instead.
 	Group string
 	// Owner is recorded on launched instances (see Instance.Owner).
-	Owner        string
+	Owner string
+	// Install, when set, is recorded with the cluster's mark and listed
+	// as Instance.Install: it tells two installs that share a cluster
+	// name on one account apart. Always set once known; empty orders
+	// without.
+	Install      string
 	InstanceType string
 	Location     string
 	CapacityType CapacityType

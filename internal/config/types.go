@@ -15,6 +15,9 @@ type Config struct {
 	// ClusterName marks every instance gpuscaler creates, so that List finds
 	// them after a restart and two clusters on one account never mix.
 	ClusterName string `json:"clusterName"`
+	// Ownership tells this install's instances from those of another
+	// gpuscaler that uses the same clusterName on the same cloud account.
+	Ownership OwnershipConfig `json:"ownership,omitempty"`
 	// Provider configures the cluster-autoscaler gRPC server.
 	Provider ProviderConfig `json:"provider,omitempty"`
 	// Metrics configures the Prometheus and health endpoint.
@@ -40,6 +43,23 @@ type Config struct {
 	Clouds Clouds `json:"clouds"`
 	// NodeGroups are the groups gpuscaler scales.
 	NodeGroups []NodeGroup `json:"nodeGroups"`
+}
+
+// OwnershipConfig says which gpuscaler install the cluster's instances
+// belong to. Every instance is recorded at the cloud with the install ID
+// of the gpuscaler that ordered it; gpuscaler refuses to start where the
+// cloud holds instances of its clusterName that another install ordered,
+// and never takes them as its own.
+type OwnershipConfig struct {
+	// InstallID is this install's ID: 4 to 16 lowercase letters and
+	// digits. Default: the first 12 hex digits of the kube-system
+	// namespace's UID, which is the cluster's own; set it where gpuscaler
+	// has no cluster access. Changing it needs a restart.
+	InstallID string `json:"installID,omitempty"`
+	// TakeOver lists the install IDs of installs that are gone (a cluster
+	// rebuilt under the same clusterName), whose instances this one takes
+	// as its own. Keep an ID here while instances it ordered remain.
+	TakeOver []string `json:"takeOver,omitempty"`
 }
 
 // ProviderConfig configures the external gRPC cloud provider server.

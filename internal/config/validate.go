@@ -28,6 +28,7 @@ const maxNameLength = 40
 func Validate(c *Config) field.ErrorList {
 	var errs field.ErrorList
 	errs = append(errs, validateName(field.NewPath("clusterName"), c.ClusterName)...)
+	errs = append(errs, validateOwnership(field.NewPath("ownership"), c.Ownership)...)
 	errs = append(errs, validateProvider(field.NewPath("provider"), c.Provider)...)
 	if c.Metrics.Address != "0" {
 		errs = append(errs, validateAddress(field.NewPath("metrics", "address"), c.Metrics.Address)...)
@@ -45,6 +46,30 @@ func Validate(c *Config) field.ErrorList {
 	errs = append(errs, validateKamateraGroups(c)...)
 	errs = append(errs, validateScalewayGroups(c)...)
 	return sanitize(errs)
+}
+
+// validateOwnership checks the install IDs.
+func validateOwnership(path *field.Path, o OwnershipConfig) field.ErrorList {
+	var errs field.ErrorList
+	if o.InstallID != "" {
+		if err := cloud.CheckInstall(o.InstallID); err != nil {
+			errs = append(errs, field.Invalid(path.Child("installID"), o.InstallID, err.Error()))
+		}
+	}
+	seen := map[string]bool{}
+	for i, id := range o.TakeOver {
+		p := path.Child("takeOver").Index(i)
+		switch err := cloud.CheckInstall(id); {
+		case err != nil:
+			errs = append(errs, field.Invalid(p, id, err.Error()))
+		case seen[id]:
+			errs = append(errs, field.Duplicate(p, id))
+		case id == o.InstallID:
+			errs = append(errs, field.Invalid(p, id, "this install's own ID"))
+		}
+		seen[id] = true
+	}
+	return errs
 }
 
 // maxEchoedValue bounds how much of a bad value an error repeats: a 10 MB

@@ -103,6 +103,9 @@ type Runtime struct {
 	gate      *gate
 	// reloads counts the config file's changes by result (Watch).
 	reloads *prometheus.CounterVec
+	// install is this install's ID, recorded with every order (see
+	// installID); "" when unknown.
+	install string
 }
 
 // generation is one configuration's core.
@@ -135,6 +138,15 @@ func Build(ctx context.Context, cfg *config.Config, opts Options) (*Runtime, err
 		return nil, err
 	}
 	r := &Runtime{opts: opts, log: opts.Logger, clouds: cs, scfg: cfg, file: cfg, process: prometheus.NewRegistry(), gate: newGate()}
+	if opts.preflight == nil {
+		if r.install, err = installID(ctx, cfg, cs.kube); err != nil {
+			return nil, err
+		}
+		if r.install == "" && realClouds(cfg) {
+			r.log.Warn("no install ID: without cluster access or ownership.installID, instances are ordered without one, and those " +
+				"of another gpuscaler sharing this clusterName on the same cloud account are not told apart")
+		}
+	}
 	// Until Lead starts the core, writes wait for it (bounded), then are
 	// refused by the core that does not run.
 	r.gate.close()
@@ -182,7 +194,8 @@ func (r *Runtime) newGeneration(cfg *config.Config) (*generation, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts := nodegroup.Options{Logger: r.log, Metrics: r.metrics, Manage: managedBy(cfg, r.opts.Owner), GPULabel: cfg.Provider.GPULabel}
+	opts := nodegroup.Options{Logger: r.log, Metrics: r.metrics, Manage: managedBy(cfg, r.opts.Owner), GPULabel: cfg.Provider.GPULabel,
+		Install: r.install}
 	if renderer != nil {
 		opts.Bootstrap = renderer
 	}
@@ -394,6 +407,8 @@ func (r *Runtime) apply(ctx context.Context, file *config.Config, extra []config
 		return fmt.Errorf("the clouds section changed: %w", ErrRestartNeeded)
 	case cfg.Kubeconfig != r.scfg.Kubeconfig:
 		return fmt.Errorf("kubeconfig changed: %w", ErrRestartNeeded)
+	case cfg.Ownership.InstallID != r.scfg.Ownership.InstallID:
+		return fmt.Errorf("ownership.installID changed: %w", ErrRestartNeeded)
 	case !reflect.DeepEqual(cfg.ScriptServer, r.scfg.ScriptServer):
 		return fmt.Errorf("%s changed: %w", changedField("scriptServer", cfg.ScriptServer, r.scfg.ScriptServer), ErrRestartNeeded)
 	case !reflect.DeepEqual(cfg.Provider, r.scfg.Provider):

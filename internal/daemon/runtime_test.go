@@ -119,6 +119,7 @@ nodeGroups:
 		"provider.listenAddress":   func(c *config.Config) { c.Provider.ListenAddress = "127.0.0.1:9999" },
 		"scriptServer.insecure":    func(c *config.Config) { c.ScriptServer.Insecure = !c.ScriptServer.Insecure },
 		"metrics.healthAddress":    func(c *config.Config) { c.Metrics.HealthAddress = "127.0.0.1:8081" },
+		"ownership.installID":      func(c *config.Config) { c.Ownership.InstallID = "another1" },
 	} {
 		changed := parse(t, doc(5, "1V100.6V"))
 		change(changed)

@@ -20,6 +20,8 @@ type client struct {
 	creates chan struct{}
 	clock   clock.Clock
 	metrics *Metrics
+	// install is recorded with every order (cloud.CreateSpec.Install).
+	install string
 }
 
 func newClient(p cloud.Provider, rps float64, maxCreates int, clk clock.Clock, m *Metrics) *client {
@@ -110,6 +112,7 @@ func (c *client) create(ctx context.Context, spec cloud.CreateSpec) (cloud.Insta
 	if err := c.wait(ctx); err != nil {
 		return cloud.Instance{}, err
 	}
+	spec.Install = c.install
 	start := c.clock.Now()
 	out, err := c.p.Create(ctx, spec)
 	c.observe("create", start, err)

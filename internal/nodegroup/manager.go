@@ -74,6 +74,11 @@ type Options struct {
 	// Entropy is where instance names' random suffixes come from; default
 	// crypto/rand. A seeded source makes names repeat.
 	Entropy io.Reader
+	// Install is this install's ID (config.OwnershipConfig.InstallID),
+	// recorded with every order; Start refuses a cloud that holds
+	// instances of the cluster name another install ordered. Empty: no
+	// ID is recorded, and every instance of the cluster name is taken.
+	Install string
 }
 
 // Manager is the node-group core, a facade over small parts that each own
@@ -153,6 +158,7 @@ func New(cfg *config.Config, providers map[string]cloud.Provider, opts Options) 
 	syncNow := map[string]chan struct{}{}
 	for name, p := range providers {
 		m.clients[name] = newClient(p, cfg.Sync.RequestsPerSecond, cfg.Sync.MaxConcurrentCreates, opts.Clock, met)
+		m.clients[name].install = opts.Install
 		syncNow[name] = make(chan struct{}, 1)
 	}
 	for _, g := range cfg.NodeGroups {
@@ -182,7 +188,8 @@ func New(cfg *config.Config, providers map[string]cloud.Provider, opts Options) 
 		}
 	}
 	m.syncer = &syncer{cfg: cfg, store: s, offerings: m.offerings, cost: m.cost, catalog: m.catalog, nodes: opts.Nodes,
-		clients: m.clients, clock: opts.Clock, log: opts.Logger, metrics: met, resolveAfter: opts.ResolveAfter, startTimeout: opts.StartTimeout, syncNow: syncNow, reissuePending: map[string]bool{}}
+		clients: m.clients, clock: opts.Clock, log: opts.Logger, metrics: met, resolveAfter: opts.ResolveAfter, startTimeout: opts.StartTimeout, syncNow: syncNow, reissuePending: map[string]bool{},
+		owners: newOwners(opts.Install, cfg.Ownership.TakeOver), foreignSeen: map[string]bool{}}
 	for name := range m.clients {
 		m.syncer.reissuePending[name] = true
 	}
@@ -302,6 +309,9 @@ func (m *Manager) Start(ctx context.Context) error {
 		}
 	}
 	m.orderer.start(ctx)
+	// A core a reload hands over to leaves another install's instances
+	// alone, as the one before it did; only a start refuses them.
+	m.syncer.refuseForeign = !m.inherited
 	warm := m.isWarm()
 	for cloudName := range m.clients {
 		if warm[cloudName] {

@@ -23,6 +23,7 @@ type Metrics struct {
 	// targetMismatches counts checkLocked's findings.
 	targetMismatches *prometheus.CounterVec
 	unknownGroup     *prometheus.GaugeVec
+	foreign          *prometheus.GaugeVec
 	stockOuts        *prometheus.CounterVec
 	costLimit        *prometheus.GaugeVec
 	startup          *prometheus.HistogramVec
@@ -99,6 +100,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "gpuscaler_unknown_group_instances",
 			Help: "Instances of this cluster whose node group this configuration does not know; they are left alone.",
 		}, []string{"cloud"}),
+		foreign: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "gpuscaler_foreign_install_instances",
+			Help: "Instances of this cluster name that another gpuscaler install ordered (ownership.installID); they are left alone.",
+		}, []string{"cloud"}),
 		stockOuts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gpuscaler_stockouts_total",
 			Help: "Orders refused for want of capacity, by offering; the offering is then skipped for sync.offeringBackoff.",
@@ -145,7 +150,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.apiCalls, m.apiLatency, m.instances, m.targetSize, m.scaleUpFailures, m.hourlySpend, m.leaked,
-			m.deleteFailures, m.vanished, m.unknownGroup, m.stockOuts, m.costLimit, m.startup, m.gpuGap, m.gpuTimeouts, m.refusedMoves, m.targetMismatches, m.standbyStarts, m.standbyStartup, m.standbyOldest)
+			m.deleteFailures, m.vanished, m.unknownGroup, m.foreign, m.stockOuts, m.costLimit, m.startup, m.gpuGap, m.gpuTimeouts, m.refusedMoves, m.targetMismatches, m.standbyStarts, m.standbyStartup, m.standbyOldest)
 	}
 	return m
 }
@@ -154,7 +159,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 // another (a reload) publishes its own groups' again, and a group the
 // reload removed leaves none behind. Counters and histograms count on.
 func (m *Metrics) resetGauges() {
-	for _, g := range []*prometheus.GaugeVec{m.instances, m.targetSize, m.hourlySpend, m.unknownGroup, m.costLimit} {
+	for _, g := range []*prometheus.GaugeVec{m.instances, m.targetSize, m.hourlySpend, m.unknownGroup, m.foreign, m.costLimit} {
 		g.Reset()
 	}
 }

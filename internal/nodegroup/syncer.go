@@ -68,6 +68,14 @@ type syncer struct {
 	// warm are the lists Manager.Warm took for the initial syncs.
 	warmMu sync.Mutex
 	warm   map[string]warmed
+
+	// owners tells this install's instances from another's; an initial
+	// sync refuses another's when refuseForeign (a core that starts, not
+	// one a reload hands over to). foreignSeen are the clouds and
+	// installs already warned of, guarded by the store's lock.
+	owners        owners
+	refuseForeign bool
+	foreignSeen   map[string]bool
 }
 
 // kick asks for an early sync of one cloud without blocking.
@@ -235,6 +243,10 @@ func (y *syncer) sync(ctx context.Context, cloudName string, initial bool) error
 			return err
 		}
 	}
+	insts, others := y.owners.split(insts)
+	if len(others) > 0 && initial && y.refuseForeign {
+		return &ForeignInstallError{Cloud: cloudName, ClusterName: y.cfg.ClusterName, Install: y.owners.install, Others: others}
+	}
 	l := newListing(start, insts)
 
 	s := y.store
@@ -251,6 +263,7 @@ func (y *syncer) sync(ctx context.Context, cloudName string, initial bool) error
 			return !start.Before(at.Add(y.resolveAfter)) && !l.lists(name)
 		})
 	}
+	y.foreignLocked(cloudName, others)
 	y.reaper.beginLocked(cloudName)
 	for _, g := range s.groupsOn(cloudName) {
 		adopted := y.fold(ctx, cloudName, g, l, g.cfg.Name, initial, &out)
@@ -897,6 +910,23 @@ func (y *syncer) others(cloudName string, l *listing) {
 		total += n
 	}
 	y.metrics.unknownGroup.WithLabelValues(cloudName).Set(float64(total))
+}
+
+// foreignLocked reports the instances of this cluster name another
+// install ordered, which the sync left out: never members, never
+// deleted. Each install is warned of once per cloud.
+func (y *syncer) foreignLocked(cloudName string, others map[string][]string) {
+	total := 0
+	for id, names := range others {
+		total += len(names)
+		if key := cloudName + "/" + id; !y.foreignSeen[key] {
+			y.foreignSeen[key] = true
+			y.log.Warn("the cloud holds instances of this cluster name that another gpuscaler install ordered: they are left alone; "+
+				"give one of the two clusters another clusterName", "cloud", cloudName, "install", y.owners.install, "other_install", id,
+				"instances", len(names), "example", names[0])
+		}
+	}
+	y.metrics.foreign.WithLabelValues(cloudName).Set(float64(total))
 }
 
 // deleteNodes deletes the Nodes of instances a list confirmed gone; the

@@ -533,6 +533,9 @@ func (c *Cloud) instance(group string, g Group, m MIG, mi *compute.ManagedInstan
 	if mi.Id != 0 {
 		in.ID = strconv.FormatUint(mi.Id, 10) // none until the VM exists
 	}
+	if ps := mi.PreservedStateFromConfig; ps != nil {
+		in.Install = ps.Metadata[metadataInstall]
+	}
 	// As cluster-autoscaler's getInstanceState: only the create actions
 	// make a member pending and the delete actions deleting; any other
 	// action (VERIFYING, REFRESHING, RESTARTING, ...) runs on a VM whose
@@ -571,6 +574,12 @@ func (c *Cloud) instance(group string, g Group, m MIG, mi *compute.ManagedInstan
 	return in
 }
 
+// metadataInstall is the per-instance metadata key that records the
+// install ID of the gpuscaler that ordered an instance
+// (cloud.CreateSpec.Install); listManagedInstances answers it in the
+// member's preservedStateFromConfig.
+const metadataInstall = "gpuscaler-install"
+
 // Create adds one named instance to the group's MIG in the order's zone
 // (createInstances, which raises the target size by one) and waits for the
 // operation. A MIG reports a stock-out or quota only on the instance, in
@@ -597,6 +606,12 @@ func (c *Cloud) Create(ctx context.Context, spec cloud.CreateSpec) (cloud.Instan
 			return cloud.Instance{}, cloud.NewError(cloud.ErrInvalid, "create", err)
 		}
 		config.PreservedState = &compute.PreservedState{Metadata: map[string]string{"startup-script": ud}}
+	}
+	if spec.Install != "" {
+		if config.PreservedState == nil {
+			config.PreservedState = &compute.PreservedState{Metadata: map[string]string{}}
+		}
+		config.PreservedState.Metadata[metadataInstall] = spec.Install
 	}
 	order := func() error {
 		return c.mutate(ctx, m, "create", func(requestID string) (*compute.Operation, error) {

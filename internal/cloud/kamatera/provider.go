@@ -57,6 +57,9 @@ const (
 	// tagOwner marks a server launched outside any group (the core's
 	// launch API) by its front end.
 	tagOwner = "k8scao-"
+	// tagInstall records the install ID of the gpuscaler that ordered a
+	// server (cloud.CreateSpec.Install).
+	tagInstall = "k8scai-"
 )
 
 // MaxNameLength is the longest cluster or group name: a tag holds at most
@@ -140,6 +143,7 @@ type server struct {
 	id           string
 	ours         bool
 	group, owner string
+	install      string
 	instanceType string
 	ip           string
 	// detailed: info has been read (type and address).
@@ -337,13 +341,15 @@ func (c *Cloud) loadCatalog(ctx context.Context) error {
 	return nil
 }
 
-// ownership reads a server's tags: whether it is this cluster's, and its
-// group or launch owner.
-func (c *Cloud) ownership(tags []string) (ours bool, group, owner string) {
+// ownership reads a server's tags: whether it is this cluster's, its
+// group or launch owner, and the install that ordered it.
+func (c *Cloud) ownership(tags []string) (ours bool, group, owner, install string) {
 	for _, t := range tags {
 		switch {
 		case t == tagCluster+c.opts.ClusterName:
 			ours = true
+		case strings.HasPrefix(t, tagInstall):
+			install = strings.TrimPrefix(t, tagInstall)
 		case strings.HasPrefix(t, tagGroup):
 			group = strings.TrimPrefix(t, tagGroup)
 		case strings.HasPrefix(t, tagOwner):
@@ -353,15 +359,19 @@ func (c *Cloud) ownership(tags []string) (ours bool, group, owner string) {
 	if group != "" {
 		owner = ""
 	}
-	return ours && (group != "" || owner != ""), group, owner
+	return ours && (group != "" || owner != ""), group, owner, install
 }
 
 // tags returns the tags an order puts on its server.
 func (c *Cloud) tags(spec cloud.CreateSpec) []string {
+	tags := []string{tagCluster + c.opts.ClusterName, tagGroup + spec.Group}
 	if spec.Group == "" && spec.Owner != "" {
-		return []string{tagCluster + c.opts.ClusterName, tagOwner + spec.Owner}
+		tags[1] = tagOwner + spec.Owner
 	}
-	return []string{tagCluster + c.opts.ClusterName, tagGroup + spec.Group}
+	if spec.Install != "" {
+		tags = append(tags, tagInstall+spec.Install)
+	}
+	return tags
 }
 
 // List returns the cluster's servers. Each server's tags are read once
@@ -438,7 +448,7 @@ func (c *Cloud) learn(ctx context.Context, row Server, now time.Time) (*server, 
 			return nil, fmt.Errorf("tags of server %s: %w", row.Name, err)
 		}
 		sv = &server{id: row.ID, firstSeen: now, datacenter: row.Datacenter}
-		sv.ours, sv.group, sv.owner = c.ownership(tags)
+		sv.ours, sv.group, sv.owner, sv.install = c.ownership(tags)
 		if len(tags) == 0 {
 			sv.untaggedAt = now
 		}
@@ -494,7 +504,7 @@ func (c *Cloud) instance(row Server, sv *server) cloud.Instance {
 	inst := cloud.Instance{
 		ID: sv.id, Name: row.Name, ProviderID: c.ProviderID(row.Name), Aliases: c.aliases(row.Name),
 		Group: sv.group, Owner: sv.owner, InstanceType: sv.instanceType, Location: row.Datacenter,
-		CapacityType: cloud.OnDemand, CreatedAt: sv.firstSeen, IP: sv.ip, State: cloud.StateRunning,
+		CapacityType: cloud.OnDemand, CreatedAt: sv.firstSeen, IP: sv.ip, State: cloud.StateRunning, Install: sv.install,
 	}
 	if inst.ID == "" {
 		inst.ID = row.ID
@@ -566,7 +576,7 @@ func (c *Cloud) pendingCreates(ctx context.Context, ours map[string]bool, now ti
 		in := cloud.Instance{
 			Name: name, ProviderID: c.ProviderID(name), Aliases: c.aliases(name), Group: l.spec.Group, Owner: l.spec.Owner,
 			InstanceType: l.spec.InstanceType, Location: l.spec.Location, CapacityType: cloud.OnDemand,
-			State: cloud.StatePending, CreatedAt: l.since,
+			State: cloud.StatePending, CreatedAt: l.since, Install: l.spec.Install,
 		}
 		if l.failure != nil {
 			in.State, in.Error, in.ErrorClass = cloud.StateFailed, l.failure.Error(), createFailureClass(l.failure)
@@ -662,12 +672,12 @@ func (c *Cloud) Create(ctx context.Context, spec cloud.CreateSpec) (cloud.Instan
 	}
 	// The tags are the order's: the server's first list needs no lookup.
 	c.mu.Lock()
-	c.known[spec.Name] = &server{ours: true, group: spec.Group, owner: spec.Owner, instanceType: spec.InstanceType, firstSeen: start}
+	c.known[spec.Name] = &server{ours: true, group: spec.Group, owner: spec.Owner, install: spec.Install, instanceType: spec.InstanceType, firstSeen: start}
 	c.mu.Unlock()
 	return cloud.Instance{
 		Name: spec.Name, ProviderID: c.ProviderID(spec.Name), Aliases: c.aliases(spec.Name),
 		Group: spec.Group, Owner: spec.Owner, InstanceType: spec.InstanceType, Location: spec.Location,
-		CapacityType: cloud.OnDemand, State: cloud.StatePending, CreatedAt: start,
+		CapacityType: cloud.OnDemand, State: cloud.StatePending, CreatedAt: start, Install: spec.Install,
 	}, nil
 }
 

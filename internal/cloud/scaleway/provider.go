@@ -27,6 +27,9 @@ const (
 	tagCluster = "gpuscaler-cluster="
 	tagGroup   = "gpuscaler-group="
 	tagOwner   = "gpuscaler-owner="
+	// tagInstall records the install ID of the gpuscaler that ordered a
+	// server (cloud.CreateSpec.Install).
+	tagInstall = "gpuscaler-install="
 	// tagStandby marks a server powered off for a standby pool: stopped on
 	// purpose, to be started again, not lost.
 	tagStandby = "gpuscaler-standby"
@@ -454,6 +457,11 @@ func (c *Cloud) instance(sv *instance.Server, group, owner string) cloud.Instanc
 		ID: sv.ID, Name: sv.Name, ProviderID: ProviderID(zone, sv.ID), Aliases: aliases(zone, sv.ID),
 		Group: group, Owner: owner, InstanceType: sv.CommercialType, Location: zone, CapacityType: cloud.OnDemand,
 	}
+	for _, t := range sv.Tags {
+		if id, ok := strings.CutPrefix(t, tagInstall); ok {
+			in.Install = id
+		}
+	}
 	if sv.CreationDate != nil {
 		in.CreatedAt = *sv.CreationDate
 	}
@@ -518,6 +526,9 @@ func (c *Cloud) Create(ctx context.Context, spec cloud.CreateSpec) (cloud.Instan
 		tags = append(tags, tagOwner+spec.Owner)
 	} else {
 		tags = append(tags, tagGroup+spec.Group)
+	}
+	if spec.Install != "" {
+		tags = append(tags, tagInstall+spec.Install)
 	}
 	c.mu.Lock()
 	c.starting[spec.Name] = true

@@ -248,7 +248,7 @@ func (e *Engine) Transfer(ctx context.Context, cluster string, inst cloud.Instan
 		in.name = name
 		e.instances[name] = in
 		o := in.order
-		in.order = e.internOrderLocked(cluster, cloud.CreateSpec{Owner: owner, Labels: o.labels, Taints: o.taints})
+		in.order = e.internOrderLocked(cluster, cloud.CreateSpec{Owner: owner, Install: o.install, Labels: o.labels, Taints: o.taints})
 	}
 	e.notifyLocked()
 	if e.lostLocked("transfer") {

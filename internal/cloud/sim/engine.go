@@ -149,6 +149,7 @@ type order struct {
 	cluster string
 	group   string
 	owner   string
+	install string
 	labels  map[string]string // shared and read-only, see cloud.CreateSpec
 	taints  []corev1.Taint
 }
@@ -157,20 +158,20 @@ type order struct {
 // identity, as the core shares one map and one slice among the orders of
 // a group.
 type orderKey struct {
-	cluster, group, owner string
-	labels, taints        uintptr
-	ntaints               int
+	cluster, group, owner, install string
+	labels, taints                 uintptr
+	ntaints                        int
 }
 
 // internOrderLocked returns the one order for a cluster and a spec's
 // shared parts.
 func (e *Engine) internOrderLocked(cluster string, spec cloud.CreateSpec) *order {
-	k := orderKey{cluster: cluster, group: spec.Group, owner: spec.Owner,
+	k := orderKey{cluster: cluster, group: spec.Group, owner: spec.Owner, install: spec.Install,
 		labels: reflect.ValueOf(spec.Labels).Pointer(), taints: reflect.ValueOf(spec.Taints).Pointer(), ntaints: len(spec.Taints)}
 	if o, ok := e.orders[k]; ok {
 		return o
 	}
-	o := &order{cluster: cluster, group: spec.Group, owner: spec.Owner, labels: spec.Labels, taints: spec.Taints}
+	o := &order{cluster: cluster, group: spec.Group, owner: spec.Owner, install: spec.Install, labels: spec.Labels, taints: spec.Taints}
 	e.orders[k] = o
 	return o
 }
@@ -189,6 +190,7 @@ func (in *instance) view() cloud.Instance {
 		Aliases:      []string{cloud.ProviderID(Name, id)},
 		Group:        in.order.group,
 		Owner:        in.order.owner,
+		Install:      in.order.install,
 		InstanceType: in.offering.InstanceType,
 		Location:     in.offering.Location,
 		CapacityType: in.offering.CapacityType,

@@ -317,6 +317,11 @@ func (c *Cloud) List(ctx context.Context) ([]cloud.Instance, error) {
 		}
 		inst := convertInstance(in, group)
 		inst.Owner = launchOwner
+		for _, t := range in.Tags {
+			if t.Key == tagInstall {
+				inst.Install = t.Value
+			}
+		}
 		switch in.Status {
 		case StatusDiscontinued:
 			discontinued[in.ID] = true
@@ -604,13 +609,20 @@ func (c *Cloud) Create(ctx context.Context, spec cloud.CreateSpec) (cloud.Instan
 		ID: id, Name: spec.Name, ProviderID: cloud.ProviderID(Name, spec.Name),
 		Aliases: []string{cloud.ProviderID(Name, id), cloud.ProviderID(LegacyScheme, id)},
 		Group:   spec.Group, Owner: spec.Owner, InstanceType: spec.InstanceType, Location: spec.Location, CapacityType: spec.CapacityType,
-		State: cloud.StatePending, CreatedAt: time.Now(),
+		State: cloud.StatePending, CreatedAt: time.Now(), Install: spec.Install,
 	}, nil
 }
+
+// tagInstall is the tag that records the install ID of the gpuscaler
+// that ordered an instance (cloud.CreateSpec.Install).
+const tagInstall = "gpuscaler-install"
 
 // ownerTags are the tags that mark an order's cluster and group (or owner).
 func ownerTags(cluster string, spec cloud.CreateSpec) []Tag {
 	tags := []Tag{{Key: "gpuscaler-cluster", Value: cluster}}
+	if spec.Install != "" {
+		tags = append(tags, Tag{Key: tagInstall, Value: spec.Install})
+	}
 	if spec.Group == "" && spec.Owner != "" {
 		return append(tags, Tag{Key: "gpuscaler-owner", Value: spec.Owner})
 	}

@@ -9,9 +9,11 @@ package conformance
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -147,6 +149,7 @@ func Run(t *testing.T, newBackend func(t *testing.T) *Backend) {
 		{"QuotaFailsCleanly", quotaFailsCleanly, quotas},
 		{"ErrorAnswersAreBounded", errorAnswersAreBounded, errorAnswers},
 		{"LaunchRecordsOwner", launchRecordsOwner, probe.Launches},
+		{"AnotherInstallIsLeftAlone", anotherInstallIsLeftAlone, true},
 	} {
 		if !tc.runs {
 			continue
@@ -165,7 +168,12 @@ type harness struct {
 	logs *coretest.LogBuffer
 	mgr  *nodegroup.Manager
 	stop func()
+	// install is the install ID the core records (nodegroup.Options).
+	install string
 }
+
+// installID is the install ID of the suite's cores.
+const installID = "conf0install"
 
 func start(t *testing.T, b *Backend) *harness {
 	t.Helper()
@@ -174,7 +182,7 @@ func start(t *testing.T, b *Backend) *harness {
 	if err != nil {
 		t.Fatalf("the backend's config: %v", err)
 	}
-	h := &harness{b: b, cfg: cfg, logs: &coretest.LogBuffer{}}
+	h := &harness{b: b, cfg: cfg, logs: &coretest.LogBuffer{}, install: installID}
 	h.restart(t)
 	t.Cleanup(func() {
 		h.stop()
@@ -196,7 +204,7 @@ func (h *harness) restart(t *testing.T) {
 	}
 	log := coretest.Logger(h.logs)
 	h.mgr, h.stop = coretest.Start(t, h.cfg, h.b.Cloud, h.b.Provider(log),
-		nodegroup.Options{Logger: log, Bootstrap: h.b.Bootstrap, ResolveAfter: resolveAfter})
+		nodegroup.Options{Logger: log, Bootstrap: h.b.Bootstrap, ResolveAfter: resolveAfter, Install: h.install})
 }
 
 func (h *harness) wait(t *testing.T, what string, cond func() bool) {
@@ -522,4 +530,102 @@ func errorAnswersAreBounded(t *testing.T, h *harness) {
 			t.Errorf("a log line of %d bytes: %.300s…", len(line), line)
 		}
 	}
+}
+
+// anotherInstallIsLeftAlone: the cloud records the install ID of the
+// core that ordered each instance, and lists it. A core of another
+// install that shares the cluster name refuses to start beside them,
+// naming both installs; one that takes the first install over starts and
+// adopts them; and an instance a third install orders meanwhile is left
+// alone: never a member, never deleted.
+func anotherInstallIsLeftAlone(t *testing.T, h *harness) {
+	ctx := context.Background()
+	if err := h.mgr.IncreaseSize(ctx, "g", 1); err != nil {
+		t.Fatal(err)
+	}
+	h.wait(t, "1 running", func() bool { return len(h.running(t)) == 1 })
+	first := h.running(t)[0]
+	listed, err := h.b.Provider(slog.New(slog.DiscardHandler)).List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(listed) != 1 || listed[0].Install != installID {
+		t.Fatalf("a new process lists %+v, want one instance of install %s", listed, installID)
+	}
+	h.stop()
+	h.stop = func() {}
+
+	// Another install, same cluster name: refused, naming both.
+	log := coretest.Logger(h.logs)
+	mgr, err := nodegroup.New(h.cfg, map[string]cloud.Provider{h.b.Cloud: h.b.Provider(log)},
+		nodegroup.Options{Logger: log, ResolveAfter: resolveAfter, Install: "other0install"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	err = mgr.Start(sctx)
+	cancel()
+	mgr.Wait()
+	var foreign *nodegroup.ForeignInstallError
+	if !errors.Is(err, nodegroup.ErrForeignInstall) || !errors.As(err, &foreign) {
+		t.Fatalf("another install's core started beside the instances of %s: %v", installID, err)
+	}
+	for _, want := range []string{installID, "other0install", first.Name, "ownership.takeOver"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the refusal does not name %q: %v", want, err)
+		}
+	}
+
+	// The same install, taking the first over: the instance is its own.
+	cfg := *h.cfg
+	cfg.Ownership.TakeOver = []string{installID}
+	h.cfg, h.install = &cfg, "other0install"
+	h.restart(t)
+	h.wait(t, "the taken-over instance adopted", func() bool { return len(h.running(t)) == 1 && h.target(t) == 1 })
+
+	// A third install orders an instance of the group meanwhile.
+	g := h.cfg.NodeGroups[0]
+	third := h.b.Provider(slog.New(slog.DiscardHandler))
+	spec := cloud.CreateSpec{Name: "g-th1rd0inst", Group: "g", InstanceType: g.InstanceType, Location: g.Locations[len(g.Locations)-1],
+		CapacityType: cloud.OnDemand, Image: g.Image, DiskGiB: g.DiskSizeGiB, Options: g.CloudOptions, Install: "third0install"}
+	if _, err := third.Create(ctx, spec); err != nil {
+		t.Fatalf("the third install's create: %v", err)
+	}
+	var theirs cloud.Instance
+	h.wait(t, "the third install's instance listed", func() bool {
+		all, err := third.List(ctx)
+		for _, in := range all {
+			if in.Name == spec.Name && in.Install == "third0install" {
+				theirs = in
+			}
+		}
+		return err == nil && theirs.Name != ""
+	})
+	for range 10 { // ten syncs
+		time.Sleep(h.cfg.Sync.Period.Duration)
+		if n := h.target(t); n != 1 {
+			t.Fatalf("target %d with another install's instance at the cloud, want 1", n)
+		}
+		insts, err := h.mgr.Instances("g")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, in := range insts {
+			if in.Name == spec.Name {
+				t.Fatalf("another install's instance %s became a member", in.Name)
+			}
+		}
+	}
+	if !strings.Contains(h.logs.String(), "third0install") {
+		t.Error("the log does not name the other install")
+	}
+	if err := third.Delete(ctx, theirs); err != nil {
+		t.Fatal(err)
+	}
+	// Its lists finish what its delete left (a volume, a script).
+	h.wait(t, "the third install's instance gone", func() bool {
+		all, err := third.List(ctx)
+		return err == nil && !slices.ContainsFunc(all, func(in cloud.Instance) bool { return in.Name == spec.Name })
+	})
+	h.scaleToZero(t)
 }

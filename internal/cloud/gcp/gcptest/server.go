@@ -863,6 +863,13 @@ func (s *Server) managedJSON(g *igm, m *member) map[string]any {
 	if s.opts.NoMemberNames {
 		delete(out, "name")
 	}
+	if len(m.metadata) > 0 {
+		// The discovery document's ManagedInstance.preservedStateFromConfig:
+		// "[Output Only] Preserved state applied from per-instance config
+		// for this instance", whose metadata is a map of key to value
+		// (PreservedState.metadata).
+		out["preservedStateFromConfig"] = map[string]any{"metadata": m.metadata}
+	}
 	if zone := map[bool]string{true: m.zone, false: g.zone}[regional(g.zone)]; zone != "" {
 		out["instance"] = s.zoneURL(zone) + "/instances/" + m.name
 	}
