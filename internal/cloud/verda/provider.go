@@ -37,6 +37,11 @@ const (
 const (
 	catalogTTL     = 10 * time.Minute
 	scriptSweepTTL = 10 * time.Minute
+	// lostUploadWindow is how long after an upload whose answer was
+	// lost every list sweeps the script store: a request the client gave
+	// up on (a timeout, a process stopping its core) may still be carried
+	// out by the API after the first sweep.
+	lostUploadWindow = time.Minute
 	defaultImage   = "ubuntu-24.04-cuda-12.8-open-docker"
 )
 
@@ -88,6 +93,8 @@ type Cloud struct {
 	scripts   map[string]trackedScript
 	creating  map[string]bool
 	lastSweep time.Time
+	// sweepUntil: every list sweeps until then (see lostUploadWindow).
+	sweepUntil time.Time
 	// discontinued are the ids of spot instances the last list showed
 	// discontinued: their OS volume has met its on_spot_discontinue fate,
 	// which their delete must not override.
@@ -112,7 +119,10 @@ func New(api *Client, opts Options) *Cloud {
 	if opts.OfflineGrace == 0 {
 		opts.OfflineGrace = defaultOfflineGrace
 	}
-	return &Cloud{api: api, opts: opts, log: opts.Logger, scripts: map[string]trackedScript{}, creating: map[string]bool{}, discontinued: map[string]bool{}, offlineSince: map[string]time.Time{}}
+	// The process before this one may have left uploads in flight that
+	// land after the first list: the lists sweep for a while.
+	return &Cloud{api: api, opts: opts, log: opts.Logger, scripts: map[string]trackedScript{}, creating: map[string]bool{}, discontinued: map[string]bool{},
+		offlineSince: map[string]time.Time{}, sweepUntil: time.Now().Add(lostUploadWindow)}
 }
 
 // LimitsRequests implements cloud.RequestLimiter: the client holds the
@@ -452,7 +462,7 @@ func (c *Cloud) cleanScripts(ctx context.Context, listStart time.Time, states ma
 			done[host] = ts.id
 		}
 	}
-	sweep := time.Since(c.lastSweep) > scriptSweepTTL
+	sweep := time.Since(c.lastSweep) > scriptSweepTTL || time.Now().Before(c.sweepUntil)
 	if sweep {
 		c.lastSweep = time.Now()
 	}
@@ -506,6 +516,14 @@ func (c *Cloud) sweepSoon() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.lastSweep = time.Time{}
+}
+
+// sweepWhileLost makes every list sweep for lostUploadWindow: an upload
+// whose answer was lost may still land after the next one.
+func (c *Cloud) sweepWhileLost() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.lastSweep, c.sweepUntil = time.Time{}, time.Now().Add(lostUploadWindow)
 }
 
 // Create uploads the instance's startup script (if it has one) and orders
@@ -569,9 +587,10 @@ func (c *Cloud) Create(ctx context.Context, spec cloud.CreateSpec) (cloud.Instan
 		id, err := c.api.CreateScript(ctx, c.scriptName(spec.Name), userData)
 		if err != nil {
 			if errors.Is(err, cloud.ErrOutcomeUnknown) {
-				// The script may be in the store, with its join token: the
-				// next list sweeps it out rather than the one a period on.
-				c.sweepSoon()
+				// The script may be in the store, with its join token, or
+				// land there later: the lists sweep it out from now on,
+				// rather than the one a period on.
+				c.sweepWhileLost()
 			}
 			return cloud.Instance{}, fmt.Errorf("upload startup script: %w", err)
 		}
