@@ -574,10 +574,14 @@ func (y *syncer) stoppedNodesLocked(g *group) []*member {
 }
 
 // stoppedNode reports whether the member's instance is stopped, as its
-// stop's answer or a list says, and no start of it is in flight: its Node
-// is of no use until a start, which deletes it anyway (clearNode).
+// stop's answer or a list says, or being deleted, and no start of it is
+// in flight: its Node is of no use until a start, which deletes it anyway
+// (clearNode); a NotReady Node of an instance being deleted (one lost,
+// whose delete the cloud takes its time over) only holds
+// cluster-autoscaler's cluster-health gate closed until it is gone.
 func (mem *member) stoppedNode() bool {
-	return (mem.standby == standbyStopped || mem.state == stateStopped) && mem.standby != standbyStarting && mem.standby != standbyLeaving
+	return (mem.standby == standbyStopped || mem.state == stateStopped || mem.phase == phaseDeleting) &&
+		mem.standby != standbyStarting && mem.standby != standbyLeaving
 }
 
 // deleteStoppedNodes deletes the Nodes stoppedNodesLocked found, each only

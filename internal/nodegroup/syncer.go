@@ -281,6 +281,7 @@ func (y *syncer) sync(ctx context.Context, cloudName string, initial bool) error
 		y.startups.observeLocked(g)
 	}
 	y.fold(ctx, cloudName, s.launches, l, launchKey, initial, &out)
+	out.stoppedNodes = append(out.stoppedNodes, y.stoppedNodesLocked(s.launches)...)
 	out.untaint = append(out.untaint, y.untaintLocked(s.launches)...)
 	y.startups.observeLocked(s.launches)
 	delete(l.groups, launchKey)
