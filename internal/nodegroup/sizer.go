@@ -129,7 +129,11 @@ func (z *sizer) decrease(name string, delta int) error {
 		}
 		z.removeLocked(g, mem, why)
 	}
-	g.target += delta
+	// A withdrawn order past maxSize (a restart rebuilt the group from
+	// more than that, and capped the target) was over the target already:
+	// as for deletes, the target falls only past those, and never below
+	// the members that remain.
+	g.target = max(g.target+delta, min(g.live, g.cfg.MaxSize))
 	z.log.Info("decrease target", "group", name, "delta", delta, "target", g.target)
 	z.reconcileLocked(g)
 	return nil
