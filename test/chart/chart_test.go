@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpuscaler/gpuscaler/internal/config"
+	"github.com/gpuscaler/gpuscaler/internal/daemon"
 	"github.com/gpuscaler/gpuscaler/internal/testenv"
 	"github.com/gpuscaler/gpuscaler/test/chartenv"
 )
@@ -482,5 +483,56 @@ func TestFilesClusterNameAndHealth(t *testing.T) {
 	}
 	if spec := fmt.Sprint(find(t, objs, "Deployment", "gs-gpuscaler").Object); !strings.Contains(spec, "gpuscaler@sha256:abab") {
 		t.Error("image.digest does not pin the image")
+	}
+}
+
+// The values file of each cloud that ships with the chart (values/) renders
+// in every mode, into a config that passes the checks start-up runs (all
+// but those that need the cloud's credentials), with its groups on that
+// cloud.
+func TestPerCloudValuesRender(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join(chartDir, "values", "*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clouds := map[string]bool{}
+	for _, f := range files {
+		cloud := strings.TrimSuffix(filepath.Base(f), ".yaml")
+		clouds[cloud] = true
+		for _, mode := range []string{"provider", "controller", "karpenter"} {
+			t.Run(cloud+"/"+mode, func(t *testing.T) {
+				data, err := os.ReadFile(f)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var values map[string]any
+				if err := yaml.Unmarshal(data, &values); err != nil {
+					t.Fatal(err)
+				}
+				values["mode"] = mode
+				objs, err := render(t, values)
+				if err != nil {
+					t.Fatalf("%s does not render in %s mode: %v", f, mode, err)
+				}
+				doc, _, _ := unstructured.NestedString(find(t, objs, "ConfigMap", "gs-gpuscaler").Object, "data", "config.yaml")
+				cfg, err := config.Parse([]byte(doc))
+				if err != nil {
+					t.Fatalf("the config %s renders is refused: %v\n%s", f, err, doc)
+				}
+				if _, err := daemon.Preflight(context.Background(), cfg, daemon.Options{}, daemon.PreflightOptions{FileOnly: true}); err != nil {
+					t.Fatalf("the config %s renders fails start-up's checks: %v", f, err)
+				}
+				for _, g := range cfg.NodeGroups {
+					if g.Cloud != cloud {
+						t.Errorf("group %s is on %s, in the values file of %s", g.Name, g.Cloud, cloud)
+					}
+				}
+			})
+		}
+	}
+	for _, want := range []string{"verda", "scaleway", "kamatera", "gcp"} {
+		if !clouds[want] {
+			t.Errorf("no values file for %s in %s/values", want, chartDir)
+		}
 	}
 }
