@@ -5,11 +5,12 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"runtime/debug"
 	"strings"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
+
+	"github.com/gpuscaler/gpuscaler/internal/daemon"
 )
 
 // version is set at build time with -ldflags "-X main.version=v1.2.3".
@@ -84,11 +85,7 @@ func newVersionCommand() *cobra.Command {
 		Short: "Print the version",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			v := version
-			if info, ok := debug.ReadBuildInfo(); ok && v == "dev" && info.Main.Version != "" && info.Main.Version != "(devel)" {
-				v = info.Main.Version
-			}
-			_, err := fmt.Fprintln(cmd.OutOrStdout(), "gpuscaler", v)
+			_, err := fmt.Fprintln(cmd.OutOrStdout(), "gpuscaler", daemon.Version(version))
 			return err
 		},
 	}

@@ -335,7 +335,8 @@ func (e *environ) runtimeOptions(owner string, log *slog.Logger, kube kubeFlags)
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return daemon.Options{Owner: owner, Getenv: e.Getenv, EnvOrigin: e.Origin, Logger: log, Kubeconfig: kube.kubeconfig, KubeContext: kube.context}
+	return daemon.Options{Owner: owner, Getenv: e.Getenv, EnvOrigin: e.Origin, Logger: log, Kubeconfig: kube.kubeconfig, KubeContext: kube.context,
+		Version: version}
 }
 
 func btoi(b bool) int {

@@ -65,6 +65,9 @@ type Options struct {
 	// Namespace is where the process runs the pods that pull standby
 	// instances' images: its own; default PodNamespace().
 	Namespace string
+	// Version is the binary's stamped version (gpuscaler_build_info);
+	// empty or "dev" reads the module's.
+	Version string
 
 	// preflight, set by Preflight, leaves out of Build what only the
 	// place the process runs in can answer.
@@ -150,7 +153,7 @@ func Build(ctx context.Context, cfg *config.Config, opts Options) (*Runtime, err
 	// Until Lead starts the core, writes wait for it (bounded), then are
 	// refused by the core that does not run.
 	r.gate.close()
-	r.process.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	r.process.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo(opts.Version))
 	// The cores of every configuration share one set of series: a reload
 	// does not reset the counters.
 	r.metrics = nodegroup.NewMetrics(r.process)

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -594,4 +595,32 @@ func TestReloadKeepsCountersDropsRemovedGroups(t *testing.T) {
 	if _, ok := value("gpuscaler_nodegroup_target_size", map[string]string{"group": "g"}); !ok {
 		t.Fatal("group g lost its target size series")
 	}
+}
+
+// gpuscaler_build_info says what runs: the stamped version, and the Go
+// version, at 1.
+func TestBuildInfoSaysWhatRuns(t *testing.T) {
+	rt, err := Build(context.Background(), parse(t, "clusterName: rt\nclouds: {sim: {}}\nnodeGroups:\n  - {name: g, cloud: sim, instanceType: 1V100.6V, locations: [FIN-01], maxSize: 1}\n"),
+		Options{Logger: slog.New(slog.DiscardHandler), Version: "v1.2.3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	families, err := rt.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != "gpuscaler_build_info" {
+			continue
+		}
+		labels := map[string]string{}
+		for _, l := range f.GetMetric()[0].GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		if labels["version"] != "v1.2.3" || labels["goversion"] != runtime.Version() || f.GetMetric()[0].GetGauge().GetValue() != 1 {
+			t.Fatalf("gpuscaler_build_info %v = %v, want version v1.2.3, goversion %s, at 1", labels, f.GetMetric()[0].GetGauge().GetValue(), runtime.Version())
+		}
+		return
+	}
+	t.Fatal("no gpuscaler_build_info")
 }

@@ -94,8 +94,9 @@ nodeGroups:
 	if strings.Contains(string(body), "gpuscaler_cloud_api_calls_total{") {
 		t.Fatalf("the standby %s called the cloud:\n%s", standby, grepLines(string(body), "gpuscaler_cloud_api_calls_total"))
 	}
-	// controller-runtime's own metrics are served beside gpuscaler's.
-	for _, m := range []string{"rest_client_requests_total", "leader_election_master_status"} {
+	// controller-runtime's own metrics are served beside gpuscaler's, and
+	// what runs is said.
+	for _, m := range []string{"rest_client_requests_total", "leader_election_master_status", "gpuscaler_build_info{"} {
 		if !strings.Contains(string(body), m) {
 			t.Errorf("the controller's /metrics has no %s", m)
 		}
