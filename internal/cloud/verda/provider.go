@@ -42,7 +42,7 @@ const (
 	// up on (a timeout, a process stopping its core) may still be carried
 	// out by the API after the first sweep.
 	lostUploadWindow = time.Minute
-	defaultImage   = "ubuntu-24.04-cuda-12.8-open-docker"
+	defaultImage     = "ubuntu-24.04-cuda-12.8-open-docker"
 )
 
 // Options configure the Verda backend.
