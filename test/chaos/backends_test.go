@@ -64,6 +64,15 @@ type backend struct {
 	// parked tells an instance being deleted from the stopped state
 	// (billed as its disk); engine.Parked unless the fake renames.
 	parked func(name string) bool
+	// latency sets what every API call takes (reloads read a slow cloud
+	// ahead); nil where it cannot change.
+	latency func(d time.Duration)
+	// lostAfter is how long the backend may list an instance the
+	// campaign stopped behind its back as still starting (Scaleway tells
+	// a server someone powered off from one being started only after its
+	// StartGrace): its NotReady Node is not known for a stopped one's
+	// until then.
+	lostAfter time.Duration
 }
 
 // backends are the campaigns' clouds, by name.
@@ -182,6 +191,7 @@ func simBackend(t *testing.T, seed uint64, _ bool) *backend { // in process: no 
 		instances: func() []cloud.Instance { return engine.Instances(cfg.ClusterName) },
 		lose:      func(name string) bool { return engine.Reclaim(name) == nil },
 		leftovers: func() string { return "" },
+		latency:   engine.SetLatency,
 	}
 	b.faults = func(on bool) {
 		if on {
@@ -268,6 +278,7 @@ nodeGroups:
 			return ""
 		},
 		settleAfter: time.Second,
+		latency:     fake.SetLatency,
 	})
 }
 
@@ -303,8 +314,12 @@ nodeGroups:
 		instances: func() []cloud.Instance { return fake.Instances() },
 		lose:      func(name string) bool { return engine.Reclaim(name) == nil },
 		leftovers: func() string { return "" },
+		latency:   fake.SetLatency,
 	})
 }
+
+// scalewayStartGrace is the campaigns' scaleway.Options.StartGrace.
+const scalewayStartGrace = 500 * time.Millisecond
 
 func scalewayBackend(t *testing.T, seed uint64, inMemory bool) *backend {
 	engine, err := scwtest.NewEngine(sim.Config{BootDelay: sim.Duration(40 * time.Millisecond), DeleteDelay: sim.Duration(30 * time.Millisecond),
@@ -319,6 +334,7 @@ func scalewayBackend(t *testing.T, seed uint64, inMemory bool) *backend {
 	)
 	fake := scwtest.New(engine, scwtest.Options{SecretKey: secretKey, InMemory: inMemory})
 	t.Cleanup(fake.Close)
+	var latency func(time.Duration)
 	if !inMemory {
 		// On the virtual clock the fake answers at once: the SDK holds a
 		// lock per server across each update's request (instance_utils.go's
@@ -326,6 +342,7 @@ func scalewayBackend(t *testing.T, seed uint64, inMemory bool) *backend {
 		// blocked, so a holder that sleeps through the latency would stop
 		// the bubble's clock for good.
 		fake.SetLatency(fakeLatency)
+		latency = fake.SetLatency
 	}
 	cfg, prices := parse(t, campaignSync+`
 clouds:
@@ -344,7 +361,7 @@ nodeGroups:
 				t.Fatal(err)
 			}
 			return scaleway.New(c, scaleway.Options{ClusterName: cfg.ClusterName, ProjectID: projectID, Zones: []string{"fr-par-2", "nl-ams-1"},
-				StartGrace: 500 * time.Millisecond, RetryBase: time.Millisecond, Secrets: []string{secretKey}, Logger: log})
+				StartGrace: scalewayStartGrace, RetryBase: time.Millisecond, Secrets: []string{secretKey}, Logger: log})
 		},
 		instances: func() []cloud.Instance { return fake.Instances() },
 		lose:      func(name string) bool { return fake.Lose(name) },
@@ -354,6 +371,8 @@ nodeGroups:
 			}
 			return ""
 		},
+		latency:   latency,
+		lostAfter: scalewayStartGrace,
 	})
 }
 
@@ -415,6 +434,7 @@ nodeGroups:
 		parked:       fake.Parked, // the engine's names carry the zone
 		lose:         fake.Lose,
 		leftovers:    func() string { return "" },
+		latency:      fake.SetLatency,
 	})
 }
 

@@ -35,6 +35,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
+	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
 	"github.com/gpuscaler/gpuscaler/internal/config"
 	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
 	"github.com/gpuscaler/gpuscaler/internal/nodegroup/coretest"
@@ -209,6 +210,7 @@ func newCampaign(t *testing.T, b *backend, s uint64) *campaign {
 	c := &campaign{t: t, rng: rand.New(rand.NewPCG(s, s^0x9e3779b97f4a7c15)), b: b, cfg: b.cfg, logs: &coretest.LogBuffer{},
 		reclaimed: map[string]bool{}, existed: map[string]bool{}, soldOut: map[cloud.OfferingKey]bool{}, maxSizes: map[string]int{},
 		claims: map[string]bool{}, nodes: newClusterNodes(s)}
+	c.nodes.lostAfter = b.lostAfter
 	for _, g := range b.cfg.NodeGroups {
 		c.maxSizes[g.Name] = g.MaxSize
 	}
@@ -224,6 +226,10 @@ func newCampaign(t *testing.T, b *backend, s uint64) *campaign {
 		defer close(kubelets)
 		for kctx.Err() == nil {
 			c.nodes.kubelets(c.b.instances(), time.Now())
+			c.readsMu.Lock()
+			mgr, reg := c.mgr, c.reg
+			c.readsMu.Unlock()
+			c.nodes.health(time.Now(), mgr, func() int { return okLists(reg) })
 			time.Sleep(10 * time.Millisecond)
 		}
 	}()
@@ -614,6 +620,12 @@ func (c *campaign) reload() {
 	c.cfg = &next
 	warmed, warmedReg := c.newCore()
 	c.cfg = cur
+	if c.b.latency != nil && c.rng.IntN(2) == 0 {
+		// A slow cloud: the read ahead takes several syncs of the old
+		// core, whose deletes and vanished instances it must not undo.
+		c.b.latency(time.Duration(50+c.rng.IntN(250)) * time.Millisecond)
+		defer c.b.latency(c.baseLatency())
+	}
 	_ = warmed.Warm(context.Background(), nil)
 	c.stop()
 	// The old core's counters once it has stopped: an order that fails
@@ -633,14 +645,26 @@ func (c *campaign) reload() {
 	// Every write the old core acknowledged survives the handover: a
 	// target set by a front end is not lowered by a reload, but for a
 	// node a front end was deleting whose instance the new core's first
-	// list shows gone (the front end meant the target to drop with it).
+	// list shows gone (the front end meant the target to drop with it),
+	// and for an instance a restart adopted, which no write asked for,
+	// found gone (a slow cloud's read ahead leaves the old core time to
+	// adopt one that a lost delete of the process before had removed).
 	since := c.logs.String()[logged:]
 	for _, g := range c.cfg.NodeGroups {
-		meant := strings.Count(since, `msg="an instance marked for deletion is gone; it is not replaced" group=`+g.Name+" ")
+		meant := strings.Count(since, `msg="an instance marked for deletion is gone; it is not replaced" group=`+g.Name+" ") +
+			strings.Count(since, `msg="an instance adopted at start is gone; deleted before the restart, it is not replaced" group=`+g.Name+" ")
 		if after, _ := c.mgr.TargetSize(g.Name); after+meant < min(before[g.Name], g.MaxSize) {
 			c.t.Errorf("group %s: a reload took the target from %d to %d: acknowledged writes dropped", g.Name, before[g.Name], after)
 		}
 	}
+}
+
+// baseLatency is what the backend's API calls take outside slow reloads.
+func (c *campaign) baseLatency() time.Duration {
+	if c.b.name == sim.Name {
+		return 0 // the simulated cloud answers in process
+	}
+	return fakeLatency
 }
 
 // readLoop reads every group's target and instances, as
@@ -771,6 +795,35 @@ func (c *campaign) checkReported() {
 }
 
 // counter sums a counter's series for a group ("": every series).
+// okLists is how many lists a core's registry counts as answered.
+func okLists(reg *prometheus.Registry) int {
+	if reg == nil {
+		return 0
+	}
+	families, _ := reg.Gather()
+	n := 0.0
+	for _, f := range families {
+		if f.GetName() != "gpuscaler_cloud_api_calls_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			op, result := "", ""
+			for _, l := range m.GetLabel() {
+				switch l.GetName() {
+				case "operation":
+					op = l.GetValue()
+				case "result":
+					result = l.GetValue()
+				}
+			}
+			if op == "list" && result == "ok" {
+				n += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return int(n)
+}
+
 func counter(t *testing.T, reg *prometheus.Registry, name, group string) float64 {
 	t.Helper()
 	families, err := reg.Gather()
@@ -837,6 +890,7 @@ func (c *campaign) settle() {
 	c.checkVanished()
 	c.checkDecreases()
 	c.checkLifecycle()
+	c.checkScaleDown()
 	c.stockoutsMet += counter(c.t, c.reg, "gpuscaler_stockouts_total", "")
 	logs := c.logs.String()
 	c.t.Logf("%s: %d actions, %d restarts, %d reloads (%d changed a machine), %d NodeClaims launched (%d from standby), %d reclaims, %d offerings sold out (%v stock-outs met), %d failed orders reported; standby: %d stopped, %d started, %d starts failed, %d replaced after a machine change, %d scaled-down nodes returned; faults: %s; %d instances at the end",
@@ -926,6 +980,13 @@ func (c *campaign) sample() {
 // deleted it, is a front end's to delete again.
 func (c *campaign) checkNodes() {
 	c.t.Helper()
+	// The gate, over the whole campaign: a Node whose first delete is
+	// lost goes at the next sync's retry, so two syncs of a running core
+	// (a crash or a slow cloud stretch a sync), once the cloud lists a
+	// lost instance stopped.
+	if closed := c.nodes.unhealthy(2); closed != "" {
+		c.t.Errorf("the stopped instances' Nodes froze cluster-autoscaler: %s", closed)
+	}
 	if stale := c.nodes.stale(c.b.instances(), time.Now(), 2*c.cfg.Sync.Period.Duration+100*time.Millisecond); stale != "" {
 		c.t.Errorf("stopped instances keep their NotReady Nodes past two syncs: %s", stale)
 	}

@@ -30,6 +30,24 @@ type clusterNodes struct {
 	// (a provider ID may end in either).
 	nodes map[string]*kubeNode
 	ids   map[string]string
+	// atCloud are the instances the cloud had when the kubelets last
+	// played: a Node of none is an orphan (see closed).
+	atCloud map[string]bool
+	// unhealthySince is when cluster-autoscaler's cluster-health gate
+	// last closed (see health); zero while it is open. closedSyncs
+	// counts the running cores' lists since; lastCore and lastLists are
+	// the core and its count seen last. worst and worstSyncs are the
+	// longest it stayed closed, and worstWhat what it saw then.
+	unhealthySince time.Time
+	closedSyncs    int
+	lastCore       any
+	lastLists      int
+	worst          time.Duration
+	worstSyncs     int
+	worstWhat      string
+	// lostAfter: syncs count toward the gate's closure only this long
+	// after it closed (backend.lostAfter).
+	lostAfter time.Duration
 }
 
 type kubeNode struct {
@@ -57,7 +75,9 @@ var pooled = regexp.MustCompile(`-p[0-9a-f]{10}$`)
 func (n *clusterNodes) kubelets(insts []cloud.Instance, now time.Time) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	n.atCloud = make(map[string]bool, len(insts))
 	for _, in := range insts {
+		n.atCloud[in.Name] = true
 		if in.ID != "" {
 			n.ids[in.ID] = in.Name
 		}
@@ -75,6 +95,83 @@ func (n *clusterNodes) kubelets(insts []cloud.Instance, now time.Time) {
 			}
 		}
 	}
+}
+
+// Cluster-autoscaler's cluster-health gate (clusterstate.IsClusterHealthy,
+// with the defaults of --ok-total-unready-count and
+// --max-total-unready-percentage): more than 3 Nodes NotReady, and more
+// than 45 % of all, stop it scaling up and down.
+const (
+	okTotalUnready    = 3
+	maxUnreadyPercent = 45
+	healthGate        = "cluster-autoscaler's cluster-health gate"
+)
+
+// closed reports whether the gate is closed now by the Nodes of
+// instances the cloud has. Callers hold n.mu.
+//
+// Orphans, the Nodes of instances gone while no process ran (a crash
+// between the cloud's delete and the Node's), are left out: no core
+// knows them any more, and gpuscaler cannot tell a Node of its own gone
+// instance from one of another machine of the account without asking
+// the cloud for each (a cloud controller manager's node lifecycle
+// controller deletes them where a cloud has one). See
+// docs/reliability.md.
+func (n *clusterNodes) closed() (unready int, names []string) {
+	total := 0
+	for name, node := range n.nodes {
+		if !n.atCloud[name] {
+			continue
+		}
+		total++
+		if !node.ready {
+			unready++
+			names = append(names, name)
+		}
+	}
+	if unready <= okTotalUnready || float64(unready) <= maxUnreadyPercent/100.0*float64(total) {
+		return 0, nil
+	}
+	return unready, names
+}
+
+// health plays the gate once at now, and keeps how long it stayed closed
+// and across how many of the running core's syncs: lists is that core's
+// count of successful lists so far (core tells one core from the next;
+// the count of a core that starts begins again). Callers play the
+// kubelets first.
+func (n *clusterNodes) health(now time.Time, core any, lists func() int) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	unready, names := n.closed()
+	if unready == 0 {
+		n.unhealthySince, n.closedSyncs, n.lastCore = time.Time{}, 0, nil
+		return
+	}
+	count := lists()
+	switch {
+	case n.unhealthySince.IsZero():
+		n.unhealthySince = now
+	case core == n.lastCore && now.Sub(n.unhealthySince) > n.lostAfter:
+		n.closedSyncs += count - n.lastLists
+	}
+	n.lastCore, n.lastLists = core, count
+	if n.closedSyncs > n.worstSyncs || n.closedSyncs == n.worstSyncs && now.Sub(n.unhealthySince) > n.worst {
+		n.worst, n.worstSyncs = now.Sub(n.unhealthySince), n.closedSyncs
+		n.worstWhat = fmt.Sprintf("%d Nodes NotReady: %s", unready, strings.Join(names, ", "))
+	}
+}
+
+// unhealthy describes the longest the health gate stayed closed across
+// more than syncs successful lists of a running core (past lostAfter), ""
+// if it never did.
+func (n *clusterNodes) unhealthy(syncs int) string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.worstSyncs <= syncs {
+		return ""
+	}
+	return fmt.Sprintf("%s closed for %s, across %d syncs (%s)", healthGate, n.worst, n.worstSyncs, n.worstWhat)
 }
 
 // find returns the Node of the first provider ID that names one. Callers

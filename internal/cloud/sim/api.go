@@ -18,12 +18,13 @@ func (e *Engine) call(ctx context.Context, op, subject string) error {
 		delete(e.failNext, op)
 		fault = true
 	}
+	latency := e.latency
 	e.mu.Unlock()
-	if e.latency > 0 {
+	if latency > 0 {
 		select {
 		case <-ctx.Done():
 			return cloud.NewError(cloud.ErrTransient, op, ctx.Err())
-		case <-e.clock.After(e.latency):
+		case <-e.clock.After(latency):
 		}
 	}
 	if fault {

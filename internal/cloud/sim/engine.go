@@ -319,6 +319,13 @@ func (e *Engine) SetCapacity(k cloud.OfferingKey, n int) {
 	e.capacity[k] = n
 }
 
+// SetLatency changes what is added to every API call (Config.APILatency).
+func (e *Engine) SetLatency(d time.Duration) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.latency = d
+}
+
 // SetFaultRate changes the fraction of API calls that fail transiently.
 func (e *Engine) SetFaultRate(r float64) {
 	e.mu.Lock()
