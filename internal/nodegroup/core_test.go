@@ -1239,3 +1239,38 @@ func TestAdoptionPrefersTheLiveInstanceOfAName(t *testing.T) {
 		t.Errorf("group spend %.2f/h with a second instance still billing, want %.2f", got, 2*one)
 	}
 }
+
+// The nodes added and removed, each group's bounds and each cloud's last
+// sync are series a user reads as cluster-autoscaler's and Karpenter's:
+// two instances made count two created; one deleted, once gone, one
+// deleted; a reclaimed one counts as vanished, not deleted.
+func TestNodesAddedAndRemovedAreCounted(t *testing.T) {
+	h := newHarness(t, oneGroupLeaky, sim.Options{}, Options{})
+	before := h.clk.Now()
+	if err := h.mgr.IncreaseSize(context.Background(), "g", 2); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("two running", func() bool { r, _, _, _ := h.states("g"); return r == 2 })
+	g := map[string]string{"group": "g"}
+	if v := h.metric("gpuscaler_instances_created_total", g); v != 2 {
+		t.Fatalf("gpuscaler_instances_created_total %v after two orders, want 2", v)
+	}
+	if minSize, maxSize := h.metric("gpuscaler_nodegroup_min_size", g), h.metric("gpuscaler_nodegroup_max_size", g); minSize != 0 || maxSize != 5 {
+		t.Fatalf("bounds %v..%v, want 0..5", minSize, maxSize)
+	}
+	if at := h.metric("gpuscaler_cloud_last_sync_timestamp_seconds", map[string]string{"cloud": "sim"}); at < float64(before.Unix()) {
+		t.Fatalf("last sync at %v, before the test's start %v", at, before.Unix())
+	}
+	insts, _ := h.mgr.Instances("g")
+	if err := h.mgr.DeleteNodes(context.Background(), "g", []string{insts[0].ProviderID}); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("one deleted", func() bool { return h.metric("gpuscaler_instances_deleted_total", g) == 1 })
+	if err := h.engine.Reclaim(insts[1].Name); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("the reclaimed one vanished", func() bool { return h.metric("gpuscaler_instances_vanished_total", g) == 1 })
+	if v := h.metric("gpuscaler_instances_deleted_total", g); v != 1 {
+		t.Fatalf("gpuscaler_instances_deleted_total %v after a reclaim, want still 1", v)
+	}
+}

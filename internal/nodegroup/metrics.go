@@ -19,7 +19,14 @@ type Metrics struct {
 	leaked          *prometheus.CounterVec
 	deleteFailures  *prometheus.CounterVec
 	vanished        *prometheus.CounterVec
-	refusedMoves    *prometheus.CounterVec
+	// created and deleted count the nodes added and removed: instances
+	// made for an order, and instances gone after gpuscaler deleted them.
+	created      *prometheus.CounterVec
+	deleted      *prometheus.CounterVec
+	minSize      *prometheus.GaugeVec
+	maxSize      *prometheus.GaugeVec
+	lastSync     *prometheus.GaugeVec
+	refusedMoves *prometheus.CounterVec
 	// targetMismatches counts checkLocked's findings.
 	targetMismatches *prometheus.CounterVec
 	unknownGroup     *prometheus.GaugeVec
@@ -96,6 +103,26 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "gpuscaler_instances_vanished_total",
 			Help: "Instances lost without gpuscaler deleting them (spot reclaims, hosts lost, external deletes), by node group.",
 		}, []string{"group"}),
+		created: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpuscaler_instances_created_total",
+			Help: "Instances the cloud made for gpuscaler's orders (nodes added), by node group (\"\" for the launch API's, Karpenter's).",
+		}, []string{"group"}),
+		deleted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpuscaler_instances_deleted_total",
+			Help: "Instances gone after gpuscaler deleted them (nodes removed), by node group (\"\" for the launch API's); those lost otherwise are gpuscaler_instances_vanished_total.",
+		}, []string{"group"}),
+		minSize: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "gpuscaler_nodegroup_min_size",
+			Help: "Each node group's minSize in the configuration in force.",
+		}, []string{"group"}),
+		maxSize: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "gpuscaler_nodegroup_max_size",
+			Help: "Each node group's maxSize in the configuration in force.",
+		}, []string{"group"}),
+		lastSync: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "gpuscaler_cloud_last_sync_timestamp_seconds",
+			Help: "When each cloud's last successful list started (Unix seconds): reads answer from what it showed.",
+		}, []string{"cloud"}),
 		unknownGroup: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "gpuscaler_unknown_group_instances",
 			Help: "Instances of this cluster whose node group this configuration does not know; they are left alone.",
@@ -150,7 +177,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.apiCalls, m.apiLatency, m.instances, m.targetSize, m.scaleUpFailures, m.hourlySpend, m.leaked,
-			m.deleteFailures, m.vanished, m.unknownGroup, m.foreign, m.stockOuts, m.costLimit, m.startup, m.gpuGap, m.gpuTimeouts, m.refusedMoves, m.targetMismatches, m.standbyStarts, m.standbyStartup, m.standbyOldest)
+			m.deleteFailures, m.vanished, m.created, m.deleted, m.minSize, m.maxSize, m.lastSync, m.unknownGroup, m.foreign, m.stockOuts, m.costLimit, m.startup, m.gpuGap, m.gpuTimeouts, m.refusedMoves, m.targetMismatches, m.standbyStarts, m.standbyStartup, m.standbyOldest)
 	}
 	return m
 }
@@ -159,7 +186,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 // another (a reload) publishes its own groups' again, and a group the
 // reload removed leaves none behind. Counters and histograms count on.
 func (m *Metrics) resetGauges() {
-	for _, g := range []*prometheus.GaugeVec{m.instances, m.targetSize, m.hourlySpend, m.unknownGroup, m.foreign, m.costLimit} {
+	for _, g := range []*prometheus.GaugeVec{m.instances, m.targetSize, m.hourlySpend, m.unknownGroup, m.foreign, m.costLimit, m.minSize, m.maxSize} {
 		g.Reset()
 	}
 }

@@ -294,6 +294,7 @@ func (y *syncer) sync(ctx context.Context, cloudName string, initial bool) error
 		}
 	}
 	s.lastSync[cloudName] = start
+	y.metrics.lastSync.WithLabelValues(cloudName).Set(float64(start.UnixNano()) / 1e9)
 	close(s.synced)
 	s.synced = make(chan struct{})
 	for _, g := range s.groupsOn(cloudName) {
@@ -565,6 +566,7 @@ func (y *syncer) foldMemberLocked(ctx context.Context, cloudName string, g *grou
 			mem.settle()
 			return
 		}
+		y.metrics.created.WithLabelValues(g.cfg.Name).Inc()
 		y.log.Info("lost create answer resolved: the order landed", "group", g.cfg.Name, "instance", name)
 		y.orderer().recordLocked(g, mem, in)
 		return
@@ -838,6 +840,7 @@ func (y *syncer) missing(g *group, mem *member, start time.Time, out *afterLock)
 		if mem.phase == phaseDeleting {
 			// Deleted: a lagging list may show it again for a while.
 			s.tombstones[mem.name] = start
+			y.metrics.deleted.WithLabelValues(g.cfg.Name).Inc()
 		}
 		s.drop(g, mem)
 		out.gone = append(out.gone, mem)
