@@ -550,21 +550,21 @@ func (y *syncer) stop(ctx context.Context, cloudName string, mems []*member) {
 	}
 }
 
-// stoppedNodesLocked returns g's members whose instance is stopped (for
+// stoppedNodesLocked returns g's members on cloudName whose instance is stopped (for
 // its standby pool, or for good and being deleted) and whose Node is still
 // there and NotReady. A standby stop deletes it once; that delete may
 // fail, or be lost with a restart or a reload (a stop that lands after
 // its core handed over), and cluster-autoscaler counts every NotReady
 // Node against the cluster's health (past 3 nodes and 45 %, it stops
 // scaling). Callers hold the store's lock.
-func (y *syncer) stoppedNodesLocked(g *group) []*member {
+func (y *syncer) stoppedNodesLocked(cloudName string, g *group) []*member {
 	if y.nodes == nil {
 		return nil
 	}
 	var out []*member
 	for _, mem := range g.members {
-		if !mem.stoppedNode() {
-			continue
+		if !mem.stoppedNode() || mem.cloud() != cloudName {
+			continue // the launched members of other clouds are their syncs'
 		}
 		if st, ok := y.nodes.Startup(mem.providerIDs()...); ok && st.Ready.IsZero() {
 			out = append(out, mem)

@@ -271,7 +271,7 @@ func (y *syncer) sync(ctx context.Context, cloudName string, initial bool) error
 		y.sizer.adoptedLocked(g, adopted, initial && !g.inherited)
 		y.sizer.reconcileLocked(g)
 		y.warmedLocked(g, start, &out)
-		out.stoppedNodes = append(out.stoppedNodes, y.stoppedNodesLocked(g)...)
+		out.stoppedNodes = append(out.stoppedNodes, y.stoppedNodesLocked(cloudName, g)...)
 		untaint := y.untaintLocked(g)
 		out.untaint = append(out.untaint, untaint...)
 		if len(g.cfg.StandbyImages()) > 0 {
@@ -281,7 +281,7 @@ func (y *syncer) sync(ctx context.Context, cloudName string, initial bool) error
 		y.startups.observeLocked(g)
 	}
 	y.fold(ctx, cloudName, s.launches, l, launchKey, initial, &out)
-	out.stoppedNodes = append(out.stoppedNodes, y.stoppedNodesLocked(s.launches)...)
+	out.stoppedNodes = append(out.stoppedNodes, y.stoppedNodesLocked(cloudName, s.launches)...)
 	out.untaint = append(out.untaint, y.untaintLocked(s.launches)...)
 	y.startups.observeLocked(s.launches)
 	delete(l.groups, launchKey)
