@@ -189,7 +189,7 @@ func New(cfg *config.Config, providers map[string]cloud.Provider, opts Options) 
 	}
 	m.syncer = &syncer{cfg: cfg, store: s, offerings: m.offerings, cost: m.cost, catalog: m.catalog, nodes: opts.Nodes,
 		clients: m.clients, clock: opts.Clock, log: opts.Logger, metrics: met, resolveAfter: opts.ResolveAfter, startTimeout: opts.StartTimeout, syncNow: syncNow, reissuePending: map[string]bool{},
-		owners: newOwners(opts.Install, cfg.Ownership.TakeOver), foreignSeen: map[string]bool{}}
+		owners: newOwners(opts.Install, cfg.Ownership.TakeOver), foreignSeen: map[string]bool{}, orphanSince: map[string]map[string]time.Time{}}
 	for name := range m.clients {
 		m.syncer.reissuePending[name] = true
 	}

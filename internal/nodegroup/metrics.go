@@ -31,6 +31,7 @@ type Metrics struct {
 	targetMismatches *prometheus.CounterVec
 	unknownGroup     *prometheus.GaugeVec
 	foreign          *prometheus.GaugeVec
+	orphans          *prometheus.CounterVec
 	stockOuts        *prometheus.CounterVec
 	costLimit        *prometheus.GaugeVec
 	startup          *prometheus.HistogramVec
@@ -131,6 +132,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "gpuscaler_foreign_install_instances",
 			Help: "Instances of this cluster name that another gpuscaler install ordered (ownership.installID); they are left alone.",
 		}, []string{"cloud"}),
+		orphans: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpuscaler_orphan_nodes_deleted_total",
+			Help: "NotReady Nodes gpuscaler deleted because their cloud no longer has their instance (gone while no gpuscaler ran), by cloud.",
+		}, []string{"cloud"}),
 		stockOuts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gpuscaler_stockouts_total",
 			Help: "Orders refused for want of capacity, by offering; the offering is then skipped for sync.offeringBackoff.",
@@ -177,7 +182,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.apiCalls, m.apiLatency, m.instances, m.targetSize, m.scaleUpFailures, m.hourlySpend, m.leaked,
-			m.deleteFailures, m.vanished, m.created, m.deleted, m.minSize, m.maxSize, m.lastSync, m.unknownGroup, m.foreign, m.stockOuts, m.costLimit, m.startup, m.gpuGap, m.gpuTimeouts, m.refusedMoves, m.targetMismatches, m.standbyStarts, m.standbyStartup, m.standbyOldest)
+			m.deleteFailures, m.vanished, m.created, m.deleted, m.minSize, m.maxSize, m.lastSync, m.unknownGroup, m.foreign, m.orphans, m.stockOuts, m.costLimit, m.startup, m.gpuGap, m.gpuTimeouts, m.refusedMoves, m.targetMismatches, m.standbyStarts, m.standbyStartup, m.standbyOldest)
 	}
 	return m
 }

@@ -76,6 +76,11 @@ type syncer struct {
 	owners        owners
 	refuseForeign bool
 	foreignSeen   map[string]bool
+
+	// orphanSince is, by cloud, when a list first left out the instance
+	// of each NotReady Node no member carries (see orphansLocked); guarded
+	// by the store's lock.
+	orphanSince map[string]map[string]time.Time
 }
 
 // kick asks for an early sync of one cloud without blocking.
@@ -243,6 +248,7 @@ func (y *syncer) sync(ctx context.Context, cloudName string, initial bool) error
 			return err
 		}
 	}
+	all := insts
 	insts, others := y.owners.split(insts)
 	if len(others) > 0 && initial && y.refuseForeign {
 		return &ForeignInstallError{Cloud: cloudName, ClusterName: y.cfg.ClusterName, Install: y.owners.install, Others: others}
@@ -287,6 +293,7 @@ func (y *syncer) sync(ctx context.Context, cloudName string, initial bool) error
 	delete(l.groups, launchKey)
 	y.others(cloudName, l)
 	y.reaper.unregisteredLocked(ctx, cloudName)
+	out.orphans = y.orphansLocked(cloudName, all, start)
 	if y.reissuePending[cloudName] {
 		var ready bool
 		if reissue, ready = y.unjoinedLocked(cloudName); ready {
@@ -295,6 +302,7 @@ func (y *syncer) sync(ctx context.Context, cloudName string, initial bool) error
 	}
 	s.lastSync[cloudName] = start
 	y.metrics.lastSync.WithLabelValues(cloudName).Set(float64(start.UnixNano()) / 1e9)
+	y.metrics.orphans.WithLabelValues(cloudName) // shown at 0 before the first
 	close(s.synced)
 	s.synced = make(chan struct{})
 	for _, g := range s.groupsOn(cloudName) {
@@ -390,6 +398,7 @@ func (y *syncer) act(ctx context.Context, cloudName string, out *afterLock, gone
 	}
 	y.stop(ctx, cloudName, out.stop)
 	y.deleteStoppedNodes(ctx, out.stoppedNodes)
+	y.deleteOrphans(ctx, cloudName, out.orphans)
 	for _, mem := range out.start {
 		s.mu.RLock()
 		inst := mem.instance()
@@ -441,6 +450,9 @@ type afterLock struct {
 	// stoppedNodes are stopped standby members whose NotReady Node is
 	// still there: deleted, sync after sync, until it is gone.
 	stoppedNodes []*member
+	// orphans are the provider IDs of NotReady Nodes whose instances the
+	// cloud no longer has: deleted while still NotReady.
+	orphans []string
 }
 
 // reissue is the script of an instance ordered before a restart.

@@ -41,6 +41,9 @@ type backend struct {
 	// instances are the cloud's instances of the cluster, named as the
 	// core names them.
 	instances func() []cloud.Instance
+	// providerID is the provider ID an instance's kubelet registers
+	// with, as its cloud's startup script gives it; nil: the listed one.
+	providerID func(cloud.Instance) string
 	// faults turns the injected faults on and off; injected describes
 	// what was injected.
 	faults   func(on bool)
@@ -267,7 +270,8 @@ nodeGroups:
 			return verda.New(api, verda.Options{ClusterName: cfg.ClusterName, Logger: log, ScriptGrace: 200 * time.Millisecond,
 				OfflineGrace: 100 * time.Millisecond, HTTPClient: httpClient(fake.Server)})
 		},
-		instances: func() []cloud.Instance { return fake.Instances() },
+		instances:  func() []cloud.Instance { return fake.Instances() },
+		providerID: func(in cloud.Instance) string { return cloud.ProviderID(verda.Name, in.Name) },
 		// A spot instance reclaimed is discontinued: listed, stopped,
 		// until deleted.
 		lose: func(name string) bool { return fake.Stop(name, "discontinued") },
@@ -311,10 +315,11 @@ nodeGroups:
 			return kamatera.New(api, kamatera.Options{ClusterName: cfg.ClusterName, Datacenters: []string{"EU", "EU-FR"},
 				Passwords: map[string]string{"a": "Root-pass-1", "b": "Root-pass-1", "c": "Root-pass-1"}, LostCreateWindow: time.Second, Logger: log})
 		},
-		instances: func() []cloud.Instance { return fake.Instances() },
-		lose:      func(name string) bool { return engine.Reclaim(name) == nil },
-		leftovers: func() string { return "" },
-		latency:   fake.SetLatency,
+		instances:  func() []cloud.Instance { return fake.Instances() },
+		providerID: func(in cloud.Instance) string { return cloud.ProviderID(kamatera.Name, in.Name) },
+		lose:       func(name string) bool { return engine.Reclaim(name) == nil },
+		leftovers:  func() string { return "" },
+		latency:    fake.SetLatency,
 	})
 }
 
@@ -363,8 +368,9 @@ nodeGroups:
 			return scaleway.New(c, scaleway.Options{ClusterName: cfg.ClusterName, ProjectID: projectID, Zones: []string{"fr-par-2", "nl-ams-1"},
 				StartGrace: scalewayStartGrace, RetryBase: time.Millisecond, Secrets: []string{secretKey}, Logger: log})
 		},
-		instances: func() []cloud.Instance { return fake.Instances() },
-		lose:      func(name string) bool { return fake.Lose(name) },
+		instances:  func() []cloud.Instance { return fake.Instances() },
+		providerID: func(in cloud.Instance) string { return scaleway.ProviderID(in.Location, in.ID) },
+		lose:       func(name string) bool { return fake.Lose(name) },
 		leftovers: func() string {
 			if v, s := fake.VolumeCount(), fake.ServerCount(); v != s {
 				return fmt.Sprintf("%d volumes for %d servers; attached to none: %v", v, s, fake.OrphanVolumes())
@@ -431,6 +437,7 @@ nodeGroups:
 		stoppedPrice: (&gcp.Cloud{}).StoppedPrice(cloud.OfferingKey{}),
 		provider:     func(log *slog.Logger) cloud.Provider { return build(log) },
 		instances:    func() []cloud.Instance { return fake.Project() },
+		providerID:   func(in cloud.Instance) string { return "gce://" + project + "/" + in.Location + "/" + in.Name },
 		parked:       fake.Parked, // the engine's names carry the zone
 		lose:         fake.Lose,
 		leftovers:    func() string { return "" },

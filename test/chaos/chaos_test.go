@@ -209,8 +209,9 @@ type campaign struct {
 func newCampaign(t *testing.T, b *backend, s uint64) *campaign {
 	c := &campaign{t: t, rng: rand.New(rand.NewPCG(s, s^0x9e3779b97f4a7c15)), b: b, cfg: b.cfg, logs: &coretest.LogBuffer{},
 		reclaimed: map[string]bool{}, existed: map[string]bool{}, soldOut: map[cloud.OfferingKey]bool{}, maxSizes: map[string]int{},
-		claims: map[string]bool{}, nodes: newClusterNodes(s)}
+		claims: map[string]bool{}, nodes: newClusterNodes(s, b.providerID)}
 	c.nodes.lostAfter = b.lostAfter
+	c.nodes.orphanLimit = resolveAfter + 5*b.cfg.Sync.Period.Duration
 	for _, g := range b.cfg.NodeGroups {
 		c.maxSizes[g.Name] = g.MaxSize
 	}
@@ -986,6 +987,9 @@ func (c *campaign) checkNodes() {
 	// lost instance stopped.
 	if closed := c.nodes.unhealthy(2); closed != "" {
 		c.t.Errorf("the stopped instances' Nodes froze cluster-autoscaler: %s", closed)
+	}
+	if o := c.nodes.orphaned(); o != "" {
+		c.t.Errorf("a NotReady Node outlived its instance past the list lag and five syncs: %s", o)
 	}
 	if stale := c.nodes.stale(c.b.instances(), time.Now(), 2*c.cfg.Sync.Period.Duration+100*time.Millisecond); stale != "" {
 		c.t.Errorf("stopped instances keep their NotReady Nodes past two syncs: %s", stale)

@@ -26,6 +26,8 @@ import (
 type clusterNodes struct {
 	mu  sync.Mutex
 	rng *rand.Rand
+	// pid is the provider ID an instance's kubelet registers with.
+	pid func(cloud.Instance) string
 	// nodes by instance name; ids maps a cloud ID to its instance's name
 	// (a provider ID may end in either).
 	nodes map[string]*kubeNode
@@ -48,9 +50,17 @@ type clusterNodes struct {
 	// lostAfter: syncs count toward the gate's closure only this long
 	// after it closed (backend.lostAfter).
 	lostAfter time.Duration
+	// orphanLimit is how long one core may keep an orphan (a Node of an
+	// instance the cloud no longer has): the list lag and five syncs.
+	// worstOrphan is the longest one outlived it, worstOrphanWhat which.
+	orphanLimit     time.Duration
+	worstOrphan     time.Duration
+	worstOrphanWhat string
 }
 
 type kubeNode struct {
+	// pid is the provider ID its kubelet registered with.
+	pid        string
 	registered time.Time
 	ready      bool
 	// notReadySince is when it last went NotReady; zero while Ready.
@@ -61,10 +71,20 @@ type kubeNode struct {
 	markedAt time.Time
 	// lost: its first delete was already failed (lose one only).
 	lost bool
+	// While its instance is gone from the cloud (an orphan): the running
+	// core's count of lists when last seen (orphanCore tells which core),
+	// and the lists of running cores it has lived through since.
+	orphanCore  any
+	orphanLists int
+	orphanSyncs int
+	orphanSince time.Time
 }
 
-func newClusterNodes(seed uint64) *clusterNodes {
-	return &clusterNodes{rng: rand.New(rand.NewPCG(seed, seed^0x5bd1e995)), nodes: map[string]*kubeNode{}, ids: map[string]string{}}
+func newClusterNodes(seed uint64, pid func(cloud.Instance) string) *clusterNodes {
+	if pid == nil {
+		pid = func(in cloud.Instance) string { return in.ProviderID }
+	}
+	return &clusterNodes{rng: rand.New(rand.NewPCG(seed, seed^0x5bd1e995)), pid: pid, nodes: map[string]*kubeNode{}, ids: map[string]string{}}
 }
 
 // pooled is the name a standby pool's order gets ("<prefix>-p<10 hex>"):
@@ -85,7 +105,7 @@ func (n *clusterNodes) kubelets(insts []cloud.Instance, now time.Time) {
 		switch in.State {
 		case cloud.StateRunning:
 			if node == nil {
-				n.nodes[in.Name] = &kubeNode{registered: now, ready: true, standby: pooled.MatchString(in.Name)}
+				n.nodes[in.Name] = &kubeNode{pid: n.pid(in), registered: now, ready: true, standby: pooled.MatchString(in.Name)}
 			} else if !node.ready {
 				node.ready, node.notReadySince = true, time.Time{}
 			}
@@ -95,7 +115,17 @@ func (n *clusterNodes) kubelets(insts []cloud.Instance, now time.Time) {
 			}
 		}
 	}
+	// The kubelet of an instance the cloud no longer has is gone with it.
+	for name, node := range n.nodes {
+		if !n.atCloud[name] && node.ready {
+			node.ready, node.notReadySince = false, now
+		}
+	}
 }
+
+// orphanLists is how many lists one core may keep an orphan through (see
+// orphans).
+const orphanLists = 6
 
 // Cluster-autoscaler's cluster-health gate (clusterstate.IsClusterHealthy,
 // with the defaults of --ok-total-unready-count and
@@ -110,13 +140,9 @@ const (
 // closed reports whether the gate is closed now by the Nodes of
 // instances the cloud has. Callers hold n.mu.
 //
-// Orphans, the Nodes of instances gone while no process ran (a crash
-// between the cloud's delete and the Node's), are left out: no core
-// knows them any more, and gpuscaler cannot tell a Node of its own gone
-// instance from one of another machine of the account without asking
-// the cloud for each (a cloud controller manager's node lifecycle
-// controller deletes them where a cloud has one). See
-// docs/reliability.md.
+// Orphans, the Nodes of instances the cloud no longer has, are left out:
+// a core deletes one only once two lists the list lag apart leave it out
+// (see orphans), longer than the two syncs the gate allows.
 func (n *clusterNodes) closed() (unready int, names []string) {
 	total := 0
 	for name, node := range n.nodes {
@@ -143,12 +169,13 @@ func (n *clusterNodes) closed() (unready int, names []string) {
 func (n *clusterNodes) health(now time.Time, core any, lists func() int) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	count := lists()
+	n.orphans(now, core, count)
 	unready, names := n.closed()
 	if unready == 0 {
 		n.unhealthySince, n.closedSyncs, n.lastCore = time.Time{}, 0, nil
 		return
 	}
-	count := lists()
 	switch {
 	case n.unhealthySince.IsZero():
 		n.unhealthySince = now
@@ -160,6 +187,41 @@ func (n *clusterNodes) health(now time.Time, core any, lists func() int) {
 		n.worst, n.worstSyncs = now.Sub(n.unhealthySince), n.closedSyncs
 		n.worstWhat = fmt.Sprintf("%d Nodes NotReady: %s", unready, strings.Join(names, ", "))
 	}
+}
+
+// orphans follows each Node whose instance the cloud no longer has
+// through the lists of the running core (core, its count so far): since
+// when, and across how many, the one core has seen it so. One that lives
+// through more than orphanLists lists and longer than orphanLimit is
+// recorded. A core deletes it once two lists the list lag apart leave its
+// instance out (a member's as vanished, any other's as an orphan); the
+// list under way when it went, a lost delete and a slow list take one
+// more each. Callers hold n.mu.
+func (n *clusterNodes) orphans(now time.Time, core any, count int) {
+	for name, node := range n.nodes {
+		switch {
+		case n.atCloud[name]:
+			node.orphanCore, node.orphanSyncs = nil, 0
+			continue
+		case core == nil || node.orphanCore != core:
+			node.orphanSince, node.orphanSyncs = now, 0
+		default:
+			node.orphanSyncs += count - node.orphanLists
+		}
+		node.orphanCore, node.orphanLists = core, count
+		if age := now.Sub(node.orphanSince); node.orphanSyncs > orphanLists && age > n.orphanLimit && age > n.worstOrphan {
+			n.worstOrphan = age
+			n.worstOrphanWhat = fmt.Sprintf("the Node of %s, whose instance the cloud no longer has, lived through %d lists in %s", name, node.orphanSyncs, age)
+		}
+	}
+}
+
+// orphaned describes the orphan that outlived orphanLimit the longest,
+// "" if none did.
+func (n *clusterNodes) orphaned() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.worstOrphanWhat
 }
 
 // unhealthy describes the longest the health gate stayed closed across
@@ -205,6 +267,12 @@ func (n *clusterNodes) Delete(_ context.Context, pids ...string) error {
 	if node == nil {
 		return nil
 	}
+	return n.deleteLocked(name, node)
+}
+
+// deleteLocked deletes a Node, but loses its first delete now and then.
+// Callers hold n.mu.
+func (n *clusterNodes) deleteLocked(name string, node *kubeNode) error {
 	if !node.lost && n.rng.IntN(2) == 0 {
 		node.lost = true
 		return errors.New("etcdserver: request timed out")
@@ -234,6 +302,31 @@ func (n *clusterNodes) Startup(pids ...string) (nodegroup.Startup, bool) {
 		s.Ready = node.registered
 	}
 	return s, true
+}
+
+// Unready is nodegroup.UnreadyNodes': the campaign's Nodes are all of
+// its one cloud.
+func (n *clusterNodes) Unready(string) []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var out []string
+	for _, node := range n.nodes {
+		if !node.ready && node.pid != "" {
+			out = append(out, node.pid)
+		}
+	}
+	return out
+}
+
+func (n *clusterNodes) DeleteUnready(_ context.Context, pid string) (bool, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	name, node := n.find([]string{pid})
+	if node == nil || node.ready {
+		return false, nil
+	}
+	err := n.deleteLocked(name, node)
+	return err == nil, err
 }
 
 func (n *clusterNodes) Workloads(context.Context, ...string) ([]string, error) { return nil, nil }
