@@ -162,7 +162,10 @@ func (l *launcher) startTaken(ctx context.Context, c *client, mem *member, inst 
 		return Instance{}, err
 	}
 	l.orderer.log.Warn("standby instance handed over, its start not confirmed; the next list starts it", "group", pool, "instance", mem.name, "error", err)
-	return Instance{}, cloud.NewError(cloud.ErrTransient, "launch", fmt.Errorf("instance %s: start from standby: %w", mem.name, err))
+	// The cause's text only: its class (a 400 for a start that landed
+	// already is ErrInvalid) would make this error, which the next list
+	// resolves, look final to errors.Is and cloud.Class.
+	return Instance{}, cloud.NewError(cloud.ErrTransient, "launch", fmt.Errorf("instance %s: start from standby: %s", mem.name, err.Error()))
 }
 
 // settleTransfer ends the hand-over of a standby instance to the launched

@@ -410,3 +410,35 @@ func TestHandedOverNodeKeepsItsTaintUntilClaimed(t *testing.T) {
 		return !st.Standby
 	})
 }
+
+// A start whose answer says the instance runs already (an earlier start
+// landed with its answer lost; Scaleway answers 400) is not a final
+// refusal: the launch answers a transient error only, which a caller that
+// classifies errors retries, and keeps the instance, running. Before, the
+// cause's ErrInvalid showed through errors.Is and cloud.Class, and the
+// chaos campaigns' Karpenter model took the backend for one without
+// launches and never collected the instance (Scaleway seeds
+// 1795904403568662922 and 1795905225265274720).
+func TestLaunchFromStandbyStartLandedUnconfirmed(t *testing.T) {
+	h, w, stopped := standbyOn(t)
+	w.mu.Lock()
+	w.onStart = func(ctx context.Context, inst cloud.Instance) (error, bool) {
+		if err := w.Provider.(cloud.Stopper).Start(ctx, inst); err != nil {
+			return err, true
+		}
+		return cloud.Errorf(cloud.ErrInvalid, "poweron", "400 precondition_failed: server should be stopped"), true
+	}
+	w.mu.Unlock()
+	_, err := h.mgr.Launch(context.Background(), fromPool("nc-1", stopped))
+	if !cloud.IsClass(err, cloud.ErrTransient) || errors.Is(err, cloud.ErrInvalid) || !cloud.Retryable(err) {
+		t.Fatalf("a start that landed unconfirmed: %v (class %v), want a transient error and nothing else", err, cloud.Class(err))
+	}
+	if _, ok := h.mgr.LaunchedNamed("nc-1"); !ok {
+		t.Fatal("the handed-over instance is not a launched member")
+	}
+	h.eventually("the handed-over instance running", func() bool {
+		h.clk.Step(30 * time.Second)
+		in, ok := atCloud(h, "nc-1")
+		return ok && in.State == cloud.StateRunning && in.Owner == "karpenter"
+	})
+}

@@ -507,8 +507,11 @@ func (c *campaign) karpenter(ctx context.Context) {
 			c.launched++
 			break
 		}
-		if errors.Is(err, cloud.ErrInvalid) {
-			c.noLaunch = true // a backend without launches (GCP's MIGs): the model sits out
+		if _, made := c.mgr.LaunchedNamed(name); !made && c.launched == 0 && cloud.IsClass(err, cloud.ErrInvalid) {
+			// A backend without launches (GCP's MIGs) refuses the first:
+			// the model sits out. Once one landed, a refusal is this
+			// claim's alone, and the claim is kept for its machine.
+			c.noLaunch = true
 			return
 		}
 	}

@@ -449,8 +449,9 @@ func TestRollbackWaitsForATerminatingServer(t *testing.T) {
 	b.stop() // no core's reads between the rules below and the order
 	prov := warmProvider(t, b)
 	b.fake.LoseNextAnswer(http.MethodPost, "/action")
-	b.fake.FailNext(http.MethodGet, "", http.StatusInternalServerError, "internal_error", "internal error")
-	b.fake.FailNext(http.MethodGet, "", http.StatusInternalServerError, "internal_error", "internal error")
+	for range 10 { // every attempt of the reads after each power-on (5 each)
+		b.fake.FailNext(http.MethodGet, "", http.StatusInternalServerError, "internal_error", "internal error")
+	}
 	_, err := prov.Create(context.Background(), cloud.CreateSpec{Name: "l4-terminating", Group: "l4", InstanceType: "L4-1-24G",
 		Location: "fr-par-2", CapacityType: cloud.OnDemand})
 	if !errors.Is(err, cloud.ErrRolledBack) {
@@ -460,6 +461,39 @@ func TestRollbackWaitsForATerminatingServer(t *testing.T) {
 		if sv.Name == "l4-terminating" {
 			t.Fatalf("the rolled-back server is still listed (%s) when Create answers", sv.State)
 		}
+	}
+}
+
+// TestLostPowerOnAnswerAndAFailedRead: the power-on's answer is lost,
+// the second power-on is refused (the server is starting), and the first
+// reads of the server fail: the read is retried, finds the server
+// starting, and the order stands. Before, one failed read made the
+// refusal final; a standby start handed to a launch then failed with
+// ErrInvalid although its server ran.
+func TestLostPowerOnAnswerAndAFailedRead(t *testing.T) {
+	b := newBackend(t, 5, groupsYAML, scwtest.Options{})
+	b.stop()
+	prov := warmProvider(t, b)
+	b.fake.LoseNextAnswer(http.MethodPost, "/action")
+	for range 2 {
+		b.fake.FailNext(http.MethodGet, "", http.StatusInternalServerError, "internal_error", "internal error")
+	}
+	in, err := prov.Create(context.Background(), cloud.CreateSpec{Name: "l4-read-failed", Group: "l4", InstanceType: "L4-1-24G",
+		Location: "fr-par-2", CapacityType: cloud.OnDemand})
+	if err != nil {
+		t.Fatalf("create: %v, want the order to stand; calls %v", err, b.fake.Calls())
+	}
+	n := 0
+	for _, sv := range b.fake.Servers() {
+		if sv.Name != in.Name {
+			continue
+		}
+		if n++; sv.State != "starting" && sv.State != "running" {
+			t.Fatalf("the server is %s", sv.State)
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%d servers named %s, want 1", n, in.Name)
 	}
 }
 

@@ -747,14 +747,13 @@ func (c *Cloud) start(ctx context.Context, spec cloud.CreateSpec, sv *instance.S
 	return err
 }
 
-// started reports whether a server is starting or running.
+// started reports whether a server is starting or running, read with the
+// calls' retries: a power-on refused because an earlier one whose answer
+// was lost took effect is no failure, and one read that fails must not
+// make it one.
 func (c *Cloud) started(ctx context.Context, sv *instance.Server) bool {
-	var resp *instance.GetServerResponse
-	err := sdk(func() (err error) {
-		resp, err = c.inst.GetServer(&instance.GetServerRequest{Zone: sv.Zone, ServerID: sv.ID}, scw.WithContext(ctx))
-		return err
-	})
-	return err == nil && resp.Server != nil && (resp.Server.State == instance.ServerStateStarting || resp.Server.State == instance.ServerStateRunning)
+	now, err := c.server(ctx, sv.Zone, sv.ID)
+	return err == nil && (now.State == instance.ServerStateStarting || now.State == instance.ServerStateRunning)
 }
 
 // discard deletes a server that could not be started, and its volume, on
