@@ -249,7 +249,7 @@ func verdaBackend(t *testing.T, seed uint64, inMemory bool) *backend {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fake := verdatest.New(engine, verdatest.Options{ClientID: "id", ClientSecret: "verda-secret", InMemory: inMemory})
+	fake := verdatest.New(engine, verdatest.Options{ClientID: "id", ClientSecret: "verda-secret", InMemory: inMemory, IDSeed: seed})
 	t.Cleanup(fake.Close)
 	fake.SetLatency(fakeLatency)
 	cfg, prices := parse(t, campaignSync+`
@@ -337,7 +337,7 @@ func scalewayBackend(t *testing.T, seed uint64, inMemory bool) *backend {
 		secretKey = "11111111-2222-4333-8444-555555555555"
 		projectID = "66666666-7777-4888-9999-000000000000"
 	)
-	fake := scwtest.New(engine, scwtest.Options{SecretKey: secretKey, InMemory: inMemory})
+	fake := scwtest.New(engine, scwtest.Options{SecretKey: secretKey, InMemory: inMemory, IDSeed: seed})
 	t.Cleanup(fake.Close)
 	var latency func(time.Duration)
 	if !inMemory {

@@ -17,7 +17,6 @@ package scwtest
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -31,6 +30,7 @@ import (
 	"time"
 
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
+	"github.com/gpuscaler/gpuscaler/internal/cloud/fakeid"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/fakenet"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/faults"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
@@ -67,6 +67,9 @@ type Options struct {
 	// InMemory serves the API on in-memory connections that only the
 	// Server's Client dials, for tests on a virtual clock (see fakenet).
 	InMemory bool
+	// IDSeed draws the IDs the fake hands out from a seed (fakeid), so
+	// that a campaign replays with the same; 0: random.
+	IDSeed uint64
 }
 
 // Server is the fake API; its URL is Server.URL.
@@ -74,6 +77,7 @@ type Server struct {
 	*httptest.Server
 	engine *sim.Engine
 	acct   *sim.Cloud
+	ids    *fakeid.Source
 	opts   Options
 
 	mu sync.Mutex
@@ -110,7 +114,7 @@ type volume struct {
 
 // New starts a fake API over an engine built by NewEngine.
 func New(engine *sim.Engine, opts Options) *Server {
-	s := &Server{engine: engine, acct: engine.Account(account), opts: opts,
+	s := &Server{engine: engine, acct: engine.Account(account), opts: opts, ids: fakeid.New(opts.IDSeed),
 		servers: map[string]*server{}, volumes: map[string]*volume{}, calls: map[string]int{}}
 	mux := http.NewServeMux()
 	// The API gateway's metadata, which the SDK asks for on every list
@@ -328,9 +332,9 @@ func (s *Server) AddServer(project, zone, name, commercialType string, tags []st
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	sv := &server{id: newID(), name: name, zone: zone, commercialType: commercialType, project: project, tags: tags, state: "starting",
+	sv := &server{id: s.ids.UUID(), name: name, zone: zone, commercialType: commercialType, project: project, tags: tags, state: "starting",
 		userData: map[string]string{}, createdAt: in.CreatedAt, engineName: name}
-	vol := &volume{id: newID(), name: name + "-boot", zone: zone, serverID: sv.id, size: 20 * 1000 * 1000 * 1000}
+	vol := &volume{id: s.ids.UUID(), name: name + "-boot", zone: zone, serverID: sv.id, size: 20 * 1000 * 1000 * 1000}
 	sv.volumeID = vol.id
 	s.servers[sv.id], s.volumes[vol.id] = sv, vol
 	return sv.id, nil
@@ -381,14 +385,6 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)
-}
-
-func newID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:])
 }
 
 // page reads page and per_page (default 50, at most 100) and returns the
@@ -612,7 +608,7 @@ func (s *Server) createServer(w http.ResponseWriter, r *http.Request) {
 			s.mu.Unlock()
 		}
 	}()
-	engineName := b.Name + "-" + newID()[:8] // names need not be unique at Scaleway
+	engineName := b.Name + "-" + s.ids.UUID()[:8] // names need not be unique at Scaleway
 	in, err := s.acct.Create(r.Context(), cloud.CreateSpec{Name: engineName, Group: groupTag(b.Tags), InstanceType: b.CommercialType, Location: zone, CapacityType: cloud.OnDemand})
 	switch {
 	case cloud.IsClass(err, cloud.ErrCapacity):
@@ -627,14 +623,14 @@ func (s *Server) createServer(w http.ResponseWriter, r *http.Request) {
 		size = boot.Size
 	}
 	s.mu.Lock()
-	sv := &server{id: newID(), name: b.Name, zone: zone, commercialType: b.CommercialType, project: b.Project, image: b.Image,
+	sv := &server{id: s.ids.UUID(), name: b.Name, zone: zone, commercialType: b.CommercialType, project: b.Project, image: b.Image,
 		tags: b.Tags, state: "stopped", userData: map[string]string{}, createdAt: in.CreatedAt, engineName: engineName,
 		securityGroup: b.SecurityGroup, placementGroup: b.PlacementGroup, publicIP: b.DynamicIP == nil || *b.DynamicIP}
 	volName := boot.Name
 	if volName == "" {
 		volName = b.Name + "-boot"
 	}
-	vol := &volume{id: newID(), name: volName, zone: zone, serverID: sv.id, size: size}
+	vol := &volume{id: s.ids.UUID(), name: volName, zone: zone, serverID: sv.id, size: size}
 	sv.volumeID = vol.id
 	s.servers[sv.id], s.volumes[vol.id] = sv, vol
 	s.creating--
@@ -784,7 +780,7 @@ func (s *Server) action(w http.ResponseWriter, r *http.Request) {
 	}
 	now := time.Now().UTC().Format(time.RFC3339Nano)
 	writeJSON(w, http.StatusAccepted, map[string]any{"task": map[string]any{
-		"id": newID(), "description": "server_" + b.Action, "status": "pending", "progress": 0, "started_at": now,
+		"id": s.ids.UUID(), "description": "server_" + b.Action, "status": "pending", "progress": 0, "started_at": now,
 		"href_from": "/servers/" + sv.id + "/action", "href_result": "/servers/" + sv.id, "zone": sv.zone,
 	}})
 }
@@ -875,7 +871,7 @@ func (s *Server) volumeView(v *volume) map[string]any {
 	status, refs := "available", []any{}
 	if v.serverID != "" {
 		status = "in_use"
-		refs = append(refs, map[string]any{"id": newID(), "product_resource_type": "instance_server", "product_resource_id": v.serverID,
+		refs = append(refs, map[string]any{"id": s.ids.UUID(), "product_resource_type": "instance_server", "product_resource_id": v.serverID,
 			"type": "exclusive", "status": "attached"})
 	}
 	return map[string]any{"id": v.id, "name": v.name, "type": "sbs_5k", "size": v.size, "status": status, "references": refs,

@@ -198,9 +198,9 @@ func (s *Server) createInstance(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	m := &meta{
-		id: newID(), hostname: b.Hostname, description: b.Description, image: b.Image, contract: b.Contract,
+		id: s.ids.UUID(), hostname: b.Hostname, description: b.Description, image: b.Image, contract: b.Contract,
 		pricing: b.Pricing, scriptID: b.StartupScriptID, sshKeyIDs: b.SSHKeyIDs, tags: b.Tags,
-		createdAt: in.CreatedAt, pendingSince: time.Now(), volumeID: newID(), onSpotDiscontinue: "keep_detached",
+		createdAt: in.CreatedAt, pendingSince: time.Now(), volumeID: s.ids.UUID(), onSpotDiscontinue: "keep_detached",
 	}
 	if b.OSVolume != nil && b.OSVolume.OnSpotDiscontinue != "" {
 		m.onSpotDiscontinue = b.OSVolume.OnSpotDiscontinue
@@ -401,7 +401,7 @@ func (s *Server) scriptsAPI(w http.ResponseWriter, r *http.Request, id string) {
 			apiError(w, http.StatusBadRequest, "invalid_request", "Startup script limit exceeded")
 			return
 		}
-		sc := &script{ID: newID(), Name: b.Name, Script: b.Script, CreatedAt: time.Now().UTC().Format(time.RFC3339)}
+		sc := &script{ID: s.ids.UUID(), Name: b.Name, Script: b.Script, CreatedAt: time.Now().UTC().Format(time.RFC3339)}
 		s.scripts[sc.ID] = sc
 		if s.opts.CreateAnswersJSON {
 			w.Header().Set("Content-Type", "application/json")

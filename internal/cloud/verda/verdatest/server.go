@@ -9,9 +9,7 @@
 package verdatest
 
 import (
-	"crypto/rand"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -20,6 +18,7 @@ import (
 	"time"
 
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
+	"github.com/gpuscaler/gpuscaler/internal/cloud/fakeid"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/fakenet"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/faults"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
@@ -48,6 +47,9 @@ type Options struct {
 	// InMemory serves the API on in-memory connections that only the
 	// Server's Client dials, for tests on a virtual clock (see fakenet).
 	InMemory bool
+	// IDSeed draws the IDs the fake hands out from a seed (fakeid), so
+	// that a campaign replays with the same; 0: random.
+	IDSeed uint64
 }
 
 // Server is the fake API. Its URL is Server.URL.
@@ -55,6 +57,7 @@ type Server struct {
 	*httptest.Server
 	engine *sim.Engine
 	acct   *sim.Cloud
+	ids    *fakeid.Source
 	opts   Options
 
 	mu        sync.Mutex
@@ -144,7 +147,7 @@ func New(engine *sim.Engine, opts Options) *Server {
 		opts.ScriptLimit = 100
 	}
 	s := &Server{
-		engine: engine, acct: engine.Account(account), opts: opts,
+		engine: engine, acct: engine.Account(account), opts: opts, ids: fakeid.New(opts.IDSeed),
 		tokens: map[string]time.Time{}, refreshes: map[string]bool{}, meta: map[string]*meta{},
 		byName: map[string]string{}, scripts: map[string]*script{}, calls: map[string]int{}, hangNext: map[string]time.Duration{},
 	}
@@ -471,7 +474,7 @@ func (s *Server) token(w http.ResponseWriter, r *http.Request) {
 		apiError(w, http.StatusBadRequest, "invalid_request", "unsupported grant type")
 		return
 	}
-	access, refresh := newID(), newID()
+	access, refresh := s.ids.UUID(), s.ids.UUID()
 	s.tokens[access] = time.Now().Add(s.opts.TokenTTL)
 	s.refreshes[refresh] = true
 	writeJSON(w, http.StatusOK, map[string]any{
@@ -499,14 +502,6 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)
-}
-
-func newID() string {
-	b := make([]byte, 16)
-	_, _ = rand.Read(b)
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:])
 }
 
 func isSpot(r *http.Request) bool {
