@@ -27,7 +27,7 @@ SIDE_MODULES := test hack/image
 
 include Makefile.testbins.mk
 
-.PHONY: test e2e-bins test-unit fuzz chaos lint fmt vet staticcheck golangci-lint crds bench build run tools image
+.PHONY: test e2e-bins test-unit fuzz chaos lint fmt vet staticcheck golangci-lint crds configschema bench build run tools image
 
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 PLATFORMS ?= linux/amd64 linux/arm64
@@ -78,9 +78,13 @@ chaos:
 	  -chaos.runs=$(CHAOS_RUNS) -chaos.virtual-runs=$(CHAOS_VIRTUAL_RUNS)
 
 ## lint: gofmt, go vet, staticcheck, golangci-lint (.golangci.yml: goimports, errorlint, importas,
-## gocyclo), and the CRDs as controller-gen makes them from the API types (every copy:
-## deploy/crds, the chart's, the Karpenter operator's).
-lint: fmt vet staticcheck golangci-lint crds
+## gocyclo), the CRDs as controller-gen makes them from the API types (every copy:
+## deploy/crds, the chart's, the Karpenter operator's), and the chart's schema of `config` as
+## test/configschema makes it from the config types (`go -C test run ./configschema` writes it).
+lint: fmt vet staticcheck golangci-lint crds configschema
+
+configschema:
+	$(TGO) -C test run ./configschema -check
 
 crds:
 	@KARPENTER_GOTOOLCHAIN=$(KARPENTER_GOTOOLCHAIN) ./hack/update-codegen.sh --check

@@ -26,7 +26,7 @@ type Config struct {
 	Sync SyncConfig `json:"sync,omitempty"`
 	// MaxHourlyCost caps the hourly spend of all groups together; unset, no
 	// cap (an explicit 0 is refused: it would read as no cap).
-	MaxHourlyCost float64 `json:"maxHourlyCost,omitempty"`
+	MaxHourlyCost float64 `json:"maxHourlyCost,omitempty" jsonschema:"minimum=0"`
 	// Deprecated lists the old keys the file used, each with its new one
 	// (see Decode); never written.
 	Deprecated []string `json:"-"`
@@ -114,20 +114,20 @@ type SyncConfig struct {
 	// Period between two lists of each cloud; default 30s.
 	Period *metav1.Duration `json:"period,omitempty"`
 	// MaxConcurrentCreates bounds create calls in flight per cloud; default 10.
-	MaxConcurrentCreates int `json:"maxConcurrentCreates,omitempty"`
+	MaxConcurrentCreates int `json:"maxConcurrentCreates,omitempty" jsonschema:"minimum=0"`
 	// RequestsPerSecond is the client-side rate limit per cloud; default 10.
-	RequestsPerSecond float64 `json:"requestsPerSecond,omitempty"`
+	RequestsPerSecond float64 `json:"requestsPerSecond,omitempty" jsonschema:"minimum=0"`
 	// OfferingBackoff is how long a stocked-out offering is skipped; default 5m.
 	OfferingBackoff *metav1.Duration `json:"offeringBackoff,omitempty"`
 	// CreateRetries is how many times a create that failed transiently is
 	// tried again (with backoff) before the instance is reported failed;
 	// default 5.
-	CreateRetries *int `json:"createRetries,omitempty"`
+	CreateRetries *int `json:"createRetries,omitempty" jsonschema:"minimum=0"`
 	// MaxGroupSize is the largest maxSize a group may have; default 5000,
 	// at most 1,000,000.
-	MaxGroupSize int `json:"maxGroupSize,omitempty"`
+	MaxGroupSize int `json:"maxGroupSize,omitempty" jsonschema:"minimum=0"`
 	// MaxIncrease is the largest scale-up one call may ask for; default 1000.
-	MaxIncrease int `json:"maxIncrease,omitempty"`
+	MaxIncrease int `json:"maxIncrease,omitempty" jsonschema:"minimum=0"`
 	// ListLag is how long a cloud's list may leave out an instance whose
 	// order it accepted: a lost create answer is resolved, and a missing
 	// instance taken for gone, only by a list that started that long
@@ -296,7 +296,7 @@ type SimConfig struct {
 	// Locations the simulated cloud offers; default FIN-01, FIN-02, FIN-03, ICE-01.
 	Locations []string `json:"locations,omitempty"`
 	// DefaultCapacity is how many instances each offering holds; default 10.
-	DefaultCapacity *int `json:"defaultCapacity,omitempty"`
+	DefaultCapacity *int `json:"defaultCapacity,omitempty" jsonschema:"minimum=0"`
 	// Capacity overrides DefaultCapacity per offering.
 	Capacity []SimCapacity `json:"capacity,omitempty"`
 	// BootDelay is the time from create to running; default 20s.
@@ -306,10 +306,10 @@ type SimConfig struct {
 	// APILatency is added to every API call; default 0.
 	APILatency *metav1.Duration `json:"apiLatency,omitempty"`
 	// FaultRate is the fraction (0..1) of API calls that fail transiently.
-	FaultRate float64 `json:"faultRate,omitempty"`
+	FaultRate float64 `json:"faultRate,omitempty" jsonschema:"minimum=0,exclusiveMaximum=1"`
 	// SpotReclaimRate is the chance (0..1) per hour that a running spot
 	// instance is reclaimed.
-	SpotReclaimRate float64 `json:"spotReclaimRate,omitempty"`
+	SpotReclaimRate float64 `json:"spotReclaimRate,omitempty" jsonschema:"minimum=0,exclusiveMaximum=1"`
 	// Kubeconfig, when set, makes the simulated cloud register a Node for
 	// each running instance, standing in for the kubelet. "in-cluster" uses
 	// the pod's service account.
@@ -325,19 +325,19 @@ type SimConfig struct {
 	MIGReadyDelay *metav1.Duration `json:"migReadyDelay,omitempty"`
 	// ReadyFlaps is how often a GPU Node turns NotReady and Ready again
 	// during GPUReadyDelay (a driver container restarting); default 0.
-	ReadyFlaps int `json:"readyFlaps,omitempty"`
+	ReadyFlaps int `json:"readyFlaps,omitempty" jsonschema:"minimum=0"`
 	// GPUFailures is how many GPU Nodes, the first to register, never get
 	// their GPUs (a driver that does not install); default 0.
-	GPUFailures int `json:"gpuFailures,omitempty"`
+	GPUFailures int `json:"gpuFailures,omitempty" jsonschema:"minimum=0"`
 	// StartDelay is the time from starting a stopped (standby) instance to
 	// running; default 15s.
 	StartDelay *metav1.Duration `json:"startDelay,omitempty"`
 	// StartFailureRate is the chance (0..1) that starting a stopped
 	// instance is refused for want of capacity; default 0.
-	StartFailureRate float64 `json:"startFailureRate,omitempty"`
+	StartFailureRate float64 `json:"startFailureRate,omitempty" jsonschema:"minimum=0,maximum=1"`
 	// StoppedPrice is what a stopped instance costs per hour (its disk);
 	// default 0.05.
-	StoppedPrice *float64 `json:"stoppedPrice,omitempty"`
+	StoppedPrice *float64 `json:"stoppedPrice,omitempty" jsonschema:"minimum=0"`
 }
 
 // SimCapacity sets the capacity of matching offerings of the simulated
@@ -346,7 +346,7 @@ type SimCapacity struct {
 	InstanceType string `json:"instanceType,omitempty"`
 	Location     string `json:"location,omitempty"`
 	CapacityType string `json:"capacityType,omitempty"`
-	Count        int    `json:"count"`
+	Count        int    `json:"count" jsonschema:"minimum=0"`
 }
 
 // Capacity policies: which capacity types a group orders, in which order.
@@ -376,12 +376,12 @@ type NodeGroup struct {
 	// CapacityPolicy is one of spot-only, on-demand-only, prefer-spot,
 	// prefer-on-demand; default on-demand-only.
 	CapacityPolicy string `json:"capacityPolicy,omitempty"`
-	MinSize        int    `json:"minSize"`
-	MaxSize        int    `json:"maxSize"`
+	MinSize        int    `json:"minSize" jsonschema:"minimum=0"`
+	MaxSize        int    `json:"maxSize" jsonschema:"minimum=0"`
 	// Image is the cloud's image; empty means the cloud's default.
 	Image string `json:"image,omitempty"`
 	// DiskSizeGiB is the OS disk size; 0 means the cloud's default.
-	DiskSizeGiB int `json:"diskSizeGiB,omitempty"`
+	DiskSizeGiB int `json:"diskSizeGiB,omitempty" jsonschema:"minimum=0"`
 	// Labels are added to the nodes and the template.
 	Labels map[string]string `json:"labels,omitempty"`
 	// Taints are registered with the nodes and put on the template.
@@ -390,7 +390,7 @@ type NodeGroup struct {
 	MIG *MIG `json:"mig,omitempty"`
 	// MaxHourlyCost caps the group's hourly spend; unset, no cap (an
 	// explicit 0 is refused).
-	MaxHourlyCost float64 `json:"maxHourlyCost,omitempty"`
+	MaxHourlyCost float64 `json:"maxHourlyCost,omitempty" jsonschema:"minimum=0"`
 	// AutoscalingOptions overrides cluster-autoscaler's per-group options.
 	AutoscalingOptions *AutoscalingOptions `json:"autoscalingOptions,omitempty"`
 	// CloudOptions are cloud-specific settings passed to the cloud as they are.
@@ -414,7 +414,7 @@ type NodeGroup struct {
 	// OverrideNumGPUs replaces the instance type's GPU count in the template
 	// (nvidia.com/gpu), for setups the MIG table does not describe; prefer
 	// mig. Kept for users of the DataCrunch autoscaler's override_num_gpus.
-	OverrideNumGPUs *int `json:"overrideNumGPUs,omitempty"`
+	OverrideNumGPUs *int `json:"overrideNumGPUs,omitempty" jsonschema:"minimum=1"`
 	// Standby keeps instances that booted, joined and warmed once, then
 	// stopped, ready to start when the group scales up (docs/standby.md).
 	Standby *Standby `json:"standby,omitempty"`
@@ -424,7 +424,7 @@ type NodeGroup struct {
 type Standby struct {
 	// Size is how many stopped instances to keep ready; size + the
 	// group's target never exceeds maxSize.
-	Size int `json:"size"`
+	Size int `json:"size" jsonschema:"minimum=0"`
 	// MaxAge replaces a standby instance older than this (image and driver
 	// drift); default 7 days.
 	MaxAge *metav1.Duration `json:"maxAge,omitempty"`
@@ -460,7 +460,7 @@ type Standby struct {
 type StandbyForecast struct {
 	// MaxSize is the most the pool holds when the forecast expects the
 	// group to grow; Size stays its floor.
-	MaxSize int `json:"maxSize"`
+	MaxSize int `json:"maxSize" jsonschema:"minimum=0"`
 	// TrainFor is how long the group's size must have been observed before
 	// the pool follows it; default a week.
 	TrainFor *metav1.Duration `json:"trainFor,omitempty"`
@@ -662,8 +662,8 @@ type MIG struct {
 // fields set override; the rest keep cluster-autoscaler's defaults, which
 // the provider copies from the request.
 type AutoscalingOptions struct {
-	ScaleDownUtilizationThreshold    *float64         `json:"scaleDownUtilizationThreshold,omitempty"`
-	ScaleDownGPUUtilizationThreshold *float64         `json:"scaleDownGpuUtilizationThreshold,omitempty"`
+	ScaleDownUtilizationThreshold    *float64         `json:"scaleDownUtilizationThreshold,omitempty" jsonschema:"minimum=0,maximum=1"`
+	ScaleDownGPUUtilizationThreshold *float64         `json:"scaleDownGpuUtilizationThreshold,omitempty" jsonschema:"minimum=0,maximum=1"`
 	ZeroOrMaxNodeScaling             *bool            `json:"zeroOrMaxNodeScaling,omitempty"`
 	IgnoreDaemonSetsUtilization      *bool            `json:"ignoreDaemonSetsUtilization,omitempty"`
 	ScaleDownUnneededTime            *metav1.Duration `json:"scaleDownUnneededTime,omitempty"`

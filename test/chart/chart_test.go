@@ -193,15 +193,40 @@ func TestOnlyRestartChangesRollThePods(t *testing.T) {
 
 // A typo or a wrong type fails at install, against values.schema.json.
 func TestValuesSchemaRefuses(t *testing.T) {
-	for name, values := range map[string]map[string]any{
-		"replicas as text": {"replicas": "two"},
-		"unknown mode":     {"mode": "daemon"},
-		"misspelt key":     {"replica": 2},
-		"kubeconfig":       {"config": map[string]any{"kubeconfig": "/root/.kube/config"}},
+	group := func(k string, v any) map[string]any {
+		g := map[string]any{"name": "h100", "cloud": "sim", "instanceType": "1H100.80S.30V", "locations": []any{"FIN-01"}, "maxSize": 4}
+		g[k] = v
+		return map[string]any{"clouds": map[string]any{"sim": map[string]any{}}, "nodeGroups": []any{g}}
+	}
+	for name, c := range map[string]struct {
+		values map[string]any
+		// want are what the error must say: the field's path, and why.
+		want []string
+	}{
+		"replicas as text": {map[string]any{"replicas": "two"}, []string{"/replicas"}},
+		"unknown mode":     {map[string]any{"mode": "daemon"}, []string{"/mode"}},
+		"misspelt key":     {map[string]any{"replica": 2}, []string{"replica"}},
+		"kubeconfig": {map[string]any{"config": map[string]any{"kubeconfig": "/root/.kube/config"}},
+			[]string{"/config/kubeconfig", "the chart sets config.kubeconfig"}},
+		"provider": {map[string]any{"config": map[string]any{"provider": map[string]any{"listenAddress": ":8086"}}},
+			[]string{"/config/provider", "the chart sets config.provider"}},
+		// config is checked against gpuscaler's own types.
+		"misspelt config key": {map[string]any{"config": group("maxsize", 4)}, []string{"/config/nodeGroups/0", "maxsize"}},
+		"negative maxSize":    {map[string]any{"config": group("maxSize", -1)}, []string{"/config/nodeGroups/0/maxSize", "minimum"}},
+		"duration as number": {map[string]any{"config": map[string]any{"sync": map[string]any{"period": 30}}},
+			[]string{"/config/sync/period", "string"}},
+		"fault rate of 1": {map[string]any{"config": map[string]any{"clouds": map[string]any{"sim": map[string]any{"faultRate": 1}}}},
+			[]string{"/config/clouds/sim/faultRate"}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			if _, err := render(t, values); err == nil {
-				t.Fatalf("values %v accepted", values)
+			_, err := render(t, c.values)
+			if err == nil {
+				t.Fatalf("values %v accepted", c.values)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("the refusal does not say %q: %v", w, err)
+				}
 			}
 		})
 	}
