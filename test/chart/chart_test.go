@@ -561,3 +561,101 @@ func TestPerCloudValuesRender(t *testing.T) {
 		}
 	}
 }
+
+// The settings a chart user reaches for (Karpenter's and
+// cluster-autoscaler's charts have them) reach the objects: names, log
+// level, environment, arguments, security contexts, host network, the
+// ServiceMonitor's relabelings, cluster-autoscaler's scheduling; and by
+// default the pods spread over zones and stay off the nodes gpuscaler
+// makes.
+func TestChartSettings(t *testing.T) {
+	deployment := func(objs []*unstructured.Unstructured, name string) map[string]any {
+		t.Helper()
+		for _, o := range objs {
+			if o.GetKind() == "Deployment" && o.GetName() == name {
+				spec, _, _ := unstructured.NestedMap(o.Object, "spec", "template", "spec")
+				return spec
+			}
+		}
+		t.Fatalf("no Deployment %s", name)
+		return nil
+	}
+	str := func(v any) string { out, _ := yaml.Marshal(v); return string(out) }
+
+	objs, err := render(t, map[string]any{"mode": "controller"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := deployment(objs, "gs-gpuscaler")
+	if s := str(spec["affinity"]); !strings.Contains(s, "key: gpuscaler.dev/cloud") || !strings.Contains(s, "operator: DoesNotExist") {
+		t.Errorf("default affinity does not keep gpuscaler off its own nodes:\n%s", s)
+	}
+	if s := str(spec["topologySpreadConstraints"]); !strings.Contains(s, "topology.kubernetes.io/zone") ||
+		!strings.Contains(s, "app.kubernetes.io/instance: gs") || !strings.Contains(s, "app.kubernetes.io/component: controller") {
+		t.Errorf("default spread is not over zones with the pods' selector:\n%s", s)
+	}
+	if s := str(spec["containers"]); !strings.Contains(s, "--log-level=info") || !strings.Contains(s, "readOnlyRootFilesystem: true") {
+		t.Errorf("default container:\n%s", s)
+	}
+	if s := str(spec["securityContext"]); !strings.Contains(s, "fsGroup: 65532") {
+		t.Errorf("default pod security context:\n%s", s)
+	}
+
+	values := full("provider")
+	for k, v := range map[string]any{
+		"fullnameOverride":   "autoscaler",
+		"logLevel":           "debug",
+		"env":                []any{map[string]any{"name": "HTTPS_PROXY", "value": "http://proxy:3128"}},
+		"extraArgs":          []any{"--context=other"},
+		"podSecurityContext": map[string]any{"runAsNonRoot": true, "runAsUser": 1000, "fsGroup": 1000},
+		"securityContext":    map[string]any{"readOnlyRootFilesystem": true, "privileged": false},
+		"hostNetwork":        true,
+		"serviceMonitor": map[string]any{"enabled": true, "relabelings": []any{map[string]any{"targetLabel": "cluster", "replacement": "eu-1"}},
+			"metricRelabelings": []any{map[string]any{"sourceLabels": []any{"__name__"}, "regex": "go_.*", "action": "drop"}}},
+		"provider": map[string]any{"clusterAutoscaler": map[string]any{"nodeSelector": map[string]any{"pool": "system"},
+			"tolerations": []any{map[string]any{"key": "system", "operator": "Exists"}}}},
+	} {
+		values[k] = v
+	}
+	objs, err = render(t, values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec = deployment(objs, "autoscaler")
+	c := str(spec["containers"])
+	for _, want := range []string{"--log-level=debug", "--context=other", "name: HTTPS_PROXY", "privileged: false"} {
+		if !strings.Contains(c, want) {
+			t.Errorf("the container lacks %q:\n%s", want, c)
+		}
+	}
+	if spec["hostNetwork"] != true || spec["dnsPolicy"] != "ClusterFirstWithHostNet" {
+		t.Errorf("hostNetwork %v, dnsPolicy %v", spec["hostNetwork"], spec["dnsPolicy"])
+	}
+	if s := str(spec["securityContext"]); !strings.Contains(s, "runAsUser: 1000") {
+		t.Errorf("pod security context:\n%s", s)
+	}
+	ca := deployment(objs, "autoscaler-cluster-autoscaler")
+	if s := str(ca["nodeSelector"]) + str(ca["tolerations"]); !strings.Contains(s, "pool: system") || !strings.Contains(s, "key: system") {
+		t.Errorf("cluster-autoscaler's scheduling:\n%s", s)
+	}
+	if s := str(ca["containers"]); !strings.Contains(s, "containerPort: 8085") || !strings.Contains(s, "/health-check") {
+		t.Errorf("cluster-autoscaler's metrics port and probe:\n%s", s)
+	}
+	for _, o := range objs {
+		if o.GetKind() == "ServiceMonitor" {
+			eps, _, _ := unstructured.NestedSlice(o.Object, "spec", "endpoints")
+			if s := str(eps); !strings.Contains(s, "targetLabel: cluster") || !strings.Contains(s, "action: drop") {
+				t.Errorf("ServiceMonitor endpoints:\n%s", s)
+			}
+		}
+	}
+
+	objs, err = render(t, map[string]any{"mode": "karpenter", "nameOverride": "gpu"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec = deployment(objs, "gs-gpu")
+	if s := str(spec["topologySpreadConstraints"]); !strings.Contains(s, "app.kubernetes.io/name: gpu") {
+		t.Errorf("nameOverride did not reach the selector:\n%s", s)
+	}
+}

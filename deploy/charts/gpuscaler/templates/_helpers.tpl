@@ -1,5 +1,17 @@
+{{/* The chart's name as objects and labels carry it: nameOverride, or
+the chart's. */}}
+{{- define "gpuscaler.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* The objects' name: fullnameOverride, or the release's name with the
+chart's (once, if the release's holds it already). */}}
 {{- define "gpuscaler.fullname" -}}
-{{- if contains .Chart.Name .Release.Name -}}{{ .Release.Name | trunc 63 | trimSuffix "-" }}{{- else -}}{{ printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" }}{{- end -}}
+{{- if .Values.fullnameOverride -}}{{ .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else -}}
+{{- $name := include "gpuscaler.name" . -}}
+{{- if contains $name .Release.Name -}}{{ .Release.Name | trunc 63 | trimSuffix "-" }}{{- else -}}{{ printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}{{- end -}}
+{{- end -}}
 {{- end -}}
 
 {{/* The labels of every object; the component is gpuscaler's mode
@@ -17,7 +29,7 @@ app.kubernetes.io/component: cluster-autoscaler
 {{- end -}}
 
 {{- define "gpuscaler.commonLabels" -}}
-app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/name: {{ include "gpuscaler.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
@@ -26,7 +38,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 
 {{- define "gpuscaler.selector" -}}
-app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/name: {{ include "gpuscaler.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/component: {{ .Values.mode }}
 {{- end -}}
@@ -183,4 +195,19 @@ its certificate only at start), agree. */}}
 {{- $_ := set .Values "__providerTLS" $data -}}
 {{- end -}}
 {{- toJson (get .Values "__providerTLS") -}}
+{{- end -}}
+
+{{/* The topology spread constraints of a Deployment's pods: each given
+the pods' selector when it names none. selector is the rendered
+matchLabels. */}}
+{{- define "gpuscaler.spread" -}}
+{{- $out := list -}}
+{{- range .constraints -}}
+{{- $c := deepCopy . -}}
+{{- if not $c.labelSelector -}}
+{{- $_ := set $c "labelSelector" (dict "matchLabels" ($.selector | fromYaml)) -}}
+{{- end -}}
+{{- $out = append $out $c -}}
+{{- end -}}
+{{- toYaml $out -}}
 {{- end -}}
