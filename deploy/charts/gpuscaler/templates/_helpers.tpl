@@ -211,3 +211,28 @@ matchLabels. */}}
 {{- end -}}
 {{- toYaml $out -}}
 {{- end -}}
+
+{{/* Where the provider's mTLS certificates come from: "existing" (two
+Secrets you manage, provider.tls.existingSecrets), "cert-manager", or
+"generated" (by the chart at install, kept on upgrade). */}}
+{{- define "gpuscaler.tlsSource" -}}
+{{- $e := .Values.provider.tls.existingSecrets -}}
+{{- if or $e.server $e.client -}}
+{{- if not (and $e.server $e.client) -}}{{- fail "provider.tls.existingSecrets needs both server and client" -}}{{- end -}}
+{{- if .Values.provider.tls.certManager.enabled -}}{{- fail "provider.tls.existingSecrets and provider.tls.certManager.enabled are two sources of the same certificates: choose one" -}}{{- end -}}
+existing
+{{- else if .Values.provider.tls.certManager.enabled -}}
+cert-manager
+{{- else -}}
+generated
+{{- end -}}
+{{- end -}}
+
+{{/* The Secret of the provider's certificate (which: server or client). */}}
+{{- define "gpuscaler.tlsSecret" -}}
+{{- if eq (include "gpuscaler.tlsSource" .root) "existing" -}}
+{{- get .root.Values.provider.tls.existingSecrets .which -}}
+{{- else -}}
+{{- printf "%s-%s-tls" (include "gpuscaler.fullname" .root) .which -}}
+{{- end -}}
+{{- end -}}
