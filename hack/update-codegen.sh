@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Regenerates the API types' deepcopy code and the CRD YAML with
 # controller-gen at a pinned version, and copies each CRD to where it is
-# read: deploy/crds (kubectl apply, the tests), the chart's crds/, and the
-# Karpenter operator's apis/crds (embedded). The outputs are committed; run
+# read: deploy/crds (kubectl apply, the tests), the chart's crds/, the
+# gpuscaler-crd chart's templates (helm upgrade), and the Karpenter
+# operator's apis/crds (embedded). The outputs are committed; run
 # it after changing api/ or karpenter/apis/.
 #
 #   hack/update-codegen.sh          regenerate
@@ -27,7 +28,7 @@ if $check; then
   status=0
   for f in "$out"/main/*.yaml "$out"/karpenter/*.yaml; do
     base=$(basename "$f")
-    copies=(deploy/crds/"$base" deploy/charts/gpuscaler/crds/"$base")
+    copies=(deploy/crds/"$base" deploy/charts/gpuscaler/crds/"$base" deploy/charts/gpuscaler-crd/templates/"$base")
     [[ "$f" == "$out"/karpenter/* ]] && copies+=(karpenter/apis/crds/"$base")
     for c in "${copies[@]}"; do
       if ! cmp -s "$f" "$c"; then
@@ -46,4 +47,5 @@ gen object paths=./api/... crd:crdVersions=v1 output:crd:dir=deploy/crds paths=.
 (cd karpenter && gen object paths=./apis/... crd:crdVersions=v1 output:crd:dir=apis/crds paths=./apis/...)
 cp karpenter/apis/crds/gpuscaler.dev_gpunodeclasses.yaml deploy/crds/
 cp deploy/crds/*.yaml deploy/charts/gpuscaler/crds/
-echo "regenerated deepcopy code and CRDs (deploy/crds, the chart's crds/, karpenter/apis/crds)"
+cp deploy/crds/*.yaml deploy/charts/gpuscaler-crd/templates/
+echo "regenerated deepcopy code and CRDs (deploy/crds, the chart's crds/, the gpuscaler-crd chart's templates, karpenter/apis/crds)"

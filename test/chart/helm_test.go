@@ -12,7 +12,9 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 
 	"github.com/gpuscaler/gpuscaler/internal/testenv"
 )
@@ -156,5 +158,75 @@ config:
 		if _, err := env.Client.CoreV1().Secrets(ns).Get(ctx, "gs-gpuscaler-"+which+"-tls", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			t.Errorf("%s TLS Secret after uninstall: %v", which, err)
 		}
+	}
+}
+
+// The gpuscaler-crd chart upgrades the CRDs, which Helm never does for a
+// chart's crds/ folder: an install of an older copy, then `helm upgrade`
+// to this one, leaves this one's CRDs in the cluster. The main chart then
+// installs beside it with --skip-crds. Its templates are the CRDs
+// controller-gen makes (hack/update-codegen.sh --check in make lint).
+func TestCRDChartUpgradesTheCRDs(t *testing.T) {
+	env := testenv.Start(t, testenv.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	const ns = "gpuscaler"
+	helm := func(args ...string) string {
+		t.Helper()
+		out, err := env.Helm(ctx, append(args, "--namespace", ns)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	const crdChart = "../../deploy/charts/gpuscaler-crd"
+	older := filepath.Join(t.TempDir(), "gpuscaler-crd")
+	if err := os.CopyFS(older, os.DirFS(crdChart)); err != nil {
+		t.Fatal(err)
+	}
+	const current = "controller-gen.kubebuilder.io/version: v0.23.0"
+	names := map[string]string{"gpuscaler.dev_nodeprovisioners.yaml": "nodeprovisioners.gpuscaler.dev", "gpuscaler.dev_gpunodeclasses.yaml": "gpunodeclasses.gpuscaler.dev"}
+	for file := range names {
+		p := filepath.Join(older, "templates", file)
+		doc, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(doc), current) {
+			t.Fatalf("%s does not carry %q: update this test", file, current)
+		}
+		if err := os.WriteFile(p, []byte(strings.Replace(string(doc), current, "controller-gen.kubebuilder.io/version: v0.0.1", 1)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dyn, err := dynamic.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	crds := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+	version := func(name string) string {
+		t.Helper()
+		crd, err := dyn.Resource(crds).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return crd.GetAnnotations()["controller-gen.kubebuilder.io/version"]
+	}
+
+	helm("install", "gs-crd", older, "--create-namespace")
+	for _, name := range names {
+		if v := version(name); v != "v0.0.1" {
+			t.Fatalf("%s after installing the older chart: %s", name, v)
+		}
+	}
+	helm("upgrade", "gs-crd", crdChart)
+	for _, name := range names {
+		if v := version(name); v != "v0.23.0" {
+			t.Errorf("%s after helm upgrade: %s, want the chart's (v0.23.0)", name, v)
+		}
+	}
+	helm("install", "gs", chartDir, "--skip-crds")
+	if _, err := env.Client.AppsV1().Deployments(ns).Get(ctx, "gs-gpuscaler", metav1.GetOptions{}); err != nil {
+		t.Fatalf("the main chart beside the CRD chart: %v", err)
 	}
 }
