@@ -27,7 +27,7 @@ SIDE_MODULES := test hack/image
 
 include Makefile.testbins.mk
 
-.PHONY: test e2e-bins test-unit fuzz chaos lint fmt vet staticcheck golangci-lint crds configschema bench build run tools image
+.PHONY: test e2e-bins test-unit fuzz chaos lint fmt vet staticcheck golangci-lint crds configschema bench build run tools image release
 
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 PLATFORMS ?= linux/amd64 linux/arm64
@@ -119,6 +119,18 @@ build:
 
 run:
 	$(GO) run ./cmd/gpuscaler provider --config examples/sim-quickstart.yaml
+
+## release: VERSION=x.y.z. The image for $(PLATFORMS) (make image), then dist/release-$(VERSION): the image as
+## an OCI layout archive with its digest, an SPDX SBOM of the binaries, the charts (gpuscaler, gpuscaler-crd)
+## packaged with that digest pinned, the version's notes from CHANGELOG.md, and SHA256SUMS.
+## .github/workflows/release.yml runs it on a tag vx.y.z and publishes the folder.
+release:
+	@case "$(VERSION)" in [0-9]*.[0-9]*.[0-9]*) ;; *) echo "usage: make release VERSION=x.y.z"; exit 2;; esac
+	$(MAKE) image VERSION=$(VERSION)
+	$(GO) -C hack/image run ./release --version $(VERSION) --image $(CURDIR)/dist/image \
+	  --binaries $(CURDIR)/dist/linux-amd64/gpuscaler,$(CURDIR)/dist/linux-amd64/gpuscaler-karpenter \
+	  --charts $(CURDIR)/deploy/charts/gpuscaler,$(CURDIR)/deploy/charts/gpuscaler-crd \
+	  --changelog $(CURDIR)/CHANGELOG.md --out $(CURDIR)/dist/release-$(VERSION)
 
 ## image: the container image (gpuscaler and gpuscaler-karpenter, static, uid 65532, CA roots) for
 ## $(PLATFORMS), as an OCI image layout in dist/image, built without a Docker daemon.

@@ -268,3 +268,14 @@ func httpOK(ctx context.Context, c *http.Client, url, token string) error {
 	}
 	return nil
 }
+
+// Bin returns the path of one of the test binaries (helm, etcd, ...),
+// building them on first use; the test fails if it is not among them.
+func Bin(t testing.TB, name string) string {
+	t.Helper()
+	p := filepath.Join(binDir(t), name)
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("no %s among the test binaries: %v", name, err)
+	}
+	return p
+}
