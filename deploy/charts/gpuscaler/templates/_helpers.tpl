@@ -74,6 +74,17 @@ own default, cluster-autoscaler, is the provider mode's). */ -}}
 {{- if $cfg.nodeGroups -}}
 {{- $_ := set $cfg "nodeGroups" $groups -}}
 {{- end -}}
+{{- /* The simulated cloud stands in for its instances' kubelets: without a
+kubeconfig of its own it registers their Nodes in this cluster (the chart
+grants it), so that the defaults scale a GPU pod onto a node. An explicit
+kubeconfig: "" registers none. */ -}}
+{{- if hasKey (default dict $cfg.clouds) "sim" -}}
+{{- $sim := deepCopy (default dict $cfg.clouds.sim) -}}
+{{- if not (hasKey $sim "kubeconfig") -}}
+{{- $_ := set $sim "kubeconfig" "in-cluster" -}}
+{{- end -}}
+{{- $_ := set $cfg.clouds "sim" $sim -}}
+{{- end -}}
 {{- if not $cfg.clusterName -}}
 {{- $clouds := keys (default dict $cfg.clouds) | sortAlpha -}}
 {{- if and $clouds (ne (join "," $clouds) "sim") -}}
