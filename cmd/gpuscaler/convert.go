@@ -71,6 +71,7 @@ func newConfigCommand() *cobra.Command {
 		},
 	}
 	src.addFlags(convert)
+	src.addListenerFlags(convert)
 	cmd.AddCommand(convert)
 	return cmd
 }

@@ -231,3 +231,37 @@ func TestValidateOnline(t *testing.T) {
 		t.Fatal("validate printed the secret")
 	}
 }
+
+// Each command shows only its own flags: the gRPC listener's (--port,
+// --listen-address, --insecure) belong to provider, and to validate and
+// config convert, which check and write its settings; catalog and
+// controller neither take nor show them.
+func TestListenerFlagsOnlyWhereTheyMatter(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		has  bool
+	}{
+		{[]string{"provider"}, true}, {[]string{"validate"}, true}, {[]string{"config", "convert"}, true},
+		{[]string{"catalog"}, false}, {[]string{"controller"}, false},
+	} {
+		var out bytes.Buffer
+		root := newRootCommand(&out, &out)
+		root.SetArgs(append(c.args, "--help"))
+		if err := root.Execute(); err != nil {
+			t.Fatalf("%v --help: %v", c.args, err)
+		}
+		for _, flag := range []string{"--port", "--listen-address", "--insecure"} {
+			if got := strings.Contains(out.String(), flag+" "); got != c.has {
+				t.Errorf("%v --help shows %s: %v, want %v", c.args, flag, got, c.has)
+			}
+		}
+		if c.has {
+			continue
+		}
+		root = newRootCommand(&out, &out)
+		root.SetArgs(append(c.args, "--insecure"))
+		if err := root.Execute(); err == nil || !strings.Contains(err.Error(), "unknown flag") {
+			t.Errorf("%v --insecure: %v, want an unknown flag", c.args, err)
+		}
+	}
+}

@@ -56,6 +56,7 @@ the Verda gRPC provider keep their config.yaml, .env file and --config/--port/--
 		},
 	}
 	src.addFlags(cmd)
+	src.addListenerFlags(cmd)
 	cmd.Flags().StringVar(&src.metricsAddr, "metrics-address", "", "overrides metrics.address (host:port, or 0 to turn it off)")
 	cmd.Flags().DurationVar(&reloadPeriod, "config-reload-period", 10*time.Second, "how often the config file is checked for changes")
 	return cmd

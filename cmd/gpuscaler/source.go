@@ -56,10 +56,16 @@ func (s *source) addFlags(cmd *cobra.Command) {
 	cmd.Flags().StringArrayVar(&s.nodes, "nodes", nil,
 		"DataCrunch-style node group min:max:instance-type:region:name (repeatable); pool settings come from DATACRUNCH_CLUSTER_CONFIG_JSON, DATACRUNCH_CLUSTER_CONFIG or DATACRUNCH_CLUSTER_CONFIG_FILE")
 	cmd.Flags().StringVar(&s.clusterName, "cluster-name", "gpuscaler", "cluster name for imported configs (native files name their own)")
-	cmd.Flags().IntVar(&s.port, "port", 0, "gRPC port; overrides the port of provider.listenAddress (as ca-verda's --port)")
-	cmd.Flags().StringVar(&s.listen, "listen-address", "", "overrides provider.listenAddress (host:port)")
 	cmd.Flags().StringVar(&s.envFile, "env-file", "",
 		"a file of KEY=value lines read for credentials, below the process environment; a ca-verda config.yaml reads ./.env without it, as ca-verda did")
+}
+
+// addListenerFlags adds the gRPC listener's flags, for the commands that
+// serve it or check or write its settings (provider, validate, config
+// convert); the others do not show them.
+func (s *source) addListenerFlags(cmd *cobra.Command) {
+	cmd.Flags().IntVar(&s.port, "port", 0, "gRPC port; overrides the port of provider.listenAddress (as ca-verda's --port)")
+	cmd.Flags().StringVar(&s.listen, "listen-address", "", "overrides provider.listenAddress (host:port)")
 	cmd.Flags().BoolVar(&s.insecure, "insecure", false, "allow a plaintext gRPC listener off loopback (provider.insecure): anyone who reaches it can scale groups and delete nodes")
 }
 

@@ -43,6 +43,7 @@ other clouds are asked too (their credentials must work).`,
 		},
 	}
 	src.addFlags(cmd)
+	src.addListenerFlags(cmd)
 	cmd.Flags().BoolVar(&src.online, "online", false, "also ask the clouds: credentials, instance types and MIG profiles of every group")
 	return cmd
 }
