@@ -4,7 +4,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"os/signal"
 	"runtime"
@@ -33,9 +32,9 @@ func main() {
 		runtime.MemProfileRate = 0
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := newRootCommand(os.Stdout, os.Stderr).ExecuteContext(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "error:", err)
-		os.Exit(1)
-	}
+	root := newRootCommand(os.Stdout, os.Stderr)
+	root.SetContext(ctx)
+	code := run(root, os.Stderr, os.Args[1:])
+	stop()
+	os.Exit(code)
 }

@@ -38,6 +38,13 @@ func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
+	// The global flags are checked before any command runs, those that
+	// log nothing too.
+	root.PersistentPreRunE = func(*cobra.Command, []string) error {
+		_, err := g.logger(io.Discard)
+		return err
+	}
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	root.PersistentFlags().StringVar(&g.logFormat, "log-format", "auto", "log format: json, text, or auto (text on a terminal, JSON otherwise)")
 	root.PersistentFlags().StringVar(&g.kube.kubeconfig, "kubeconfig", "",
@@ -59,7 +66,7 @@ func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 func (g *globalFlags) logger(w io.Writer) (*slog.Logger, error) {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(g.logLevel)); err != nil {
-		return nil, fmt.Errorf("--log-level: %w", err)
+		return nil, &usageError{fmt.Errorf("--log-level %q: want debug, info, warn or error", g.logLevel)}
 	}
 	opts := &slog.HandlerOptions{Level: level}
 	format := strings.ToLower(g.logFormat)
@@ -75,7 +82,7 @@ func (g *globalFlags) logger(w io.Writer) (*slog.Logger, error) {
 	case "text":
 		return slog.New(slog.NewTextHandler(w, opts)), nil
 	default:
-		return nil, fmt.Errorf("--log-format: %q is not json, text or auto", g.logFormat)
+		return nil, &usageError{fmt.Errorf("--log-format: %q is not json, text or auto", g.logFormat)}
 	}
 }
 
