@@ -32,9 +32,13 @@ type clusterNodes struct {
 	// (a provider ID may end in either).
 	nodes map[string]*kubeNode
 	ids   map[string]string
-	// atCloud are the instances the cloud had when the kubelets last
-	// played: a Node of none is an orphan (see closed).
+	// atCloud are the provider IDs of the instances the cloud had when
+	// the kubelets last played: a Node of none is an orphan (see closed).
+	// byPID maps a provider ID to its Node's name: a Node keeps the name
+	// its kubelet first registered, as an instance renamed at the cloud (a
+	// standby handed to a launch) keeps its hostname.
 	atCloud map[string]bool
+	byPID   map[string]string
 	// unhealthySince is when cluster-autoscaler's cluster-health gate
 	// last closed (see health); zero while it is open. closedSyncs
 	// counts the running cores' lists since; lastCore and lastLists are
@@ -84,7 +88,7 @@ func newClusterNodes(seed uint64, pid func(cloud.Instance) string) *clusterNodes
 	if pid == nil {
 		pid = func(in cloud.Instance) string { return in.ProviderID }
 	}
-	return &clusterNodes{rng: rand.New(rand.NewPCG(seed, seed^0x5bd1e995)), pid: pid, nodes: map[string]*kubeNode{}, ids: map[string]string{}}
+	return &clusterNodes{rng: rand.New(rand.NewPCG(seed, seed^0x5bd1e995)), pid: pid, nodes: map[string]*kubeNode{}, ids: map[string]string{}, byPID: map[string]string{}}
 }
 
 // pooled is the name a standby pool's order gets ("<prefix>-p<10 hex>"):
@@ -97,15 +101,21 @@ func (n *clusterNodes) kubelets(insts []cloud.Instance, now time.Time) {
 	defer n.mu.Unlock()
 	n.atCloud = make(map[string]bool, len(insts))
 	for _, in := range insts {
-		n.atCloud[in.Name] = true
+		pid := n.pid(in)
+		n.atCloud[pid] = true
 		if in.ID != "" {
 			n.ids[in.ID] = in.Name
 		}
-		node := n.nodes[in.Name]
+		name, known := n.byPID[pid]
+		if !known {
+			name = in.Name
+		}
+		node := n.nodes[name]
 		switch in.State {
 		case cloud.StateRunning:
 			if node == nil {
-				n.nodes[in.Name] = &kubeNode{pid: n.pid(in), registered: now, ready: true, standby: pooled.MatchString(in.Name)}
+				n.nodes[name] = &kubeNode{pid: pid, registered: now, ready: true, standby: pooled.MatchString(in.Name)}
+				n.byPID[pid] = name
 			} else if !node.ready {
 				node.ready, node.notReadySince = true, time.Time{}
 			}
@@ -116,8 +126,8 @@ func (n *clusterNodes) kubelets(insts []cloud.Instance, now time.Time) {
 		}
 	}
 	// The kubelet of an instance the cloud no longer has is gone with it.
-	for name, node := range n.nodes {
-		if !n.atCloud[name] && node.ready {
+	for _, node := range n.nodes {
+		if !n.atCloud[node.pid] && node.ready {
 			node.ready, node.notReadySince = false, now
 		}
 	}
@@ -146,7 +156,7 @@ const (
 func (n *clusterNodes) closed() (unready int, names []string) {
 	total := 0
 	for name, node := range n.nodes {
-		if !n.atCloud[name] {
+		if !n.atCloud[node.pid] {
 			continue
 		}
 		total++
@@ -169,12 +179,20 @@ func (n *clusterNodes) closed() (unready int, names []string) {
 func (n *clusterNodes) health(now time.Time, core any, lists func() int) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	count := lists()
-	n.orphans(now, core, count)
+	// lists gathers the core's registry: only when there is something
+	// to count it for.
+	count := -1
+	if n.anyOrphan() {
+		count = lists()
+		n.orphans(now, core, count)
+	}
 	unready, names := n.closed()
 	if unready == 0 {
 		n.unhealthySince, n.closedSyncs, n.lastCore = time.Time{}, 0, nil
 		return
+	}
+	if count < 0 {
+		count = lists()
 	}
 	switch {
 	case n.unhealthySince.IsZero():
@@ -200,7 +218,7 @@ func (n *clusterNodes) health(now time.Time, core any, lists func() int) {
 func (n *clusterNodes) orphans(now time.Time, core any, count int) {
 	for name, node := range n.nodes {
 		switch {
-		case n.atCloud[name]:
+		case n.atCloud[node.pid]:
 			node.orphanCore, node.orphanSyncs = nil, 0
 			continue
 		case core == nil || node.orphanCore != core:
@@ -214,6 +232,17 @@ func (n *clusterNodes) orphans(now time.Time, core any, count int) {
 			n.worstOrphanWhat = fmt.Sprintf("the Node of %s, whose instance the cloud no longer has, lived through %d lists in %s", name, node.orphanSyncs, age)
 		}
 	}
+}
+
+// anyOrphan reports whether any Node's instance is gone from the cloud.
+// Callers hold n.mu.
+func (n *clusterNodes) anyOrphan() bool {
+	for _, node := range n.nodes {
+		if !n.atCloud[node.pid] {
+			return true
+		}
+	}
+	return false
 }
 
 // orphaned describes the orphan that outlived orphanLimit the longest,
@@ -240,6 +269,11 @@ func (n *clusterNodes) unhealthy(syncs int) string {
 // hold n.mu.
 func (n *clusterNodes) find(pids []string) (string, *kubeNode) {
 	for _, pid := range pids {
+		if name, ok := n.byPID[pid]; ok {
+			if node, ok := n.nodes[name]; ok {
+				return name, node
+			}
+		}
 		last := pid[strings.LastIndexByte(pid, '/')+1:]
 		if node, ok := n.nodes[last]; ok {
 			return last, node
@@ -278,6 +312,9 @@ func (n *clusterNodes) deleteLocked(name string, node *kubeNode) error {
 		return errors.New("etcdserver: request timed out")
 	}
 	delete(n.nodes, name)
+	if n.byPID[node.pid] == name {
+		delete(n.byPID, node.pid)
+	}
 	return nil
 }
 
@@ -350,7 +387,7 @@ func (n *clusterNodes) stale(insts []cloud.Instance, now time.Time, limit time.D
 	defer n.mu.Unlock()
 	var out []string
 	for _, in := range insts {
-		node := n.nodes[in.Name]
+		_, node := n.find([]string{n.pid(in)})
 		if in.State == cloud.StateStopped && node != nil && !node.ready && now.Sub(node.notReadySince) > limit {
 			out = append(out, fmt.Sprintf("%s (NotReady for %s)", in.Name, now.Sub(node.notReadySince)))
 		}
