@@ -176,7 +176,20 @@ func imageDigest(dir string, platforms []string) (string, error) {
 func tarDir(dir, prefix string) ([]byte, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+	err := eachFile(dir, func(rel string, data []byte) error { return writeFile(tw, path.Join(prefix, rel), data) })
+	if err != nil {
+		return nil, err
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// eachFile calls fn with every file under dir, by its slash-separated
+// path relative to dir, in lexical order.
+func eachFile(dir string, fn func(rel string, data []byte) error) error {
+	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
 		}
@@ -188,15 +201,8 @@ func tarDir(dir, prefix string) ([]byte, error) {
 		if err != nil {
 			return err
 		}
-		return writeFile(tw, path.Join(prefix, filepath.ToSlash(rel)), data)
+		return fn(filepath.ToSlash(rel), data)
 	})
-	if err != nil {
-		return nil, err
-	}
-	if err := tw.Close(); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
 }
 
 func writeFile(tw *tar.Writer, name string, data []byte) error {
@@ -233,31 +239,20 @@ func packageChart(dir, version, digest string) (string, []byte, error) {
 	var buf bytes.Buffer
 	gz := gzip.NewWriter(&buf)
 	tw := tar.NewWriter(gz)
-	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		rel, err := filepath.Rel(dir, p)
-		if err != nil {
-			return err
-		}
-		data, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		switch filepath.ToSlash(rel) {
+	err = eachFile(dir, func(rel string, data []byte) error {
+		switch rel {
 		case "Chart.yaml":
 			data = chart
 		case "values.yaml":
 			if valuesDigest.Match(data) {
 				if len(valuesTag.FindAll(data, -1)) != 1 || len(valuesDigest.FindAll(data, -1)) != 1 {
-					return errors.New(`values.yaml needs one "  tag: \"\"" and one "  digest: \"\"" line (image's)`)
+					return errors.New(`values.yaml needs one image line 'tag: ""' and one 'digest: ""'`)
 				}
 				data = valuesTag.ReplaceAll(data, []byte(fmt.Sprintf("  tag: %q", version)))
 				data = valuesDigest.ReplaceAll(data, []byte(fmt.Sprintf("  digest: %q", digest)))
 			}
 		}
-		return writeFile(tw, path.Join(name, filepath.ToSlash(rel)), data)
+		return writeFile(tw, path.Join(name, rel), data)
 	})
 	if err != nil {
 		return "", nil, err

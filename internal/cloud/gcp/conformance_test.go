@@ -20,8 +20,10 @@ import (
 // Every call the backend makes on the way is a row of
 // docs/permissions.md's GCP table, with the IAM permission it needs.
 func TestConformance(t *testing.T) {
-	rec := &calls{seen: map[string]bool{}}
-	t.Cleanup(func() { rec.checkListed(t) }) // after every subtest, parallel ones too
+	var rec conformance.Calls
+	t.Cleanup(func() { // after every subtest, parallel ones too
+		rec.CheckListed(t, "../../../docs/permissions.md", "GCP", func(call string) []string { return methods[call] })
+	})
 	conformance.Run(t, func(t *testing.T) *conformance.Backend {
 		capacity := 4
 		engine, err := gcptest.NewEngine(sim.Config{BootDelay: sim.Duration(30 * time.Millisecond), DeleteDelay: sim.Duration(30 * time.Millisecond),
@@ -31,7 +33,7 @@ func TestConformance(t *testing.T) {
 		}
 		fake := gcptest.New(engine, gcptest.Options{Project: project})
 		t.Cleanup(fake.Close)
-		t.Cleanup(func() { rec.add(fake.Calls()) })
+		t.Cleanup(func() { rec.Add(fake.Calls()) })
 		zones := []string{"us-central1-a", "us-central1-b"}
 		for _, z := range zones {
 			fake.AddGroup(z, "gpu-g", "g2-standard-8")

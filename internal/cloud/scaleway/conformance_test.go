@@ -20,8 +20,8 @@ import (
 // Every call the backend makes on the way is a row of
 // docs/permissions.md's Scaleway table, with the permission set it needs.
 func TestConformance(t *testing.T) {
-	rec := &calls{seen: map[string]bool{}}
-	t.Cleanup(func() { rec.checkListed(t, "Scaleway") }) // after every subtest, parallel ones too
+	var rec conformance.Calls
+	t.Cleanup(func() { rec.CheckListed(t, "../../../docs/permissions.md", "Scaleway", nil) }) // after every subtest, parallel ones too
 	conformance.Run(t, func(t *testing.T) *conformance.Backend {
 		capacity := 4
 		engine, err := scwtest.NewEngine(sim.Config{BootDelay: sim.Duration(20 * time.Millisecond), DeleteDelay: sim.Duration(20 * time.Millisecond),
@@ -31,7 +31,7 @@ func TestConformance(t *testing.T) {
 		}
 		fake := scwtest.New(engine, scwtest.Options{SecretKey: secretKey})
 		t.Cleanup(fake.Close)
-		t.Cleanup(func() { rec.add(fake.Calls()) })
+		t.Cleanup(func() { rec.Add(fake.Calls()) })
 		return &conformance.Backend{
 			Cloud: scaleway.Name, Clouds: "scaleway: {}",
 			Group:    `{name: g, cloud: scaleway, instanceType: L4-1-24G, locations: [fr-par-2, nl-ams-1], maxSize: 8}`,
