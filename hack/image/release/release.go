@@ -231,7 +231,7 @@ func packageChart(dir, version, digest string) (string, []byte, error) {
 	}
 	m := chartName.FindSubmatch(chart)
 	if m == nil || len(chartVersion.FindAll(chart, -1)) != 1 || len(chartAppVersion.FindAll(chart, -1)) != 1 {
-		return "", nil, errors.New("Chart.yaml needs one name, one version and one appVersion line")
+		return "", nil, errors.New("the chart needs one name, one version and one appVersion line in Chart.yaml")
 	}
 	name := string(m[1])
 	chart = chartVersion.ReplaceAll(chart, []byte("version: "+version))
