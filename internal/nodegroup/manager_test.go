@@ -393,6 +393,49 @@ nodeGroups:
 	}
 }
 
+// A fresh instance whose delete the cloud accepted still bills until the
+// delete is done, and a list that lags behind its order leaves it out:
+// that silence is no proof it is gone, and the cost cap counts it until a
+// list that cannot lag leaves it out. Before, an accepted delete made any
+// silence final, and a standby pool refilled past the cap (sim seed
+// 1795914953245317577: an order replaced right after it landed, when a
+// reload changed the machine; 10 of 10 replays).
+func TestAFreshInstanceDeletedStillCountsAgainstTheCap(t *testing.T) {
+	doc := baseConfig + `
+nodeGroups:
+  - {name: g, cloud: sim, instanceType: 1V100.6V, locations: [FIN-01], maxSize: 10, maxHourlyCost: 0.2}
+`
+	w := &wrapped{}
+	h := newWrappedHarness(t, doc, sim.Options{}, Options{ResolveAfter: 10 * time.Minute}, func(c *sim.Cloud) cloud.Provider { w.Provider = c; return w })
+	ctx := context.Background()
+	if err := h.mgr.IncreaseSize(ctx, "g", 1); err != nil {
+		t.Fatal(err)
+	}
+	var first Instance
+	h.eventually("the instance created", func() bool {
+		insts, _ := h.mgr.Instances("g")
+		if len(insts) == 1 && insts[0].State != StateCreating {
+			first = insts[0]
+			return true
+		}
+		return false
+	})
+	w.mu.Lock()
+	w.onDelete = func(inst cloud.Instance) (error, bool) { return nil, true } // accepted; the instance is still being deleted
+	w.onList = func(in []cloud.Instance) []cloud.Instance { // a list that lags behind the fresh instance
+		return slices.DeleteFunc(in, func(i cloud.Instance) bool { return i.Name == first.Name })
+	}
+	w.mu.Unlock()
+	if err := h.mgr.DeleteNodes(ctx, "g", []string{first.ProviderID}); err != nil {
+		t.Fatal(err)
+	}
+	h.mgr.syncer.kick("sim")
+	h.settle(time.Second)
+	if err := h.mgr.IncreaseSize(ctx, "g", 1); !errors.Is(err, ErrCostLimit) {
+		t.Fatalf("an order beside a fresh instance being deleted: %v, want the cost cap", err)
+	}
+}
+
 // TestManageLeavesOtherGroupsAlone: a Manager that scales only some groups
 // keeps the others' min size to their owner and never takes their
 // instances for leaks.

@@ -778,11 +778,13 @@ func (y *syncer) missing(g *group, mem *member, start time.Time, out *afterLock)
 	// How long a list may leave out a recorded instance before its silence
 	// means the instance is gone; none for one whose delete the cloud
 	// accepted (its tombstone keeps a list that shows it again from
-	// adopting it). One whose delete failed or is in flight may be a fresh
-	// instance a lagging list leaves out: it still bills, and forgetting it
-	// would let a cost cap order past it.
+	// adopting it), unless it was recorded within that time: a fresh
+	// instance a lagging list leaves out bills until the delete is done,
+	// deleted or not. One whose delete failed or is in flight may be such
+	// a fresh instance too. Forgetting it would let a cost cap order past
+	// it.
 	lag := y.resolveAfter
-	if mem.phase == phaseDeleting && mem.peek().deleted {
+	if mem.phase == phaseDeleting && mem.peek().deleted && mem.recordedAt < stampOf(start.Add(-y.resolveAfter)) {
 		lag = 0
 	}
 	// An order whose answer was lost, then withdrawn (a target decrease)
