@@ -211,7 +211,7 @@ func newCampaign(t *testing.T, b *backend, s uint64) *campaign {
 		reclaimed: map[string]bool{}, existed: map[string]bool{}, soldOut: map[cloud.OfferingKey]bool{}, maxSizes: map[string]int{},
 		claims: map[string]bool{}, nodes: newClusterNodes(s, b.providerID)}
 	c.nodes.lostAfter = b.lostAfter
-	c.nodes.orphanLimit = resolveAfter + 5*b.cfg.Sync.Period.Duration
+	c.nodes.orphanLimit = 2*resolveAfter + 6*b.cfg.Sync.Period.Duration
 	for _, g := range b.cfg.NodeGroups {
 		c.maxSizes[g.Name] = g.MaxSize
 	}
@@ -992,7 +992,7 @@ func (c *campaign) checkNodes() {
 		c.t.Errorf("the stopped instances' Nodes froze cluster-autoscaler: %s", closed)
 	}
 	if o := c.nodes.orphaned(); o != "" {
-		c.t.Errorf("a NotReady Node outlived its instance past the list lag and five syncs: %s", o)
+		c.t.Errorf("a NotReady Node outlived its instance past twice the list lag and six syncs: %s", o)
 	}
 	if stale := c.nodes.stale(c.b.instances(), time.Now(), 2*c.cfg.Sync.Period.Duration+100*time.Millisecond); stale != "" {
 		c.t.Errorf("stopped instances keep their NotReady Nodes past two syncs: %s", stale)

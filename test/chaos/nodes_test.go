@@ -55,7 +55,10 @@ type clusterNodes struct {
 	// after it closed (backend.lostAfter).
 	lostAfter time.Duration
 	// orphanLimit is how long one core may keep an orphan (a Node of an
-	// instance the cloud no longer has): the list lag and five syncs.
+	// instance the cloud no longer has): twice the list lag (an order whose
+	// answer was lost is resolved a list lag after a list first leaves it
+	// out; its Node is then an orphan, swept a list lag later) and six
+	// syncs (the list under way at each step, a lost delete, a slow read).
 	// worstOrphan is the longest one outlived it, worstOrphanWhat which.
 	orphanLimit     time.Duration
 	worstOrphan     time.Duration
@@ -134,8 +137,10 @@ func (n *clusterNodes) kubelets(insts []cloud.Instance, now time.Time) {
 }
 
 // orphanLists is how many lists one core may keep an orphan through (see
-// orphans).
-const orphanLists = 6
+// orphans): two list-lag waits (see orphanLimit) of up to five lists each
+// at the campaigns' period, the lists kicked early by writes, and a lost
+// delete.
+const orphanLists = 16
 
 // Cluster-autoscaler's cluster-health gate (clusterstate.IsClusterHealthy,
 // with the defaults of --ok-total-unready-count and
@@ -212,9 +217,9 @@ func (n *clusterNodes) health(now time.Time, core any, lists func() int) {
 // when, and across how many, the one core has seen it so. One that lives
 // through more than orphanLists lists and longer than orphanLimit is
 // recorded. A core deletes it once two lists the list lag apart leave its
-// instance out (a member's as vanished, any other's as an orphan); the
-// list under way when it went, a lost delete and a slow list take one
-// more each. Callers hold n.mu.
+// instance out (a member's as vanished, any other's as an orphan, after
+// a lost create answer both in turn); the list under way when it went, a
+// lost delete and a slow list take one more each. Callers hold n.mu.
 func (n *clusterNodes) orphans(now time.Time, core any, count int) {
 	for name, node := range n.nodes {
 		switch {
