@@ -422,7 +422,7 @@ nodeGroups:
 	})
 	w.mu.Lock()
 	w.onDelete = func(inst cloud.Instance) (error, bool) { return nil, true } // accepted; the instance is still being deleted
-	w.onList = func(in []cloud.Instance) []cloud.Instance { // a list that lags behind the fresh instance
+	w.onList = func(in []cloud.Instance) []cloud.Instance {                   // a list that lags behind the fresh instance
 		return slices.DeleteFunc(in, func(i cloud.Instance) bool { return i.Name == first.Name })
 	}
 	w.mu.Unlock()
