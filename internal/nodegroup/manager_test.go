@@ -421,8 +421,10 @@ nodeGroups:
 		return false
 	})
 	w.mu.Lock()
-	w.onDelete = func(inst cloud.Instance) (error, bool) { return nil, true } // accepted; the instance is still being deleted
-	w.onList = func(in []cloud.Instance) []cloud.Instance {                   // a list that lags behind the fresh instance
+	// The delete is accepted (the instance is still being deleted), and
+	// the lists lag behind the fresh instance.
+	w.onDelete = func(cloud.Instance) (error, bool) { return nil, true }
+	w.onList = func(in []cloud.Instance) []cloud.Instance {
 		return slices.DeleteFunc(in, func(i cloud.Instance) bool { return i.Name == first.Name })
 	}
 	w.mu.Unlock()
