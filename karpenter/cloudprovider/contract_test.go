@@ -50,7 +50,10 @@ type harness struct {
 func configYAML(url, templateExtra string) string {
 	return fmt.Sprintf(`
 clusterName: karpenter-contract
-sync: {period: 1s}
+# A machine deleted right after its order is reported gone once a list
+# that cannot lag behind the order leaves it out (sync.listLag, a minute
+# by default): until then it may still bill. The fake's lists do not lag.
+sync: {period: 1s, listLag: 2s}
 clouds:
   verda: {endpoint: %q}
 nodeGroups:
