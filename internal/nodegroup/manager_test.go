@@ -347,33 +347,41 @@ nodeGroups:
 	h.eventually("4 instances", func() bool { return h.engine.Count("test") == 4 })
 }
 
+// cappedWithOne starts a group capped at 0.2/h, where one 1V100.6V
+// (0.1381/h on demand) fits and a second does not, on a wrapped cloud
+// whose lists may lag ten minutes behind an order, and returns it with
+// its one instance once created (running, when running is true).
+func cappedWithOne(t *testing.T, running bool) (*harness, *wrapped, Instance) {
+	t.Helper()
+	doc := baseConfig + `
+nodeGroups:
+  - {name: g, cloud: sim, instanceType: 1V100.6V, locations: [FIN-01], maxSize: 10, maxHourlyCost: 0.2}
+`
+	w := &wrapped{}
+	h := newWrappedHarness(t, doc, sim.Options{}, Options{ResolveAfter: 10 * time.Minute}, func(c *sim.Cloud) cloud.Provider { w.Provider = c; return w })
+	if err := h.mgr.IncreaseSize(context.Background(), "g", 1); err != nil {
+		t.Fatal(err)
+	}
+	var first Instance
+	h.eventually("the instance created", func() bool {
+		insts, _ := h.mgr.Instances("g")
+		if len(insts) == 1 && (insts[0].State == StateRunning || !running && insts[0].State != StateCreating) {
+			first = insts[0]
+			return true
+		}
+		return false
+	})
+	return h, w, first
+}
+
 // An instance whose delete failed still bills: a list that lags and
 // leaves it out (it is fresh) does not make it gone, and the cost cap
 // keeps counting it. Before, a deleting member missing from any list was
 // dropped at once, and the cap let a new order past it (a chaos campaign
 // saw a group at 9.16/h under a cap of 8.24).
 func TestAFailedDeleteStillCountsAgainstTheCap(t *testing.T) {
-	doc := baseConfig + `
-nodeGroups:
-  - {name: g, cloud: sim, instanceType: 1V100.6V, locations: [FIN-01], maxSize: 10, maxHourlyCost: 0.2}
-`
-	w := &wrapped{}
-	// A list may lag ten minutes behind: the instance is fresh all along.
-	h := newWrappedHarness(t, doc, sim.Options{}, Options{ResolveAfter: 10 * time.Minute}, func(c *sim.Cloud) cloud.Provider { w.Provider = c; return w })
+	h, w, first := cappedWithOne(t, true)
 	ctx := context.Background()
-	// 1V100.6V costs 0.1381/h on demand: one fits under 0.2.
-	if err := h.mgr.IncreaseSize(ctx, "g", 1); err != nil {
-		t.Fatal(err)
-	}
-	var first Instance
-	h.eventually("the instance created", func() bool {
-		insts, _ := h.mgr.Instances("g")
-		if len(insts) == 1 && insts[0].State == StateRunning {
-			first = insts[0]
-			return true
-		}
-		return false
-	})
 	w.mu.Lock()
 	w.onDelete = func(cloud.Instance) (error, bool) {
 		return cloud.Errorf(cloud.ErrInvalid, "delete", "400 bad request"), true // not retried
@@ -401,25 +409,8 @@ nodeGroups:
 // 1795914953245317577: an order replaced right after it landed, when a
 // reload changed the machine; 10 of 10 replays).
 func TestAFreshInstanceDeletedStillCountsAgainstTheCap(t *testing.T) {
-	doc := baseConfig + `
-nodeGroups:
-  - {name: g, cloud: sim, instanceType: 1V100.6V, locations: [FIN-01], maxSize: 10, maxHourlyCost: 0.2}
-`
-	w := &wrapped{}
-	h := newWrappedHarness(t, doc, sim.Options{}, Options{ResolveAfter: 10 * time.Minute}, func(c *sim.Cloud) cloud.Provider { w.Provider = c; return w })
+	h, w, first := cappedWithOne(t, false)
 	ctx := context.Background()
-	if err := h.mgr.IncreaseSize(ctx, "g", 1); err != nil {
-		t.Fatal(err)
-	}
-	var first Instance
-	h.eventually("the instance created", func() bool {
-		insts, _ := h.mgr.Instances("g")
-		if len(insts) == 1 && insts[0].State != StateCreating {
-			first = insts[0]
-			return true
-		}
-		return false
-	})
 	w.mu.Lock()
 	// The delete is accepted (the instance is still being deleted), and
 	// the lists lag behind the fresh instance.
