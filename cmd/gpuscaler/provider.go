@@ -26,13 +26,18 @@ import (
 func newProviderCommand(g *globalFlags) *cobra.Command {
 	var src source
 	var reloadPeriod time.Duration
+	var restartToApply bool
 	cmd := &cobra.Command{
 		Use:   "provider",
 		Short: "Serve the cluster-autoscaler external gRPC cloud provider",
 		Long: `provider serves the cluster-autoscaler external gRPC CloudProvider API over the node groups of
 the config file. Run cluster-autoscaler with --cloud-provider=externalgrpc and a --cloud-config whose
 address points here. The config is validated before anything starts; a native config file is
-reloaded when it changes (an invalid one is refused and the old one kept).
+reloaded when it changes (an invalid one is refused and the old one kept). With
+--restart-on-config-change, a change that only a restart applies (clouds, listeners, cluster
+access) is checked as start-up would check it and, if it passes, the process exits with status 0 for
+its supervisor to start it again (the chart's provider Deployment does this: one pod, never lost to a
+bad config); without it, such a change is refused until the process is restarted.
 
 Users of the DataCrunch autoscaler keep their --nodes flags and DATACRUNCH_* variables; users of
 the Verda gRPC provider keep their config.yaml, .env file and --config/--port/--log-level flags.`,
@@ -52,6 +57,7 @@ the Verda gRPC provider keep their config.yaml, .env file and --config/--port/--
 			}
 			opts := env.runtimeOptions(config.ManagedByClusterAutoscaler, log, g.kube)
 			opts.Override = src.override
+			opts.RestartToApply = restartToApply
 			return runProvider(cmd.Context(), cfg, src.reloadPath(), reloadPeriod, opts, env, log)
 		},
 	}
@@ -59,6 +65,8 @@ the Verda gRPC provider keep their config.yaml, .env file and --config/--port/--
 	src.addListenerFlags(cmd)
 	cmd.Flags().StringVar(&src.metricsAddr, "metrics-address", "", "overrides metrics.address (host:port, or 0 to turn it off)")
 	cmd.Flags().DurationVar(&reloadPeriod, "config-reload-period", 10*time.Second, "how often the config file is checked for changes")
+	cmd.Flags().BoolVar(&restartToApply, "restart-on-config-change", false,
+		"exit (status 0) when a config change that needs a restart passes start-up's checks, for the supervisor to start gpuscaler with it")
 	return cmd
 }
 
@@ -131,6 +139,10 @@ func runProvider(ctx context.Context, cfg *config.Config, reloadPath string, rel
 	eg.Go(func() error { return srv.Serve(ctx, lis) })
 	err = eg.Wait()
 	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	if errors.Is(err, daemon.ErrRestartToApply) {
+		log.Info("exiting to start again with the changed configuration", "change", err)
 		return nil
 	}
 	return err

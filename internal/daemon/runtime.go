@@ -68,6 +68,13 @@ type Options struct {
 	// Version is the binary's stamped version (gpuscaler_build_info);
 	// empty or "dev" reads the module's.
 	Version string
+	// RestartToApply makes Watch check a change that only a restart puts
+	// in force (ErrRestartNeeded) as start-up would check it, online, and
+	// then end with ErrRestartToApply, so that the process exits and its
+	// supervisor starts it again with the new file, in the same pod. A
+	// change that fails the checks is refused like any bad change, and the
+	// process keeps serving: a bad config never costs the only replica.
+	RestartToApply bool
 
 	// preflight, set by Preflight, leaves out of Build what only the
 	// place the process runs in can answer.
@@ -88,6 +95,7 @@ type Runtime struct {
 	process *prometheus.Registry
 	metrics *nodegroup.Metrics // the cores', registered in process
 	evicted *serve.Evictions   // the listeners', registered in process
+	events  *podEvents         // nil outside a pod
 	scfg    *config.Config     // the config the process was built with
 
 	// file is the configuration file's content in force, and extra the
@@ -159,11 +167,15 @@ func Build(ctx context.Context, cfg *config.Config, opts Options) (*Runtime, err
 	r.metrics = nodegroup.NewMetrics(r.process)
 	r.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "gpuscaler_config_reloads_total",
-		Help: "Changes of the config file seen, by result: applied, or refused (the configuration in force stays; the log and, in controller mode, a ConfigRejected Event say why).",
+		Help: "Changes of the config file seen, by result: applied; refused (the configuration in force stays; the log and a ConfigRejected Event on the pod and, in controller mode, on each NodeProvisioner say why); restart (it needed a restart and passed start-up's checks: the process exited to start with it).",
 	}, []string{"result"})
-	r.reloads.WithLabelValues("applied")
-	r.reloads.WithLabelValues("refused")
+	for _, result := range []string{"applied", "refused", "restart"} {
+		r.reloads.WithLabelValues(result)
+	}
 	r.process.MustRegister(r.reloads)
+	if opts.preflight == nil {
+		r.events = newPodEvents(cs.kube, opts.Getenv)
+	}
 	if r.evicted, err = serve.NewEvictions(r.process, opts.Logger); err != nil {
 		return nil, err
 	}
@@ -252,6 +264,7 @@ func (r *Runtime) Run(ctx context.Context) error {
 	if r.pending != nil {
 		eg.Go(func() error { return r.pending.Run(ctx) })
 	}
+	eg.Go(func() error { return r.events.run(ctx) })
 	if r.scripts != nil {
 		eg.Go(func() error { return serveScripts(ctx, r.scripts, r.scfg.ScriptServer, r.evicted, r.log) })
 	}
@@ -342,6 +355,11 @@ func (g *generation) stop() {
 // ErrRestartNeeded is a reload that changes what the process owns (clouds,
 // cluster access, the script server): it needs a restart.
 var ErrRestartNeeded = errors.New("restart gpuscaler to apply this change")
+
+// ErrRestartToApply ends Watch (with Options.RestartToApply) when a change
+// that needs a restart passed start-up's checks: the process should exit
+// and be started again with it.
+var ErrRestartToApply = errors.New("exiting to start again with the changed configuration")
 
 // Reload puts a new configuration file in force, with the extra groups
 // (SetExtraGroups). It is refused (and the old one stays) when the clouds,
@@ -480,12 +498,18 @@ func (r *Runtime) apply(ctx context.Context, file *config.Config, extra []config
 // Watch polls a config file (a mounted ConfigMap included: the content is
 // compared, which follows its symlink swaps) and reloads it when it
 // changes. report hears every outcome: nil for a reload, the error for a
-// refused one (the old configuration stays). It returns when ctx is done.
+// refused one (the old configuration stays); the pod the process runs in
+// gets each as an Event. It returns nil when ctx is done, or, with
+// Options.RestartToApply, an error wrapping ErrRestartToApply when a
+// change needs a restart and passed start-up's checks.
 func (r *Runtime) Watch(ctx context.Context, path string, period time.Duration, report func(error)) error {
 	last, err := config.ReadFile(path)
 	if err != nil {
 		return err
 	}
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	var restart error
 	every(ctx, period, func() {
 		data, err := config.ReadFile(path)
 		if err != nil || bytes.Equal(data, last) {
@@ -502,16 +526,40 @@ func (r *Runtime) Watch(ctx context.Context, path string, period time.Duration, 
 		if err == nil {
 			err = r.Reload(ctx, cfg)
 		}
-		if err != nil {
+		if errors.Is(err, ErrRestartNeeded) && r.opts.RestartToApply {
+			err = r.checkRestart(ctx, cfg, err)
+		}
+		switch {
+		case errors.Is(err, ErrRestartToApply):
+			r.reloads.WithLabelValues("restart").Inc()
+			r.log.Info("config change needs a restart and passed start-up's checks; exiting to start with it", "path", path, "change", err)
+			restart = err
+			stop()
+		case err != nil:
 			r.reloads.WithLabelValues("refused").Inc()
 			r.log.Error("config change refused; keeping the configuration in force", "path", path, "error", err)
-		} else {
+		default:
 			r.reloads.WithLabelValues("applied").Inc()
 			r.log.Info("config reloaded", "path", path)
 		}
+		r.events.reload(path, err)
 		report(err)
 	})
-	return nil
+	return restart
+}
+
+// checkRestart runs start-up's checks (Preflight, online: credentials,
+// files, every group against its cloud's catalog) on a change that needs
+// a restart. It returns ErrRestartToApply with why when the change passes,
+// so that the process exits to start with it, or the checks' errors.
+func (r *Runtime) checkRestart(ctx context.Context, cfg *config.Config, why error) error {
+	opts := r.opts
+	opts.Override = nil // already put over cfg
+	opts.Owner = ""     // as gpuscaler validate: every group
+	if _, err := Preflight(ctx, cfg, opts, PreflightOptions{Online: true}); err != nil {
+		return fmt.Errorf("%w; the changed configuration fails start-up's checks: %w", why, err)
+	}
+	return fmt.Errorf("%w; it passed start-up's checks: %w", why, ErrRestartToApply)
 }
 
 // changedField names the first field, under prefix, in which a and b

@@ -496,24 +496,7 @@ nodeGroups:
 		}
 	}()
 	time.Sleep(50 * time.Millisecond) // Watch has read the file as it is
-	count := func(result string) float64 {
-		t.Helper()
-		mfs, err := rt.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, mf := range mfs {
-			if mf.GetName() != "gpuscaler_config_reloads_total" {
-				continue
-			}
-			for _, m := range mf.GetMetric() {
-				if m.GetLabel()[0].GetValue() == result {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-		return -1
-	}
+	count := func(result string) float64 { return reloads(t, rt, result) }
 	if count("applied") != 0 || count("refused") != 0 {
 		t.Fatalf("before any change: applied %v, refused %v; want both series at 0", count("applied"), count("refused"))
 	}
@@ -623,4 +606,81 @@ func TestBuildInfoSaysWhatRuns(t *testing.T) {
 		return
 	}
 	t.Fatal("no gpuscaler_build_info")
+}
+
+// With RestartToApply, a change only a restart applies is checked as
+// start-up would check it: one that fails (a type the catalog lacks) is
+// refused and the process keeps the configuration in force; one that
+// passes ends Watch with ErrRestartToApply, for the process to exit and
+// start again with it.
+func TestRestartToApply(t *testing.T) {
+	doc := func(sim, instanceType string) string {
+		return "clusterName: rt\nclouds:\n  sim: " + sim + "\nnodeGroups:\n" +
+			"  - {name: g, cloud: sim, instanceType: " + instanceType + ", locations: [FIN-01], maxSize: 3}\n"
+	}
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	write := func(data string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(doc("{}", "1V100.6V"))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	rt, err := Build(ctx, parse(t, doc("{}", "1V100.6V")), Options{Logger: slog.New(slog.DiscardHandler), RestartToApply: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reports := make(chan error, 8)
+	watching := make(chan error, 1)
+	go func() { watching <- rt.Watch(ctx, path, 10*time.Millisecond, func(err error) { reports <- err }) }()
+	time.Sleep(50 * time.Millisecond) // Watch has read the file as it is
+
+	write(doc("{bootDelay: 1s}", "9Z100.1V"))
+	err = <-reports
+	if err == nil || errors.Is(err, ErrRestartToApply) || !strings.Contains(err.Error(), "9Z100.1V") {
+		t.Fatalf("a restart-only change naming a type the catalog lacks: %v; want it refused, naming the type", err)
+	}
+	select {
+	case err := <-watching:
+		t.Fatalf("Watch ended on a refused change: %v", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	if got := rt.Config().Clouds.Sim.BootDelay.Duration; got == time.Second {
+		t.Fatalf("bootDelay in force %s: the refused change must leave the one in force", got)
+	}
+
+	write(doc("{bootDelay: 1s}", "1V100.6V"))
+	if err := <-reports; !errors.Is(err, ErrRestartToApply) {
+		t.Fatalf("a restart-only change that passes the checks: %v, want ErrRestartToApply", err)
+	}
+	if err := <-watching; !errors.Is(err, ErrRestartToApply) || !strings.Contains(err.Error(), "clouds") {
+		t.Fatalf("Watch returned %v; want ErrRestartToApply naming what changed", err)
+	}
+	for result, want := range map[string]float64{"applied": 0, "refused": 1, "restart": 1} {
+		if got := reloads(t, rt, result); got != want {
+			t.Errorf("gpuscaler_config_reloads_total{result=%q} = %v, want %v", result, got, want)
+		}
+	}
+}
+
+// reloads reads gpuscaler_config_reloads_total{result}; -1 when absent.
+func reloads(t *testing.T, rt *Runtime, result string) float64 {
+	t.Helper()
+	mfs, err := rt.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "gpuscaler_config_reloads_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if m.GetLabel()[0].GetValue() == result {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return -1
 }
