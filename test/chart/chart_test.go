@@ -161,33 +161,61 @@ func TestDefaultGroupsFollowTheMode(t *testing.T) {
 
 // A config change reaches the running pods through their hot reload
 // (which refuses a bad one and keeps the config in force), not a rollout:
-// only a change a reload cannot apply (the clouds, say) changes the pod
-// template. Before, every change rolled the pods, and in provider mode the
+// the ConfigMap is a mounted folder, which the kubelet updates (a subPath
+// mount never changes). In controller mode only a change a reload cannot
+// apply (the clouds, say) changes the pod template. The provider's one pod
+// is never rolled by the config: it checks a restart-only change itself
+// and exits to start with it (--restart-on-config-change); before, the
 // Recreate strategy killed the working provider for a config the new pod
 // might refuse.
 func TestOnlyRestartChangesRollThePods(t *testing.T) {
-	checksum := func(cfg map[string]any) string {
+	deployment := func(mode string, cfg map[string]any) (checksum string, args []any, mounts []any) {
 		t.Helper()
-		objs, err := render(t, map[string]any{"mode": "provider", "config": cfg})
+		objs, err := render(t, map[string]any{"mode": mode, "config": cfg})
 		if err != nil {
 			t.Fatal(err)
 		}
-		v, _, _ := unstructured.NestedString(find(t, objs, "Deployment", "gs-gpuscaler").Object, "spec", "template", "metadata", "annotations", "checksum/config-restart")
-		if v == "" {
-			t.Fatal("no checksum/config-restart on the pod template")
-		}
-		return v
+		d := find(t, objs, "Deployment", "gs-gpuscaler").Object
+		checksum, _, _ = unstructured.NestedString(d, "spec", "template", "metadata", "annotations", "checksum/config-restart")
+		containers, _, _ := unstructured.NestedSlice(d, "spec", "template", "spec", "containers")
+		c := containers[0].(map[string]any)
+		args, _, _ = unstructured.NestedSlice(c, "args")
+		mounts, _, _ = unstructured.NestedSlice(c, "volumeMounts")
+		return checksum, args, mounts
 	}
 	cfg := func(maxSize int, sim map[string]any) map[string]any {
 		return map[string]any{"clusterName": "c", "clouds": map[string]any{"sim": sim},
 			"nodeGroups": []any{map[string]any{"name": "g", "cloud": "sim", "instanceType": "1V100.6V", "locations": []any{"FIN-01"}, "maxSize": maxSize}}}
 	}
-	base := checksum(cfg(2, map[string]any{}))
-	if checksum(cfg(5, map[string]any{})) != base {
+	base, args, mounts := deployment("controller", cfg(2, map[string]any{}))
+	if base == "" {
+		t.Fatal("no checksum/config-restart on the controller's pod template")
+	}
+	if slices.Contains(args, any("--restart-on-config-change")) {
+		t.Error("the controller's replicas exit on a restart-only change, though the checksum rolls them")
+	}
+	if sum, _, _ := deployment("controller", cfg(5, map[string]any{})); sum != base {
 		t.Error("a group's maxSize, which a reload applies, rolls the pods")
 	}
-	if checksum(cfg(2, map[string]any{"bootDelay": "5s"})) == base {
-		t.Error("a change of the clouds section, which needs a restart, does not roll the pods")
+	if sum, _, _ := deployment("controller", cfg(2, map[string]any{"bootDelay": "5s"})); sum == base {
+		t.Error("a change of the clouds section, which needs a restart, does not roll the controller's pods")
+	}
+	for _, m := range mounts {
+		m := m.(map[string]any)
+		if m["name"] == "config" && (m["subPath"] != nil || m["mountPath"] != "/etc/gpuscaler/config") {
+			t.Errorf("the config is mounted as %v: a subPath mount never sees the ConfigMap change", m)
+		}
+	}
+	if !slices.Contains(args, any("--config=/etc/gpuscaler/config/config.yaml")) {
+		t.Errorf("the controller's args %v do not read the mounted folder's config.yaml", args)
+	}
+
+	sum, args, _ := deployment("provider", cfg(2, map[string]any{}))
+	if other, _, _ := deployment("provider", cfg(2, map[string]any{"bootDelay": "5s"})); sum != "" || other != "" {
+		t.Errorf("the provider's pod template carries a config checksum (%q, %q): a change would recreate its only pod", sum, other)
+	}
+	if !slices.Contains(args, any("--restart-on-config-change")) {
+		t.Errorf("the provider's args %v: a restart-only change would never be applied", args)
 	}
 }
 
