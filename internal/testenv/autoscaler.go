@@ -24,6 +24,13 @@ type ClusterAutoscaler struct {
 // answers. Its log joins the failure dump; it stops with the cluster, or
 // earlier with Stop.
 func (e *Env) StartClusterAutoscaler(ctx context.Context, name, kubeconfig string, args ...string) (*ClusterAutoscaler, error) {
+	return e.StartClusterAutoscalerWithEnv(ctx, name, kubeconfig, nil, args...)
+}
+
+// StartClusterAutoscalerWithEnv is StartClusterAutoscaler with environ
+// added to the process's environment (HTTPS_PROXY, say, to reach a
+// provider by the Service name the chart's cloud-config gives).
+func (e *Env) StartClusterAutoscalerWithEnv(ctx context.Context, name, kubeconfig string, environ []string, args ...string) (*ClusterAutoscaler, error) {
 	if _, err := os.Stat(filepath.Join(e.bins, "cluster-autoscaler")); err != nil {
 		return nil, fmt.Errorf("cluster-autoscaler was not built (go run ./hack/testbins): %w", err)
 	}
@@ -32,7 +39,7 @@ func (e *Env) StartClusterAutoscaler(ctx context.Context, name, kubeconfig strin
 		return nil, err
 	}
 	all := append([]string{"--kubeconfig=" + kubeconfig, "--address=127.0.0.1:" + strconv.Itoa(port)}, args...)
-	p, err := e.run(name, "cluster-autoscaler", all...)
+	p, err := e.runWithEnv(name, "cluster-autoscaler", environ, all...)
 	if err != nil {
 		return nil, err
 	}

@@ -151,8 +151,13 @@ func (e *Env) PIDs() []int {
 
 // run starts a component and records it for teardown and log dumps.
 func (e *Env) run(name string, bin string, args ...string) (*process, error) {
+	return e.runWithEnv(name, bin, nil, args...)
+}
+
+// runWithEnv is run with environ added to the process's environment.
+func (e *Env) runWithEnv(name string, bin string, environ []string, args ...string) (*process, error) {
 	logPath := filepath.Join(e.Dir, name+".log")
-	p, err := startProcess(name, logPath, filepath.Join(e.bins, bin), args...)
+	p, err := startProcess(name, logPath, filepath.Join(e.bins, bin), environ, args...)
 	if err != nil {
 		return nil, err
 	}

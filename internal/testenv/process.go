@@ -23,12 +23,15 @@ type process struct {
 
 // startProcess starts a binary in its own process group with its output in
 // a log file. The process is killed if the test binary dies.
-func startProcess(name, logPath, bin string, args ...string) (*process, error) {
+func startProcess(name, logPath, bin string, environ []string, args ...string) (*process, error) {
 	logf, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(bin, args...)
+	if len(environ) > 0 {
+		cmd.Env = append(os.Environ(), environ...)
+	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {

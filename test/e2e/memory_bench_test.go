@@ -64,7 +64,7 @@ func benchmarkProviderMemory(b *testing.B, n int) {
 		// depends on what ran before.
 		evictFromPageCache(b, gpuscalerBin)
 		grpcAddr, metricsAddr := loopback(b), loopback(b)
-		pid, stop := startProcess(b, filepath.Join(dir, "provider.log"), metricsAddr, nil, "provider", "--config", cfgPath,
+		proc := startProcess(b, filepath.Join(dir, "provider.log"), metricsAddr, nil, "provider", "--config", cfgPath,
 			"--metrics-address", metricsAddr, "--port", grpcAddr[strings.LastIndex(grpcAddr, ":")+1:], "--log-format", "json")
 		conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
@@ -102,7 +102,7 @@ func benchmarkProviderMemory(b *testing.B, n int) {
 		var rss, rssMax, anon, file, heap float64
 		cpu0, t0 := goMetrics(b, metricsAddr)["process_cpu_seconds_total"], time.Now()
 		for range samples {
-			m := procMemory(b, pid)
+			m := procMemory(b, proc.pid())
 			rss += m["VmRSS:"] / samples
 			rssMax = max(rssMax, m["VmRSS:"])
 			anon += m["RssAnon:"] / samples
@@ -114,14 +114,14 @@ func benchmarkProviderMemory(b *testing.B, n int) {
 		b.ReportMetric((goMetrics(b, metricsAddr)["process_cpu_seconds_total"]-cpu0)*1000/time.Since(t0).Seconds(), "cpu-ms/s")
 		b.ReportMetric(rss, "MiB-rss")
 		b.ReportMetric(rssMax, "MiB-rss-max")
-		b.ReportMetric(procMemory(b, pid)["VmHWM:"], "MiB-peak")
+		b.ReportMetric(procMemory(b, proc.pid())["VmHWM:"], "MiB-peak")
 		b.ReportMetric(anon, "MiB-anon")
 		b.ReportMetric(file, "MiB-file")
 		b.ReportMetric(heap, "MiB-heap")
 		b.ReportMetric(goMetrics(b, metricsAddr)["go_goroutines"], "goroutines")
 		cancel()
 		conn.Close()
-		stop()
+		proc.kill()
 	}
 }
 

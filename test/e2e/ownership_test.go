@@ -69,9 +69,9 @@ nodeGroups:
 		return out
 	}
 	addr := loopback(t)
-	kill := startGPUScalerLogged(t, env, "first", addr, creds, "provider", "--config", config("first", "{}"), "--metrics-address", addr)
+	firstInstall := startGPUScalerLogged(t, env, "first", addr, creds, "provider", "--config", config("first", "{}"), "--metrics-address", addr)
 	waitFor(t, ctx, "the first install's instance", func() bool { return len(live()) == 1 })
-	kill()
+	firstInstall.kill()
 	ordered := live()[0].Name
 
 	// The second install: another ID, the same cluster name.

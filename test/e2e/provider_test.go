@@ -285,26 +285,40 @@ func startGPUScaler(t *testing.T, env *testenv.Env, metricsAddr string, args ...
 
 // startGPUScalerLogged is startGPUScaler with the process's log named
 // name (for several processes in one test) and environ added to its
-// environment (tests run in parallel, so none sets its own). It returns a
-// function that kills the process at once, as a crash would.
-func startGPUScalerLogged(t *testing.T, env *testenv.Env, name, metricsAddr string, environ []string, args ...string) (kill func()) {
+// environment (tests run in parallel, so none sets its own).
+func startGPUScalerLogged(t *testing.T, env *testenv.Env, name, metricsAddr string, environ []string, args ...string) *gsProcess {
 	t.Helper()
 	logPath := filepath.Join(env.Dir, name+".log")
 	env.AddLog(name, logPath)
-	_, kill = startProcess(t, logPath, metricsAddr, environ, append(args, "--log-format", "text", "--log-level", "debug")...)
-	return kill
+	return startProcess(t, logPath, metricsAddr, environ, append(args, "--log-format", "text", "--log-level", "debug")...)
+}
+
+// gsProcess is a gpuscaler process a test started.
+type gsProcess struct {
+	cmd  *exec.Cmd
+	done chan struct{} // closed once it has exited
+	err  error         // how it exited: read once done is closed
+}
+
+// pid is the process's ID.
+func (p *gsProcess) pid() int { return p.cmd.Process.Pid }
+
+// kill ends the process at once, as a crash would.
+func (p *gsProcess) kill() {
+	_ = p.cmd.Process.Kill()
+	<-p.done
 }
 
 // startProcess runs the gpuscaler binary TestMain found, logging to
-// logPath, with environ added to its environment, and waits until its
-// /readyz on metricsAddr answers. The process is interrupted at the end of
-// the test; kill ends it at once.
-func startProcess(t testing.TB, logPath, metricsAddr string, environ []string, args ...string) (pid int, kill func()) {
+// logPath (appended to: a restart keeps the earlier run's lines), with
+// environ added to its environment, and waits until its /readyz on
+// metricsAddr answers. The process is interrupted at the end of the test.
+func startProcess(t testing.TB, logPath, metricsAddr string, environ []string, args ...string) *gsProcess {
 	t.Helper()
 	if gpuscalerBin == "" {
 		t.Fatal("the gpuscaler binary was not built (TestMain)")
 	}
-	logf, err := os.Create(logPath)
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -314,34 +328,28 @@ func startProcess(t testing.TB, logPath, metricsAddr string, environ []string, a
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan error, 1)
-	done := make(chan struct{})
-	go func() { exited <- cmd.Wait(); logf.Close(); close(done) }()
+	p := &gsProcess{cmd: cmd, done: make(chan struct{})}
+	go func() { p.err = cmd.Wait(); logf.Close(); close(p.done) }()
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(os.Interrupt)
 		select {
-		case <-done:
+		case <-p.done:
 		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
+			p.kill()
 		}
 	})
-	kill = func() {
-		_ = cmd.Process.Kill()
-		<-done
-	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		resp, err := http.Get("http://" + metricsAddr + "/readyz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return cmd.Process.Pid, kill
+				return p
 			}
 		}
 		select {
-		case err := <-exited:
-			t.Fatalf("gpuscaler exited: %v", err)
+		case <-p.done:
+			t.Fatalf("gpuscaler exited: %v", p.err)
 		case <-time.After(100 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {

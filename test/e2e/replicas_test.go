@@ -62,7 +62,7 @@ nodeGroups:
 	replica := func(name string) func() {
 		addr := loopback(t)
 		metrics[name] = addr
-		return startGPUScalerLogged(t, env, name, addr, []string{"VERDA_CLIENT_ID=id", "VERDA_CLIENT_SECRET=secret"}, append([]string{"controller", "--config", cfgPath, "--metrics-address", addr}, lease...)...)
+		return startGPUScalerLogged(t, env, name, addr, []string{"VERDA_CLIENT_ID=id", "VERDA_CLIENT_SECRET=secret"}, append([]string{"controller", "--config", cfgPath, "--metrics-address", addr}, lease...)...).kill
 	}
 	// Both start at once, before any instance exists: each would order the
 	// minimum if both ran a core.
