@@ -19,22 +19,6 @@ import (
 	"github.com/gpuscaler/gpuscaler/internal/simulate"
 )
 
-// defaultPool is the pool simulate runs when no --config is given: spot
-// H100s that fall back to on-demand, and eight-GPU nodes for jobs that
-// need them, on the simulated cloud with Verda's catalog and prices.
-const defaultPool = `clusterName: simulate
-clouds:
-  sim:
-    locations: [FIN-01, FIN-02, FIN-03]
-    defaultCapacity: 60
-    bootDelay: 90s
-    spotReclaimRate: 0.02
-nodeGroups:
-  - {name: h100-spot, cloud: sim, instanceType: 1H100.80S.30V, locations: [FIN-01, FIN-02], capacityPolicy: prefer-spot, maxSize: 100}
-  - {name: h100x8, cloud: sim, instanceType: 8H100.80S.176V, locations: [FIN-03], maxSize: 20}
-  - {name: a100-mig, cloud: sim, instanceType: 1A100.22V, locations: [FIN-01], maxSize: 20, mig: {profile: all-1g.10gb, strategy: mixed}}
-`
-
 type simulateFlags struct {
 	config, trace, format, provisioner, html, sweep, policy string
 	seed                                                    uint64
@@ -71,7 +55,7 @@ cost, next to a baseline that scales as cluster-autoscaler does with its default
 	fl.StringVar(&f.format, "format", "", "the trace file's format, csv or jsonl (default: from its extension)")
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the built-in traces, the simulated cloud and instance names: the same seed gives the same numbers")
 	fl.Float64Var(&f.scale, "scale", 1, "multiplies a built-in trace's arrival rate")
-	fl.StringVar(&f.policy, "policy", "all", "nodeprovisioner, cluster-autoscaler, foresight (knows every arrival in advance: the bound), or all side by side (both: the same)")
+	fl.StringVar(&f.policy, "policy", "all", "nodeprovisioner, cluster-autoscaler, oracle (the NodeProvisioner told every arrival in advance, with --standby's pools: a reference), or all side by side, with the floor no policy beats (both: the same as all)")
 	fl.StringVar(&f.provisioner, "provisioner", "", "a NodeProvisioner manifest whose spec the NodeProvisioner policy uses (default: its defaults over every group)")
 	fl.DurationVar(&f.gpuStartup, "gpu-startup", time.Minute, "time from an instance running to its GPUs being allocatable")
 	fl.IntVar(&f.standby, "standby", defaultStandby, "standby pool size for each group without one; with --policy all, the NodeProvisioner also runs with it beside its run without (0: none)")
@@ -100,7 +84,7 @@ func runSimulate(cmd *cobra.Command, f *simulateFlags, log *slog.Logger) error {
 		debug.SetGCPercent(simulateGCPercent)
 	}
 	out := cmd.OutOrStdout()
-	doc := []byte(defaultPool)
+	doc := []byte(simulate.BuiltinPool)
 	if f.config != "" {
 		var err error
 		if doc, err = os.ReadFile(f.config); err != nil {
@@ -168,20 +152,22 @@ func runSimulate(cmd *cobra.Command, f *simulateFlags, log *slog.Logger) error {
 	var columns []column
 	switch f.policy {
 	case "all", "both":
-		columns = []column{{simulate.NodeProvisioner, 0, false}, {simulate.Baseline, 0, false}, {simulate.Foresight, 0, false}}
+		// The oracle knows what every other column does, standby pools
+		// included.
+		columns = []column{{simulate.NodeProvisioner, 0, false}, {simulate.Baseline, 0, false}, {simulate.Oracle, f.standby, false}}
 		if f.forecast {
 			columns = slices.Insert(columns, 1, column{simulate.NodeProvisioner, 0, true})
 		}
 		if f.standby > 0 {
 			columns = slices.Insert(columns, 1, column{simulate.NodeProvisioner, f.standby, false})
 		}
-	case string(simulate.NodeProvisioner), string(simulate.Baseline), string(simulate.Foresight):
+	case string(simulate.NodeProvisioner), string(simulate.Baseline), string(simulate.Oracle):
 		if f.forecast && f.policy != string(simulate.NodeProvisioner) {
 			return fmt.Errorf("--forecast: only the nodeprovisioner policy orders ahead of a forecast, not %s", f.policy)
 		}
 		columns = []column{{simulate.Policy(f.policy), f.standby, f.forecast}}
 	default:
-		return fmt.Errorf("--policy %q: want nodeprovisioner, cluster-autoscaler, foresight or all", f.policy)
+		return fmt.Errorf("--policy %q: want nodeprovisioner, cluster-autoscaler, oracle or all", f.policy)
 	}
 	var results []*simulate.Result
 	for _, c := range columns {

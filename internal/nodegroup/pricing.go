@@ -119,6 +119,20 @@ func (m *Manager) GroupPrice(name string) (float64, bool) {
 	return price, ok
 }
 
+// CheapestPrice returns the lowest hourly price of any offering a group
+// may order, available or not; false when it knows none.
+func (m *Manager) CheapestPrice(name string) (float64, bool) {
+	s := m.store
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	g, ok := s.groups[name]
+	if !ok {
+		return 0, false
+	}
+	_, _, cheapest := m.offerings.groupPrices(g)
+	return cheapest, cheapest > 0
+}
+
 // GroupSpend returns a group's hourly spend now.
 func (m *Manager) GroupSpend(name string) float64 {
 	s := m.store

@@ -48,8 +48,24 @@ type Result struct {
 	StockOuts, Reclaims int
 	// Timeline is sampled every Options.Sample.
 	Timeline []Sample
+	// Floor is the cost no policy can beat on the trace over the pool, and
+	// FloorGPUHours the GPU-hours its measured pods use (run.floor); Unfit
+	// how many pods no group of the pool fits. The same for every policy.
+	Floor, FloorGPUHours float64
+	Unfit                int
 
 	waits, requeueWaits []time.Duration
+	// isFloor marks the floor's column (FloorOf).
+	isFloor bool
+}
+
+// FloorOf is the floor's column beside a result of the same trace and
+// pool: every measured pod starts as it arrives, and only what pods hold
+// is paid, at the pool's cheapest price (run.floor).
+func FloorOf(r *Result) *Result {
+	return &Result{Policy: "floor", Trace: r.Trace, Simulated: r.Simulated, MeasuredFrom: r.MeasuredFrom,
+		Pods: r.Pods - r.Unfit, Finished: r.Pods - r.Unfit, GPUHoursPaid: r.FloorGPUHours, GPUHoursUsed: r.FloorGPUHours,
+		Cost: r.Floor, Floor: r.Floor, FloorGPUHours: r.FloorGPUHours, isFloor: true}
 }
 
 // Sample is the pool at one moment.
@@ -148,8 +164,13 @@ func sumWhere(families []*dto.MetricFamily, name, label, value string) float64 {
 	return total
 }
 
-// WriteTable prints results side by side, one column each.
+// WriteTable prints results side by side, one column each, and the
+// floor's column after them (the first result's: every result of one
+// trace and pool has the same).
 func WriteTable(w io.Writer, results ...*Result) error {
+	if len(results) > 0 && results[0].Floor > 0 {
+		results = append(slices.Clip(results), FloorOf(results[0]))
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	row := func(label string, cell func(*Result) string) {
 		cells := make([]string, 0, len(results)+1)
@@ -158,6 +179,15 @@ func WriteTable(w io.Writer, results ...*Result) error {
 			cells = append(cells, cell(r))
 		}
 		fmt.Fprintln(tw, strings.Join(cells, "\t")+"\t")
+	}
+	// played is a cell only a policy that ran has: the floor's is "-".
+	played := func(cell func(*Result) string) func(*Result) string {
+		return func(r *Result) string {
+			if r.isFloor {
+				return "-"
+			}
+			return cell(r)
+		}
 	}
 	dur := func(q float64) func(*Result) string {
 		return func(r *Result) string { return fmtDuration(r.Wait(q)) }
@@ -177,20 +207,27 @@ func WriteTable(w io.Writer, results ...*Result) error {
 	row("GPU-hours used", func(r *Result) string { return fmt.Sprintf("%.1f", r.GPUHoursUsed) })
 	row("idle share", func(r *Result) string { return fmt.Sprintf("%.1f%%", 100*r.IdleShare()) })
 	row("cost", func(r *Result) string { return fmt.Sprintf("%.2f", r.Cost) })
-	row("nodes added / removed", func(r *Result) string { return fmt.Sprintf("%d / %d", r.NodesAdded, r.NodesRemoved) })
-	row("stock-out fallbacks", func(r *Result) string { return fmt.Sprint(r.StockOuts) })
-	row("spot reclaims (pods requeued)", func(r *Result) string { return fmt.Sprintf("%d (%d)", r.Reclaims, r.PodsRequeued) })
-	row("requeued pods' wait p95", func(r *Result) string { return fmtDuration(r.RequeueWait(0.95)) })
+	row("nodes added / removed", played(func(r *Result) string { return fmt.Sprintf("%d / %d", r.NodesAdded, r.NodesRemoved) }))
+	row("stock-out fallbacks", played(func(r *Result) string { return fmt.Sprint(r.StockOuts) }))
+	row("spot reclaims (pods requeued)", played(func(r *Result) string { return fmt.Sprintf("%d (%d)", r.Reclaims, r.PodsRequeued) }))
+	row("requeued pods' wait p95", played(func(r *Result) string { return fmtDuration(r.RequeueWait(0.95)) }))
 	if slices.ContainsFunc(results, func(r *Result) bool { return r.StandbyStarts+r.StandbyStartFailed > 0 }) {
-		row("standby starts (failed)", func(r *Result) string { return fmt.Sprintf("%d (%d)", r.StandbyStarts, r.StandbyStartFailed) })
+		row("standby starts (failed)", played(func(r *Result) string { return fmt.Sprintf("%d (%d)", r.StandbyStarts, r.StandbyStartFailed) }))
 	}
-	if bound := foresightOf(results); bound != nil {
-		row("vs foresight: p95 wait, GPU-hours, cost", func(r *Result) string {
-			if r == bound {
+	if oracle := oracleOf(results); oracle != nil {
+		row("vs oracle: p95 wait, cost", played(func(r *Result) string {
+			if r == oracle {
+				return "(reference)"
+			}
+			return fmt.Sprintf("%s, %s", signed(r.Wait(0.95)-oracle.Wait(0.95)), percent(r.Cost, oracle.Cost))
+		}))
+	}
+	if results[len(results)-1].isFloor {
+		row("distance to the floor: cost", func(r *Result) string {
+			if r.isFloor {
 				return "(the bound)"
 			}
-			return fmt.Sprintf("%s, %s, %s", signed(r.Wait(0.95)-bound.Wait(0.95)), percent(r.GPUHoursPaid, bound.GPUHoursPaid),
-				percent(r.Cost, bound.Cost))
+			return percent(r.Cost, r.Floor)
 		})
 	}
 	return tw.Flush()
@@ -208,10 +245,10 @@ func (r *Result) Name() string {
 	return name
 }
 
-// foresightOf is the foresight policy's result among results, if any.
-func foresightOf(results []*Result) *Result {
+// oracleOf is the oracle's result among results, if any.
+func oracleOf(results []*Result) *Result {
 	for _, r := range results {
-		if r.Policy == Foresight {
+		if r.Policy == Oracle {
 			return r
 		}
 	}

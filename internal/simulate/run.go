@@ -6,14 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
-	"math"
 	"math/rand/v2"
 	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 
@@ -27,35 +24,6 @@ import (
 	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
 	"github.com/gpuscaler/gpuscaler/internal/provisioner"
 	"github.com/gpuscaler/gpuscaler/internal/provisioner/plan"
-)
-
-// Policy is the autoscaler a run puts in front of the core.
-type Policy string
-
-// Policies.
-const (
-	// NodeProvisioner is gpuscaler's own controller: its planner
-	// (utilization band, warm buffer, pending pods on capacity on the
-	// way) every loop, and idle nodes beyond the buffer removed after the
-	// spec's scaleDownDelay.
-	NodeProvisioner Policy = "nodeprovisioner"
-	// Baseline behaves as cluster-autoscaler does with its defaults: a
-	// loop every 10 s that waits until the oldest pending GPU pod is 30 s
-	// old (not with a standby pool: the chart then runs it with
-	// --bypassed-scheduler-names, which skips the wait), bin-packs the
-	// pending pods onto new nodes (no buffer, no utilization target), removes nodes empty for scaleDownUnneededTime
-	// (10 min), and none within scaleDownDelayAfterAdd (10 min) of a
-	// scale-up.
-	Baseline Policy = "cluster-autoscaler"
-	// Foresight knows each pod's arrival in advance: every loop it orders,
-	// bin-packed as the baseline does (no buffer), the capacity that the
-	// pods arriving within one start-up time (boot, GPU start-up and a
-	// loop) will need, and it removes a node as soon as it is empty and no
-	// pod arriving within that time needs it. No policy that reacts can do
-	// better on the same cloud: its waits are the floor (what remains is
-	// stock-outs and capacity the pool's maxSize denies), its GPU-hours
-	// near it. The others are reported against it.
-	Foresight Policy = "foresight"
 )
 
 // Cluster-autoscaler's defaults the baseline follows
@@ -167,7 +135,7 @@ type run struct {
 	// its start of a stopped instance.
 	bootDelay, startDelay time.Duration
 	// start is when the run begins: 0, the trace's start, or for the
-	// foresight policy one start-up time before its first arrival.
+	// oracle one start-up time before its first arrival.
 	start time.Duration
 	// demand learns the pool's demand for the forecast (Options.Forecast).
 	demand *forecast.Demand
@@ -219,7 +187,7 @@ func newRun(ctx context.Context, trace Trace, opts Options) (*run, error) {
 	// clock from its own goroutines, and the outcome depend on their
 	// timing: a run leaves them out.
 	simCfg.FaultRate, simCfg.APILatency = 0, nil
-	// The foresight policy knows the first arrivals too: it may order for
+	// The oracle knows the first arrivals too: it may order for
 	// them one start-up time before the trace begins, as it does for every
 	// later one. Reactive policies have nothing to act on before then.
 	var start time.Duration
@@ -227,13 +195,13 @@ func newRun(ctx context.Context, trace Trace, opts Options) (*run, error) {
 	if simCfg.BootDelay != nil {
 		boot = *simCfg.BootDelay
 	}
-	if opts.Policy == Foresight && len(trace.Pods) > 0 {
+	if opts.Policy == Oracle && len(trace.Pods) > 0 {
 		start = min(0, trace.Pods[0].At-(boot+opts.GPUStartup+opts.Loop))
 	}
 	// A standby pool stands ready before any pod asks for it, as in a
 	// cluster that has kept one: the run begins early enough for the pools
 	// to be ordered, boot, warm up and stop before the first arrival, their
-	// cost counted as the foresight policy's early orders are. A trace that
+	// cost counted as the oracle's early orders are. A trace that
 	// opens with a burst would otherwise measure the pool's first warm-up.
 	if lead := standbyLead(&cfg, boot, opts); lead > 0 && len(trace.Pods) > 0 {
 		start = min(start, trace.Pods[0].At-lead)
@@ -288,6 +256,7 @@ func newRun(ctx context.Context, trace Trace, opts Options) (*run, error) {
 		req := plan.Requests(obj)
 		r.pods = append(r.pods, &pod{Pod: p, obj: obj, req: req, gpu: plan.GPUEquivalents(req)})
 	}
+	r.res.Floor, r.res.FloorGPUHours, r.res.Unfit = r.floor()
 	return r, nil
 }
 
@@ -299,8 +268,8 @@ func (opts Options) complete() (Options, error) {
 	if opts.Policy == "" {
 		opts.Policy = NodeProvisioner
 	}
-	if opts.Policy != NodeProvisioner && opts.Policy != Baseline && opts.Policy != Foresight {
-		return opts, fmt.Errorf("policy %q: want %s, %s or %s", opts.Policy, NodeProvisioner, Baseline, Foresight)
+	if _, ok := opts.Policy.step(); !ok {
+		return opts, fmt.Errorf("policy %q: want one of %v", opts.Policy, Policies())
 	}
 	if opts.Loop <= 0 {
 		opts.Loop = defaultLoop
@@ -552,7 +521,7 @@ func (r *run) started(p *pod, t time.Duration) {
 
 // account adds the GPU-hours and spend from the last event until t.
 func (r *run) account(t time.Duration) {
-	from := r.now // the foresight policy's orders before the trace count
+	from := r.now // the oracle's orders before the trace count
 	if r.opts.MeasureFrom > 0 {
 		from = max(r.now, r.opts.MeasureFrom)
 	}
@@ -590,16 +559,8 @@ func (r *run) loop() error {
 	if !r.observed {
 		r.observe()
 	}
-	var acted bool
-	var err error
-	switch r.opts.Policy {
-	case NodeProvisioner:
-		acted, err = r.provision(ctx)
-	case Baseline:
-		acted, err = r.baseline(ctx)
-	case Foresight:
-		acted, err = r.foresight(ctx)
-	}
+	step, _ := r.opts.Policy.step() // checked by complete
+	acted, err := step(r, ctx)
 	if err != nil {
 		return err
 	}
@@ -620,371 +581,4 @@ func (r *run) loop() error {
 	}
 	r.observe()
 	return nil
-}
-
-// observe folds the core's instances into the cluster: a Node for each
-// new one (Ready its boot and GPU start-up after its creation), a lost
-// Node for each gone, and what the pool holds and costs now. The core
-// changes only when it syncs or is asked for something, so a loop that
-// did neither since the last observe skips it.
-func (r *run) observe() {
-	r.observed = true
-	seen := map[string]bool{}
-	r.heldGPUs, r.spend = 0, 0
-	clear(r.failed)
-	for _, g := range r.groups {
-		tmpl, err := r.core.Template(g)
-		if err != nil {
-			continue
-		}
-		gpus := plan.GPUEquivalents(tmpl.Status.Allocatable)
-		r.spend += r.core.GroupSpend(g)
-		var fresh []nodegroup.Instance
-		r.instances[g] = r.instances[g][:0]
-		_ = r.core.EachInstance(g, func(in nodegroup.Instance) {
-			if in.ErrorCode != "" && in.State != nodegroup.StateRunning {
-				r.instances[g] = append(r.instances[g], in)
-				if in.State != nodegroup.StateDeleting {
-					r.failed[g] = append(r.failed[g], in.ProviderID)
-				}
-				return // a failed order: nothing is paid for
-			}
-			r.heldGPUs += gpus
-			if in.State == nodegroup.StateDeleting {
-				r.instances[g] = append(r.instances[g], in)
-				return
-			}
-			seen[in.Name] = true
-			if _, ok := r.cl.nodes[in.Name]; !ok {
-				fresh = append(fresh, in)
-			}
-		})
-		slices.Sort(r.failed[g])
-		slices.SortFunc(r.instances[g], func(a, b nodegroup.Instance) int { return cmp.Compare(a.Name, b.Name) })
-		for _, in := range fresh {
-			r.dirty = true
-			obj := tmpl.DeepCopy()
-			obj.Name, obj.Spec.ProviderID = in.Name, in.ProviderID
-			readyAt := in.CreatedAt.Sub(epoch) + r.bootDelay + r.opts.GPUStartup
-			if !in.StartedAt.IsZero() {
-				// Started from standby: warmed up once already.
-				readyAt = in.StartedAt.Sub(epoch) + r.startDelay + r.opts.StandbyGPUStartup
-			}
-			r.cl.join(&node{
-				name: in.Name, group: g, providerID: in.ProviderID, obj: obj, gpus: gpus,
-				readyAt: readyAt, free: obj.Status.Allocatable.DeepCopy(),
-				emptySince: -1, unneededSince: -1,
-			})
-		}
-	}
-	var lost []string
-	for name := range r.cl.nodes {
-		if !seen[name] {
-			lost = append(lost, name)
-		}
-	}
-	slices.Sort(lost) // their pods go back to pending in a repeatable order
-	for _, name := range lost {
-		if n := r.cl.nodes[name]; n != nil {
-			r.dirty = true
-			r.res.NodesLost++
-			r.res.PodsRequeued += r.cl.lose(n, r.now)
-		}
-	}
-	r.running = slices.DeleteFunc(r.running, func(p *pod) bool { return p.node == nil })
-}
-
-// instancesOf answers the planner's question for the core's instances of
-// a group from what observe read last: the core has done nothing since
-// (observe follows every change the run asks for). Every other instance
-// has a Node, made by observe, so it holds only those without one (failed
-// or being deleted): the planner passes over instances a Node carries,
-// and the run need not copy and sort the pool's every instance each loop.
-func (r *run) instancesOf(group string) ([]nodegroup.Instance, error) {
-	return r.instances[group], nil
-}
-
-// provision is one pass of the NodeProvisioner controller over the pool;
-// it reports whether it asked the core for anything. The plan is made
-// again only when the cluster or the core changed since the last one, or
-// pods wait: otherwise it would be the same.
-func (r *run) provision(ctx context.Context) (bool, error) {
-	ahead, whole := r.ahead()
-	asked := false
-	// A plan made for pods expected is made again once none are: the
-	// nodes it kept for them may go.
-	aheadBefore := r.aheadBefore
-	r.aheadBefore = len(ahead)
-	maxExtra := math.Inf(1)
-	if fc := r.opts.Provisioner.Forecast; fc != nil && fc.MaxExtraHourlyCost != "" {
-		maxExtra, _ = provisioner.MaxExtraHourlyCost(fc) // checked by Run
-	}
-	if r.dirty || len(r.cl.pending) > 0 || r.last == nil || len(ahead) > 0 || aheadBefore > 0 {
-		pool, p, planned, err := r.planAhead(r.opts.Provisioner, ahead, maxExtra)
-		if err != nil {
-			return false, err
-		}
-		r.last, r.lastAhead, r.dirty = &p, planned, false
-		if asked = r.scaleUp(ctx, pool, p); asked && p.Reason != provisioner.ReasonForecast {
-			return true, nil // as the controller: only orders ahead let scale-down go on
-		}
-	} else if len(r.last.Add) > 0 && r.last.Reason != provisioner.ReasonForecast {
-		return false, nil // the core refused it last time; nothing changed since
-	}
-	// As the controller: a forecast that vouches for the pool lets its
-	// idle nodes go sooner.
-	spec := r.opts.Provisioner
-	if r.demand != nil && spec.Forecast == nil {
-		spec.Forecast = &v1alpha1.Forecast{} // as the CRD defaults it
-	}
-	delay := provisioner.ScaleDownDelay(spec, whole && maxExtra > 0 && r.lastAhead == len(ahead))
-	doomed := map[string]bool{}
-	for _, name := range r.last.Remove {
-		doomed[name] = true
-	}
-	// As the controller: as many as a group's standby pool takes back go
-	// after its scaleDownAfter.
-	down, err := r.scaleDown(ctx, func(n *node) bool { return doomed[n.name] }, delay, true, provisioner.NewPoolReturns(r.core).Take)
-	return asked || down, err
-}
-
-// baseline is one loop of the cluster-autoscaler-like baseline; it reports
-// whether it asked the core for anything.
-func (r *run) baseline(ctx context.Context) (bool, error) {
-	oldest := r.now
-	for _, p := range r.cl.pending {
-		oldest = min(oldest, p.since)
-	}
-	if len(r.cl.pending) > 0 && r.now-oldest >= r.gpuBatchWait {
-		// Bin-packing onto new nodes, with the capacity on the way counted:
-		// the planner with no buffer and no utilization band.
-		pool, p, err := r.plan(v1alpha1.NodeProvisionerSpec{})
-		if err != nil {
-			return false, err
-		}
-		if r.scaleUp(ctx, pool, p) {
-			return true, nil
-		}
-	}
-	// Unneeded nodes are timed all along; none goes within
-	// scaleDownDelayAfterAdd of a scale-up.
-	cooling := r.res.ScaleUps > 0 && r.now-r.lastAdd < caDelayAfterAdd
-	return r.scaleDown(ctx, func(n *node) bool { return n.ready && len(n.pods) == 0 }, caUnneededTime, !cooling, nil)
-}
-
-// foresight is one loop of the perfect-foresight policy; it reports
-// whether it asked the core for anything.
-func (r *run) foresight(ctx context.Context) (bool, error) {
-	soon := r.upcoming(r.bootDelay + r.opts.GPUStartup + r.opts.Loop)
-	if len(r.cl.pending)+len(soon) > 0 {
-		extra := make([]*corev1.Pod, len(soon))
-		for i, p := range soon {
-			extra[i] = p.obj
-		}
-		pool, p, err := r.plan(v1alpha1.NodeProvisionerSpec{}, extra...)
-		if err != nil {
-			return false, err
-		}
-		if r.scaleUp(ctx, pool, p) {
-			return true, nil
-		}
-	}
-	keep := r.neededBy(soon)
-	return r.scaleDown(ctx, func(n *node) bool { return n.ready && len(n.pods) == 0 && !keep[n] }, 0, true, nil)
-}
-
-// upcoming are the pods that arrive within d from now, in arrival order.
-func (r *run) upcoming(d time.Duration) []*pod {
-	end := r.next
-	for end < len(r.pods) && r.pods[end].At <= r.now+d {
-		end++
-	}
-	return r.pods[r.next:end]
-}
-
-// neededBy are the empty Ready nodes that the pending pods and then soon
-// take when placed first fit, after the room of the nodes that run pods
-// and of those still starting: the rest nothing will use before a new
-// order could replace them. It places them on copies of the nodes' room,
-// as schedule places pods.
-func (r *run) neededBy(soon []*pod) map[*node]bool {
-	var busy, empty []*node
-	for _, n := range r.cl.readyNodes() {
-		if len(n.pods) > 0 {
-			busy = append(busy, n)
-		} else {
-			empty = append(empty, n)
-		}
-	}
-	nodes := append(append(busy, r.cl.booting...), empty...)
-	room := make([]*node, len(nodes))
-	of := make(map[*node]*node, len(nodes))
-	for i, n := range nodes {
-		room[i] = &node{obj: n.obj, free: n.free.DeepCopy(), freeGPUs: n.freeGPUs}
-		of[room[i]] = n
-	}
-	needed := map[*node]bool{}
-	for _, p := range append(slices.Clone(r.cl.pending), soon...) {
-		if n := firstFit(room, p); n != nil {
-			plan.Subtract(n.free, p.req)
-			n.freeGPUs -= p.gpu
-			needed[of[n]] = true
-		}
-	}
-	return needed
-}
-
-// plan is the planner's decision for a spec over the cluster as it is,
-// made as the controller makes it; extra are pods taken as pending too
-// (the foresight policy's pods to come).
-func (r *run) plan(spec v1alpha1.NodeProvisionerSpec, extra ...*corev1.Pod) (plan.Pool, plan.Plan, error) {
-	pool, snapshot, pending, err := r.view(spec)
-	if err != nil {
-		return pool, plan.Plan{}, err
-	}
-	return pool, plan.Compute(pool, snapshot, append(slices.Clip(pending), extra...)), nil
-}
-
-// planAhead is plan with the pods a forecast expects planned for as the
-// controller plans them (provisioner.PlanAhead), within maxExtra an hour.
-// It returns how many of them the plan took.
-func (r *run) planAhead(spec v1alpha1.NodeProvisionerSpec, expected []*corev1.Pod, maxExtra float64) (plan.Pool, plan.Plan, int, error) {
-	pool, snapshot, pending, err := r.view(spec)
-	if err != nil {
-		return pool, plan.Plan{}, 0, err
-	}
-	p, ahead := provisioner.PlanAhead(pool, snapshot, pending, expected, maxExtra)
-	return pool, p, ahead, nil
-}
-
-// view is the planner's input for a spec: the pool, its nodes and the
-// pods that wait.
-func (r *run) view(spec v1alpha1.NodeProvisionerSpec) (plan.Pool, []plan.Node, []*corev1.Pod, error) {
-	pool, err := r.pool(spec)
-	if err != nil {
-		return pool, nil, nil, err
-	}
-	nodes, pods, pending := r.cl.objects()
-	groupOf := func(n *corev1.Node) string { return r.cl.nodes[n.Name].group }
-	snapshot, _ := provisioner.Snapshot(pool, nodes, pods, groupOf, r.instancesOf)
-	return pool, snapshot, pending, nil
-}
-
-// pool is the planner's input for a spec over the run's groups, built from
-// the core as the controller builds it.
-func (r *run) pool(spec v1alpha1.NodeProvisionerSpec) (plan.Pool, error) {
-	var groups []plan.Group
-	for _, name := range r.groups {
-		info, _ := r.core.Group(name)
-		tmpl, err := r.core.Template(name)
-		if err != nil {
-			return plan.Pool{}, err
-		}
-		target, _ := r.core.TargetSize(name)
-		price, ok := r.core.GroupPrice(name)
-		_, backingOff := r.core.Backoff(name)
-		groups = append(groups, plan.Group{Name: name, Template: tmpl, Nodes: target, MinSize: info.MinSize, MaxSize: info.MaxSize,
-			Unavailable: backingOff || !ok, Price: price, Spend: r.core.GroupSpend(name)})
-	}
-	return provisioner.Pool(spec, groups)
-}
-
-// scaleUp asks the core for what the plan adds; it reports whether it
-// added any.
-func (r *run) scaleUp(ctx context.Context, pool plan.Pool, p plan.Plan) bool {
-	added := false
-	for _, g := range pool.Groups {
-		n := p.Add[g.Name]
-		if n == 0 {
-			continue
-		}
-		if err := r.core.IncreaseSize(ctx, g.Name, n); err != nil {
-			r.opts.Logger.Debug("scale-up refused", "group", g.Name, "delta", n, "error", err)
-			continue
-		}
-		r.res.ScaleUps++
-		r.res.NodesAdded += n
-		added = true
-	}
-	if added {
-		r.lastAdd = r.now
-	}
-	return added
-}
-
-// scaleDown times the nodes that are unneeded (a node stops being unneeded
-// when it no longer is) and, if it may, deletes those unneeded for at
-// least delay, or those early (non-nil) lets go sooner. It reports whether
-// it deleted any.
-func (r *run) scaleDown(ctx context.Context, unneeded func(*node) bool, delay time.Duration, may bool, early func(group string, idle time.Duration) bool) (bool, error) {
-	byGroup := map[string][]string{}
-	for _, name := range slices.Sorted(maps.Keys(r.cl.nodes)) { // early spends a pool's room: the same nodes from run to run
-		n := r.cl.nodes[name]
-		switch {
-		case !unneeded(n):
-			n.unneededSince = -1
-		case n.unneededSince < 0:
-			n.unneededSince = r.now
-		case may && len(n.pods) == 0 && (r.now-n.unneededSince >= delay || early != nil && early(n.group, r.now-n.unneededSince)):
-			byGroup[n.group] = append(byGroup[n.group], n.providerID)
-		}
-	}
-	deleted := false
-	for _, g := range r.groups {
-		pids := byGroup[g]
-		if len(pids) == 0 {
-			continue
-		}
-		slices.Sort(pids)
-		if err := r.core.DeleteNodes(ctx, g, pids); err != nil {
-			r.opts.Logger.Debug("scale-down refused", "group", g, "error", err)
-			continue
-		}
-		gone := map[string]bool{}
-		for _, pid := range pids {
-			gone[pid] = true
-		}
-		for _, n := range r.cl.nodes {
-			if gone[n.providerID] {
-				r.cl.remove(n)
-			}
-		}
-		r.res.NodesRemoved += len(pids)
-		deleted = true
-	}
-	return deleted, nil
-}
-
-// ahead feeds the forecast the demand now, by shape of pod, and returns
-// the pods it adds to the plan (forecast.Demand.Ahead within one start-up
-// time: boot, GPU start-up, a loop, for the spec's coverage), and whether
-// it ordered ahead for every shape it has seen (provisioner.Outlook's
-// Whole). None without a forecast, or before it has learned
-// Options.TrainFor.
-func (r *run) ahead() (out []*corev1.Pod, whole bool) {
-	if r.demand == nil {
-		return nil, false
-	}
-	now := epoch.Add(r.now)
-	count := map[forecast.Shape]int{}
-	for _, p := range r.cl.pending {
-		count[forecast.Shape{GPUs: p.GPUs, MIG: p.MIG}]++
-	}
-	for _, p := range r.running {
-		if p.node != nil && p.started { // not one a reclaim put back in the queue
-			count[forecast.Shape{GPUs: p.GPUs, MIG: p.MIG}]++
-		}
-	}
-	r.demand.Observe(now, count)
-	if r.demand.Learned(now) < r.opts.TrainFor {
-		return nil, false
-	}
-	whole = r.demand.AllTrusted()
-	for _, w := range r.demand.Ahead(now, r.bootDelay+r.opts.GPUStartup+r.opts.Loop, provisioner.Coverage(r.opts.Provisioner.Forecast)) {
-		for i := range w.Pods {
-			out = append(out, podObject(Pod{Name: fmt.Sprintf("forecast-%d-%s-%d", w.Shape.GPUs, w.Shape.MIG, i), GPUs: w.Shape.GPUs, MIG: w.Shape.MIG}))
-		}
-	}
-	r.res.ForecastPeak = max(r.res.ForecastPeak, len(out))
-	return out, whole
 }

@@ -1,0 +1,112 @@
+package simulate
+
+import (
+	"context"
+	"fmt"
+	"math"
+
+	"github.com/gpuscaler/gpuscaler/api/v1alpha1"
+	"github.com/gpuscaler/gpuscaler/internal/forecast"
+	"github.com/gpuscaler/gpuscaler/internal/provisioner"
+	"github.com/gpuscaler/gpuscaler/internal/provisioner/plan"
+	corev1 "k8s.io/api/core/v1"
+)
+
+// provision is one pass of the NodeProvisioner controller over the pool;
+// it reports whether it asked the core for anything. The plan is made
+// again only when the cluster or the core changed since the last one, or
+// pods wait: otherwise it would be the same.
+func (r *run) provision(ctx context.Context) (bool, error) {
+	ahead, whole := r.ahead()
+	maxExtra := math.Inf(1)
+	if fc := r.opts.Provisioner.Forecast; fc != nil && fc.MaxExtraHourlyCost != "" {
+		maxExtra, _ = provisioner.MaxExtraHourlyCost(fc) // checked by Run
+	}
+	return r.provisionAhead(ctx, ahead, whole, maxExtra, r.demand != nil)
+}
+
+// provisionAhead is one pass of the NodeProvisioner controller that plans
+// for the pods ahead as if they were pending (within maxExtra an hour),
+// and lets idle nodes go after the forecast's scale-down delay while
+// whole (every shape of pod is ordered ahead for). forecasting says the
+// spec has a forecast (as the CRD defaults it) though it does not set one.
+func (r *run) provisionAhead(ctx context.Context, ahead []*corev1.Pod, whole bool, maxExtra float64, forecasting bool) (bool, error) {
+	asked := false
+	// A plan made for pods expected is made again once none are: the
+	// nodes it kept for them may go.
+	aheadBefore := r.aheadBefore
+	r.aheadBefore = len(ahead)
+	if r.dirty || len(r.cl.pending) > 0 || r.last == nil || len(ahead) > 0 || aheadBefore > 0 {
+		pool, p, planned, err := r.planAhead(r.opts.Provisioner, ahead, maxExtra)
+		if err != nil {
+			return false, err
+		}
+		r.last, r.lastAhead, r.dirty = &p, planned, false
+		if asked = r.scaleUp(ctx, pool, p); asked && p.Reason != provisioner.ReasonForecast {
+			return true, nil // as the controller: only orders ahead let scale-down go on
+		}
+	} else if len(r.last.Add) > 0 && r.last.Reason != provisioner.ReasonForecast {
+		return false, nil // the core refused it last time; nothing changed since
+	}
+	// As the controller: a forecast that vouches for the pool lets its
+	// idle nodes go sooner.
+	spec := r.opts.Provisioner
+	if forecasting && spec.Forecast == nil {
+		spec.Forecast = &v1alpha1.Forecast{} // as the CRD defaults it
+	}
+	delay := provisioner.ScaleDownDelay(spec, whole && maxExtra > 0 && r.lastAhead == len(ahead))
+	doomed := map[string]bool{}
+	for _, name := range r.last.Remove {
+		doomed[name] = true
+	}
+	// As the controller: as many as a group's standby pool takes back go
+	// after its scaleDownAfter.
+	down, err := r.scaleDown(ctx, func(n *node) bool { return doomed[n.name] }, delay, true, provisioner.NewPoolReturns(r.core).Take)
+	return asked || down, err
+}
+
+// ahead feeds the forecast the demand now, by shape of pod, and returns
+// the pods it adds to the plan (forecast.Demand.Ahead within one start-up
+// time: boot, GPU start-up, a loop, for the spec's coverage), and whether
+// it ordered ahead for every shape it has seen (provisioner.Outlook's
+// Whole). None without a forecast, or before it has learned
+// Options.TrainFor.
+func (r *run) ahead() (out []*corev1.Pod, whole bool) {
+	if r.demand == nil {
+		return nil, false
+	}
+	now := epoch.Add(r.now)
+	count := map[forecast.Shape]int{}
+	for _, p := range r.cl.pending {
+		count[forecast.Shape{GPUs: p.GPUs, MIG: p.MIG}]++
+	}
+	for _, p := range r.running {
+		if p.node != nil && p.started { // not one a reclaim put back in the queue
+			count[forecast.Shape{GPUs: p.GPUs, MIG: p.MIG}]++
+		}
+	}
+	r.demand.Observe(now, count)
+	if r.demand.Learned(now) < r.opts.TrainFor {
+		return nil, false
+	}
+	whole = r.demand.AllTrusted()
+	for _, w := range r.demand.Ahead(now, r.bootDelay+r.opts.GPUStartup+r.opts.Loop, provisioner.Coverage(r.opts.Provisioner.Forecast)) {
+		for i := range w.Pods {
+			out = append(out, podObject(Pod{Name: fmt.Sprintf("forecast-%d-%s-%d", w.Shape.GPUs, w.Shape.MIG, i), GPUs: w.Shape.GPUs, MIG: w.Shape.MIG}))
+		}
+	}
+	r.res.ForecastPeak = max(r.res.ForecastPeak, len(out))
+	return out, whole
+}
+
+// planAhead is plan with the pods a forecast expects planned for as the
+// controller plans them (provisioner.PlanAhead), within maxExtra an hour.
+// It returns how many of them the plan took.
+func (r *run) planAhead(spec v1alpha1.NodeProvisionerSpec, expected []*corev1.Pod, maxExtra float64) (plan.Pool, plan.Plan, int, error) {
+	pool, snapshot, pending, err := r.view(spec)
+	if err != nil {
+		return pool, plan.Plan{}, 0, err
+	}
+	p, ahead := provisioner.PlanAhead(pool, snapshot, pending, expected, maxExtra)
+	return pool, p, ahead, nil
+}
