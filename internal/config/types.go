@@ -301,6 +301,9 @@ type SimConfig struct {
 	Capacity []SimCapacity `json:"capacity,omitempty"`
 	// BootDelay is the time from create to running; default 20s.
 	BootDelay *metav1.Duration `json:"bootDelay,omitempty"`
+	// BootDelayP95, when longer than BootDelay, makes each boot a draw:
+	// log-normal, BootDelay its median and this its 95th percentile.
+	BootDelayP95 *metav1.Duration `json:"bootDelayP95,omitempty"`
 	// DeleteDelay is the time from delete to gone; default 5s.
 	DeleteDelay *metav1.Duration `json:"deleteDelay,omitempty"`
 	// APILatency is added to every API call; default 0.
@@ -332,6 +335,9 @@ type SimConfig struct {
 	// StartDelay is the time from starting a stopped (standby) instance to
 	// running; default 15s.
 	StartDelay *metav1.Duration `json:"startDelay,omitempty"`
+	// StartDelayP95, when longer than StartDelay, makes each start a draw:
+	// log-normal, StartDelay its median and this its 95th percentile.
+	StartDelayP95 *metav1.Duration `json:"startDelayP95,omitempty"`
 	// StartFailureRate is the chance (0..1) that starting a stopped
 	// instance is refused for want of capacity; default 0.
 	StartFailureRate float64 `json:"startFailureRate,omitempty" jsonschema:"minimum=0,maximum=1"`

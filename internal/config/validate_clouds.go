@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
@@ -46,8 +47,8 @@ var providerIDPrefix = regexp.MustCompile(`^[a-z][a-z0-9+.-]*://$`)
 // simCapacityTypes are the values clouds.sim.capacity[*].capacityType takes.
 func simCapacityTypes() []string { return []string{"spot", "on-demand"} }
 
-// configuredClouds lists the clouds with a section in the file.
-func configuredClouds(c Clouds) []string {
+// Configured lists the clouds with a section in the file.
+func (c Clouds) Configured() []string {
 	var names []string
 	if c.Sim != nil {
 		names = append(names, CloudSim)
@@ -68,7 +69,7 @@ func configuredClouds(c Clouds) []string {
 }
 
 func validateClouds(p *field.Path, c Clouds) field.ErrorList {
-	if len(configuredClouds(c)) == 0 {
+	if len(c.Configured()) == 0 {
 		return field.ErrorList{field.Required(p, "configure at least one cloud ("+strings.Join(cloudNames(), ", ")+")")}
 	}
 	var errs field.ErrorList
@@ -269,6 +270,8 @@ func validateSim(p *field.Path, s *SimConfig) field.ErrorList {
 		}
 	}
 	errs = append(errs, nonNegative(p.Child("bootDelay"), s.BootDelay)...)
+	errs = append(errs, p95(p.Child("bootDelayP95"), s.BootDelayP95, s.BootDelay)...)
+	errs = append(errs, p95(p.Child("startDelayP95"), s.StartDelayP95, s.StartDelay)...)
 	errs = append(errs, nonNegative(p.Child("deleteDelay"), s.DeleteDelay)...)
 	errs = append(errs, nonNegative(p.Child("apiLatency"), s.APILatency)...)
 	errs = append(errs, fraction(p.Child("faultRate"), s.FaultRate, true)...)
@@ -285,6 +288,18 @@ func validateSim(p *field.Path, s *SimConfig) field.ErrorList {
 		errs = append(errs, field.Invalid(p.Child("gpuFailures"), s.GPUFailures, "must be >= 0"))
 	}
 	return errs
+}
+
+// p95 checks a delay's 95th percentile: at least its median, when both
+// are set.
+func p95(path *field.Path, p95, median *metav1.Duration) field.ErrorList {
+	if p95 == nil {
+		return nil
+	}
+	if median != nil && p95.Duration < median.Duration {
+		return field.ErrorList{field.Invalid(path, p95.Duration.String(), "must be at least the median, "+median.Duration.String())}
+	}
+	return nonNegative(path, p95)
 }
 
 // instanceGroupRef is the long form of an instance group's name, with an

@@ -181,7 +181,7 @@ func validateGroupCloud(p *field.Path, name string, c Clouds) field.ErrorList {
 		return field.ErrorList{field.Required(p, "name a cloud configured under clouds")}
 	case !slices.Contains(cloudNames(), name):
 		return field.ErrorList{field.NotSupported(p, name, cloudNames())}
-	case !slices.Contains(configuredClouds(c), name):
+	case !slices.Contains(c.Configured(), name):
 		return field.ErrorList{field.Invalid(p, name, fmt.Sprintf("clouds.%s is not configured", name))}
 	}
 	return nil

@@ -17,6 +17,7 @@ func SimConfig(c config.SimConfig) sim.Config {
 		BootDelay: duration(c.BootDelay), DeleteDelay: duration(c.DeleteDelay), APILatency: duration(c.APILatency),
 		FaultRate: c.FaultRate, SpotReclaimRate: c.SpotReclaimRate,
 		StartDelay: duration(c.StartDelay), StartFailureRate: c.StartFailureRate, StoppedPrice: c.StoppedPrice,
+		BootDelayP95: duration(c.BootDelayP95), StartDelayP95: duration(c.StartDelayP95),
 	}
 	for _, k := range c.Capacity {
 		out.Capacity = append(out.Capacity, sim.Capacity{InstanceType: k.InstanceType, Location: k.Location, CapacityType: k.CapacityType, Count: k.Count})

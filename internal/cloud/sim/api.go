@@ -2,7 +2,6 @@ package sim
 
 import (
 	"context"
-	"time"
 
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
 )
@@ -130,7 +129,8 @@ func (e *Engine) Create(ctx context.Context, cluster string, spec cloud.CreateSp
 	if spec.UserData != "" {
 		e.scripts[spec.Name] = spec.UserData
 	}
-	e.scheduleLocked(in, now.Add(e.bootDelay).UnixNano())
+	in.runningAt = now.Add(e.delayLocked("boot", spec.Name, e.bootDelay, e.bootP95)).UnixNano()
+	e.scheduleLocked(in, in.runningAt)
 	e.notifyLocked()
 	if e.lostLocked("create") || e.unknownRate > 0 && e.rollLocked("lose create", spec.Name) < e.unknownRate {
 		return cloud.Instance{}, cloud.Errorf(cloud.ErrOutcomeUnknown, "create", "simulated timeout after the order reached the cloud")
@@ -206,7 +206,8 @@ func (e *Engine) Start(ctx context.Context, cluster string, inst cloud.Instance)
 		}
 		e.used[k]++
 		in.state = pending
-		e.scheduleLocked(in, e.clock.Now().Add(e.startDelay).UnixNano())
+		in.runningAt = e.clock.Now().Add(e.delayLocked("start", in.name, e.startDelay, e.startP95)).UnixNano()
+		e.scheduleLocked(in, in.runningAt)
 		return nil
 	})
 }
@@ -285,9 +286,6 @@ func (e *Engine) power(ctx context.Context, op, cluster, name string, act func(*
 // StoppedPrice is a stopped instance's hourly price, the same for every
 // offering.
 func (e *Engine) StoppedPrice(cloud.OfferingKey) float64 { return e.stoppedPrice }
-
-// StartDelay is the time from a start to running.
-func (e *Engine) StartDelay() time.Duration { return e.startDelay }
 
 // Count returns how many instances the engine holds for a cluster, in any
 // state, without counting as an API call.

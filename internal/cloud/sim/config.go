@@ -17,6 +17,10 @@ type Config struct {
 	// BootDelay is the time from create to running, DeleteDelay from
 	// delete to gone; APILatency is added to every API call.
 	BootDelay, DeleteDelay, APILatency *time.Duration
+	// BootDelayP95 and StartDelayP95, when longer than BootDelay and
+	// StartDelay, make each boot and start a draw of its own: log-normal,
+	// with the delay as its median and this as its 95th percentile.
+	BootDelayP95, StartDelayP95 *time.Duration
 	// FaultRate is the fraction (0..1) of API calls that fail transiently.
 	FaultRate float64
 	// SpotReclaimRate is the chance (0..1) per hour that a running spot

@@ -69,9 +69,10 @@ type Engine struct {
 	listLag      time.Duration
 	startDelay   time.Duration
 	stoppedPrice float64
+	// bootP95, startP95 make boots and starts draws (Config).
+	bootP95, startP95 time.Duration
 
-	mu  sync.Mutex
-	rng *rand.Rand
+	mu sync.Mutex
 	// seed and rolls key the engine's faults: the n-th call of an
 	// operation on a subject draws the same fault in every run, whatever
 	// order concurrent callers reach the engine in (see rollLocked).
@@ -122,7 +123,9 @@ type instance struct {
 	// in Unix nanoseconds on the engine's clock.
 	created int64
 	due     int64
-	state   life
+	// runningAt is when it runs, or ran last (its boot's or start's draw).
+	runningAt int64
+	state     life
 	// parked: deleted while stopped, so billed at the stopped price
 	// until gone (fits in the struct's padding).
 	parked bool
@@ -233,13 +236,14 @@ func NewEngine(cfg Config, opts Options) (*Engine, error) {
 		clock:            opts.Clock,
 		log:              opts.Logger,
 		bootDelay:        durationOr(cfg.BootDelay, DefaultBootDelay),
+		bootP95:          durationOr(cfg.BootDelayP95, 0),
+		startP95:         durationOr(cfg.StartDelayP95, 0),
 		deleteDelay:      durationOr(cfg.DeleteDelay, DefaultDeleteDelay),
 		latency:          durationOr(cfg.APILatency, 0),
 		startDelay:       durationOr(cfg.StartDelay, DefaultStartDelay),
 		stoppedPrice:     stoppedPrice,
 		startFailureRate: cfg.StartFailureRate,
 		listLag:          opts.ListLag,
-		rng:              rand.New(rand.NewPCG(uint64(seed), uint64(seed)^0x9e3779b97f4a7c15)),
 		seed:             uint64(seed),
 		rolls:            map[string]map[string]int{},
 		faultRate:        cfg.FaultRate,
@@ -460,7 +464,7 @@ func (e *Engine) advanceLocked() {
 			bootAt := in.due
 			in.state, in.due = running, 0
 			if in.offering.CapacityType == cloud.Spot && e.reclaimPerHour > 0 {
-				e.scheduleLocked(in, bootAt+int64(e.lifetimeLocked()))
+				e.scheduleLocked(in, bootAt+int64(e.lifetimeLocked(in.name)))
 			}
 			changed = true
 		}
@@ -502,13 +506,17 @@ func (e *Engine) Parked(name string) bool {
 // lifetimeLocked draws how long a spot instance runs before it is
 // reclaimed: exponentially distributed, so that the chance of a reclaim
 // within any hour of running is reclaimPerHour.
-func (e *Engine) lifetimeLocked() time.Duration {
+func (e *Engine) lifetimeLocked(name string) time.Duration {
+	// Drawn for the instance by name, not from one sequence: instances
+	// that start at one instant (a core's concurrent starts) draw the
+	// same lifetimes whatever order their calls came in.
+	u := e.rollLocked("reclaim", name)
 	if e.reclaimPerHour >= 1 {
 		// Certain within the hour: spread uniformly over it.
-		return time.Duration(e.rng.Float64() * float64(time.Hour))
+		return time.Duration(u * float64(time.Hour))
 	}
 	perHour := -math.Log1p(-e.reclaimPerHour)
-	hours := -math.Log1p(-e.rng.Float64()) / perHour
+	hours := -math.Log1p(-u) / perHour
 	const maxHours = 100 * 365 * 24 // keeps the Duration from overflowing
 	return time.Duration(min(hours, maxHours) * float64(time.Hour))
 }
@@ -526,6 +534,32 @@ func (e *Engine) removeLocked(in *instance) {
 }
 
 // scheduleLocked sets when the instance's state next changes.
+// delayLocked is one draw of a boot or start (what) of the instance
+// named name: median when p95 is not longer, else log-normal with that
+// median and 95th percentile, the same for the same seed and the n-th
+// draw of a name.
+func (e *Engine) delayLocked(what, name string, median, p95 time.Duration) time.Duration {
+	if p95 <= median || median <= 0 {
+		return median
+	}
+	u := min(max(e.rollLocked(what, name), 1e-9), 1-1e-9)
+	z := math.Sqrt2 * math.Erfinv(2*u-1)
+	sigma := math.Log(float64(p95)/float64(median)) / 1.6448536269514722 // the standard normal's 95th percentile
+	return time.Duration(float64(median) * math.Exp(sigma*z))
+}
+
+// RunningAt returns when the instance named name runs (booting or
+// starting: when it will), or last began to; false for no such instance.
+func (e *Engine) RunningAt(name string) (time.Time, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	in, ok := e.instances[name]
+	if !ok || in.runningAt == 0 {
+		return time.Time{}, false
+	}
+	return time.Unix(0, in.runningAt), true
+}
+
 func (e *Engine) scheduleLocked(in *instance, at int64) {
 	in.due = at
 	heap.Push(&e.events, event{at: at, in: in, state: in.state})

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"testing"
 	"time"
 
@@ -524,5 +525,48 @@ func TestStartFailureRate(t *testing.T) {
 	}
 	if err := acct.Start(ctx, a); !errors.Is(err, cloud.ErrCapacity) {
 		t.Fatalf("start: %v, want refused", err)
+	}
+}
+
+// With a 95th percentile above the median, each boot is a draw of its
+// own: over many boots the median and the 95th percentile come out as
+// configured, and the same seed draws the same boots.
+func TestBootDelaysAreDrawn(t *testing.T) {
+	boots := func(seed int64) []time.Duration {
+		many := 1000
+		e, _ := newTestEngine(t, Config{Seed: seed, DefaultCapacity: &many, BootDelay: Duration(time.Minute), BootDelayP95: Duration(3 * time.Minute)}, Options{})
+		acct := e.Account("c1")
+		var out []time.Duration
+		for i := range 400 {
+			name := fmt.Sprintf("n%d", i)
+			if _, err := acct.Create(context.Background(), spec(name, cloud.OnDemand)); err != nil {
+				t.Fatal(err)
+			}
+			at, ok := e.RunningAt(name)
+			if !ok {
+				t.Fatalf("%s: no running time", name)
+			}
+			out = append(out, at.Sub(t0))
+		}
+		return out
+	}
+	a, b := boots(7), boots(7)
+	if !slices.Equal(a, b) {
+		t.Fatal("the same seed drew other boots")
+	}
+	slices.Sort(a)
+	if med := a[len(a)/2]; med < 54*time.Second || med > 66*time.Second {
+		t.Errorf("median boot %s, want about 1m", med)
+	}
+	if p95 := a[len(a)*95/100]; p95 < 150*time.Second || p95 > 210*time.Second {
+		t.Errorf("95th percentile %s, want about 3m", p95)
+	}
+	// Without a 95th percentile, every boot takes the delay.
+	e, _ := newTestEngine(t, Config{BootDelay: Duration(time.Minute)}, Options{})
+	if _, err := e.Account("c1").Create(context.Background(), spec("x", cloud.OnDemand)); err != nil {
+		t.Fatal(err)
+	}
+	if at, _ := e.RunningAt("x"); at.Sub(t0) != time.Minute {
+		t.Errorf("boot %s, want the constant 1m", at.Sub(t0))
 	}
 }
