@@ -139,7 +139,10 @@ func (z *sizer) takeLocked(g *group) *member {
 		if r < 0 {
 			continue
 		}
-		if best == nil || r < rank(best) || r == rank(best) && mem.createdAt < best.createdAt {
+		// The oldest of the best rank; among those ordered at one instant,
+		// the first by name: the same member whatever order the map gives.
+		if best == nil || r < rank(best) || r == rank(best) && (mem.createdAt < best.createdAt ||
+			mem.createdAt == best.createdAt && mem.name < best.name) {
 			best = mem
 		}
 	}
@@ -300,7 +303,10 @@ func (z *sizer) poolLocked(g *group) {
 			if (pool[i].standby == standbyStopped) != (pool[j].standby == standbyStopped) {
 				return pool[i].standby == standbyStopped
 			}
-			return pool[i].createdAt > pool[j].createdAt
+			if pool[i].createdAt != pool[j].createdAt {
+				return pool[i].createdAt > pool[j].createdAt
+			}
+			return pool[i].name > pool[j].name // the same ones whatever order the map gave
 		})
 		for _, mem := range pool[want:] {
 			z.removeLocked(g, mem, "standby pool above its size")
