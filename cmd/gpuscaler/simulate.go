@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpuscaler/gpuscaler/api/v1alpha1"
@@ -24,8 +26,48 @@ type simulateFlags struct {
 	seed                                                    uint64
 	standby, days                                           int
 	scale                                                   float64
-	gpuStartup, loop, trainFor, refillAfter, scaleDownAfter time.Duration
+	gpuStartup, standbyGPUStartup, loop, trainFor           time.Duration
+	refillAfter, scaleDownAfter                             time.Duration
 	forecast                                                bool
+	// cloud are the simulated cloud's timings and prices the flags put
+	// over the pool's clouds.sim.
+	cloud simCloudFlags
+}
+
+// simCloudFlags put the simulated cloud's boots, starts and stopped
+// price over the pool's clouds.sim, each only when given.
+type simCloudFlags struct {
+	bootDelay, bootDelayP95, startDelay, startDelayP95 time.Duration
+	startFailureRate, stoppedPrice                     float64
+}
+
+// add registers the flags.
+func (c *simCloudFlags) add(fl *pflag.FlagSet) {
+	fl.DurationVar(&c.bootDelay, "boot-delay", 0, "sets clouds.sim.bootDelay, the median time from an order to a registered Node (built-in pool: 4m30s)")
+	fl.DurationVar(&c.bootDelayP95, "boot-delay-p95", 0, "sets clouds.sim.bootDelayP95, its 95th percentile: each boot a log-normal draw (built-in pool: 7m30s)")
+	fl.DurationVar(&c.startDelay, "start-delay", 0, "sets clouds.sim.startDelay, the median time from a standby instance's start to its registered Node (built-in pool: 1m)")
+	fl.DurationVar(&c.startDelayP95, "start-delay-p95", 0, "sets clouds.sim.startDelayP95, its 95th percentile (built-in pool: 4m30s)")
+	fl.Float64Var(&c.startFailureRate, "start-failure-rate", 0, "sets clouds.sim.startFailureRate, the chance a start is refused for capacity (built-in pool: 0.2)")
+	fl.Float64Var(&c.stoppedPrice, "stopped-price", 0, "sets clouds.sim.stoppedPrice, a stopped instance's hourly price, its disk (built-in pool: 0.0466)")
+}
+
+// apply puts the flags that were given over s.
+func (c *simCloudFlags) apply(fl *pflag.FlagSet, s *config.SimConfig) {
+	duration := func(name string, d time.Duration, to **metav1.Duration) {
+		if fl.Changed(name) {
+			*to = &metav1.Duration{Duration: d}
+		}
+	}
+	duration("boot-delay", c.bootDelay, &s.BootDelay)
+	duration("boot-delay-p95", c.bootDelayP95, &s.BootDelayP95)
+	duration("start-delay", c.startDelay, &s.StartDelay)
+	duration("start-delay-p95", c.startDelayP95, &s.StartDelayP95)
+	if fl.Changed("start-failure-rate") {
+		s.StartFailureRate = c.startFailureRate
+	}
+	if fl.Changed("stopped-price") {
+		s.StoppedPrice = &c.stoppedPrice
+	}
 }
 
 func newSimulateCommand(g *globalFlags) *cobra.Command {
@@ -57,7 +99,9 @@ cost, next to a baseline that scales as cluster-autoscaler does with its default
 	fl.Float64Var(&f.scale, "scale", 1, "multiplies a built-in trace's arrival rate")
 	fl.StringVar(&f.policy, "policy", "all", "nodeprovisioner, cluster-autoscaler, oracle (the NodeProvisioner told every arrival in advance, with --standby's pools: a reference), or all side by side, with the floor no policy beats (both: the same as all)")
 	fl.StringVar(&f.provisioner, "provisioner", "", "a NodeProvisioner manifest whose spec the NodeProvisioner policy uses (default: its defaults over every group)")
-	fl.DurationVar(&f.gpuStartup, "gpu-startup", time.Minute, "time from an instance running to its GPUs being allocatable")
+	fl.DurationVar(&f.gpuStartup, "gpu-startup", simulate.FactGPUStartup, "time from a registered Node to its GPUs being allocatable (driver, device plugin)")
+	fl.DurationVar(&f.standbyGPUStartup, "standby-gpu-startup", simulate.FactStandbyGPUStartup, "the same for an instance started from standby")
+	f.cloud.add(fl)
 	fl.IntVar(&f.standby, "standby", defaultStandby, "standby pool size for each group without one; with --policy all, the NodeProvisioner also runs with it beside its run without (0: none)")
 	fl.DurationVar(&f.refillAfter, "standby-refill-after", 0, "how long --standby's pools wait, short, before they order fresh instances; meanwhile the nodes scaled down go back to them (standby.refillAfter)")
 	fl.DurationVar(&f.scaleDownAfter, "standby-scale-down-after", 0, "how long a node stays unneeded before it goes back to --standby's pool when the pool has room (standby.scaleDownAfter; 0: the NodeProvisioner's scaleDownDelay)")
@@ -95,11 +139,17 @@ func runSimulate(cmd *cobra.Command, f *simulateFlags, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", nameOr(f.config, "built-in pool"), err)
 	}
+	if cfg.Clouds.Sim != nil {
+		f.cloud.apply(cmd.Flags(), cfg.Clouds.Sim)
+		if err := config.Complete(cfg); err != nil {
+			return fmt.Errorf("%s with the flags: %w", nameOr(f.config, "built-in pool"), err)
+		}
+	}
 	trace, err := loadTrace(f)
 	if err != nil {
 		return err
 	}
-	opts := simulate.Options{Config: cfg, Seed: f.seed, GPUStartup: f.gpuStartup, Loop: f.loop, StandbyRefillAfter: f.refillAfter, StandbyScaleDownAfter: f.scaleDownAfter}
+	opts := simulate.Options{Config: cfg, Seed: f.seed, GPUStartup: f.gpuStartup, StandbyGPUStartup: f.standbyGPUStartup, Loop: f.loop, StandbyRefillAfter: f.refillAfter, StandbyScaleDownAfter: f.scaleDownAfter}
 	if cmd.Flags().Changed("log-level") {
 		// The core's own logs (wall-clock times, not the run's) only when
 		// asked for: a day of them buries the report.

@@ -62,3 +62,35 @@ func TestSimulateForecastNeedsDays(t *testing.T) {
 		t.Errorf("--days on a file: %v", err)
 	}
 }
+
+// The cloud's timings are flags over the pool's clouds.sim: given, they
+// change what runs (a shorter boot, a shorter wait), and they are checked
+// as the config is (a 95th percentile under its median names the field).
+func TestSimulateTimingFlags(t *testing.T) {
+	p95 := func(args ...string) string {
+		t.Helper()
+		var out, errOut bytes.Buffer
+		root := newRootCommand(&out, &errOut)
+		root.SetArgs(append([]string{"simulate", "--trace", "../../examples/traces/small.csv", "--policy", "nodeprovisioner", "--standby", "0"}, args...))
+		if err := root.Execute(); err != nil {
+			t.Fatalf("%v\n%s", err, errOut.String())
+		}
+		for _, line := range strings.Split(out.String(), "\n") {
+			if f := strings.Fields(line); len(f) >= 3 && f[0] == "pending" && f[1] == "p95" {
+				return f[2]
+			}
+		}
+		t.Fatalf("no p95 in:\n%s", out.String())
+		return ""
+	}
+	facts, fast := p95(), p95("--boot-delay", "30s", "--boot-delay-p95", "30s", "--gpu-startup", "30s")
+	if facts == fast || fast != "1m00s" {
+		t.Errorf("p95 wait %s on the facts, %s with 30 s boots and GPU start-ups; want 1m00s with them", facts, fast)
+	}
+	var out bytes.Buffer
+	root := newRootCommand(&out, &out)
+	root.SetArgs([]string{"simulate", "--trace", "../../examples/traces/small.csv", "--boot-delay", "2m", "--boot-delay-p95", "1m"})
+	if err := root.Execute(); err == nil || !strings.Contains(err.Error(), "clouds.sim.bootDelayP95") {
+		t.Fatalf("a p95 under its median: %v, want an error naming clouds.sim.bootDelayP95", err)
+	}
+}

@@ -51,11 +51,18 @@ func (r *run) observe() {
 			r.dirty = true
 			obj := tmpl.DeepCopy()
 			obj.Name, obj.Spec.ProviderID = in.Name, in.ProviderID
-			readyAt := in.CreatedAt.Sub(epoch) + r.bootDelay + r.opts.GPUStartup
+			// Ready once it runs (the cloud's draw of its boot, or of its
+			// start for one started from standby, which warmed up once
+			// already) and its GPUs have started.
+			gpuStartup := r.opts.GPUStartup
 			if !in.StartedAt.IsZero() {
-				// Started from standby: warmed up once already.
-				readyAt = in.StartedAt.Sub(epoch) + r.startDelay + r.opts.StandbyGPUStartup
+				gpuStartup = r.opts.StandbyGPUStartup
 			}
+			running, ok := r.engine.RunningAt(in.Name)
+			if !ok {
+				running = in.CreatedAt.Add(r.bootDelay)
+			}
+			readyAt := running.Sub(epoch) + gpuStartup
 			r.cl.join(&node{
 				name: in.Name, group: g, providerID: in.ProviderID, obj: obj, gpus: gpus,
 				readyAt: readyAt, free: obj.Status.Allocatable.DeepCopy(),

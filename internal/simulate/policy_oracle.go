@@ -9,11 +9,12 @@ import (
 )
 
 // oracle is one loop of the oracle: the NodeProvisioner planning for the
-// pods that will arrive within one start-up time, known in advance, as
+// pods that will arrive within one start-up time (the boot's 95th
+// percentile, GPU start-up and a loop), known in advance, as
 // for a forecast that is never wrong; it reports whether it asked the core
 // for anything.
 func (r *run) oracle(ctx context.Context) (bool, error) {
-	soon := r.upcoming(r.bootDelay + r.opts.GPUStartup + r.opts.Loop)
+	soon := r.upcoming(r.bootLead + r.opts.GPUStartup + r.opts.Loop)
 	ahead := make([]*corev1.Pod, len(soon))
 	for i, p := range soon {
 		ahead[i] = p.obj

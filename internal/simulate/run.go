@@ -29,14 +29,10 @@ import (
 // Cluster-autoscaler's defaults the baseline follows
 // (../docs/simulate.md cites them).
 const (
-	caGPUBatchWait    = 30 * time.Second
-	caUnneededTime    = 10 * time.Minute
-	caDelayAfterAdd   = 10 * time.Minute
-	defaultLoop       = 10 * time.Second
-	defaultGPUStartup = time.Minute
-	// defaultStandbyGPUStartup is a standby instance's GPU start-up once
-	// started: the device plugin registering again.
-	defaultStandbyGPUStartup = 15 * time.Second
+	caGPUBatchWait  = 30 * time.Second
+	caUnneededTime  = 10 * time.Minute
+	caDelayAfterAdd = 10 * time.Minute
+	defaultLoop     = 10 * time.Second
 	// defaultTrainFor is how long the forecast learns before it orders.
 	defaultTrainFor = 24 * time.Hour
 	// drainFor bounds how long after the trace's last arrival a run goes
@@ -67,7 +63,7 @@ type Options struct {
 	// 10 s. The core lists the cloud every sync.period of the Config.
 	Loop time.Duration
 	// GPUStartup is the time from an instance running to its GPUs being
-	// allocatable (drivers, device plugin); default 1 min.
+	// allocatable (drivers, device plugin); default FactGPUStartup.
 	GPUStartup time.Duration
 	// Sample is how often the timeline is sampled; default 5 min.
 	Sample time.Duration
@@ -82,8 +78,7 @@ type Options struct {
 	// gives (config.Standby.ScaleDownAfter); 0: none.
 	StandbyScaleDownAfter time.Duration
 	// StandbyGPUStartup is the time from a standby instance running again
-	// to its GPUs allocatable: drivers installed and images pulled at its
-	// warm-up, only the device plugin registers again; default 15 s.
+	// to its GPUs allocatable; default FactStandbyGPUStartup.
 	StandbyGPUStartup time.Duration
 	// Forecast has the NodeProvisioner policy also order ahead of demand:
 	// a forecast profile (internal/forecast) learns the pool's demand,
@@ -131,9 +126,10 @@ type run struct {
 	// gpuBatchWait is how old the baseline's oldest pending GPU pod must
 	// be before it scales up: caGPUBatchWait, or none with a standby pool.
 	gpuBatchWait time.Duration
-	// bootDelay is the simulated cloud's, for Nodes' start-up; startDelay
-	// its start of a stopped instance.
-	bootDelay, startDelay time.Duration
+	// bootDelay is the simulated cloud's median boot, which the forecast
+	// looks ahead by; bootLead its 95th percentile, which the oracle looks
+	// ahead by, so that it is seldom late.
+	bootDelay, bootLead time.Duration
 	// start is when the run begins: 0, the trace's start, or for the
 	// oracle one start-up time before its first arrival.
 	start time.Duration
@@ -195,6 +191,9 @@ func newRun(ctx context.Context, trace Trace, opts Options) (*run, error) {
 	if simCfg.BootDelay != nil {
 		boot = *simCfg.BootDelay
 	}
+	if simCfg.BootDelayP95 != nil {
+		boot = max(boot, *simCfg.BootDelayP95)
+	}
 	if opts.Policy == Oracle && len(trace.Pods) > 0 {
 		start = min(0, trace.Pods[0].At-(boot+opts.GPUStartup+opts.Loop))
 	}
@@ -212,10 +211,14 @@ func newRun(ctx context.Context, trace Trace, opts Options) (*run, error) {
 		return nil, fmt.Errorf("clouds.sim: %w", err)
 	}
 	r := &run{opts: opts, trace: trace, clock: clk, engine: engine, now: start, start: start, nextSync: start, reg: prometheus.NewRegistry(), cl: newCluster(),
-		bootDelay: sim.DefaultBootDelay, startDelay: engine.StartDelay(), res: &Result{Policy: opts.Policy, Trace: trace.Name, Standby: opts.Standby},
+		bootDelay: sim.DefaultBootDelay, res: &Result{Policy: opts.Policy, Trace: trace.Name, Standby: opts.Standby},
 		failed: map[string][]string{}, instances: map[string][]nodegroup.Instance{}}
 	if simCfg.BootDelay != nil {
 		r.bootDelay = *simCfg.BootDelay
+	}
+	r.bootLead = r.bootDelay
+	if simCfg.BootDelayP95 != nil {
+		r.bootLead = max(r.bootLead, *simCfg.BootDelayP95)
 	}
 	// The chart runs cluster-autoscaler without its wait for more GPU pods
 	// when a group keeps a standby pool (--bypassed-scheduler-names): the
@@ -278,7 +281,7 @@ func (opts Options) complete() (Options, error) {
 		return opts, fmt.Errorf("GPU start-up %s: negative", opts.GPUStartup)
 	}
 	if opts.GPUStartup == 0 {
-		opts.GPUStartup = defaultGPUStartup
+		opts.GPUStartup = FactGPUStartup
 	}
 	if opts.Sample <= 0 {
 		opts.Sample = 5 * time.Minute
@@ -288,7 +291,7 @@ func (opts Options) complete() (Options, error) {
 			opts.Standby, opts.StandbyGPUStartup, opts.StandbyRefillAfter, opts.StandbyScaleDownAfter)
 	}
 	if opts.StandbyGPUStartup == 0 {
-		opts.StandbyGPUStartup = defaultStandbyGPUStartup
+		opts.StandbyGPUStartup = FactStandbyGPUStartup
 	}
 	if _, err := provisioner.MaxExtraHourlyCost(opts.Provisioner.Forecast); err != nil {
 		return opts, err

@@ -103,7 +103,7 @@ func TestScaleDownAndWarmBuffer(t *testing.T) {
 	}}
 	delay := 5 * time.Minute
 	spec := v1alpha1.NodeProvisionerSpec{ScaleDownDelay: duration(delay)}
-	res := play(t, cfg, trace, Options{Policy: NodeProvisioner, Provisioner: spec})
+	res := play(t, cfg, trace, Options{Policy: NodeProvisioner, Provisioner: spec, GPUStartup: time.Minute})
 	// a: ordered at 0, starts at 120 s, ends at 720 s; the node is idle
 	// from then, unneeded at the 720 s loop, deleted at 1,020 s and paid
 	// until the next sync (every 30 s) finds it gone, at 1,050 s. b:
@@ -121,7 +121,7 @@ func TestScaleDownAndWarmBuffer(t *testing.T) {
 
 	buffer := int32(1)
 	spec.MinUnutilizedGPUNodes = &buffer
-	res = play(t, cfg, trace, Options{Policy: NodeProvisioner, Provisioner: spec})
+	res = play(t, cfg, trace, Options{Policy: NodeProvisioner, Provisioner: spec, GPUStartup: time.Minute})
 	if res.Wait(0.5) != 0 {
 		t.Errorf("with a warm buffer, median wait %s, want 0 (b starts on the spare node)", res.Wait(0.5))
 	}
@@ -131,6 +131,13 @@ func TestScaleDownAndWarmBuffer(t *testing.T) {
 }
 
 func duration(d time.Duration) *metav1.Duration { return &metav1.Duration{Duration: d} }
+
+// workedOutStandbyGPUStartup is the GPU start-up after a standby start
+// that the mechanics tests were worked out by hand with (beside a minute
+// cold): the device plugin alone, with the driver on the image. The runs'
+// defaults are facts.go's, which the docs' figures and
+// TestNoPolicyBeatsTheFloor use.
+const workedOutStandbyGPUStartup = 15 * time.Second
 
 // The same seed gives the same numbers; the built-in traces repeat too.
 func TestDeterministic(t *testing.T) {
@@ -162,6 +169,27 @@ nodeGroups:
 		t.Errorf("seeds 7 and 8 gave the same table:\n%s", first)
 	}
 	t.Logf("\n%s", first)
+}
+
+// A run with standby pools repeats too. Before, which of the pool's
+// members ordered at one instant a start took was the map's order, and
+// the spot lifetimes of members started at one instant came from one
+// sequence in the order their concurrent starts reached the cloud: the
+// same seed's cost varied by up to 10 %.
+func TestDeterministicWithStandby(t *testing.T) {
+	cfg := parse(t, BuiltinPool)
+	trace, err := Builtin("diurnal-inference", 0.5, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := play(t, cfg, trace, Options{Policy: NodeProvisioner, Standby: 2, Seed: 2})
+	for range 3 {
+		again := play(t, cfg, trace, Options{Policy: NodeProvisioner, Standby: 2, Seed: 2})
+		if again.Cost != first.Cost || again.Wait(0.95) != first.Wait(0.95) || again.StandbyStartFailed != first.StandbyStartFailed {
+			t.Fatalf("seed 2 gave cost %.2f, p95 %s, %d failed starts, then %.2f, %s, %d",
+				first.Cost, first.Wait(0.95), first.StandbyStartFailed, again.Cost, again.Wait(0.95), again.StandbyStartFailed)
+		}
+	}
 }
 
 // A malformed line is refused with its line number.
@@ -282,7 +310,7 @@ func TestSweep(t *testing.T) {
 	for i := range 20 {
 		trace.Pods = append(trace.Pods, Pod{At: time.Duration(i) * 40 * time.Minute, Duration: 10 * time.Minute, GPUs: 1})
 	}
-	results, err := sw.Run(context.Background(), trace, Options{Config: parse(t, oneGroup)})
+	results, err := sw.Run(context.Background(), trace, Options{Config: parse(t, oneGroup), GPUStartup: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -317,7 +345,7 @@ nodeGroups:
 	trace := Trace{Name: "two", Pods: []Pod{
 		{At: 0, Duration: 10 * time.Minute, GPUs: 1}, {At: 0, Duration: 10 * time.Minute, GPUs: 1},
 	}}
-	res := play(t, cfg, trace, Options{Policy: NodeProvisioner})
+	res := play(t, cfg, trace, Options{Policy: NodeProvisioner, GPUStartup: time.Minute})
 	if res.StockOuts != 1 || res.NodesAdded != 2 || res.Wait(1) != 120*time.Second {
 		t.Errorf("stock-outs %d, nodes added %d, longest wait %s; want 1, 2, 120s", res.StockOuts, res.NodesAdded, res.Wait(1))
 	}
@@ -466,7 +494,7 @@ func TestNoPolicyBeatsTheFloor(t *testing.T) {
 func TestStandbyStartOnAHandComputedTrace(t *testing.T) {
 	cfg := parse(t, oneGroup)
 	trace := Trace{Name: "one", Pods: []Pod{{Name: "a", At: 40 * time.Minute, Duration: 30 * time.Minute, GPUs: 1}}}
-	res := play(t, cfg, trace, Options{Policy: NodeProvisioner, GPUStartup: time.Minute, Standby: 1})
+	res := play(t, cfg, trace, Options{Policy: NodeProvisioner, GPUStartup: time.Minute, StandbyGPUStartup: workedOutStandbyGPUStartup, Standby: 1})
 	if res.Wait(1) != 30*time.Second {
 		t.Errorf("wait %s, want 30s", res.Wait(1))
 	}
@@ -485,26 +513,20 @@ func TestStandbyStartOnAHandComputedTrace(t *testing.T) {
 func TestBaselineWithStandbySkipsTheGPUWait(t *testing.T) {
 	cfg := parse(t, oneGroup)
 	trace := Trace{Name: "one", Pods: []Pod{{Name: "a", At: 40 * time.Minute, Duration: 30 * time.Minute, GPUs: 1}}}
-	res := play(t, cfg, trace, Options{Policy: Baseline, GPUStartup: time.Minute, Standby: 1})
+	res := play(t, cfg, trace, Options{Policy: Baseline, GPUStartup: time.Minute, StandbyGPUStartup: workedOutStandbyGPUStartup, Standby: 1})
 	if res.Wait(1) != 30*time.Second || res.StandbyStarts != 1 {
 		t.Errorf("wait %s, standby starts %d; want 30s, 1", res.Wait(1), res.StandbyStarts)
 	}
 }
 
-// On the built-in traces whose demand comes a pod or two at a time
-// (diurnal inference, training jobs), a standby pool of two per group
-// takes the NodeProvisioner's p95 wait from minutes to under 45 s for at
-// most 3 % more cost (docs/standby.md). Bursts of dozens of jobs at once
-// (bursty-batch) outrun such a pool: TestStandbyServesBursts.
+// On demand that comes and goes with the day, or at random (diurnal
+// inference, training jobs), a standby pool of two per group shortens the
+// NodeProvisioner's p95 wait for at most 3 % more cost: by what a start
+// saves over a boot, since the GPUs start again after a start (facts.go).
+// The 45 s it showed before assumed 15 s starts and GPU start-ups, which
+// no cloud documents.
 func TestStandbyShortensTheWait(t *testing.T) {
-	cfg := parse(t, `clusterName: simulate
-clouds:
-  sim: {locations: [FIN-01, FIN-02, FIN-03], defaultCapacity: 60, bootDelay: 90s, spotReclaimRate: 0.02}
-nodeGroups:
-  - {name: h100-spot, cloud: sim, instanceType: 1H100.80S.30V, locations: [FIN-01, FIN-02], capacityPolicy: prefer-spot, maxSize: 100}
-  - {name: h100x8, cloud: sim, instanceType: 8H100.80S.176V, locations: [FIN-03], maxSize: 20}
-  - {name: a100-mig, cloud: sim, instanceType: 1A100.22V, locations: [FIN-01], maxSize: 20, mig: {profile: all-1g.10gb, strategy: mixed}}
-`)
+	cfg := parse(t, BuiltinPool)
 	for _, name := range []string{"diurnal-inference", "training-jobs"} {
 		t.Run(name, func(t *testing.T) {
 			trace, err := Builtin(name, 1, 1)
@@ -513,8 +535,8 @@ nodeGroups:
 			}
 			cold := play(t, cfg, trace, Options{Policy: NodeProvisioner, Seed: 1})
 			warm := play(t, cfg, trace, Options{Policy: NodeProvisioner, Seed: 1, Standby: 2})
-			if w := warm.Wait(0.95); w > 45*time.Second || w >= cold.Wait(0.95) {
-				t.Errorf("p95 wait %s with standby, %s without: want at most 45s", w, cold.Wait(0.95))
+			if w := warm.Wait(0.95); w >= cold.Wait(0.95) {
+				t.Errorf("p95 wait %s with standby, %s without: want it shorter", w, cold.Wait(0.95))
 			}
 			if warm.Cost > 1.03*cold.Cost {
 				t.Errorf("cost %.2f with standby, %.2f without: more than 3%% more", warm.Cost, cold.Cost)
@@ -653,7 +675,7 @@ func TestForecastLeavesRandomDemandAlone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := Options{Policy: NodeProvisioner, MeasureFrom: 24 * time.Hour}
+	opts := Options{Policy: NodeProvisioner, GPUStartup: time.Minute, MeasureFrom: 24 * time.Hour}
 	without := play(t, cfg, trace, opts)
 	opts.Forecast = true
 	with := play(t, cfg, trace, opts)
@@ -680,7 +702,7 @@ nodeGroups:
   - {name: h100, cloud: sim, instanceType: 1H100.80S.30V, locations: [FIN-01], maxSize: 8`+standby+`}
 `)
 	}
-	opts := Options{Policy: Baseline, GPUStartup: time.Minute, MeasureFrom: 24 * time.Hour}
+	opts := Options{Policy: Baseline, GPUStartup: time.Minute, StandbyGPUStartup: workedOutStandbyGPUStartup, MeasureFrom: 24 * time.Hour}
 	opts.Config = doc("")
 	without := play(t, opts.Config, dailyAtNine(), opts)
 	opts.Config = doc(", standby: {size: 0, warmFor: 30s, forecast: {maxSize: 4, trainFor: 24h, leadTime: 10m}}")
@@ -711,7 +733,7 @@ nodeGroups:
 	for i := range 4 {
 		tr.Pods = append(tr.Pods, Pod{Name: fmt.Sprintf("p%d", i), At: 0, Duration: 30 * time.Minute, GPUs: 1})
 	}
-	res := play(t, cfg, tr, Options{Policy: NodeProvisioner, Seed: 1})
+	res := play(t, cfg, tr, Options{Policy: NodeProvisioner, Seed: 1, GPUStartup: time.Minute, StandbyGPUStartup: workedOutStandbyGPUStartup})
 	if w := res.Wait(1); w > 45*time.Second {
 		t.Fatalf("the slowest of four pods at the trace's start waited %s with a pool of four: a cold boot, not a standby start", w)
 	}
@@ -723,9 +745,9 @@ nodeGroups:
 // Bursts of dozens of jobs at once (bursty-batch) are served from pools
 // where they land (examples/sim-standby-bursty.yaml): the nodes a burst
 // brings up go back to the pools as they go idle (refillAfter), two
-// minutes after their work (scaleDownAfter), so p95 wait falls under 45 s
-// for no more than 3 % over the NodeProvisioner without pools, on each of
-// three seeds.
+// minutes after their work (scaleDownAfter), so the p95 wait is shorter
+// than without pools, for no more than 3 % more cost, on each of three
+// seeds.
 func TestStandbyServesBursts(t *testing.T) {
 	pooled, err := config.Load("../../examples/sim-standby-bursty.yaml")
 	if err != nil {
@@ -744,8 +766,8 @@ func TestStandbyServesBursts(t *testing.T) {
 			}
 			cold := play(t, &bare, trace, Options{Policy: NodeProvisioner, Seed: seed})
 			warm := play(t, pooled, trace, Options{Policy: NodeProvisioner, Seed: seed})
-			if w := warm.Wait(0.95); w > 45*time.Second {
-				t.Errorf("p95 wait %s with the pools, %s without: want at most 45s", w, cold.Wait(0.95))
+			if w := warm.Wait(0.95); w >= cold.Wait(0.95) {
+				t.Errorf("p95 wait %s with the pools, %s without: want it shorter", w, cold.Wait(0.95))
 			}
 			if warm.Cost > 1.03*cold.Cost {
 				t.Errorf("cost %.2f with the pools, %.2f without: more than 3%% more", warm.Cost, cold.Cost)
@@ -784,5 +806,24 @@ func TestForecastNearsTheBoundOnDiurnalDemand(t *testing.T) {
 	}
 	if w := alone.Wait(0.95); w < 90*time.Second {
 		t.Errorf("the NodeProvisioner alone waits %s at p95: the trace no longer asks anything of the forecast", w)
+	}
+}
+
+// The built-in pool plays the cloud's part of facts.go: what the docs cite
+// is what runs.
+func TestBuiltinPoolPlaysTheFacts(t *testing.T) {
+	s := parse(t, BuiltinPool).Clouds.Sim
+	for name, c := range map[string]struct{ got, want time.Duration }{
+		"bootDelay":     {s.BootDelay.Duration, FactBootDelay},
+		"bootDelayP95":  {s.BootDelayP95.Duration, FactBootDelayP95},
+		"startDelay":    {s.StartDelay.Duration, FactStartDelay},
+		"startDelayP95": {s.StartDelayP95.Duration, FactStartDelayP95},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s %s, facts.go says %s", name, c.got, c.want)
+		}
+	}
+	if s.StartFailureRate != FactStartFailureRate || math.Abs(*s.StoppedPrice-FactStoppedPrice) > 0.0005 {
+		t.Errorf("startFailureRate %v, stoppedPrice %v; facts.go says %v, %.4f", s.StartFailureRate, *s.StoppedPrice, FactStartFailureRate, FactStoppedPrice)
 	}
 }
