@@ -51,6 +51,8 @@ func newControllerCommand(g *globalFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "controller",
 		Short: "Run the NodeProvisioner controller (GPU pools sized by utilization targets and warm buffers)",
+		Example: `  gpuscaler controller --config config.yaml                     # the current kubeconfig context
+  gpuscaler controller --config config.yaml --context staging --leader-elect=false`,
 		Long: `controller watches NodeProvisioner objects and sizes their node groups from the config file by
 pending GPU pods, a GPU utilization band and a warm buffer of idle GPU nodes. It needs cluster access
 (--kubeconfig, the config's kubeconfig, else $KUBECONFIG, ~/.kube/config or in-cluster, as kubectl

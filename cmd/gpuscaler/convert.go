@@ -19,7 +19,11 @@ func newConfigCommand() *cobra.Command {
 	convert := &cobra.Command{
 		Use:   "convert [FILE]",
 		Short: "Print the native config equivalent to a DataCrunch (--nodes + DATACRUNCH_CLUSTER_CONFIG*), ca-verda (config.yaml) or Kamatera (--cloud-config INI) setup, gpuscaler's NodeProvisioners for Baseten NodeProvisioner manifests, or a NodePool and GPUNodeClass for Karpenter v1alpha5 Provisioners (scw-karpenter)",
-		Args:  cobra.MaximumNArgs(1),
+		Example: `  gpuscaler config convert config.yaml > gpuscaler.yaml          # a ca-verda config.yaml
+  gpuscaler config convert --nodes 0:3:1H100.80S.30V:FIN-01:h100 > gpuscaler.yaml   # DataCrunch flags
+  gpuscaler config convert --cloud-config kamatera.ini > gpuscaler.yaml
+  gpuscaler config convert provisioners.yaml                     # Baseten or scw-karpenter manifests`,
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 1 {
 				if src.configPath != "" && src.configPath != args[0] {

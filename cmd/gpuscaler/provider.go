@@ -30,6 +30,9 @@ func newProviderCommand(g *globalFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "provider",
 		Short: "Serve the cluster-autoscaler external gRPC cloud provider",
+		Example: `  gpuscaler provider --config config.yaml
+  gpuscaler provider --config config.yaml --restart-on-config-change   # as the chart runs it
+  gpuscaler provider --nodes 0:3:1H100.80S.30V:FIN-01:h100 --port 8086   # DataCrunch flags`,
 		Long: `provider serves the cluster-autoscaler external gRPC CloudProvider API over the node groups of
 the config file. Run cluster-autoscaler with --cloud-provider=externalgrpc and a --cloud-config whose
 address points here. The config is validated before anything starts; a native config file is

@@ -23,6 +23,7 @@ import (
 
 type simulateFlags struct {
 	config, trace, format, provisioner, html, sweep, policy string
+	output                                                  string
 	seed                                                    uint64
 	standby, days                                           int
 	scale                                                   float64
@@ -109,6 +110,7 @@ cost, next to a baseline that scales as cluster-autoscaler does with its default
 	fl.BoolVar(&f.forecast, "forecast", false, "the NodeProvisioner also orders ahead of a forecast of the pool's demand, learned on the trace itself; with --policy all, as a column of its own")
 	fl.DurationVar(&f.trainFor, "train-for", 24*time.Hour, "how long the forecast learns before it orders ahead")
 	fl.DurationVar(&f.loop, "loop", 10*time.Second, "autoscaler loop period (the core lists the cloud every sync.period of the config)")
+	addOutputFlag(cmd, &f.output)
 	fl.StringVar(&f.html, "html", "", "also write a self-contained HTML report (charts over time and the table) to this file")
 	fl.StringVar(&f.sweep, "sweep", "", "run a grid over one NodeProvisioner setting, e.g. minUnutilizedGPUNodes=0..3, and print the frontier of p95 wait against cost")
 	return cmd
@@ -127,7 +129,18 @@ func runSimulate(cmd *cobra.Command, f *simulateFlags, log *slog.Logger) error {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(simulateGCPercent)
 	}
-	out := cmd.OutOrStdout()
+	if err := checkOutput(f.output); err != nil {
+		return err
+	}
+	if f.output != outputTable && f.sweep != "" {
+		return &usageError{fmt.Errorf("--sweep prints its frontier as a table only; leave out --output %s", f.output)}
+	}
+	// out is the results; info what a person reads beside them, which
+	// JSON and YAML leave to stderr.
+	out, info := cmd.OutOrStdout(), cmd.OutOrStdout()
+	if f.output != outputTable {
+		info = cmd.ErrOrStderr()
+	}
 	doc := []byte(simulate.BuiltinPool)
 	if f.config != "" {
 		var err error
@@ -164,10 +177,10 @@ func runSimulate(cmd *cobra.Command, f *simulateFlags, log *slog.Logger) error {
 	}
 	opts.Progress = progress(cmd.ErrOrStderr(), trace.Name)
 	ctx := cmd.Context()
-	fmt.Fprintf(out, "trace %s: %d pods over %s; pool: %s\n\n", trace.Name, len(trace.Pods), trace.End().Round(time.Minute), nameOr(f.config, "built-in"))
+	fmt.Fprintf(info, "trace %s: %d pods over %s; pool: %s\n\n", trace.Name, len(trace.Pods), trace.End().Round(time.Minute), nameOr(f.config, "built-in"))
 	if f.forecast && trace.End() <= f.trainFor {
 		// Too short to learn on and then play: run without, and say so.
-		fmt.Fprintf(out, "no forecast: the trace spans %s, no more than --train-for %s, so nothing would be left to play after training (a built-in trace takes --days)\n\n",
+		fmt.Fprintf(info, "no forecast: the trace spans %s, no more than --train-for %s, so nothing would be left to play after training (a built-in trace takes --days)\n\n",
 			trace.End().Round(time.Minute), f.trainFor)
 		f.forecast = false
 	}
@@ -229,7 +242,11 @@ func runSimulate(cmd *cobra.Command, f *simulateFlags, log *slog.Logger) error {
 		}
 		results = append(results, r)
 	}
-	if err := simulate.WriteTable(out, results...); err != nil {
+	if f.output != outputTable {
+		if err := writeStructured(out, f.output, simulate.Summarize(results...)); err != nil {
+			return err
+		}
+	} else if err := simulate.WriteTable(out, results...); err != nil {
 		return err
 	}
 	return writeHTML(f.html, results)

@@ -2,10 +2,13 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gpuscaler/gpuscaler/internal/simulate"
 )
 
 // simulate plays the example trace on the built-in pool and prints both
@@ -92,5 +95,33 @@ func TestSimulateTimingFlags(t *testing.T) {
 	root.SetArgs([]string{"simulate", "--trace", "../../examples/traces/small.csv", "--boot-delay", "2m", "--boot-delay-p95", "1m"})
 	if err := root.Execute(); err == nil || !strings.Contains(err.Error(), "clouds.sim.bootDelayP95") {
 		t.Fatalf("a p95 under its median: %v, want an error naming clouds.sim.bootDelayP95", err)
+	}
+}
+
+// simulate -o json prints every column and the floor as JSON, and
+// nothing else on stdout.
+func TestSimulateJSON(t *testing.T) {
+	var out, errOut bytes.Buffer
+	root := newRootCommand(&out, &errOut)
+	root.SetArgs([]string{"simulate", "--trace", "../../examples/traces/small.csv", "--standby", "0", "-o", "json"})
+	if err := root.Execute(); err != nil {
+		t.Fatalf("%v\n%s", err, errOut.String())
+	}
+	var got []simulate.Summary
+	if err := json.Unmarshal(out.Bytes(), &got); err != nil {
+		t.Fatalf("stdout is not JSON: %v\n%s", err, out.String())
+	}
+	names := []string{}
+	for _, s := range got {
+		names = append(names, s.Name)
+		if s.Pods != 6 || s.Cost < s.FloorCost {
+			t.Errorf("%s: %d pods, cost %.2f against the floor %.2f", s.Name, s.Pods, s.Cost, s.FloorCost)
+		}
+	}
+	if strings.Join(names, ",") != "nodeprovisioner,cluster-autoscaler,oracle,floor" || !got[3].Floor {
+		t.Errorf("columns %v", names)
+	}
+	if !strings.Contains(errOut.String(), "trace small.csv") {
+		t.Errorf("the trace's line is not on stderr: %q", errOut.String())
 	}
 }

@@ -285,3 +285,50 @@ func fmtDuration(d time.Duration) string {
 		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
 	}
 }
+
+// Summary is a result's figures as `simulate -o json|yaml` prints them:
+// waits in seconds, money in the catalog's currency.
+type Summary struct {
+	Name  string `json:"name"`
+	Trace string `json:"trace"`
+	// Floor marks the floor's column (FloorOf).
+	Floor               bool    `json:"floor,omitempty"`
+	SimulatedHours      float64 `json:"simulatedHours"`
+	MeasuredFromHours   float64 `json:"measuredFromHours,omitempty"`
+	Pods                int     `json:"pods"`
+	Unplaced            int     `json:"unplaced"`
+	WaitP50Seconds      float64 `json:"waitP50Seconds"`
+	WaitP95Seconds      float64 `json:"waitP95Seconds"`
+	WaitP99Seconds      float64 `json:"waitP99Seconds"`
+	WaitMaxSeconds      float64 `json:"waitMaxSeconds"`
+	GPUHoursPaid        float64 `json:"gpuHoursPaid"`
+	GPUHoursUsed        float64 `json:"gpuHoursUsed"`
+	IdleShare           float64 `json:"idleShare"`
+	Cost                float64 `json:"cost"`
+	FloorCost           float64 `json:"floorCost"`
+	NodesAdded          int     `json:"nodesAdded"`
+	NodesRemoved        int     `json:"nodesRemoved"`
+	StockOuts           int     `json:"stockOuts"`
+	Reclaims            int     `json:"spotReclaims"`
+	PodsRequeued        int     `json:"podsRequeued"`
+	StandbyStarts       int     `json:"standbyStarts"`
+	StandbyStartsFailed int     `json:"standbyStartsFailed"`
+}
+
+// Summarize is what WriteTable prints, for scripts: each result, and the
+// floor after them.
+func Summarize(results ...*Result) []Summary {
+	if len(results) > 0 && results[0].Floor > 0 {
+		results = append(slices.Clip(results), FloorOf(results[0]))
+	}
+	out := make([]Summary, 0, len(results))
+	for _, r := range results {
+		out = append(out, Summary{Name: r.Name(), Trace: r.Trace, Floor: r.isFloor, SimulatedHours: r.Simulated.Hours(),
+			MeasuredFromHours: r.MeasuredFrom.Hours(), Pods: r.Pods, Unplaced: r.Unplaced,
+			WaitP50Seconds: r.Wait(0.5).Seconds(), WaitP95Seconds: r.Wait(0.95).Seconds(), WaitP99Seconds: r.Wait(0.99).Seconds(),
+			WaitMaxSeconds: r.Wait(1).Seconds(), GPUHoursPaid: r.GPUHoursPaid, GPUHoursUsed: r.GPUHoursUsed, IdleShare: r.IdleShare(),
+			Cost: r.Cost, FloorCost: r.Floor, NodesAdded: r.NodesAdded, NodesRemoved: r.NodesRemoved, StockOuts: r.StockOuts,
+			Reclaims: r.Reclaims, PodsRequeued: r.PodsRequeued, StandbyStarts: r.StandbyStarts, StandbyStartsFailed: r.StandbyStartFailed})
+	}
+	return out
+}
