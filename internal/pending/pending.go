@@ -1,6 +1,7 @@
 // Package pending follows the cluster's pods that ask for GPUs and wait for
-// a node, and exports how many there are and how long the oldest has
-// waited: the demand side of every dashboard of a GPU autoscaler. It
+// a node, and exports how many there are, how long the oldest has waited,
+// and how long each waited until it was bound: the demand side of every
+// dashboard of a GPU autoscaler, and its headline. It
 // watches only pods not yet bound to a node, stripped to what it counts,
 // so its memory follows the pending pods, not the cluster's.
 package pending
@@ -23,13 +24,23 @@ import (
 // Pods is a prometheus.Collector over the cluster's unbound GPU pods. Run
 // fills and follows it; until its first list is in, it exports nothing.
 type Pods struct {
+	kube     kubernetes.Interface
 	factory  informers.SharedInformerFactory
 	informer cache.SharedIndexInformer
 	clock    clock.PassiveClock
 
 	count  *prometheus.Desc
 	oldest *prometheus.Desc
+	// waited observes each GPU pod's time from creation to its binding;
+	// gone queues the pods that left the watch, to be read once (a
+	// binding, or a deletion: the watch's last state cannot tell).
+	waited prometheus.Histogram
+	gone   chan *corev1.Pod
 }
+
+// goneQueue bounds the pods waiting to be read; past it, a burst's waits
+// go unobserved rather than hold the informer.
+const goneQueue = 1024
 
 var _ prometheus.Collector = (*Pods)(nil)
 
@@ -44,31 +55,80 @@ func New(kube kubernetes.Interface, clk clock.PassiveClock) *Pods {
 	}))
 	inf := factory.Core().V1().Pods().Informer()
 	_ = inf.SetTransform(strip)
-	return &Pods{
-		factory: factory, informer: inf, clock: clk,
+	p := &Pods{
+		kube: kube, factory: factory, informer: inf, clock: clk, gone: make(chan *corev1.Pod, goneQueue),
 		count: prometheus.NewDesc("gpuscaler_pending_gpu_pods",
 			"Pods that request GPUs (nvidia.com/gpu or MIG devices) and are not bound to a node yet.", nil, nil),
 		oldest: prometheus.NewDesc("gpuscaler_pending_gpu_pod_oldest_seconds",
 			"How long the oldest pod that requests GPUs has waited for a node; 0 when none waits.", nil, nil),
+		waited: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "gpuscaler_gpu_pod_wait_seconds",
+			Help:    "Time from a GPU pod's creation to its binding to a node, observed as the scheduler binds it: how long pods waited for GPUs.",
+			Buckets: []float64{5, 10, 30, 60, 120, 180, 300, 450, 600, 900, 1200, 1800, 3600},
+		}),
 	}
+	// A watch of unbound pods sees a binding as the pod leaving it, with
+	// its last unbound state: one read tells a binding from a deletion.
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{DeleteFunc: p.left})
+	return p
+}
+
+// left queues a GPU pod that left the watch of unbound pods. One whose end
+// the watch missed (a relist) is not read: when it ended is not known.
+func (p *Pods) left(obj any) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok || pod.DeletionTimestamp != nil || !gpu.PodRequestsGPUs(pod) {
+		return
+	}
+	select {
+	case p.gone <- pod:
+	default:
+	}
+}
+
+// observe reads a pod that left the watch and, if the scheduler bound it,
+// observes its wait: from its creation to its PodScheduled condition, or
+// to now when it has none.
+func (p *Pods) observe(ctx context.Context, left *corev1.Pod) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	pod, err := p.kube.CoreV1().Pods(left.Namespace).Get(ctx, left.Name, metav1.GetOptions{})
+	if err != nil || pod.UID != left.UID || pod.Spec.NodeName == "" || pod.DeletionTimestamp != nil {
+		return // deleted while it waited, or not to be read now
+	}
+	bound := p.clock.Now()
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionTrue && !c.LastTransitionTime.IsZero() {
+			bound = c.LastTransitionTime.Time
+		}
+	}
+	p.waited.Observe(max(0, bound.Sub(pod.CreationTimestamp.Time).Seconds()))
 }
 
 // Run follows the cluster until ctx is done.
 func (p *Pods) Run(ctx context.Context) error {
 	p.factory.Start(ctx.Done())
 	defer p.factory.Shutdown()
-	<-ctx.Done()
-	return nil
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case pod := <-p.gone:
+			p.observe(ctx, pod)
+		}
+	}
 }
 
 // Describe implements prometheus.Collector.
 func (p *Pods) Describe(ch chan<- *prometheus.Desc) {
 	ch <- p.count
 	ch <- p.oldest
+	p.waited.Describe(ch)
 }
 
 // Collect implements prometheus.Collector: it counts from memory.
 func (p *Pods) Collect(ch chan<- prometheus.Metric) {
+	p.waited.Collect(ch)
 	if !p.informer.HasSynced() {
 		return
 	}

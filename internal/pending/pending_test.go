@@ -53,8 +53,8 @@ func TestPendingGPUPodsOnARealCluster(t *testing.T) {
 	p := New(env.Client, clk)
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(p)
-	if mfs, err := reg.Gather(); err != nil || len(mfs) != 0 {
-		t.Fatalf("before the first list: %v (%v), want nothing", mfs, err)
+	if mfs, err := reg.Gather(); err != nil || len(mfs) != 1 || mfs[0].GetName() != "gpuscaler_gpu_pod_wait_seconds" {
+		t.Fatalf("before the first list: %v (%v), want only the empty wait histogram", mfs, err)
 	}
 	go func() { _ = p.Run(ctx) }()
 	expect := func(what string, count, oldest float64) {
@@ -82,10 +82,38 @@ func TestPendingGPUPodsOnARealCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	expect("the MIG pod waits alone", 1, 90)
+	// The bound pod's wait was observed, from its creation to its
+	// PodScheduled condition (real time: under a second here), the
+	// deleted one's not.
+	var count uint64
+	var sum float64
+	for count == 0 && ctx.Err() == nil {
+		count, sum = waits(t, reg)
+		time.Sleep(20 * time.Millisecond)
+	}
+	if count != 1 || sum < 0 || sum > 10 {
+		t.Fatalf("gpuscaler_gpu_pod_wait_seconds: %d observations summing to %vs, want the bound pod's, under 10s", count, sum)
+	}
 	if err := pods.Delete(ctx, "mig", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
 		t.Fatal(err)
 	}
 	expect("none waits", 0, 0)
+}
+
+// waits reads the wait histogram's count and sum.
+func waits(t *testing.T, reg prometheus.Gatherer) (uint64, float64) {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "gpuscaler_gpu_pod_wait_seconds" {
+			h := mf.GetMetric()[0].GetHistogram()
+			return h.GetSampleCount(), h.GetSampleSum()
+		}
+	}
+	return 0, -1
 }
 
 // gauge reads an unlabelled gauge; -1 when absent.
