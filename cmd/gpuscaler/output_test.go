@@ -138,3 +138,21 @@ func TestValidateOutputFormats(t *testing.T) {
 		t.Fatalf("an invalid config with -o yaml: exit code %d, want %d", exitCode(err), exitInvalidConfig)
 	}
 }
+
+// A type the cloud's catalog lacks is a config error (exit 3) that says
+// where the types are listed and, for a typo, which one was meant.
+func TestUnknownInstanceTypePointsToTheCatalog(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "typo.yaml")
+	if err := os.WriteFile(path, []byte("clusterName: c\nclouds: {sim: {}}\nnodeGroups:\n  - {name: g, cloud: sim, instanceType: 1H100.80X.30V, locations: [FIN-01], maxSize: 2}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := execute(t, "validate", "--config", path)
+	if err == nil || exitCode(err) != exitInvalidConfig {
+		t.Fatalf("validate of an unknown type: %v (exit %d), want exit %d", err, exitCode(err), exitInvalidConfig)
+	}
+	for _, want := range []string{"nodeGroups[0].instanceType", "gpuscaler catalog --cloud sim", "did you mean 1H100.80S.30V?"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the error lacks %q: %v", want, err)
+		}
+	}
+}

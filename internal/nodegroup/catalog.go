@@ -5,11 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/clock"
 
 	"github.com/gpuscaler/gpuscaler/internal/cloud"
+	"github.com/gpuscaler/gpuscaler/internal/config"
 	"github.com/gpuscaler/gpuscaler/internal/gpu"
 )
 
@@ -67,7 +70,12 @@ func resolve(g *group, byName map[string]cloud.InstanceType, clusterCap float64)
 	i := g.index
 	t, ok := byName[g.cfg.InstanceType]
 	if !ok {
-		return fmt.Errorf("nodeGroups[%d].instanceType: %q is not in the catalog of cloud %q", i, g.cfg.InstanceType, g.cfg.Cloud)
+		hint := fmt.Sprintf("not in the catalog of cloud %q (gpuscaler catalog --cloud %s lists its types", g.cfg.Cloud, g.cfg.Cloud)
+		if near := nearest(g.cfg.InstanceType, byName); near != "" {
+			hint += "; did you mean " + near + "?"
+		}
+		return &config.ValidationError{Errs: field.ErrorList{
+			field.Invalid(field.NewPath("nodeGroups").Index(i).Child("instanceType"), g.cfg.InstanceType, hint+")")}}
 	}
 	if t.OnDemandPrice == 0 && t.SpotPrice == 0 {
 		switch {
@@ -94,6 +102,43 @@ func resolve(g *group, byName map[string]cloud.InstanceType, clusterCap float64)
 	g.itype, g.gpuModel = t, model
 	g.template = templateCache{}
 	return nil
+}
+
+// nearest is the catalog's name closest to name by edit distance, when it
+// is close enough to be a typo (a third of the name's length, at least
+// 3); "" otherwise.
+func nearest(name string, byName map[string]cloud.InstanceType) string {
+	best, bestD := "", max(3, len(name)/3)+1
+	for other := range byName {
+		if d := editDistance(strings.ToLower(name), strings.ToLower(other)); d < bestD || d == bestD && other < best {
+			best, bestD = other, d
+		}
+	}
+	if bestD > max(3, len(name)/3) {
+		return ""
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance of two strings, by bytes.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }
 
 // instanceType returns a type of one cloud's catalog. Callers hold the
