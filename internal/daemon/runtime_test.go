@@ -473,12 +473,7 @@ nodeGroups:
 `
 	}
 	path := filepath.Join(t.TempDir(), "config.yaml")
-	write := func(data string) {
-		t.Helper()
-		if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
+	write := func(data string) { t.Helper(); replaceFile(t, path, data) }
 	write(doc("3"))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -619,12 +614,7 @@ func TestRestartToApply(t *testing.T) {
 			"  - {name: g, cloud: sim, instanceType: " + instanceType + ", locations: [FIN-01], maxSize: 3}\n"
 	}
 	path := filepath.Join(t.TempDir(), "config.yaml")
-	write := func(data string) {
-		t.Helper()
-		if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
+	write := func(data string) { t.Helper(); replaceFile(t, path, data) }
 	write(doc("{}", "1V100.6V"))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -683,4 +673,17 @@ func reloads(t *testing.T, rt *Runtime, result string) float64 {
 		}
 	}
 	return -1
+}
+
+// replaceFile writes a file whole, as the kubelet swaps a mounted
+// ConfigMap: a poll never reads it half written (empty, then refused).
+func replaceFile(t *testing.T, path, data string) {
+	t.Helper()
+	tmp := path + ".new"
+	if err := os.WriteFile(tmp, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
 }

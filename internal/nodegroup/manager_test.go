@@ -487,7 +487,20 @@ func TestDecreaseNeverRebuysABootingGPU(t *testing.T) {
 	if err := h.mgr.IncreaseSize(ctx, "g", 2); err != nil {
 		t.Fatal(err)
 	}
-	h.eventually("3 instances booting at the cloud", func() bool { return len(h.cloudInstances()["g"]) == 3 })
+	// Booting at the cloud, and the core has heard the creates' answers
+	// (the cloud's aliases): under load the answers can come after the
+	// instances, and an order whose answer is still out is not yet known
+	// to be booting.
+	h.eventually("3 instances booting at the cloud, their answers in", func() bool {
+		insts, _ := h.mgr.Instances("g")
+		answered := 0
+		for _, in := range insts {
+			if len(in.Aliases) > 0 {
+				answered++
+			}
+		}
+		return len(h.cloudInstances()["g"]) == 3 && answered == 3
+	})
 	if err := h.mgr.DecreaseTargetSize(ctx, "g", -2); !errors.Is(err, ErrSizeLimit) {
 		t.Errorf("a decrease that would withdraw booting instances: %v", err)
 	}
