@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpuscaler/gpuscaler/internal/testenv"
+	"github.com/gpuscaler/gpuscaler/test/chartenv"
 )
 
 // A new user's first hour in karpenter mode: on a cluster with Karpenter's
@@ -44,31 +45,15 @@ func TestHelmDefaultsScaleAGPUPod(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	cm := &corev1.ConfigMap{}
-	if err := kube.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, cm); err != nil {
-		t.Fatal(err)
-	}
-	var cfg map[string]any
-	if err := yaml.Unmarshal([]byte(cm.Data["config.yaml"]), &cfg); err != nil {
-		t.Fatal(err)
-	}
 	asSA, err := env.AsServiceAccount(ns, name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sim, _ := cfg["clouds"].(map[string]any)["sim"].(map[string]any)
-	if cfg["kubeconfig"] != "in-cluster" || sim["kubeconfig"] != "in-cluster" {
-		t.Fatalf("the chart's config does not reach the cluster in-cluster: kubeconfig %v, clouds.sim %v", cfg["kubeconfig"], sim)
-	}
 	metricsAddr := "127.0.0.1:" + freePort(t)
-	cfg["kubeconfig"], sim["kubeconfig"] = asSA, asSA
-	cfg["metrics"] = map[string]any{"address": metricsAddr}
-	data, err := yaml.Marshal(cfg)
-	if err != nil {
+	cfgPath := filepath.Join(t.TempDir(), "config.yaml")
+	if err := chartenv.InstalledConfig(ctx, env, ns, name, asSA, metricsAddr, cfgPath, nil); err != nil {
 		t.Fatal(err)
 	}
-	cfgPath := filepath.Join(t.TempDir(), "config.yaml")
-	write(t, cfgPath, string(data))
 
 	// The container's environment as the chart renders it; what the
 	// downward API fills in, and the pod's own ports, are this test's.

@@ -7,6 +7,7 @@ package chartenv
 import (
 	"context"
 	"fmt"
+	"os"
 	"sort"
 	"strings"
 
@@ -131,4 +132,42 @@ func renderFiles(dir, release, namespace string, values map[string]any) (map[str
 		return nil, err
 	}
 	return engine.Render(c, vals)
+}
+
+// InstalledConfig reads the config a helm install put in the cluster (the
+// release's ConfigMap name, key config.yaml) and writes to path the file
+// a process outside a pod runs as that pod would: kubeconfig (a
+// ServiceAccount's) where the chart says in-cluster, for the cluster and
+// the simulated cloud, the metrics on metricsAddr, and edit's changes
+// (the listeners and files of the test's own), when edit is not nil. It
+// refuses a config that would not reach the cluster in-cluster.
+func InstalledConfig(ctx context.Context, e *testenv.Env, namespace, name, kubeconfig, metricsAddr, path string, edit func(cfg map[string]any)) error {
+	cm, err := e.Client.CoreV1().ConfigMaps(namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	var cfg map[string]any
+	if err := yaml.Unmarshal([]byte(cm.Data["config.yaml"]), &cfg); err != nil {
+		return err
+	}
+	clouds, _ := cfg["clouds"].(map[string]any)
+	sim, _ := clouds["sim"].(map[string]any)
+	if cfg["kubeconfig"] != "in-cluster" || sim["kubeconfig"] != "in-cluster" {
+		return fmt.Errorf("the chart's config does not reach the cluster in-cluster: kubeconfig %v, clouds.sim %v", cfg["kubeconfig"], sim)
+	}
+	cfg["kubeconfig"], sim["kubeconfig"] = kubeconfig, kubeconfig
+	cfg["metrics"] = map[string]any{"address": metricsAddr}
+	if edit != nil {
+		edit(cfg)
+	}
+	data, err := yaml.Marshal(cfg)
+	if err != nil {
+		return err
+	}
+	// Whole, as the kubelet swaps a mounted ConfigMap: a process that
+	// polls the file never reads it half written.
+	if err := os.WriteFile(path+".new", data, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(path+".new", path)
 }

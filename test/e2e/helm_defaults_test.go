@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpuscaler/gpuscaler/api/v1alpha1"
 	"github.com/gpuscaler/gpuscaler/internal/testenv"
+	"github.com/gpuscaler/gpuscaler/test/chartenv"
 )
 
 // A new user's first hour, in controller mode (the chart's default): the
@@ -40,33 +41,17 @@ func TestHelmDefaultsScaleAGPUPod(t *testing.T) {
 		t.Fatalf("helm install printed no manifest to apply:\n%s", out)
 	}
 
-	cm, err := env.Client.CoreV1().ConfigMaps(ns).Get(ctx, release+"-gpuscaler", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cfg map[string]any
-	if err := yaml.Unmarshal([]byte(cm.Data["config.yaml"]), &cfg); err != nil {
-		t.Fatal(err)
-	}
 	asSA, err := env.AsServiceAccount(ns, release+"-gpuscaler")
 	if err != nil {
 		t.Fatal(err)
 	}
-	sim, _ := cfg["clouds"].(map[string]any)["sim"].(map[string]any)
-	if cfg["kubeconfig"] != "in-cluster" || sim["kubeconfig"] != "in-cluster" {
-		t.Fatalf("the chart's config does not reach the cluster in-cluster: kubeconfig %v, clouds.sim %v", cfg["kubeconfig"], sim)
-	}
 	// Outside a pod, in-cluster is the ServiceAccount's kubeconfig, and
 	// the listeners are loopback ports of this test's.
 	metricsAddr := loopback(t)
-	cfg["kubeconfig"], sim["kubeconfig"] = asSA, asSA
-	cfg["metrics"] = map[string]any{"address": metricsAddr}
-	data, err := yaml.Marshal(cfg)
-	if err != nil {
+	cfgPath := filepath.Join(t.TempDir(), "config.yaml")
+	if err := chartenv.InstalledConfig(ctx, env, ns, release+"-gpuscaler", asSA, metricsAddr, cfgPath, nil); err != nil {
 		t.Fatal(err)
 	}
-	cfgPath := filepath.Join(t.TempDir(), "config.yaml")
-	writeFile(t, cfgPath, string(data))
 	startGPUScalerLogged(t, env, "gpuscaler", metricsAddr, []string{"POD_NAMESPACE=" + ns}, "controller", "--config", cfgPath)
 
 	var obj map[string]any

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpuscaler/gpuscaler/internal/testenv"
+	"github.com/gpuscaler/gpuscaler/test/chartenv"
 )
 
 // The provider mode's first hour, and its config changes. The real helm
@@ -75,29 +76,15 @@ func TestHelmProviderModeScalesAGPUPodAndSurvivesConfigChanges(t *testing.T) {
 	cfgPath := filepath.Join(dir, "config.yaml")
 	mount := func() {
 		t.Helper()
-		cm, err := kube.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
+		err := chartenv.InstalledConfig(ctx, env, ns, name, gsKube, metricsAddr, cfgPath, func(cfg map[string]any) {
+			provider := cfg["provider"].(map[string]any)
+			provider["listenAddress"] = grpcAddr
+			tls := provider["tls"].(map[string]any)
+			tls["certFile"], tls["keyFile"], tls["caCertFile"] = server["tls.crt"], server["tls.key"], server["ca.crt"]
+		})
 		if err != nil {
 			t.Fatal(err)
 		}
-		var cfg map[string]any
-		if err := yaml.Unmarshal([]byte(cm.Data["config.yaml"]), &cfg); err != nil {
-			t.Fatal(err)
-		}
-		sim := cfg["clouds"].(map[string]any)["sim"].(map[string]any)
-		provider := cfg["provider"].(map[string]any)
-		if cfg["kubeconfig"] != "in-cluster" || sim["kubeconfig"] != "in-cluster" || provider["listenAddress"] != "0.0.0.0:8086" {
-			t.Fatalf("the chart's config: kubeconfig %v, clouds.sim %v, provider %v", cfg["kubeconfig"], sim, provider)
-		}
-		cfg["kubeconfig"], sim["kubeconfig"] = gsKube, gsKube
-		cfg["metrics"] = map[string]any{"address": metricsAddr}
-		provider["listenAddress"] = grpcAddr
-		tls := provider["tls"].(map[string]any)
-		tls["certFile"], tls["keyFile"], tls["caCertFile"] = server["tls.crt"], server["tls.key"], server["ca.crt"]
-		data, err := yaml.Marshal(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		writeFile(t, cfgPath, string(data))
 	}
 	mount()
 	deployment := func(deploy string) (generation int64, c corev1.Container) {
