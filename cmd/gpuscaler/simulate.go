@@ -141,22 +141,9 @@ func runSimulate(cmd *cobra.Command, f *simulateFlags, log *slog.Logger) error {
 	if f.output != outputTable {
 		info = cmd.ErrOrStderr()
 	}
-	doc := []byte(simulate.BuiltinPool)
-	if f.config != "" {
-		var err error
-		if doc, err = os.ReadFile(f.config); err != nil {
-			return err
-		}
-	}
-	cfg, err := config.Parse(doc)
+	cfg, err := loadPool(cmd.Flags(), f)
 	if err != nil {
-		return fmt.Errorf("%s: %w", nameOr(f.config, "built-in pool"), err)
-	}
-	if cfg.Clouds.Sim != nil {
-		f.cloud.apply(cmd.Flags(), cfg.Clouds.Sim)
-		if err := config.Complete(cfg); err != nil {
-			return fmt.Errorf("%s with the flags: %w", nameOr(f.config, "built-in pool"), err)
-		}
+		return err
 	}
 	trace, err := loadTrace(f)
 	if err != nil {
@@ -250,6 +237,29 @@ func runSimulate(cmd *cobra.Command, f *simulateFlags, log *slog.Logger) error {
 		return err
 	}
 	return writeHTML(f.html, results)
+}
+
+// loadPool reads --config, or the built-in pool, with the simulated
+// cloud's flags put over its clouds.sim.
+func loadPool(fl *pflag.FlagSet, f *simulateFlags) (*config.Config, error) {
+	doc := []byte(simulate.BuiltinPool)
+	if f.config != "" {
+		var err error
+		if doc, err = os.ReadFile(f.config); err != nil {
+			return nil, err
+		}
+	}
+	cfg, err := config.Parse(doc)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", nameOr(f.config, "built-in pool"), err)
+	}
+	if cfg.Clouds.Sim != nil {
+		f.cloud.apply(fl, cfg.Clouds.Sim)
+		if err := config.Complete(cfg); err != nil {
+			return nil, fmt.Errorf("%s with the flags: %w", nameOr(f.config, "built-in pool"), err)
+		}
+	}
+	return cfg, nil
 }
 
 // loadTrace reads --trace: a built-in name, else a file.

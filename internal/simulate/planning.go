@@ -6,10 +6,11 @@ import (
 	"slices"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/gpuscaler/gpuscaler/api/v1alpha1"
 	"github.com/gpuscaler/gpuscaler/internal/provisioner"
 	"github.com/gpuscaler/gpuscaler/internal/provisioner/plan"
-	corev1 "k8s.io/api/core/v1"
 )
 
 // plan is the planner's decision for a spec over the cluster as it is,

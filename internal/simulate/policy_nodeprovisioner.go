@@ -5,11 +5,12 @@ import (
 	"fmt"
 	"math"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/gpuscaler/gpuscaler/api/v1alpha1"
 	"github.com/gpuscaler/gpuscaler/internal/forecast"
 	"github.com/gpuscaler/gpuscaler/internal/provisioner"
 	"github.com/gpuscaler/gpuscaler/internal/provisioner/plan"
-	corev1 "k8s.io/api/core/v1"
 )
 
 // provision is one pass of the NodeProvisioner controller over the pool;
