@@ -108,29 +108,28 @@ func podRequests(pod *corev1.Pod) corev1.ResourceList {
 // GroupPrice returns the hourly price of the next instance of a group: its
 // cheapest offering available now; ok is false when none is.
 func (m *Manager) GroupPrice(name string) (float64, bool) {
-	s := m.store
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	g, ok := s.groups[name]
-	if !ok {
-		return 0, false
-	}
-	price, ok, _ := m.offerings.groupPrices(g)
-	return price, ok
+	usable, ok, _ := m.groupPrices(name)
+	return usable, ok
 }
 
 // CheapestPrice returns the lowest hourly price of any offering a group
 // may order, available or not; false when it knows none.
 func (m *Manager) CheapestPrice(name string) (float64, bool) {
+	_, _, cheapest := m.groupPrices(name)
+	return cheapest, cheapest > 0
+}
+
+// groupPrices is offerings.groupPrices of the group named name; zeros for
+// no such group.
+func (m *Manager) groupPrices(name string) (usable float64, ok bool, cheapest float64) {
 	s := m.store
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	g, ok := s.groups[name]
-	if !ok {
-		return 0, false
+	g, found := s.groups[name]
+	if !found {
+		return 0, false, 0
 	}
-	_, _, cheapest := m.offerings.groupPrices(g)
-	return cheapest, cheapest > 0
+	return m.offerings.groupPrices(g)
 }
 
 // GroupSpend returns a group's hourly spend now.
