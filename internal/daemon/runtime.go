@@ -175,6 +175,11 @@ func Build(ctx context.Context, cfg *config.Config, opts Options) (*Runtime, err
 	r.process.MustRegister(r.reloads)
 	if opts.preflight == nil {
 		r.events = newPodEvents(cs.kube, opts.Getenv)
+		if r.events != nil && cs.nodes != nil {
+			// The Events of orders no Node carries (a stock-out on every
+			// offering, a cost cap) go to the pod, not nowhere.
+			cs.nodes.SetFallback(r.events.pod)
+		}
 	}
 	if r.evicted, err = serve.NewEvictions(r.process, opts.Logger); err != nil {
 		return nil, err

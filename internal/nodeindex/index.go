@@ -37,6 +37,10 @@ type Index struct {
 	log      *slog.Logger
 	recorder events.EventRecorder
 	bcast    events.EventBroadcaster
+	// fallback carries the Events of instances no Node carries (an order
+	// that failed, an instance not yet registered): the process's own
+	// pod; nil drops them.
+	fallback *corev1.Pod
 	// namespace holds the pods that pull standby instances' images, which
 	// pods watches; no namespace, no pre-pulls (pods nil).
 	namespace  string
@@ -430,20 +434,27 @@ func hasTaint(n *corev1.Node, key string) bool {
 	return slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == key })
 }
 
-// Event records an Event about an instance on its Node, when it has one;
+// Event records an Event about an instance on its Node, when it has one,
+// else on the fallback pod (SetFallback) naming the group and instance;
 // the core logs every Event anyway.
 func (x *Index) Event(e nodegroup.Event) {
-	if e.ProviderID == "" {
+	if name, ok := x.node(e.ProviderID); ok && e.ProviderID != "" {
+		obj, exists, _ := x.informer.GetStore().GetByKey(name)
+		if n, isNode := obj.(*corev1.Node); exists && isNode {
+			x.recorder.Eventf(n, nil, e.Type, e.Reason, "Autoscaling", "%s", e.Message)
+			return
+		}
+	}
+	if x.fallback == nil {
 		return
 	}
-	name, ok := x.node(e.ProviderID)
-	if !ok {
-		return
+	subject := "group " + e.Group
+	if e.Instance != "" {
+		subject += ", instance " + e.Instance
 	}
-	obj, exists, _ := x.informer.GetStore().GetByKey(name)
-	n, isNode := obj.(*corev1.Node)
-	if !exists || !isNode {
-		return
-	}
-	x.recorder.Eventf(n, nil, e.Type, e.Reason, "Autoscaling", "%s", e.Message)
+	x.recorder.Eventf(x.fallback, nil, e.Type, e.Reason, "Autoscaling", "%s: %s", subject, e.Message)
 }
+
+// SetFallback names the pod that carries the Events of instances no Node
+// carries (the process's own); call it before Run.
+func (x *Index) SetFallback(pod *corev1.Pod) { x.fallback = pod }

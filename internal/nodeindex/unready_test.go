@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -77,5 +78,42 @@ func TestUnreadyOnARealCluster(t *testing.T) {
 	wait(t, ctx, "the Event that says why", func() bool {
 		evs, err := env.Client.EventsV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "regarding.name=gone"})
 		return err == nil && len(evs.Items) == 1 && evs.Items[0].Reason == "InstanceGone"
+	})
+}
+
+// An Event about an instance no Node carries (an order every offering
+// refused) goes to the process's pod, naming the group and instance; one
+// about an instance with a Node goes to the Node. Before, the first was
+// dropped: `kubectl get events` showed nothing of a failed scale-up.
+func TestEventsWithoutANodeGoToThePod(t *testing.T) {
+	env := testenv.Start(t, testenv.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	x := New(env.Client, slog.New(slog.DiscardHandler), "")
+	x.SetFallback(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "gpuscaler-0", Namespace: "default", UID: "7f6c2a8e-1b1d-4c55-9b0e-2f1f3b6a9c01"}})
+	go func() { _ = x.Run(ctx) }()
+	if _, err := env.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "up"},
+		Spec: corev1.NodeSpec{ProviderID: "verda://up"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, ctx, "the Node indexed", func() bool { return len(x.informer.GetStore().List()) == 1 })
+	x.Event(nodegroup.Event{Type: corev1.EventTypeWarning, Reason: "ScaleUpFailed", Group: "h100", Instance: "h100-x7",
+		ProviderID: "verda://h100-x7", Message: "every offering is out of stock"})
+	x.Event(nodegroup.Event{Type: corev1.EventTypeNormal, Reason: "GPUsReady", Group: "h100", Instance: "up", ProviderID: "verda://up", Message: "GPUs allocatable"})
+	var onPod, onNode bool
+	wait(t, ctx, "both Events recorded", func() bool {
+		list, err := env.Client.EventsV1().Events("").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false
+		}
+		for _, e := range list.Items {
+			switch {
+			case e.Regarding.Kind == "Pod" && e.Regarding.Name == "gpuscaler-0" && e.Reason == "ScaleUpFailed":
+				onPod = strings.Contains(e.Note, "group h100, instance h100-x7: every offering is out of stock")
+			case e.Regarding.Kind == "Node" && e.Regarding.Name == "up" && e.Reason == "GPUsReady":
+				onNode = true
+			}
+		}
+		return onPod && onNode
 	})
 }
