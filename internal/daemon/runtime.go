@@ -95,7 +95,6 @@ type Runtime struct {
 	process *prometheus.Registry
 	metrics *nodegroup.Metrics // the cores', registered in process
 	evicted *serve.Evictions   // the listeners', registered in process
-	events  *podEvents         // nil outside a pod
 	scfg    *config.Config     // the config the process was built with
 
 	// file is the configuration file's content in force, and extra the
@@ -174,11 +173,11 @@ func Build(ctx context.Context, cfg *config.Config, opts Options) (*Runtime, err
 	}
 	r.process.MustRegister(r.reloads)
 	if opts.preflight == nil {
-		r.events = newPodEvents(cs.kube, opts.Getenv)
-		if r.events != nil && cs.nodes != nil {
-			// The Events of orders no Node carries (a stock-out on every
-			// offering, a cost cap) go to the pod, not nowhere.
-			cs.nodes.SetFallback(r.events.pod)
+		if pod := ownPod(opts.Getenv); pod != nil && cs.nodes != nil {
+			// The process's own Events, and those of orders no Node
+			// carries (a stock-out on every offering, a cost cap), go to
+			// its pod, through the Node index's recorder.
+			cs.nodes.SetFallback(pod)
 		}
 	}
 	if r.evicted, err = serve.NewEvictions(r.process, opts.Logger); err != nil {
@@ -269,7 +268,6 @@ func (r *Runtime) Run(ctx context.Context) error {
 	if r.pending != nil {
 		eg.Go(func() error { return r.pending.Run(ctx) })
 	}
-	eg.Go(func() error { return r.events.run(ctx) })
 	if r.scripts != nil {
 		eg.Go(func() error { return serveScripts(ctx, r.scripts, r.scfg.ScriptServer, r.evicted, r.log) })
 	}
@@ -547,7 +545,9 @@ func (r *Runtime) Watch(ctx context.Context, path string, period time.Duration, 
 			r.reloads.WithLabelValues("applied").Inc()
 			r.log.Info("config reloaded", "path", path)
 		}
-		r.events.reload(path, err)
+		if r.clouds.nodes != nil {
+			r.clouds.nodes.PodEvent(reloadEvent(path, err))
+		}
 		report(err)
 	})
 	return restart

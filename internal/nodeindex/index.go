@@ -456,5 +456,13 @@ func (x *Index) Event(e nodegroup.Event) {
 }
 
 // SetFallback names the pod that carries the Events of instances no Node
-// carries (the process's own); call it before Run.
+// carries, and the process's own (PodEvent); call it before Run.
 func (x *Index) SetFallback(pod *corev1.Pod) { x.fallback = pod }
+
+// PodEvent records an Event about the process itself (a config reload) on
+// the fallback pod; without one it is dropped (the process logs it).
+func (x *Index) PodEvent(typ, reason, note string) {
+	if x.fallback != nil {
+		x.recorder.Eventf(x.fallback, nil, typ, reason, "Reload", "%s", note)
+	}
+}
