@@ -71,6 +71,13 @@ type Options struct {
 	// loop per cloud, so that a driver on a virtual clock (the simulator)
 	// decides when each happens and can wait for the core to be Idle.
 	Manual bool
+	// Serial runs the core's background work (creates, starts, stops,
+	// deletes) one piece at a time, in the order it was asked for, rather
+	// than side by side: a driver on a virtual clock then sees the same
+	// cloud calls in the same order from run to run, so which of two
+	// calls meets the last of a location's capacity never depends on
+	// goroutine scheduling. With Manual only; the simulator sets both.
+	Serial bool
 	// Entropy is where instance names' random suffixes come from; default
 	// crypto/rand. A seeded source makes names repeat.
 	Entropy io.Reader
@@ -114,6 +121,8 @@ type Manager struct {
 	// manual: no sync loops (Options.Manual); syncs counts Sync's calls.
 	manual bool
 	syncs  int
+	// serial holds the background work waiting its turn (Options.Serial).
+	serial *serialQueue
 	ctxMu  sync.RWMutex
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -153,6 +162,9 @@ func New(cfg *config.Config, providers map[string]cloud.Provider, opts Options) 
 		opts.Entropy = rand.Reader
 	}
 	m := &Manager{cfg: cfg, clock: opts.Clock, log: opts.Logger, clients: map[string]*client{}, epoch: time.Now().UnixNano(), manual: opts.Manual}
+	if opts.Serial && opts.Manual {
+		m.serial = &serialQueue{}
+	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	m.cancel() // nothing runs before Start
 	syncNow := map[string]chan struct{}{}
@@ -227,15 +239,60 @@ func New(cfg *config.Config, providers map[string]cloud.Provider, opts Options) 
 	return m, nil
 }
 
-// run starts background work that Wait waits for.
+// run starts background work that Wait waits for: in a goroutine of
+// its own, or with Options.Serial in the queue's turn.
 func (m *Manager) run(fn func()) {
 	m.wg.Add(1)
 	m.busy.Add(1)
+	done := func() {
+		m.busy.Add(-1)
+		m.wg.Done()
+	}
+	if m.serial != nil {
+		m.serial.push(fn, done)
+		return
+	}
 	go func() {
-		defer m.wg.Done()
-		defer m.busy.Add(-1)
+		defer done()
 		fn()
 	}()
+}
+
+// serialQueue runs work one piece at a time in the order pushed, on one
+// goroutine while there is any.
+type serialQueue struct {
+	mu      sync.Mutex
+	work    []func()
+	running bool
+}
+
+// push queues fn, then done once fn returns.
+func (q *serialQueue) push(fn, done func()) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.work = append(q.work, func() {
+		defer done()
+		fn()
+	})
+	if !q.running {
+		q.running = true
+		go q.drain()
+	}
+}
+
+func (q *serialQueue) drain() {
+	for {
+		q.mu.Lock()
+		if len(q.work) == 0 {
+			q.running = false
+			q.mu.Unlock()
+			return
+		}
+		fn := q.work[0]
+		q.work = q.work[1:]
+		q.mu.Unlock()
+		fn()
+	}
 }
 
 // Idle reports whether no background work runs: no create and no delete
@@ -701,7 +758,18 @@ func (m *Manager) IncreaseSize(_ context.Context, name string, delta int) error 
 	if err := m.writable("IncreaseSize"); err != nil {
 		return err
 	}
-	return m.sizer.increase(name, delta)
+	return m.sizer.increase(name, delta, false)
+}
+
+// IncreaseSizeFresh is IncreaseSize with every instance ordered anew,
+// none started from the group's standby pool: a forecast orders a boot's
+// lead ahead of the pods it expects, and leaves the pool to those it
+// expects within a start's (StandbyReady).
+func (m *Manager) IncreaseSizeFresh(_ context.Context, name string, delta int) error {
+	if err := m.writable("IncreaseSizeFresh"); err != nil {
+		return err
+	}
+	return m.sizer.increase(name, delta, true)
 }
 
 // SetStandbySize sizes a group's standby pool for the demand a forecast
@@ -753,6 +821,26 @@ func (m *Manager) StandbyReturn(name string) (room int, after time.Duration) {
 		return 0, 0
 	}
 	return max(g.standbySize()-g.counts[stateStandby], 0), g.cfg.Standby.StandbyScaleDownAfter()
+}
+
+// StandbyReady is how many instances of a group's standby pool an
+// IncreaseSize could take now: stopped ones, and ones still warming for
+// the pool. 0 without a pool.
+func (m *Manager) StandbyReady(name string) int {
+	s := m.store
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	g, ok := s.groups[name]
+	if !ok || g.cfg.StandbyMaxSize() == 0 || g.counts[stateStandby] == 0 {
+		return 0
+	}
+	n := 0
+	for _, mem := range g.members {
+		if takeRank(mem) >= 0 {
+			n++
+		}
+	}
+	return n
 }
 
 // DecreaseTargetSize lowers a group's target by -delta without touching

@@ -55,9 +55,10 @@ func (z *sizer) group(name string) (*group, error) {
 }
 
 // increase raises a group's target by delta; the instances are created in
-// the background. It refuses a delta past maxSize or a cost cap, and while
-// the group backs off after failed orders.
-func (z *sizer) increase(name string, delta int) error {
+// the background, or started from the group's standby pool unless fresh.
+// It refuses a delta past maxSize or a cost cap, and while the group backs
+// off after failed orders.
+func (z *sizer) increase(name string, delta int, fresh bool) error {
 	if delta <= 0 {
 		return fmt.Errorf("%w: increase by %d", ErrInvalidDelta, delta)
 	}
@@ -82,8 +83,12 @@ func (z *sizer) increase(name string, delta int) error {
 		return err
 	}
 	g.target += delta
-	z.log.Info("scale up", "group", name, "delta", delta, "target", g.target)
-	z.reconcileLocked(g)
+	z.log.Info("scale up", "group", name, "delta", delta, "target", g.target, "fresh", fresh)
+	if fresh {
+		z.reconcileFreshLocked(g, delta)
+	} else {
+		z.reconcileLocked(g)
+	}
 	return nil
 }
 
@@ -244,11 +249,20 @@ func (z *sizer) removeLocked(g *group, mem *member, why string) {
 // reconcileLocked keeps minSize and orders new members until the live ones
 // match the target.
 func (z *sizer) reconcileLocked(g *group) {
+	z.reconcileFreshLocked(g, 0)
+}
+
+// reconcileFreshLocked is reconcileLocked with the first fresh of the
+// instances it adds ordered anew, leaving the standby pool for demand
+// nearer than a boot.
+func (z *sizer) reconcileFreshLocked(g *group, fresh int) {
 	if g.target < g.cfg.MinSize {
 		g.target = g.cfg.MinSize
 	}
 	for g.live < g.target {
-		if z.takeLocked(g) != nil {
+		if fresh > 0 {
+			fresh--
+		} else if z.takeLocked(g) != nil {
 			continue // a standby instance starts: seconds, not a cold boot
 		}
 		mem := z.newMember(g, false)

@@ -119,21 +119,7 @@ func (z *sizer) takeLocked(g *group) *member {
 		return nil // no pool: no scan of the group's members
 	}
 	var best *member
-	rank := func(mem *member) int {
-		switch {
-		case mem.peek().outdated:
-			return -1
-		case mem.returning():
-			return -1 // a node a front end deleted, until it stops
-		case mem.standby == standbyWarming && mem.running():
-			return 0
-		case mem.standby == standbyStopped && mem.phase == phaseCreated:
-			return 1
-		case mem.standby == standbyWarming && (mem.phase == phaseCreating || mem.phase == phaseCreated):
-			return 2
-		}
-		return -1
-	}
+	rank := takeRank
 	for _, mem := range g.members {
 		r := rank(mem)
 		if r < 0 {
@@ -176,6 +162,26 @@ func (z *sizer) takeLocked(g *group) *member {
 	z.log.Info("starting a standby instance", "group", g.cfg.Name, "instance", mem.name)
 	z.orderer.run(func() { z.start(g, mem, inst) })
 	return mem
+}
+
+// takeRank is how soon a pool member taken for demand would serve: 0 a
+// warming one that runs, 1 a stopped one, 2 one still booting for the
+// pool; -1 one that cannot be taken (outdated, on its way back to the
+// pool, or no pool member).
+func takeRank(mem *member) int {
+	switch {
+	case mem.peek().outdated:
+		return -1
+	case mem.returning():
+		return -1 // a node a front end deleted, until it stops
+	case mem.standby == standbyWarming && mem.running():
+		return 0
+	case mem.standby == standbyStopped && mem.phase == phaseCreated:
+		return 1
+	case mem.standby == standbyWarming && (mem.phase == phaseCreating || mem.phase == phaseCreated):
+		return 2
+	}
+	return -1
 }
 
 // start starts a standby member's instance taken for demand. A start the

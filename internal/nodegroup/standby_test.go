@@ -89,6 +89,60 @@ func TestStandbyPoolWarmsStopsAndStartsOnDemand(t *testing.T) {
 	}
 }
 
+// IncreaseSizeFresh orders anew and leaves the pool's stopped instance
+// stopped, for demand nearer than a boot: a forecast orders a boot ahead
+// without spending the pool on it. StandbyReady counts what the pool
+// could start, before and after the start that takes it.
+func TestIncreaseSizeFreshLeavesThePool(t *testing.T) {
+	w := &wrapped{}
+	h := newWrappedHarness(t, standbyGroup, sim.Options{}, Options{}, func(c *sim.Cloud) cloud.Provider { w.Provider = c; return w })
+	stopped := poolReady(h)
+	if n := h.mgr.StandbyReady("g"); n != 1 {
+		t.Fatalf("StandbyReady %d with one stopped instance, want 1", n)
+	}
+	ctx := context.Background()
+	if err := h.mgr.IncreaseSizeFresh(ctx, "g", 2); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("two fresh orders", func() bool { creates, _ := w.counts(); return creates == 3 })
+	if n, _ := h.mgr.TargetSize("g"); n != 2 {
+		t.Fatalf("target %d, want 2", n)
+	}
+	for _, in := range h.engine.Instances("test") {
+		if in.Name == stopped.Name && in.State != cloud.StateStopped {
+			t.Fatalf("the pool's instance is %s after fresh orders, want it stopped", in.State)
+		}
+	}
+	if n := h.mgr.StandbyReady("g"); n != 1 {
+		t.Fatalf("StandbyReady %d after fresh orders, want the pool's 1", n)
+	}
+	// The plain increase after them takes the pool first.
+	if err := h.mgr.IncreaseSize(ctx, "g", 1); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("the standby instance taken", func() bool {
+		insts, _ := h.mgr.Instances("g")
+		for _, in := range insts {
+			if in.Name == stopped.Name {
+				return true
+			}
+		}
+		return false
+	})
+	// What the pool could start now is its refill, ordered at once
+	// (refillAfter 0), not the instance taken.
+	h.eventually("the pool refills", func() bool { creates, _ := w.counts(); return creates == 4 })
+	if n := h.mgr.StandbyReady("g"); n != 1 {
+		t.Errorf("StandbyReady %d with the taken instance serving and the refill booting, want 1", n)
+	}
+	if n, _ := h.mgr.TargetSize("g"); n != 3 {
+		t.Errorf("target %d, want 3", n)
+	}
+	if err := h.mgr.IncreaseSizeFresh(ctx, "nope", 1); !errors.Is(err, ErrGroupNotFound) {
+		t.Errorf("IncreaseSizeFresh of an unknown group: %v, want ErrGroupNotFound", err)
+	}
+}
+
 // A start the cloud refuses falls back to a fresh order at once, and is
 // counted; the refused instance is deleted.
 func TestStandbyStartFailureOrdersFresh(t *testing.T) {
