@@ -154,6 +154,18 @@ type Forecast struct {
 	// +optional
 	LeadTime *metav1.Duration `json:"leadTime,omitempty"`
 
+	// StandbyLeadTime is how long an instance started from a node
+	// group's standby pool takes to run pods (the start, join and GPU
+	// drivers again; images pre-pulled): pods the forecast expects within
+	// it are served from the pools, started this far ahead, and those
+	// beyond it are left to the pools rather than ordered fresh while the
+	// pools hold instances for them. One longer than leadTime counts as
+	// leadTime; groups without a pool ignore it.
+	// +kubebuilder:default="6m"
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="a positive duration such as 6m"
+	// +optional
+	StandbyLeadTime *metav1.Duration `json:"standbyLeadTime,omitempty"`
+
 	// CoveragePercent is how likely the capacity ordered ahead is to
 	// serve every pod that arrives within leadTime. Pods arrive at random
 	// around the rate the forecast expects, so capacity for their

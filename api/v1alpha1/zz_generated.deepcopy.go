@@ -47,6 +47,11 @@ func (in *Forecast) DeepCopyInto(out *Forecast) {
 		*out = new(v1.Duration)
 		**out = **in
 	}
+	if in.StandbyLeadTime != nil {
+		in, out := &in.StandbyLeadTime, &out.StandbyLeadTime
+		*out = new(v1.Duration)
+		**out = **in
+	}
 	if in.CoveragePercent != nil {
 		in, out := &in.CoveragePercent, &out.CoveragePercent
 		*out = new(int32)

@@ -127,6 +127,80 @@ func PlanAhead(pool plan.Pool, snapshot []plan.Node, pending, expected []*corev1
 	return p, ahead
 }
 
+// Orders is what a pass asks of the core, by group: Take nodes an
+// IncreaseSize serves (from the group's standby pool first), Fresh ones
+// an IncreaseSizeFresh orders anew.
+type Orders struct {
+	Take, Fresh map[string]int
+}
+
+// Step is one call to the core for a group: N nodes, by IncreaseSizeFresh
+// when Fresh, else IncreaseSize.
+type Step struct {
+	N     int
+	Fresh bool
+}
+
+// Steps are a group's orders as calls to the core: those taken first, so
+// that the standby pool serves the nearest pods.
+func (o Orders) Steps(group string) []Step {
+	var out []Step
+	if n := o.Take[group]; n > 0 {
+		out = append(out, Step{N: n})
+	}
+	if n := o.Fresh[group]; n > 0 {
+		out = append(out, Step{N: n, Fresh: true})
+	}
+	return out
+}
+
+// OrdersAhead splits what p (PlanAhead's plan for the pods expected
+// within the forecast's leadTime) adds to each group between its standby
+// pool and fresh orders. soon are the expected pods within the
+// forecast's standbyLeadTime, planned as PlanAhead plans them; ready is
+// how many instances a group's pool could start now.
+//
+// A group takes what the plan adds for its pending pods and the pods
+// expected soon: a pool's instances first. Of the rest, as many as its
+// pool still holds wait until they are expected soon, since a start
+// serves sooner than a boot and costs less lead; the others are ordered
+// fresh now, and leave the pool to them. Without pools, everything is
+// taken, as IncreaseSize always did.
+func OrdersAhead(pool plan.Pool, snapshot []plan.Node, pending, soon []*corev1.Pod, maxExtra float64, p plan.Plan, ready func(group string) int) Orders {
+	o := Orders{Take: map[string]int{}, Fresh: map[string]int{}}
+	held, pooled := map[string]int{}, false
+	for _, g := range pool.Groups {
+		if p.Add[g.Name] > 0 {
+			held[g.Name] = ready(g.Name)
+			pooled = pooled || held[g.Name] > 0
+		}
+	}
+	var near plan.Plan
+	if pooled {
+		near, _ = PlanAhead(pool, snapshot, pending, soon, maxExtra)
+	}
+	for _, g := range pool.Groups {
+		total := p.Add[g.Name]
+		if total <= 0 {
+			continue
+		}
+		if held[g.Name] == 0 {
+			o.Take[g.Name] = total
+			continue
+		}
+		take := min(near.Add[g.Name], total)
+		rest := total - take
+		fresh := rest - min(rest, max(held[g.Name]-take, 0))
+		if take > 0 {
+			o.Take[g.Name] = take
+		}
+		if fresh > 0 {
+			o.Fresh[g.Name] = fresh
+		}
+	}
+	return o
+}
+
 // adds reports whether q adds nodes ref does not.
 func adds(q, ref plan.Plan) bool {
 	for g, n := range q.Add {
@@ -143,7 +217,21 @@ const (
 	DefaultForecastScaleDownDelay = 2 * time.Minute
 	// DefaultScaleDownDelay is a pool's scaleDownDelay when unset.
 	DefaultScaleDownDelay = 10 * time.Minute
+	// DefaultStandbyLeadTime is a forecast's standbyLeadTime when unset:
+	// a start's minute and the GPU start-up's 4m30s after it
+	// (docs/simulate.md's facts), rounded up.
+	DefaultStandbyLeadTime = 6 * time.Minute
 )
+
+// StandbyLeadTime is a forecast's standbyLeadTime, or its default, at
+// most lead (its leadTime).
+func StandbyLeadTime(spec *v1alpha1.Forecast, lead time.Duration) time.Duration {
+	d := DefaultStandbyLeadTime
+	if spec != nil && spec.StandbyLeadTime != nil && spec.StandbyLeadTime.Duration > 0 {
+		d = spec.StandbyLeadTime.Duration
+	}
+	return min(d, lead)
+}
 
 // Coverage is how likely what a pool orders ahead is to serve every pod
 // that arrives within the lead time (forecast.coveragePercent): 0.8 by

@@ -85,6 +85,48 @@ func TestPlanAhead(t *testing.T) {
 	}
 }
 
+// OrdersAhead on a hand-computed pool: one pending pod, five expected
+// within the lead time, two of them within the standby lead time, one
+// group of 1-GPU nodes whose pool holds some instances. What the pending
+// pod and the two soon need is taken (the pool first); of the three
+// others, as many as the pool still holds wait for it, and the rest are
+// ordered fresh.
+func TestOrdersAhead(t *testing.T) {
+	tmpl := &corev1.Node{Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}}}
+	pool := plan.Pool{Groups: []plan.Group{{Name: "a", Template: tmpl, MaxSize: 20, Price: 2}}}
+	pods := func(prefix string, n int) []*corev1.Pod {
+		var out []*corev1.Pod
+		for i := range n {
+			p := gpuPodNamed(fmt.Sprintf("%s-%d", prefix, i), 1)
+			p.Spec.NodeSelector = nil
+			out = append(out, p)
+		}
+		return out
+	}
+	pending, expected := pods("pending", 1), pods("expected", 5)
+	for _, tt := range []struct {
+		name        string
+		expected    int
+		held        int
+		take, fresh int
+	}{
+		{"no pool: all taken, as IncreaseSize did", 5, 0, 6, 0},
+		{"a pool of one: it serves what is soon", 5, 1, 3, 3},
+		{"a pool of four: three taken, one waits", 5, 4, 3, 2},
+		{"a pool of five: two wait", 5, 5, 3, 1},
+		{"a pool past the need: nothing fresh", 5, 10, 3, 0},
+		{"nothing expected: pending taken", 0, 4, 1, 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			p, _ := PlanAhead(pool, nil, pending, expected[:tt.expected], math.Inf(1))
+			o := OrdersAhead(pool, nil, pending, expected[:min(2, tt.expected)], math.Inf(1), p, func(string) int { return tt.held })
+			if o.Take["a"] != tt.take || o.Fresh["a"] != tt.fresh {
+				t.Fatalf("take %d, fresh %d; want take %d, fresh %d (the plan adds %d)", o.Take["a"], o.Fresh["a"], tt.take, tt.fresh, p.Add["a"])
+			}
+		})
+	}
+}
+
 // gpuPodNamed is a pod in namespace ml asking for whole GPUs, on the
 // inference pool's nodes.
 func gpuPodNamed(name string, gpus int64) *corev1.Pod {

@@ -39,6 +39,11 @@ type Core interface {
 	Group(name string) (nodegroup.Info, bool)
 	TargetSize(group string) (int, error)
 	IncreaseSize(ctx context.Context, group string, delta int) error
+	// IncreaseSizeFresh orders anew, leaving the group's standby pool
+	// for pods expected sooner; StandbyReady is how many instances the
+	// pool could start now.
+	IncreaseSizeFresh(ctx context.Context, group string, delta int) error
+	StandbyReady(group string) int
 	// DeleteNodes removes instances: scale-down, and orders that failed.
 	DeleteNodes(ctx context.Context, group string, providerIDs []string) error
 	Instances(group string) ([]nodegroup.Instance, error)
@@ -172,7 +177,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 		setForecastStatus(&np, outlook, ahead)
 	}
-	r.scaleUp(ctx, &np, pool, p)
+	r.scaleUp(ctx, &np, pool, p.Reason, OrdersAhead(pool, snapshot, pending, outlook.Soon, maxExtra, p, r.Core.Read().StandbyReady))
 	if r.disrupt(ctx, &np, pool, snapshot, nodes.Items, pods.Items, owned, len(p.Add) > 0) {
 		now := metav1.Now()
 		np.Status.LastScaleTime = &now
@@ -239,21 +244,30 @@ func (r *Reconciler) syncExisting(ctx context.Context, np *v1alpha1.NodeProvisio
 	return errs[np.Name]
 }
 
-// scaleUp orders what the plan adds to each group.
-func (r *Reconciler) scaleUp(ctx context.Context, np *v1alpha1.NodeProvisioner, pool plan.Pool, p plan.Plan) {
+// scaleUp asks the core for the plan's orders, for reason, group by
+// group.
+func (r *Reconciler) scaleUp(ctx context.Context, np *v1alpha1.NodeProvisioner, pool plan.Pool, reason string, o Orders) {
 	for _, g := range pool.Groups {
-		n := p.Add[g.Name]
-		if n == 0 {
-			continue
+		for _, step := range o.Steps(g.Name) {
+			err := r.Core.Write(ctx, func(c Core) error {
+				if step.Fresh {
+					return c.IncreaseSizeFresh(ctx, g.Name, step.N)
+				}
+				return c.IncreaseSize(ctx, g.Name, step.N)
+			})
+			if err != nil {
+				r.Recorder.Eventf(np, nil, corev1.EventTypeWarning, "ScaleUpFailed", "ScaleUp", "group %s: %v", g.Name, err)
+				break
+			}
+			how := ""
+			if step.Fresh {
+				how = ", fresh: the standby pool kept for pods expected sooner"
+			}
+			r.Recorder.Eventf(np, nil, corev1.EventTypeNormal, "ScaledUp", "ScaleUp", "group %s +%d (%s%s)", g.Name, step.N, reason, how)
+			r.Logger.Info("scale up", "pool", np.Name, "group", g.Name, "delta", step.N, "reason", reason, "fresh", step.Fresh)
+			now := metav1.Now()
+			np.Status.LastScaleTime = &now
 		}
-		if err := r.Core.Write(ctx, func(c Core) error { return c.IncreaseSize(ctx, g.Name, n) }); err != nil {
-			r.Recorder.Eventf(np, nil, corev1.EventTypeWarning, "ScaleUpFailed", "ScaleUp", "group %s: %v", g.Name, err)
-			continue
-		}
-		r.Recorder.Eventf(np, nil, corev1.EventTypeNormal, "ScaledUp", "ScaleUp", "group %s +%d (%s)", g.Name, n, p.Reason)
-		r.Logger.Info("scale up", "pool", np.Name, "group", g.Name, "delta", n, "reason", p.Reason)
-		now := metav1.Now()
-		np.Status.LastScaleTime = &now
 	}
 }
 

@@ -23,15 +23,17 @@ func (c priced) Group(name string) (nodegroup.Info, bool) {
 	_, ok := c[name]
 	return nodegroup.Info{Name: name, MaxSize: 10}, ok
 }
-func (c priced) TargetSize(string) (int, error)                      { return 0, nil }
-func (c priced) IncreaseSize(context.Context, string, int) error     { return nil }
-func (c priced) DeleteNodes(context.Context, string, []string) error { return nil }
-func (c priced) Instances(string) ([]nodegroup.Instance, error)      { return nil, nil }
-func (c priced) GroupForProviderID(string) (string, bool)            { return "", false }
-func (c priced) GroupPrice(name string) (float64, bool)              { return c[name], true }
-func (c priced) GroupSpend(string) float64                           { return 0 }
-func (c priced) StandbyReturn(string) (int, time.Duration)           { return 0, 0 }
-func (c priced) Backoff(string) (nodegroup.Backoff, bool)            { return nodegroup.Backoff{}, false }
+func (c priced) TargetSize(string) (int, error)                       { return 0, nil }
+func (c priced) IncreaseSize(context.Context, string, int) error      { return nil }
+func (c priced) IncreaseSizeFresh(context.Context, string, int) error { return nil }
+func (c priced) StandbyReady(string) int                              { return 0 }
+func (c priced) DeleteNodes(context.Context, string, []string) error  { return nil }
+func (c priced) Instances(string) ([]nodegroup.Instance, error)       { return nil, nil }
+func (c priced) GroupForProviderID(string) (string, bool)             { return "", false }
+func (c priced) GroupPrice(name string) (float64, bool)               { return c[name], true }
+func (c priced) GroupSpend(string) float64                            { return 0 }
+func (c priced) StandbyReturn(string) (int, time.Duration)            { return 0, 0 }
+func (c priced) Backoff(string) (nodegroup.Backoff, bool)             { return nodegroup.Backoff{}, false }
 func (c priced) Template(string) (*corev1.Node, error) {
 	return &corev1.Node{Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}}}, nil
 }

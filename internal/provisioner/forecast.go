@@ -105,7 +105,9 @@ type Outlook struct {
 	Expected float64
 	// Ahead are the pods to provision ahead of demand, in the order to
 	// serve them; nil while the pool does not order ahead (see Reason).
-	Ahead []*corev1.Pod
+	// Soon are those of them expected within the forecast's
+	// standbyLeadTime: served from standby pools now (OrdersAhead).
+	Ahead, Soon []*corev1.Pod
 	// Reason is why the pool orders ahead or not (the Forecasting
 	// condition's reason) and Message says more.
 	Reason, Message string
@@ -225,6 +227,11 @@ func (f *Forecaster) outlook(out *Outlook, l *learner, spec *v1alpha1.Forecast, 
 	for _, w := range l.demand.Ahead(now, lead, Coverage(spec)) {
 		for i := range w.Pods {
 			out.Ahead = append(out.Ahead, expectedPod(w.Shape, l.exemplar[w.Shape], i))
+		}
+	}
+	for _, w := range l.demand.Ahead(now, StandbyLeadTime(spec, lead), Coverage(spec)) {
+		for i := range w.Pods {
+			out.Soon = append(out.Soon, expectedPod(w.Shape, l.exemplar[w.Shape], i))
 		}
 	}
 	switch {
