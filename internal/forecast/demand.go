@@ -207,19 +207,24 @@ func (d *Demand) AheadOfLevel(now time.Time, lead time.Duration) []Want {
 }
 
 // Ahead is what to order ahead of at now, by shape: for each trusted
-// shape, the pods that arrive within lead (the time an order takes to
-// serve; what departures free covers the rest), or, for a shape whose
-// arrivals keep time, the growth its profile expects meanwhile beyond
-// what its level forecasts miss by (a level that wanders from day to day
-// rises and falls by that much without a pattern), if more.
+// shape, the pods its level is expected to grow by within lead (the time
+// an order takes to serve), with a margin for chance, or, for a shape
+// whose arrivals keep time, the growth its profile expects meanwhile
+// beyond what its level forecasts miss by (a level that wanders from day
+// to day rises and falls by that much without a pattern), if more.
 //
-// Arrivals come one by one at random around the rate the profile expects
-// (a Poisson count), so capacity for their expected number falls short
-// about half the time; the count's coverage quantile (0.5 to 1) falls
-// short with a chance of 1 − coverage at most, and for arrivals less
-// random than that the margin above the expected number is as much
-// smaller as they are (spread). Coverage 0 takes the expected number,
-// rounded. Shapes come sorted by GPUs, then MIG slice; none with nothing
+// The pods that arrive within lead are not all new capacity: as many as
+// the level does not grow by replace pods that leave meanwhile, and take
+// the nodes those free (the plan keeps idle nodes for the pods expected).
+// Ordering for every arrival buys a node for each pod a departure serves,
+// and pays its boot. But arrivals and departures both come one by one at
+// random around their rates (Poisson counts), so the growth falls short
+// about half the time: the margin is how far a count of both's expected
+// number reaches above it at the coverage quantile (0.5 to 1), which
+// falls short with a chance of 1 − coverage at most; for arrivals less
+// random than that, the margin is as much smaller as they are (spread).
+// Coverage 0 takes the expected arrivals, rounded, with no departures
+// counted. Shapes come sorted by GPUs, then MIG slice; none with nothing
 // to order.
 func (d *Demand) Ahead(now time.Time, lead time.Duration, coverage float64) []Want {
 	return d.ahead(now, lead, coverage, d.Trusted, func(sr *series, rise float64) float64 {
@@ -259,7 +264,9 @@ func (d *Demand) ahead(now time.Time, lead time.Duration, coverage float64, trus
 		mean := incoming * float64(lead) / float64(DefaultSlot)
 		arrivals := int(math.Round(mean))
 		if coverage > 0 {
-			arrivals = int(math.Round(mean + sr.spread()*(float64(PoissonQuantile(mean, coverage))-mean)))
+			rise := max(peak-level, 0)
+			moves := mean + max(mean-rise, 0) // the arrivals, and the departures the rise leaves
+			arrivals = int(math.Round(rise + sr.spread()*(float64(PoissonQuantile(moves, coverage))-moves)))
 		}
 		if n := max(int(math.Round(growth(sr, peak-level))), arrivals); n > 0 {
 			out = append(out, Want{Shape: s, Pods: n})
