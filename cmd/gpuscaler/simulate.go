@@ -204,13 +204,19 @@ func runSimulate(cmd *cobra.Command, f *simulateFlags, log *slog.Logger) error {
 	case "all", "both":
 		// The oracle knows what every other column does, standby pools
 		// included.
-		columns = []column{{simulate.NodeProvisioner, 0, false}, {simulate.Baseline, 0, false}, {simulate.Oracle, f.standby, false}}
-		if f.forecast {
-			columns = slices.Insert(columns, 1, column{simulate.NodeProvisioner, 0, true})
-		}
+		columns = []column{{simulate.NodeProvisioner, 0, false}}
 		if f.standby > 0 {
-			columns = slices.Insert(columns, 1, column{simulate.NodeProvisioner, f.standby, false})
+			columns = append(columns, column{simulate.NodeProvisioner, f.standby, false})
 		}
+		if f.forecast {
+			columns = append(columns, column{simulate.NodeProvisioner, 0, true})
+			if f.standby > 0 {
+				// The forecast starts standby instances ahead of the pods
+				// it expects soon (provisioner.OrdersAhead).
+				columns = append(columns, column{simulate.NodeProvisioner, f.standby, true})
+			}
+		}
+		columns = append(columns, column{simulate.Baseline, 0, false}, column{simulate.Oracle, f.standby, false})
 	case string(simulate.NodeProvisioner), string(simulate.Baseline), string(simulate.Oracle):
 		if f.forecast && f.policy != string(simulate.NodeProvisioner) {
 			return fmt.Errorf("--forecast: only the nodeprovisioner policy orders ahead of a forecast, not %s", f.policy)

@@ -59,19 +59,28 @@ func (r *run) pool(spec v1alpha1.NodeProvisionerSpec) (plan.Pool, error) {
 // scaleUp asks the core for what the plan adds; it reports whether it
 // added any.
 func (r *run) scaleUp(ctx context.Context, pool plan.Pool, p plan.Plan) bool {
+	return r.order(ctx, pool, provisioner.Orders{Take: p.Add})
+}
+
+// order asks the core for the orders, as the controller does
+// (IncreaseSize for those taken, IncreaseSizeFresh for fresh ones); it
+// reports whether it added any.
+func (r *run) order(ctx context.Context, pool plan.Pool, o provisioner.Orders) bool {
 	added := false
 	for _, g := range pool.Groups {
-		n := p.Add[g.Name]
-		if n == 0 {
-			continue
+		for _, step := range o.Steps(g.Name) {
+			increase := r.core.IncreaseSize
+			if step.Fresh {
+				increase = r.core.IncreaseSizeFresh
+			}
+			if err := increase(ctx, g.Name, step.N); err != nil {
+				r.opts.Logger.Debug("scale-up refused", "group", g.Name, "delta", step.N, "fresh", step.Fresh, "error", err)
+				break
+			}
+			r.res.ScaleUps++
+			r.res.NodesAdded += step.N
+			added = true
 		}
-		if err := r.core.IncreaseSize(ctx, g.Name, n); err != nil {
-			r.opts.Logger.Debug("scale-up refused", "group", g.Name, "delta", n, "error", err)
-			continue
-		}
-		r.res.ScaleUps++
-		r.res.NodesAdded += n
-		added = true
 	}
 	if added {
 		r.lastAdd = r.now

@@ -4,13 +4,13 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/gpuscaler/gpuscaler/api/v1alpha1"
 	"github.com/gpuscaler/gpuscaler/internal/forecast"
 	"github.com/gpuscaler/gpuscaler/internal/provisioner"
-	"github.com/gpuscaler/gpuscaler/internal/provisioner/plan"
 )
 
 // provision is one pass of the NodeProvisioner controller over the pool;
@@ -18,32 +18,36 @@ import (
 // again only when the cluster or the core changed since the last one, or
 // pods wait: otherwise it would be the same.
 func (r *run) provision(ctx context.Context) (bool, error) {
-	ahead, whole := r.ahead()
+	ahead, soon, whole := r.ahead()
 	maxExtra := math.Inf(1)
 	if fc := r.opts.Provisioner.Forecast; fc != nil && fc.MaxExtraHourlyCost != "" {
 		maxExtra, _ = provisioner.MaxExtraHourlyCost(fc) // checked by Run
 	}
-	return r.provisionAhead(ctx, ahead, whole, maxExtra, r.demand != nil)
+	return r.provisionAhead(ctx, ahead, soon, whole, maxExtra, r.demand != nil)
 }
 
 // provisionAhead is one pass of the NodeProvisioner controller that plans
 // for the pods ahead as if they were pending (within maxExtra an hour),
-// and lets idle nodes go after the forecast's scale-down delay while
-// whole (every shape of pod is ordered ahead for). forecasting says the
-// spec has a forecast (as the CRD defaults it) though it does not set one.
-func (r *run) provisionAhead(ctx context.Context, ahead []*corev1.Pod, whole bool, maxExtra float64, forecasting bool) (bool, error) {
+// serves those of them expected soon from the standby pools and leaves
+// the pools to them (provisioner.OrdersAhead), and lets idle nodes go
+// after the forecast's scale-down delay while whole (every shape of pod
+// is ordered ahead for). forecasting says the spec has a forecast (as the
+// CRD defaults it) though it does not set one.
+func (r *run) provisionAhead(ctx context.Context, ahead, soon []*corev1.Pod, whole bool, maxExtra float64, forecasting bool) (bool, error) {
 	asked := false
 	// A plan made for pods expected is made again once none are: the
 	// nodes it kept for them may go.
 	aheadBefore := r.aheadBefore
 	r.aheadBefore = len(ahead)
 	if r.dirty || len(r.cl.pending) > 0 || r.last == nil || len(ahead) > 0 || aheadBefore > 0 {
-		pool, p, planned, err := r.planAhead(r.opts.Provisioner, ahead, maxExtra)
+		pool, snapshot, pending, err := r.view(r.opts.Provisioner)
 		if err != nil {
 			return false, err
 		}
+		p, planned := provisioner.PlanAhead(pool, snapshot, pending, ahead, maxExtra)
 		r.last, r.lastAhead, r.dirty = &p, planned, false
-		if asked = r.scaleUp(ctx, pool, p); asked && p.Reason != provisioner.ReasonForecast {
+		orders := provisioner.OrdersAhead(pool, snapshot, pending, soon, maxExtra, p, r.core.StandbyReady)
+		if asked = r.order(ctx, pool, orders); asked && p.Reason != provisioner.ReasonForecast {
 			return true, nil // as the controller: only orders ahead let scale-down go on
 		}
 	} else if len(r.last.Add) > 0 && r.last.Reason != provisioner.ReasonForecast {
@@ -68,13 +72,15 @@ func (r *run) provisionAhead(ctx context.Context, ahead []*corev1.Pod, whole boo
 
 // ahead feeds the forecast the demand now, by shape of pod, and returns
 // the pods it adds to the plan (forecast.Demand.Ahead within one start-up
-// time: boot, GPU start-up, a loop, for the spec's coverage), and whether
-// it ordered ahead for every shape it has seen (provisioner.Outlook's
-// Whole). None without a forecast, or before it has learned
-// Options.TrainFor.
-func (r *run) ahead() (out []*corev1.Pod, whole bool) {
+// time: boot, GPU start-up, a loop, for the spec's coverage), those of
+// them expected within a standby start's (start, GPU start-up, a loop;
+// the spec's forecast.standbyLeadTime when set),
+// and whether it ordered ahead for every shape it has seen
+// (provisioner.Outlook's Whole). None without a forecast, or before it
+// has learned Options.TrainFor.
+func (r *run) ahead() (out, soon []*corev1.Pod, whole bool) {
 	if r.demand == nil {
-		return nil, false
+		return nil, nil, false
 	}
 	now := epoch.Add(r.now)
 	count := map[forecast.Shape]int{}
@@ -88,26 +94,24 @@ func (r *run) ahead() (out []*corev1.Pod, whole bool) {
 	}
 	r.demand.Observe(now, count)
 	if r.demand.Learned(now) < r.opts.TrainFor {
-		return nil, false
+		return nil, nil, false
 	}
 	whole = r.demand.AllTrusted()
-	for _, w := range r.demand.Ahead(now, r.bootDelay+r.opts.GPUStartup+r.opts.Loop, provisioner.Coverage(r.opts.Provisioner.Forecast)) {
-		for i := range w.Pods {
-			out = append(out, podObject(Pod{Name: fmt.Sprintf("forecast-%d-%s-%d", w.Shape.GPUs, w.Shape.MIG, i), GPUs: w.Shape.GPUs, MIG: w.Shape.MIG}))
+	expected := func(lead time.Duration) []*corev1.Pod {
+		var out []*corev1.Pod
+		for _, w := range r.demand.Ahead(now, lead, provisioner.Coverage(r.opts.Provisioner.Forecast)) {
+			for i := range w.Pods {
+				out = append(out, podObject(Pod{Name: fmt.Sprintf("forecast-%d-%s-%d", w.Shape.GPUs, w.Shape.MIG, i), GPUs: w.Shape.GPUs, MIG: w.Shape.MIG}))
+			}
 		}
+		return out
 	}
+	lead := r.bootDelay + r.opts.GPUStartup + r.opts.Loop
+	soonLead := min(r.startDelay+r.opts.StandbyGPUStartup+r.opts.Loop, lead)
+	if fc := r.opts.Provisioner.Forecast; fc != nil && fc.StandbyLeadTime != nil {
+		soonLead = provisioner.StandbyLeadTime(fc, lead) // as the spec says, as the controller does
+	}
+	out, soon = expected(lead), expected(soonLead)
 	r.res.ForecastPeak = max(r.res.ForecastPeak, len(out))
-	return out, whole
-}
-
-// planAhead is plan with the pods a forecast expects planned for as the
-// controller plans them (provisioner.PlanAhead), within maxExtra an hour.
-// It returns how many of them the plan took.
-func (r *run) planAhead(spec v1alpha1.NodeProvisionerSpec, expected []*corev1.Pod, maxExtra float64) (plan.Pool, plan.Plan, int, error) {
-	pool, snapshot, pending, err := r.view(spec)
-	if err != nil {
-		return pool, plan.Plan{}, 0, err
-	}
-	p, ahead := provisioner.PlanAhead(pool, snapshot, pending, expected, maxExtra)
-	return pool, p, ahead, nil
+	return out, soon, whole
 }

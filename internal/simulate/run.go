@@ -130,6 +130,10 @@ type run struct {
 	// looks ahead by; bootLead its 95th percentile, which the oracle looks
 	// ahead by, so that it is seldom late.
 	bootDelay, bootLead time.Duration
+	// startDelay and startLead are the same of a standby instance's start:
+	// the forecast and the oracle serve pods expected within a start's
+	// lead time from the standby pools (provisioner.OrdersAhead).
+	startDelay, startLead time.Duration
 	// start is when the run begins: 0, the trace's start, or for the
 	// oracle one start-up time before its first arrival.
 	start time.Duration
@@ -219,6 +223,14 @@ func newRun(ctx context.Context, trace Trace, opts Options) (*run, error) {
 	r.bootLead = r.bootDelay
 	if simCfg.BootDelayP95 != nil {
 		r.bootLead = max(r.bootLead, *simCfg.BootDelayP95)
+	}
+	r.startDelay = sim.DefaultStartDelay
+	if simCfg.StartDelay != nil {
+		r.startDelay = *simCfg.StartDelay
+	}
+	r.startLead = r.startDelay
+	if simCfg.StartDelayP95 != nil {
+		r.startLead = max(r.startLead, *simCfg.StartDelayP95)
 	}
 	// The chart runs cluster-autoscaler without its wait for more GPU pods
 	// when a group keeps a standby pool (--bypassed-scheduler-names): the
@@ -342,7 +354,7 @@ func runConfig(opts Options) config.Config {
 func (r *run) startCore(ctx context.Context, cfg *config.Config) error {
 	clk, engine, opts := r.clock, r.engine, r.opts
 	core, err := nodegroup.New(cfg, map[string]cloud.Provider{sim.Name: engine.Account(cfg.ClusterName)}, nodegroup.Options{
-		Clock: clk, Logger: opts.Logger, Registerer: r.reg, Manual: true,
+		Clock: clk, Logger: opts.Logger, Registerer: r.reg, Manual: true, Serial: true,
 		Entropy: rand.NewChaCha8(seedBytes(opts.Seed)),
 	})
 	if err != nil {
