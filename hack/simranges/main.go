@@ -1,7 +1,8 @@
 // Command simranges plays every built-in trace of `gpuscaler simulate`
 // on its built-in pool over seeds 1 to 5 under each policy, and writes
 // the figures docs/benchmarks.md gives, as ranges over the seeds (median
-// and worst), between its "simranges" markers:
+// and worst), between its "simranges" markers; then, over three days
+// each, the forecast's columns:
 //
 //	go run ./hack/simranges            # rewrites docs/benchmarks.md
 //	go run ./hack/simranges -o -       # prints the section instead
@@ -21,6 +22,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpuscaler/gpuscaler/api/v1alpha1"
 	"github.com/gpuscaler/gpuscaler/internal/config"
 	"github.com/gpuscaler/gpuscaler/internal/simulate"
 )
@@ -30,18 +32,38 @@ const (
 	end   = "<!-- simranges: end -->"
 )
 
-// column is one policy the table shows.
+// column is one policy a table shows: coverage sets the forecast's
+// coveragePercent (0: the CRD's default).
 type column struct {
-	name    string
-	policy  simulate.Policy
-	standby int
+	name     string
+	policy   simulate.Policy
+	standby  int
+	forecast bool
+	coverage int32
 }
 
-var columns = []column{
-	{"NodeProvisioner", simulate.NodeProvisioner, 0},
-	{"NP + standby 2", simulate.NodeProvisioner, 2},
-	{"cluster-autoscaler", simulate.Baseline, 0},
-	{"oracle + standby 2", simulate.Oracle, 2},
+// table is one table of the section: its columns over days of each
+// trace, measured from the second when days > 1 (a forecast learns on
+// the first).
+type table struct {
+	days    int
+	columns []column
+}
+
+var tables = []table{
+	{1, []column{
+		{"NodeProvisioner", simulate.NodeProvisioner, 0, false, 0},
+		{"NP + standby 2", simulate.NodeProvisioner, 2, false, 0},
+		{"cluster-autoscaler", simulate.Baseline, 0, false, 0},
+		{"oracle + standby 2", simulate.Oracle, 2, false, 0},
+	}},
+	{3, []column{
+		{"NodeProvisioner", simulate.NodeProvisioner, 0, false, 0},
+		{"NP + forecast", simulate.NodeProvisioner, 0, true, 0},
+		{"NP + forecast + standby 2", simulate.NodeProvisioner, 2, true, 0},
+		{"NP + forecast 95 % + standby 2", simulate.NodeProvisioner, 2, true, 95},
+		{"oracle + standby 2", simulate.Oracle, 2, false, 0},
+	}},
 }
 
 func main() {
@@ -61,37 +83,12 @@ func run(out string, seeds int) error {
 	}
 	var section bytes.Buffer
 	fmt.Fprintf(&section, "%s\n", begin)
-	fmt.Fprintf(&section, "Built-in pool and its fact-based timings (docs/simulate.md), seeds 1-%d, one day each; each cell is the median over\n"+
-		"the seeds and, in brackets, the worst. Cost is against the floor no policy beats (its own median and worst in the last column).\n\n", seeds)
-	fmt.Fprintf(&section, "| trace | p95 wait: %s | cost over the floor: %s | floor |\n", names(" / "), names(" / "))
-	fmt.Fprintf(&section, "|---|---|---|---|\n")
-	for _, trace := range simulate.Builtins {
-		waits := make([][]time.Duration, len(columns))
-		over := make([][]float64, len(columns))
-		var floors []float64
-		results, err := playAll(cfg, trace, seeds)
-		if err != nil {
+	for _, tb := range tables {
+		if err := writeTable(&section, cfg, tb, seeds); err != nil {
 			return err
 		}
-		for seed := range seeds {
-			for c := range columns {
-				r := results[seed][c]
-				waits[c] = append(waits[c], r.Wait(0.95))
-				over[c] = append(over[c], 100*(r.Cost/r.Floor-1))
-			}
-			floors = append(floors, results[seed][0].Floor)
-		}
-		var w, o []string
-		for c := range columns {
-			mw, xw := medianWorst(waits[c], func(a, b time.Duration) bool { return a > b })
-			w = append(w, fmt.Sprintf("%s (%s)", fmtDuration(mw), fmtDuration(xw)))
-			mo, xo := medianWorst(over[c], func(a, b float64) bool { return a > b })
-			o = append(o, fmt.Sprintf("+%.1f %% (+%.1f %%)", mo, xo))
-		}
-		mf, xf := medianWorst(floors, func(a, b float64) bool { return a > b })
-		fmt.Fprintf(&section, "| %s | %s | %s | %.0f (%.0f) |\n", trace, strings.Join(w, " / "), strings.Join(o, " / "), mf, xf)
 	}
-	fmt.Fprintf(&section, "\n%s\n", end)
+	fmt.Fprintf(&section, "%s\n", end)
 	if out == "-" {
 		_, err := io.Copy(os.Stdout, &section)
 		return err
@@ -108,8 +105,69 @@ func run(out string, seeds int) error {
 	return os.WriteFile(out, doc, 0o644)
 }
 
-// playAll plays trace on each seed under each column, two runs at a time.
-func playAll(cfg *config.Config, trace string, seeds int) ([][]*simulate.Result, error) {
+// writeTable writes one table: every built-in trace under its columns.
+// A one-day table gives cost over the floor; a longer one also against
+// the NodeProvisioner alone, its first column.
+func writeTable(w io.Writer, cfg *config.Config, tb table, seeds int) error {
+	if tb.days == 1 {
+		fmt.Fprintf(w, "Built-in pool and its fact-based timings (docs/simulate.md), seeds 1-%d, one day each; each cell is the median over\n"+
+			"the seeds and, in brackets, the worst. Cost is against the floor no policy beats (its own median and worst in the last column).\n\n", seeds)
+		fmt.Fprintf(w, "| trace | p95 wait: %s | cost over the floor: %s | floor |\n", names(tb.columns, " / "), names(tb.columns, " / "))
+		fmt.Fprintf(w, "|---|---|---|---|\n")
+	} else {
+		fmt.Fprintf(w, "The forecast: the same pool and seeds, %d days each, measured from the second (the forecast learns on the first); the\n"+
+			"coverage is the CRD's 80 %% unless named. Cost is against the NodeProvisioner alone, then the floor.\n\n", tb.days)
+		fmt.Fprintf(w, "| trace | p95 wait: %s | cost over the NodeProvisioner: %s | cost over the floor: %s |\n",
+			names(tb.columns, " / "), names(tb.columns[1:], " / "), names(tb.columns, " / "))
+		fmt.Fprintf(w, "|---|---|---|---|\n")
+	}
+	for _, trace := range simulate.Builtins {
+		cols := tb.columns
+		waits := make([][]time.Duration, len(cols))
+		over := make([][]float64, len(cols))
+		vsNP := make([][]float64, len(cols))
+		var floors []float64
+		results, err := playAll(cfg, trace, tb, seeds)
+		if err != nil {
+			return err
+		}
+		for seed := range seeds {
+			for c := range cols {
+				r := results[seed][c]
+				waits[c] = append(waits[c], r.Wait(0.95))
+				over[c] = append(over[c], 100*(r.Cost/r.Floor-1))
+				vsNP[c] = append(vsNP[c], 100*(r.Cost/results[seed][0].Cost-1))
+			}
+			floors = append(floors, results[seed][0].Floor)
+		}
+		percents := func(vs [][]float64) string {
+			var out []string
+			for _, v := range vs {
+				m, x := medianWorst(v, func(a, b float64) bool { return a > b })
+				out = append(out, fmt.Sprintf("%+.1f %% (%+.1f %%)", m, x))
+			}
+			return strings.Join(out, " / ")
+		}
+		var wait []string
+		for c := range cols {
+			mw, xw := medianWorst(waits[c], func(a, b time.Duration) bool { return a > b })
+			wait = append(wait, fmt.Sprintf("%s (%s)", fmtDuration(mw), fmtDuration(xw)))
+		}
+		if tb.days == 1 {
+			mf, xf := medianWorst(floors, func(a, b float64) bool { return a > b })
+			fmt.Fprintf(w, "| %s | %s | %s | %.0f (%.0f) |\n", trace, strings.Join(wait, " / "), percents(over), mf, xf)
+		} else {
+			fmt.Fprintf(w, "| %s | %s | %s | %s |\n", trace, strings.Join(wait, " / "), percents(vsNP[1:]), percents(over))
+		}
+	}
+	fmt.Fprintln(w)
+	return nil
+}
+
+// playAll plays trace on each seed under each of the table's columns,
+// as many runs at a time as there are CPUs.
+func playAll(cfg *config.Config, trace string, tb table, seeds int) ([][]*simulate.Result, error) {
+	columns := tb.columns
 	results := make([][]*simulate.Result, seeds)
 	for s := range results {
 		results[s] = make([]*simulate.Result, len(columns))
@@ -125,10 +183,17 @@ func playAll(cfg *config.Config, trace string, seeds int) ([][]*simulate.Result,
 			go func() {
 				defer func() { <-sem; wg.Done() }()
 				seed := uint64(s + 1)
-				tr, err := simulate.Builtin(trace, 1, seed)
+				tr, err := simulate.BuiltinDays(trace, 1, seed, tb.days)
 				if err == nil {
+					opts := simulate.Options{Config: cfg, Policy: col.policy, Standby: col.standby, Seed: seed, Forecast: col.forecast}
+					if tb.days > 1 {
+						opts.MeasureFrom = 24 * time.Hour
+					}
+					if col.coverage > 0 {
+						opts.Provisioner.Forecast = &v1alpha1.Forecast{CoveragePercent: &col.coverage}
+					}
 					var r *simulate.Result
-					r, err = simulate.Run(context.Background(), tr, simulate.Options{Config: cfg, Policy: col.policy, Standby: col.standby, Seed: seed})
+					r, err = simulate.Run(context.Background(), tr, opts)
 					results[s][c] = r
 				}
 				if err != nil {
@@ -144,7 +209,7 @@ func playAll(cfg *config.Config, trace string, seeds int) ([][]*simulate.Result,
 	return results, errors.Join(errs...)
 }
 
-func names(sep string) string {
+func names(columns []column, sep string) string {
 	var n []string
 	for _, c := range columns {
 		n = append(n, c.name)
