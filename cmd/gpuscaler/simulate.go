@@ -106,7 +106,7 @@ cost, next to a baseline that scales as cluster-autoscaler does with its default
 	fl.IntVar(&f.standby, "standby", defaultStandby, "standby pool size for each group without one; with --policy all, the NodeProvisioner also runs with it beside its run without (0: none)")
 	fl.DurationVar(&f.refillAfter, "standby-refill-after", 0, "how long --standby's pools wait, short, before they order fresh instances; meanwhile the nodes scaled down go back to them (standby.refillAfter)")
 	fl.DurationVar(&f.scaleDownAfter, "standby-scale-down-after", 0, "how long a node stays unneeded before it goes back to --standby's pool when the pool has room (standby.scaleDownAfter; 0: the NodeProvisioner's scaleDownDelay)")
-	fl.IntVar(&f.days, "days", 1, "days of a built-in trace, each drawn anew (the forecast learns on the first ones)")
+	fl.IntVar(&f.days, "days", 1, fmt.Sprintf("days of a built-in trace, each drawn anew (the forecast learns on the first ones); at most %d: a day is about a second and 25 MB a policy", simulate.MaxDays))
 	fl.BoolVar(&f.forecast, "forecast", false, "the NodeProvisioner also orders ahead of a forecast of the pool's demand, learned on the trace itself; with --policy all, as a column of its own")
 	fl.DurationVar(&f.trainFor, "train-for", 24*time.Hour, "how long the forecast learns before it orders ahead")
 	fl.DurationVar(&f.loop, "loop", 10*time.Second, "autoscaler loop period (the core lists the cloud every sync.period of the config)")
@@ -271,7 +271,11 @@ func loadPool(fl *pflag.FlagSet, f *simulateFlags) (*config.Config, error) {
 // loadTrace reads --trace: a built-in name, else a file.
 func loadTrace(f *simulateFlags) (simulate.Trace, error) {
 	if slices.Contains(simulate.Builtins, f.trace) {
-		return simulate.BuiltinDays(f.trace, f.scale, f.seed, f.days)
+		tr, err := simulate.BuiltinDays(f.trace, f.scale, f.seed, f.days)
+		if err != nil {
+			return tr, fmt.Errorf("--trace %s: %w", f.trace, err)
+		}
+		return tr, nil
 	}
 	if f.days != 1 {
 		return simulate.Trace{}, fmt.Errorf("--days %d: only a built-in trace is drawn for a number of days; a file is as long as it is", f.days)

@@ -679,6 +679,13 @@ func TestBuiltinDays(t *testing.T) {
 	if _, err := BuiltinDays("diurnal-inference", 1, 7, 0); err == nil {
 		t.Error("0 days was drawn")
 	}
+	if _, err := BuiltinDays("diurnal-inference", 1, 7, MaxDays+1); err == nil {
+		t.Errorf("%d days were drawn", MaxDays+1)
+	}
+	month, err := BuiltinDays("diurnal-inference", 1, 7, 30) // a month, past the 28 days of before
+	if err != nil || month.End() < 29*24*time.Hour {
+		t.Errorf("30 days: %v, ending at %s", err, month.End())
+	}
 }
 
 // A forecast starts standby instances ahead of the pods it expects, one
