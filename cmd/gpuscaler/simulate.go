@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -318,15 +319,16 @@ func readProvisioner(path string) (*v1alpha1.NodeProvisioner, error) {
 }
 
 // progress reports a long run's simulated time on w about every two
-// seconds of wall time.
-func progress(w io.Writer, trace string) func(done, total time.Duration) {
+// seconds of wall time, naming the policy it runs:
+// "simulate: nodeprovisioner +standby 2: 17h of 24h (diurnal-inference)".
+func progress(w io.Writer, trace string) func(name string, done, total time.Duration) {
 	last := time.Now()
-	return func(done, total time.Duration) {
+	return func(name string, done, total time.Duration) {
 		if time.Since(last) < 2*time.Second {
 			return
 		}
 		last = time.Now()
-		fmt.Fprintf(w, "simulate: %s: %s of %s simulated\n", trace, done.Round(time.Minute), total.Round(time.Minute))
+		fmt.Fprintf(w, "simulate: %s: %dh of %dh (%s)\n", name, int(done.Hours()), int(math.Ceil(total.Hours())), trace)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpuscaler/gpuscaler/internal/pending"
 	"github.com/gpuscaler/gpuscaler/internal/simulate"
 )
 
@@ -120,6 +121,13 @@ func TestSimulateJSON(t *testing.T) {
 	}
 	if strings.Join(names, ",") != "nodeprovisioner,cluster-autoscaler,oracle,floor" || !got[3].Floor {
 		t.Errorf("columns %v", names)
+	}
+	// The waits in the real metric's buckets: every pod within the last.
+	for _, s := range got[:3] {
+		b := s.WaitBuckets
+		if len(b) != len(pending.WaitBuckets()) || b[len(b)-1].LeSeconds != 3600 || b[len(b)-1].Pods != s.Pods {
+			t.Errorf("%s: wait buckets %+v, want gpuscaler_gpu_pod_wait_seconds's, the last holding all %d pods", s.Name, b, s.Pods)
+		}
 	}
 	if !strings.Contains(errOut.String(), "trace small.csv") {
 		t.Errorf("the trace's line is not on stderr: %q", errOut.String())

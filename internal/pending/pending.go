@@ -44,6 +44,13 @@ const goneQueue = 1024
 
 var _ prometheus.Collector = (*Pods)(nil)
 
+// WaitBuckets are gpuscaler_gpu_pod_wait_seconds's buckets, in seconds:
+// `gpuscaler simulate`'s report counts its waits in the same ones, so a
+// simulation compares with production.
+func WaitBuckets() []float64 {
+	return []float64{5, 10, 30, 60, 120, 180, 300, 450, 600, 900, 1200, 1800, 3600}
+}
+
 // New builds a follower of a cluster's unbound pods; clk may be nil for the
 // real clock.
 func New(kube kubernetes.Interface, clk clock.PassiveClock) *Pods {
@@ -64,7 +71,7 @@ func New(kube kubernetes.Interface, clk clock.PassiveClock) *Pods {
 		waited: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "gpuscaler_gpu_pod_wait_seconds",
 			Help:    "Time from a GPU pod's creation to its binding to a node, observed as the scheduler binds it: how long pods waited for GPUs.",
-			Buckets: []float64{5, 10, 30, 60, 120, 180, 300, 450, 600, 900, 1200, 1800, 3600},
+			Buckets: WaitBuckets(),
 		}),
 	}
 	// A watch of unbound pods sees a binding as the pod leaving it, with

@@ -57,6 +57,7 @@ func (r *run) observe() {
 			gpuStartup := r.opts.GPUStartup
 			if !in.StartedAt.IsZero() {
 				gpuStartup = r.opts.StandbyGPUStartup
+				r.standbyJoins++
 			}
 			running, ok := r.engine.RunningAt(in.Name)
 			if !ok {

@@ -1,6 +1,7 @@
 package simulate
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"math"
@@ -8,8 +9,11 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/gpuscaler/gpuscaler/internal/pending"
 )
 
 // Result is what one run measured.
@@ -79,6 +83,11 @@ type Sample struct {
 	Capacity map[string]float64
 	// Spend is the pool's cost per hour.
 	Spend float64
+	// StockOuts, Reclaims and StandbyStarts count, since the run began,
+	// the creates the cloud refused for capacity, the nodes lost under
+	// pods' feet (spot reclaims) and the nodes started from standby: the
+	// report marks where they rose.
+	StockOuts, Reclaims, StandbyStarts int
 }
 
 // Wait returns the q-quantile (0..1) of the time pods waited from arrival
@@ -109,7 +118,8 @@ func quantile(ds []time.Duration, q float64) time.Duration {
 
 // sample records the pool now.
 func (r *run) sample() {
-	s := Sample{At: r.now, Pending: len(r.cl.pending), Capacity: map[string]float64{}, Spend: r.spend, Demand: r.cl.used}
+	s := Sample{At: r.now, Pending: len(r.cl.pending), Capacity: map[string]float64{}, Spend: r.spend, Demand: r.cl.used,
+		StockOuts: r.engine.StockOuts(), Reclaims: r.res.NodesLost, StandbyStarts: r.standbyJoins}
 	for _, p := range r.cl.pending {
 		s.Demand += p.gpu
 	}
@@ -164,13 +174,54 @@ func sumWhere(families []*dto.MetricFamily, name, label, value string) float64 {
 	return total
 }
 
+// TableWidth is the terminal width WriteTable fits its table to.
+const TableWidth = 120
+
 // WriteTable prints results side by side, one column each, and the
 // floor's column after them (the first result's: every result of one
-// trace and pool has the same).
+// trace and pool has the same). Columns that would make the table wider
+// than TableWidth wrap: the table goes on below with the next policies,
+// each part with the row labels.
 func WriteTable(w io.Writer, results ...*Result) error {
 	if len(results) > 0 && results[0].Floor > 0 {
 		results = append(slices.Clip(results), FloorOf(results[0]))
 	}
+	var part bytes.Buffer
+	for rest := results; len(rest) > 0; {
+		n := len(rest)
+		for ; n > 0; n-- {
+			part.Reset()
+			if err := writeColumns(&part, results, rest[:n]); err != nil {
+				return err
+			}
+			if n == 1 || widest(part.String()) <= TableWidth {
+				break
+			}
+		}
+		if len(rest) < len(results) {
+			fmt.Fprintln(w)
+		}
+		if _, err := part.WriteTo(w); err != nil {
+			return err
+		}
+		rest = rest[n:]
+	}
+	return nil
+}
+
+// widest is the longest line of text, in characters.
+func widest(text string) int {
+	n := 0
+	for line := range strings.SplitSeq(text, "\n") {
+		n = max(n, utf8.RuneCountInString(line))
+	}
+	return n
+}
+
+// writeColumns prints the table's rows for some of the results (cols);
+// all are every result, which the comparisons refer to.
+func writeColumns(w io.Writer, all, cols []*Result) error {
+	results := cols
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	row := func(label string, cell func(*Result) string) {
 		cells := make([]string, 0, len(results)+1)
@@ -195,7 +246,7 @@ func WriteTable(w io.Writer, results ...*Result) error {
 	row("", func(r *Result) string { return r.Name() })
 	row("trace", func(r *Result) string { return r.Trace })
 	row("simulated", func(r *Result) string { return fmtDuration(r.Simulated) })
-	if slices.ContainsFunc(results, func(r *Result) bool { return r.MeasuredFrom > 0 }) {
+	if slices.ContainsFunc(all, func(r *Result) bool { return r.MeasuredFrom > 0 }) {
 		row("measured from", func(r *Result) string { return fmtDuration(r.MeasuredFrom) })
 	}
 	row("pods (unplaced)", func(r *Result) string { return fmt.Sprintf("%d (%d)", r.Pods, r.Unplaced) })
@@ -211,10 +262,10 @@ func WriteTable(w io.Writer, results ...*Result) error {
 	row("stock-out fallbacks", played(func(r *Result) string { return fmt.Sprint(r.StockOuts) }))
 	row("spot reclaims (pods requeued)", played(func(r *Result) string { return fmt.Sprintf("%d (%d)", r.Reclaims, r.PodsRequeued) }))
 	row("requeued pods' wait p95", played(func(r *Result) string { return fmtDuration(r.RequeueWait(0.95)) }))
-	if slices.ContainsFunc(results, func(r *Result) bool { return r.StandbyStarts+r.StandbyStartFailed > 0 }) {
+	if slices.ContainsFunc(all, func(r *Result) bool { return r.StandbyStarts+r.StandbyStartFailed > 0 }) {
 		row("standby starts (failed)", played(func(r *Result) string { return fmt.Sprintf("%d (%d)", r.StandbyStarts, r.StandbyStartFailed) }))
 	}
-	if oracle := oracleOf(results); oracle != nil {
+	if oracle := oracleOf(all); oracle != nil {
 		row("vs oracle: p95 wait, cost", played(func(r *Result) string {
 			if r == oracle {
 				return "(reference)"
@@ -222,7 +273,7 @@ func WriteTable(w io.Writer, results ...*Result) error {
 			return fmt.Sprintf("%s, %s", signed(r.Wait(0.95)-oracle.Wait(0.95)), percent(r.Cost, oracle.Cost))
 		}))
 	}
-	if results[len(results)-1].isFloor {
+	if all[len(all)-1].isFloor {
 		row("distance to the floor: cost", func(r *Result) string {
 			if r.isFloor {
 				return "(the bound)"
@@ -313,6 +364,33 @@ type Summary struct {
 	PodsRequeued        int     `json:"podsRequeued"`
 	StandbyStarts       int     `json:"standbyStarts"`
 	StandbyStartsFailed int     `json:"standbyStartsFailed"`
+	// WaitBuckets count the measured pods that waited at most each bound,
+	// in the buckets of gpuscaler_gpu_pod_wait_seconds (cumulative, as
+	// Prometheus's): a simulation compares with production's histogram.
+	WaitBuckets []WaitBucket `json:"waitBuckets,omitempty"`
+}
+
+// WaitBucket is one bucket of a wait histogram: the pods that waited at
+// most LeSeconds.
+type WaitBucket struct {
+	LeSeconds float64 `json:"le"`
+	Pods      int     `json:"pods"`
+}
+
+// WaitHistogram counts the result's measured waits in the buckets of
+// gpuscaler_gpu_pod_wait_seconds, cumulative; nil for the floor.
+func (r *Result) WaitHistogram() []WaitBucket {
+	if r.isFloor {
+		return nil
+	}
+	waits := slices.Clone(r.waits)
+	slices.Sort(waits)
+	var out []WaitBucket
+	for _, le := range pending.WaitBuckets() {
+		n, _ := slices.BinarySearch(waits, time.Duration(le*float64(time.Second))+1)
+		out = append(out, WaitBucket{LeSeconds: le, Pods: n})
+	}
+	return out
 }
 
 // Summarize is what WriteTable prints, for scripts: each result, and the
@@ -328,7 +406,8 @@ func Summarize(results ...*Result) []Summary {
 			WaitP50Seconds: r.Wait(0.5).Seconds(), WaitP95Seconds: r.Wait(0.95).Seconds(), WaitP99Seconds: r.Wait(0.99).Seconds(),
 			WaitMaxSeconds: r.Wait(1).Seconds(), GPUHoursPaid: r.GPUHoursPaid, GPUHoursUsed: r.GPUHoursUsed, IdleShare: r.IdleShare(),
 			Cost: r.Cost, FloorCost: r.Floor, NodesAdded: r.NodesAdded, NodesRemoved: r.NodesRemoved, StockOuts: r.StockOuts,
-			Reclaims: r.Reclaims, PodsRequeued: r.PodsRequeued, StandbyStarts: r.StandbyStarts, StandbyStartsFailed: r.StandbyStartFailed})
+			Reclaims: r.Reclaims, PodsRequeued: r.PodsRequeued, StandbyStarts: r.StandbyStarts, StandbyStartsFailed: r.StandbyStartFailed,
+			WaitBuckets: r.WaitHistogram()})
 	}
 	return out
 }

@@ -93,8 +93,9 @@ type Options struct {
 	// waits of pods that arrive earlier, and the GPU-hours and cost until
 	// then (a forecast's training days, for every policy alike).
 	MeasureFrom time.Duration
-	// Progress, when set, is called about every simulated hour.
-	Progress func(done, total time.Duration)
+	// Progress, when set, is called about every simulated hour with the
+	// run's column name (Result.Name) and how far it is.
+	Progress func(name string, done, total time.Duration)
 	// Logger receives the core's logs; default none.
 	Logger *slog.Logger
 }
@@ -134,6 +135,8 @@ type run struct {
 	// the forecast and the oracle serve pods expected within a start's
 	// lead time from the standby pools (provisioner.OrdersAhead).
 	startDelay, startLead time.Duration
+	// standbyJoins counts the nodes started from standby that joined.
+	standbyJoins int
 	// start is when the run begins: 0, the trace's start, or for the
 	// oracle one start-up time before its first arrival.
 	start time.Duration
@@ -448,7 +451,7 @@ func (r *run) play(ctx context.Context) error {
 		r.now = t
 		r.clock.SetTime(epoch.Add(t))
 		if r.opts.Progress != nil && t >= nextProgress {
-			r.opts.Progress(t, end)
+			r.opts.Progress(r.res.Name(), t, end)
 			nextProgress += time.Hour
 		}
 		r.arrive(t)

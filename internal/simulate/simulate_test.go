@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/gpuscaler/gpuscaler/api/v1alpha1"
 	"github.com/gpuscaler/gpuscaler/internal/config"
+	"github.com/gpuscaler/gpuscaler/internal/pending"
 )
 
 // oneGroup is a pool of one-GPU on-demand nodes (2.29 an hour) that boot
@@ -245,7 +247,11 @@ func TestMalformedTraceLine(t *testing.T) {
 }
 
 // The HTML report is well-formed and self-contained: it loads nothing
-// (no src, href, url() or @import), and its tags balance.
+// (no src, href, url() or @import), and its tags balance. Its headline
+// chart overlays every policy's waits in the buckets of the real metric;
+// each result has a section of its own, titled apart even when two runs
+// share a policy; every chart's axes have ticks and units, the cost its
+// currency.
 func TestHTMLReportIsSelfContained(t *testing.T) {
 	cfg := parse(t, oneGroup)
 	trace := Trace{Name: "three", Pods: []Pod{
@@ -253,8 +259,9 @@ func TestHTMLReportIsSelfContained(t *testing.T) {
 		{At: 2 * time.Hour, Duration: 30 * time.Minute, GPUs: 1},
 	}}
 	res := play(t, cfg, trace, Options{Policy: NodeProvisioner, Sample: 10 * time.Minute})
+	again := play(t, cfg, trace, Options{Policy: NodeProvisioner, Sample: 10 * time.Minute})
 	var out bytes.Buffer
-	if err := WriteHTML(&out, res); err != nil {
+	if err := WriteHTML(&out, res, again, FloorOf(res)); err != nil {
 		t.Fatal(err)
 	}
 	doc := out.String()
@@ -263,9 +270,99 @@ func TestHTMLReportIsSelfContained(t *testing.T) {
 			t.Errorf("report contains %q", banned)
 		}
 	}
+	r := parseReport(t, doc)
+	if len(r.headings) != 3 || r.headings[0] != "Time to GPU: the share of pods that waited at most each time" {
+		t.Fatalf("sections %q, want the wait chart's, then one per played result", r.headings)
+	}
+	if r.headings[1] == r.headings[2] {
+		t.Errorf("two sections titled %q", r.headings[1])
+	}
+	// The wait chart: a line per played result (not the floor), one
+	// tick per bucket of gpuscaler_gpu_pod_wait_seconds and 0.
+	if r.charts[0].lines != 2 || r.charts[0].xTicks != len(pending.WaitBuckets())+1 {
+		t.Errorf("wait chart: %d lines, %d ticks; want 2 and %d", r.charts[0].lines, r.charts[0].xTicks, len(pending.WaitBuckets())+1)
+	}
+	// Then per result: demand, total capacity and the group's capacity;
+	// pending; spend; cumulative cost.
+	if len(r.charts) != 1+2*4 {
+		t.Fatalf("%d charts, want the wait chart and 4 per result", len(r.charts))
+	}
+	for i, c := range r.charts {
+		if c.xTicks < 2 || c.yTicks != 5 || len(c.units) != 2 {
+			t.Errorf("chart %d (%s): %d x ticks, %d y ticks, units %q; want ticks on both axes and both units", i, c.label, c.xTicks, c.yTicks, c.units)
+		}
+	}
+	if c := r.charts[4]; c.label != "Cumulative cost" || !slices.Contains(c.units, Currency) {
+		t.Errorf("chart %q with units %q, want the cumulative cost in %s", c.label, c.units, Currency)
+	}
+	if lines := r.charts[1].lines + r.charts[2].lines + r.charts[3].lines + r.charts[4].lines; lines != 6 {
+		t.Errorf("%d lines on a result's charts, want 6", lines)
+	}
+}
+
+// The terminal table fits TableWidth: seven columns of long names wrap
+// into parts, each with the row labels, and every policy appears once.
+func TestTableWrapsByPolicy(t *testing.T) {
+	var results []*Result
+	for _, c := range []struct {
+		p        Policy
+		standby  int
+		forecast bool
+	}{{NodeProvisioner, 0, false}, {NodeProvisioner, 2, false}, {NodeProvisioner, 0, true}, {NodeProvisioner, 2, true}, {Baseline, 0, false}, {Oracle, 2, false}} {
+		results = append(results, &Result{Policy: c.p, Standby: c.standby, Forecast: c.forecast, Trace: "diurnal-inference ×28 days", Floor: 100,
+			waits: []time.Duration{time.Minute}})
+	}
+	var out bytes.Buffer
+	if err := WriteTable(&out, results...); err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.SplitSeq(out.String(), "\n") {
+		if n := len([]rune(line)); n > TableWidth {
+			t.Errorf("a line of %d characters: %q", n, line)
+		}
+	}
+	// Each part opens with a line of its columns' names.
+	var names []string
+	for part := range strings.SplitSeq(out.String(), "\n\n") {
+		header, _, _ := strings.Cut(part, "\n")
+		for _, f := range regexp.MustCompile(`\s{2,}`).Split(strings.TrimSpace(header), -1) {
+			names = append(names, f)
+		}
+	}
+	var want []string
+	for _, r := range append(results, FloorOf(results[0])) {
+		want = append(want, r.Name())
+	}
+	if !slices.Equal(names, want) {
+		t.Errorf("columns %q, want %q", names, want)
+	}
+	if parts := strings.Count(out.String(), "pending p95"); parts < 2 {
+		t.Errorf("%d parts, want the table wrapped", parts)
+	}
+}
+
+// report is what parseReport reads of an HTML report.
+type report struct {
+	headings []string
+	charts   []reportChart
+}
+
+type reportChart struct {
+	label                 string
+	lines, xTicks, yTicks int
+	units                 []string
+}
+
+// parseReport reads an HTML report's h2 headings and its charts (an svg:
+// its polylines, the tick labels under it and left of it, and the units
+// on its axes), and fails the test if its tags do not balance.
+func parseReport(t *testing.T, doc string) report {
+	t.Helper()
+	var r report
 	z := html.NewTokenizer(strings.NewReader(doc))
 	var open []string
-	polylines := 0
+	var text *string
+	var textAttr map[string]string
 	for {
 		tt := z.Next()
 		if tt == html.ErrorToken {
@@ -276,29 +373,92 @@ func TestHTMLReportIsSelfContained(t *testing.T) {
 		}
 		name, _ := z.TagName()
 		tag := string(name)
+		attrs := map[string]string{}
+		if tt == html.StartTagToken || tt == html.SelfClosingTagToken {
+			for {
+				k, v, more := z.TagAttr()
+				attrs[string(k)] = string(v)
+				if !more {
+					break
+				}
+			}
+		}
 		switch tt {
 		case html.StartTagToken:
 			switch tag {
 			case "meta", "line", "polyline", "br":
-				polylines += boolInt(tag == "polyline")
+				if tag == "polyline" && len(r.charts) > 0 {
+					r.charts[len(r.charts)-1].lines++
+				}
 			default:
 				open = append(open, tag)
 			}
+			switch tag {
+			case "svg":
+				r.charts = append(r.charts, reportChart{label: attrs["aria-label"]})
+			case "h2", "text":
+				s := ""
+				text, textAttr = &s, attrs
+			}
 		case html.SelfClosingTagToken:
-			polylines += boolInt(tag == "polyline")
+			if tag == "polyline" && len(r.charts) > 0 {
+				r.charts[len(r.charts)-1].lines++
+			}
+		case html.TextToken:
+			if text != nil {
+				*text += string(z.Text())
+			}
 		case html.EndTagToken:
 			if len(open) == 0 || open[len(open)-1] != tag {
 				t.Fatalf("</%s> closes %v", tag, open)
 			}
 			open = open[:len(open)-1]
+			switch {
+			case tag == "h2" && text != nil:
+				r.headings = append(r.headings, *text)
+			case tag == "text" && text != nil && len(r.charts) > 0:
+				c := &r.charts[len(r.charts)-1]
+				switch {
+				case textAttr["transform"] != "" || textAttr["y"] == "240":
+					c.units = append(c.units, *text)
+				case textAttr["y"] == "218":
+					c.xTicks++
+				case textAttr["text-anchor"] == "end":
+					c.yTicks++
+				}
+			}
+			text = nil
 		}
 	}
 	if len(open) != 0 {
 		t.Errorf("unclosed tags %v", open)
 	}
-	// Demand, total capacity and the group's capacity; pending; spend.
-	if polylines != 5 {
-		t.Errorf("%d chart lines, want 5", polylines)
+	return r
+}
+
+// A 28-day report of every policy stays under 1 MB: each line keeps at
+// most maxPoints points, and marks one per unit of width.
+func TestLongReportStaysSmall(t *testing.T) {
+	timeline := make([]Sample, 0, 28*24*60)
+	for m := range 28 * 24 * 60 {
+		timeline = append(timeline, Sample{At: time.Duration(m) * time.Minute, Pending: m % 7, Demand: float64(m % 50), Spend: float64(m % 90),
+			Capacity:  map[string]float64{"a": float64(m % 40), "b": float64(m % 30), "c": float64(m % 20)},
+			StockOuts: m / 3, Reclaims: m / 5, StandbyStarts: m / 2})
+	}
+	var results []*Result
+	for _, p := range []Policy{NodeProvisioner, NodeProvisioner, NodeProvisioner, NodeProvisioner, Baseline, Oracle} {
+		results = append(results, &Result{Policy: p, Trace: "diurnal-inference ×28 days", Timeline: timeline, waits: []time.Duration{0, time.Minute}})
+	}
+	var out bytes.Buffer
+	if err := WriteHTML(&out, results...); err != nil {
+		t.Fatal(err)
+	}
+	if out.Len() >= 1<<20 {
+		t.Errorf("a 28-day report of %d policies is %d bytes, want under 1 MB", len(results), out.Len())
+	}
+	r := parseReport(t, out.String())
+	if len(r.headings) != 1+len(results) {
+		t.Errorf("%d sections, want the wait chart's and %d", len(r.headings), len(results))
 	}
 }
 

@@ -111,6 +111,7 @@ func (e *Engine) Create(ctx context.Context, cluster string, spec cloud.CreateSp
 	}
 	k := cloud.OfferingKey{InstanceType: spec.InstanceType, Location: spec.Location, CapacityType: spec.CapacityType}
 	if e.used[k] >= e.capacity[k] {
+		e.stockOuts++
 		return cloud.Instance{}, cloud.Errorf(cloud.ErrCapacity, "create",
 			"not enough resources to deploy %s (%s) in %s", spec.InstanceType, spec.CapacityType, spec.Location)
 	}

@@ -101,10 +101,12 @@ type Engine struct {
 	scripts map[string]string
 	// events are the instances' due times, soonest first; an event whose
 	// instance has moved on since is dropped when it comes up.
-	events  eventQueue
-	calls   map[string]int
-	nextID  int
-	changed chan struct{}
+	events eventQueue
+	calls  map[string]int
+	// stockOuts counts creates refused for capacity (Engine.StockOuts).
+	stockOuts int
+	nextID    int
+	changed   chan struct{}
 }
 
 // instance is one simulated machine, kept small so that a test can hold
@@ -386,6 +388,14 @@ func (e *Engine) Calls() map[string]int {
 		out[k] = v
 	}
 	return out
+}
+
+// StockOuts is how many creates the engine refused for want of capacity
+// (ErrCapacity): the simulator marks them on its report's timeline.
+func (e *Engine) StockOuts() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.stockOuts
 }
 
 // Reclaim takes a running spot instance away at once, as the cloud does
