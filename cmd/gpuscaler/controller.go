@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -138,6 +139,15 @@ func runController(ctx context.Context, cfg *config.Config, cfgPath string, f co
 	if err != nil {
 		return err
 	}
+	// Events of instances no Node carries go on their pool's
+	// NodeProvisioner, once the controller is built below.
+	var pools atomic.Pointer[provisioner.Reconciler]
+	rt.SetGroupObject(func(group string) *corev1.ObjectReference {
+		if r := pools.Load(); r != nil {
+			return r.PoolOf(group)
+		}
+		return nil
+	})
 	errc := make(chan error, 3)
 	// The process's own work (Node index, script server, token reaper) runs
 	// on every replica; an error in it stops the process.
@@ -195,6 +205,7 @@ func runController(ctx context.Context, cfg *config.Config, cfgPath string, f co
 	if err := r.SetupWithManager(mgr); err != nil {
 		return err
 	}
+	pools.Store(r)
 	log.Info("starting the NodeProvisioner controller", "groups", len(cfg.NodeGroups), "leaderElection", f.leaderElect,
 		"leaseNamespace", f.leaderElectionNS, "reload", cfgPath != "")
 	ready.Store(true)

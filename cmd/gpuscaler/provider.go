@@ -27,6 +27,7 @@ func newProviderCommand(g *globalFlags) *cobra.Command {
 	var src source
 	var reloadPeriod time.Duration
 	var restartToApply bool
+	var statusConfigMap string
 	cmd := &cobra.Command{
 		Use:   "provider",
 		Short: "Serve the cluster-autoscaler external gRPC cloud provider",
@@ -61,13 +62,15 @@ the Verda gRPC provider keep their config.yaml, .env file and --config/--port/--
 			opts := env.runtimeOptions(config.ManagedByClusterAutoscaler, log, g.kube)
 			opts.Override = src.override
 			opts.RestartToApply = restartToApply
-			return runProvider(cmd.Context(), cfg, src.reloadPath(), reloadPeriod, opts, env, log)
+			return runProvider(cmd.Context(), cfg, src.reloadPath(), reloadPeriod, statusConfigMap, opts, env, log)
 		},
 	}
 	src.addFlags(cmd)
 	src.addListenerFlags(cmd)
 	cmd.Flags().StringVar(&src.metricsAddr, "metrics-address", "", "overrides metrics.address (host:port, or 0 to turn it off)")
 	cmd.Flags().DurationVar(&reloadPeriod, "config-reload-period", 10*time.Second, "how often the config file is checked for changes")
+	cmd.Flags().StringVar(&statusConfigMap, "status-config-map", "cluster-autoscaler-status",
+		"cluster-autoscaler's status ConfigMap in gpuscaler's namespace (its --status-config-map-name): Events of orders no Node shows (a stock-out on every offering, a cost cap) go on it, for kubectl describe; \"\" leaves them on gpuscaler's pod")
 	cmd.Flags().BoolVar(&restartToApply, "restart-on-config-change", false,
 		"exit (status 0) when a config change that needs a restart passes start-up's checks, for the supervisor to start gpuscaler with it")
 	return cmd
@@ -75,7 +78,7 @@ the Verda gRPC provider keep their config.yaml, .env file and --config/--port/--
 
 // runProvider runs the provider until ctx is done. It is the only writer
 // of its groups, so it leads from the start.
-func runProvider(ctx context.Context, cfg *config.Config, reloadPath string, reloadPeriod time.Duration, opts daemon.Options, env *environ, log *slog.Logger) error {
+func runProvider(ctx context.Context, cfg *config.Config, reloadPath string, reloadPeriod time.Duration, statusConfigMap string, opts daemon.Options, env *environ, log *slog.Logger) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	// client-go's own logs (reflectors, leader election) in the same
@@ -87,6 +90,9 @@ func runProvider(ctx context.Context, cfg *config.Config, reloadPath string, rel
 	}
 	var ready atomic.Bool
 	eg, ctx := errgroup.WithContext(ctx)
+	if status := rt.EventsOnStatusConfigMap(statusConfigMap); status != nil {
+		eg.Go(func() error { status.Watch(ctx, 30*time.Second); return nil })
+	}
 	eg.Go(func() error { return rt.Run(ctx) })
 	ops, err := listenOps(cfg, rt, &ready, rt.Evictions(), log)
 	if err != nil {

@@ -41,6 +41,9 @@ type Index struct {
 	// that failed, an instance not yet registered): the process's own
 	// pod; nil drops them.
 	fallback *corev1.Pod
+	// groupObject names a group's object for those Events, before the
+	// pod (SetGroupObject).
+	groupObject func(group string) *corev1.ObjectReference
 	// namespace holds the pods that pull standby instances' images, which
 	// pods watches; no namespace, no pre-pulls (pods nil).
 	namespace  string
@@ -445,12 +448,18 @@ func (x *Index) Event(e nodegroup.Event) {
 			return
 		}
 	}
-	if x.fallback == nil {
-		return
-	}
 	subject := "group " + e.Group
 	if e.Instance != "" {
 		subject += ", instance " + e.Instance
+	}
+	if x.groupObject != nil {
+		if ref := x.groupObject(e.Group); ref != nil {
+			x.recorder.Eventf(ref, nil, e.Type, e.Reason, "Autoscaling", "%s: %s", subject, e.Message)
+			return
+		}
+	}
+	if x.fallback == nil {
+		return
 	}
 	x.recorder.Eventf(x.fallback, nil, e.Type, e.Reason, "Autoscaling", "%s: %s", subject, e.Message)
 }
@@ -458,6 +467,15 @@ func (x *Index) Event(e nodegroup.Event) {
 // SetFallback names the pod that carries the Events of instances no Node
 // carries, and the process's own (PodEvent); call it before Run.
 func (x *Index) SetFallback(pod *corev1.Pod) { x.fallback = pod }
+
+// SetGroupObject names, for a group, the object whose `kubectl describe`
+// should show the Events of its instances that no Node carries (an order
+// every offering refused, a cost cap, a Node that never registered): the
+// NodeProvisioner whose pool it is, cluster-autoscaler's status
+// ConfigMap. of returns nil for a group it has none for, whose Events go
+// to the fallback pod; it must not block (a cache read). Call it before
+// Run.
+func (x *Index) SetGroupObject(of func(group string) *corev1.ObjectReference) { x.groupObject = of }
 
 // PodEvent records an Event about the process itself (a config reload) on
 // the fallback pod; without one it is dropped (the process logs it).

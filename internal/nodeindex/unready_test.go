@@ -117,3 +117,45 @@ func TestEventsWithoutANodeGoToThePod(t *testing.T) {
 		return onPod && onNode
 	})
 }
+
+// A group with an object (a NodeProvisioner's pool, cluster-autoscaler's
+// status ConfigMap) has the Events of its instances without a Node on
+// it, where `kubectl describe` finds them (the object's UID in the
+// reference); a group without one still has them on the pod.
+func TestEventsWithoutANodeGoToTheGroupsObject(t *testing.T) {
+	env := testenv.Start(t, testenv.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cm, err := env.Client.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cluster-autoscaler-status"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := New(env.Client, slog.New(slog.DiscardHandler), "")
+	x.SetFallback(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "gpuscaler-0", Namespace: "default", UID: "7f6c2a8e-1b1d-4c55-9b0e-2f1f3b6a9c01"}})
+	x.SetGroupObject(func(group string) *corev1.ObjectReference {
+		if group != "h100" {
+			return nil
+		}
+		return &corev1.ObjectReference{Kind: "ConfigMap", APIVersion: "v1", Namespace: cm.Namespace, Name: cm.Name, UID: cm.UID}
+	})
+	go func() { _ = x.Run(ctx) }()
+	x.Event(nodegroup.Event{Type: corev1.EventTypeWarning, Reason: "ScaleUpFailed", Group: "h100", Instance: "h100-x7",
+		ProviderID: "verda://h100-x7", Message: "every offering is out of stock"})
+	x.Event(nodegroup.Event{Type: corev1.EventTypeWarning, Reason: "CostLimit", Group: "a100", Message: "maxHourlyCost reached"})
+	var onMap, onPod bool
+	wait(t, ctx, "both Events recorded", func() bool {
+		list, err := env.Client.EventsV1().Events("default").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false
+		}
+		for _, e := range list.Items {
+			switch {
+			case e.Regarding.Kind == "ConfigMap" && e.Regarding.UID == cm.UID && e.Reason == "ScaleUpFailed":
+				onMap = strings.Contains(e.Note, "group h100, instance h100-x7: every offering is out of stock")
+			case e.Regarding.Kind == "Pod" && e.Reason == "CostLimit":
+				onPod = strings.Contains(e.Note, "group a100: maxHourlyCost reached")
+			}
+		}
+		return onMap && onPod
+	})
+}

@@ -484,6 +484,25 @@ func (r *Reconciler) groupsOf(np *v1alpha1.NodeProvisioner) []string {
 	return append(slices.Clone(np.Spec.NodeGroups), r.Existing.Names(np.Name)...)
 }
 
+// PoolOf is the NodeProvisioner whose pool holds a node group, as an
+// Event's reference, read from the cache (nil when none does, or the
+// cache cannot say yet): the Events of the group's instances that no Node
+// carries (an order every offering refused, a cost cap) go there, where
+// `kubectl describe nodeprovisioner` shows them (nodeindex.SetGroupObject).
+func (r *Reconciler) PoolOf(group string) *corev1.ObjectReference {
+	var all v1alpha1.NodeProvisionerList
+	if err := r.Client.List(context.Background(), &all); err != nil {
+		return nil
+	}
+	for i := range all.Items {
+		np := &all.Items[i]
+		if np.DeletionTimestamp == nil && slices.Contains(r.groupsOf(np), group) {
+			return &corev1.ObjectReference{APIVersion: v1alpha1.GroupVersion.String(), Kind: "NodeProvisioner", Name: np.Name, UID: np.UID}
+		}
+	}
+	return nil
+}
+
 // membership returns the pool's group of a node, "" for a node outside the
 // pool: the group whose instance has its provider ID, else, for a node
 // carrying Baseten's provisioner-name label of this pool whose provider ID

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -106,6 +108,15 @@ func runController(t testing.TB, ctx context.Context, env *testenv.Env, cfg *con
 	t.Helper()
 	log := slog.New(slog.DiscardHandler)
 	nodes := nodeindex.New(env.Client, log, metav1.NamespaceDefault)
+	// As the controller command: Events of instances without a Node go on
+	// their pool's NodeProvisioner.
+	var pools atomic.Pointer[provisioner.Reconciler]
+	nodes.SetGroupObject(func(group string) *corev1.ObjectReference {
+		if r := pools.Load(); r != nil {
+			return r.PoolOf(group)
+		}
+		return nil
+	})
 	core, err := nodegroup.New(cfg, clouds, nodegroup.Options{Logger: log, Registerer: prometheus.NewRegistry(), Bootstrap: boot, Nodes: nodes, Events: nodes})
 	if err != nil {
 		t.Fatal(err)
@@ -128,8 +139,45 @@ func runController(t testing.TB, ctx context.Context, env *testenv.Env, cfg *con
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
+	pools.Store(r)
 	go func() { _ = mgr.Start(runCtx) }()
 	return runCtx, controllerClient(t, env)
+}
+
+// An order every offering refuses has no Node to carry its Event: it goes
+// on the NodeProvisioner whose pool the group is, where `kubectl describe
+// nodeprovisioner` shows it, naming the group and instance.
+func TestOrderWithoutANodeIsAnEventOnItsPool(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	// One instance fits the location: the first order takes it, the
+	// offerings still say there is room, and the next orders meet the
+	// stock-out as they are made.
+	c := startControllerOn(t, ctx, "{bootDelay: 1s, deleteDelay: 1s, defaultCapacity: 1}",
+		"  - {name: h100, cloud: sim, instanceType: 1H100.80S.30V, locations: [FIN-01], maxSize: 10}\n")
+	np := &v1alpha1.NodeProvisioner{ObjectMeta: metav1.ObjectMeta{Name: "stocked-out"}, Spec: v1alpha1.NodeProvisionerSpec{NodeGroups: []string{"h100"}}}
+	if err := c.kube.Create(ctx, np); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if _, err := c.env.Client.CoreV1().Pods("default").Create(ctx, gpuPod(fmt.Sprintf("waits-%d", i)), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, ctx, "a ScaleUpFailed Event on the NodeProvisioner naming the group", func() bool {
+		evs, err := c.env.Client.EventsV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "regarding.name=stocked-out"})
+		if err != nil {
+			return false
+		}
+		for _, e := range evs.Items {
+			if e.Reason == "ScaleUpFailed" && e.Regarding.Kind == "NodeProvisioner" && e.Regarding.UID == np.UID &&
+				strings.HasPrefix(e.Note, "group h100, instance ") {
+				return true
+			}
+		}
+		return false
+	})
 }
 
 func newScheme(t testing.TB) *runtime.Scheme {
