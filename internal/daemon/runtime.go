@@ -185,6 +185,19 @@ func Build(ctx context.Context, cfg *config.Config, opts Options) (*Runtime, err
 	}
 	if cs.kube != nil {
 		r.pending = pending.New(cs.kube, nil)
+		// Each GPU pod's wait by its node's group and how the node came,
+		// from the core in force (a read of memory).
+		r.pending.SetOrigin(pending.NodeOrigin(cs.kube,
+			func(providerID string) (string, bool) { return r.Core().GroupForProviderID(providerID) },
+			func(group, providerID string) time.Time {
+				insts, _ := r.Core().Instances(group)
+				for _, in := range insts {
+					if in.ProviderID == providerID {
+						return in.StartedAt
+					}
+				}
+				return time.Time{}
+			}))
 		r.process.MustRegister(r.pending)
 	}
 	if r.scripts, err = newScriptServer(cfg, r.InstanceIP, r.process, opts); err != nil {

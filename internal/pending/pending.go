@@ -31,12 +31,32 @@ type Pods struct {
 
 	count  *prometheus.Desc
 	oldest *prometheus.Desc
-	// waited observes each GPU pod's time from creation to its binding;
-	// gone queues the pods that left the watch, to be read once (a
-	// binding, or a deletion: the watch's last state cannot tell).
-	waited prometheus.Histogram
+	// waited observes each GPU pod's time from creation to its binding,
+	// by its node's group and how that node came (origin); gone queues
+	// the pods that left the watch, to be read once (a binding, or a
+	// deletion: the watch's last state cannot tell).
+	waited *prometheus.HistogramVec
+	origin Origin
 	gone   chan *corev1.Pod
 }
+
+// How the node a pod was bound to came, the came label of
+// gpuscaler_gpu_pod_wait_seconds.
+const (
+	// CameExisting: the node was there when the pod was made.
+	CameExisting = "existing"
+	// CameStandby: an instance started from a standby pool since.
+	CameStandby = "standby"
+	// CameCreated: an instance ordered since, a cold start.
+	CameCreated = "created"
+	// CameUnknown: not one of gpuscaler's nodes, or not known.
+	CameUnknown = "unknown"
+)
+
+// Origin tells, for a pod bound to its node, the node's group ("" for a
+// node of no group) and how it came (CameExisting, CameStandby,
+// CameCreated, CameUnknown).
+type Origin func(ctx context.Context, pod *corev1.Pod) (group, came string)
 
 // goneQueue bounds the pods waiting to be read; past it, a burst's waits
 // go unobserved rather than hold the informer.
@@ -68,11 +88,12 @@ func New(kube kubernetes.Interface, clk clock.PassiveClock) *Pods {
 			"Pods that request GPUs (nvidia.com/gpu or MIG devices) and are not bound to a node yet.", nil, nil),
 		oldest: prometheus.NewDesc("gpuscaler_pending_gpu_pod_oldest_seconds",
 			"How long the oldest pod that requests GPUs has waited for a node; 0 when none waits.", nil, nil),
-		waited: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "gpuscaler_gpu_pod_wait_seconds",
-			Help:    "Time from a GPU pod's creation to its binding to a node, observed as the scheduler binds it: how long pods waited for GPUs.",
+		waited: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "gpuscaler_gpu_pod_wait_seconds",
+			Help: "Time from a GPU pod's creation to its binding to a node, observed as the scheduler binds it: how long pods waited for GPUs, " +
+				"by the node's group (\"\" for none of gpuscaler's) and how it came: existing (there when the pod was made), standby (started from a standby pool since), created (ordered since), unknown.",
 			Buckets: WaitBuckets(),
-		}),
+		}, []string{"group", "came"}),
 	}
 	// A watch of unbound pods sees a binding as the pod leaving it, with
 	// its last unbound state: one read tells a binding from a deletion.
@@ -109,7 +130,41 @@ func (p *Pods) observe(ctx context.Context, left *corev1.Pod) {
 			bound = c.LastTransitionTime.Time
 		}
 	}
-	p.waited.Observe(max(0, bound.Sub(pod.CreationTimestamp.Time).Seconds()))
+	group, came := "", CameUnknown
+	if p.origin != nil {
+		group, came = p.origin(ctx, pod)
+	}
+	p.waited.WithLabelValues(group, came).Observe(max(0, bound.Sub(pod.CreationTimestamp.Time).Seconds()))
+}
+
+// SetOrigin has each wait labelled with its node's group and how the
+// node came (Origin); without, group "" and came "unknown". Call it
+// before Run.
+func (p *Pods) SetOrigin(o Origin) { p.origin = o }
+
+// NodeOrigin is the Origin of gpuscaler's nodes: the node's group is the
+// one whose instance has its provider ID (groupOf); the node came
+// existing when it is older than the pod, else standby when that
+// instance was started from its pool after the pod was made (startedAt),
+// else created.
+func NodeOrigin(kube kubernetes.Interface, groupOf func(providerID string) (string, bool),
+	startedAt func(group, providerID string) time.Time) Origin {
+	return func(ctx context.Context, pod *corev1.Pod) (string, string) {
+		node, err := kube.CoreV1().Nodes().Get(ctx, pod.Spec.NodeName, metav1.GetOptions{})
+		if err != nil {
+			return "", CameUnknown
+		}
+		group, ok := groupOf(node.Spec.ProviderID)
+		switch {
+		case !ok:
+			return "", CameUnknown
+		case !node.CreationTimestamp.After(pod.CreationTimestamp.Time):
+			return group, CameExisting
+		case startedAt(group, node.Spec.ProviderID).After(pod.CreationTimestamp.Time):
+			return group, CameStandby
+		}
+		return group, CameCreated
+	}
 }
 
 // Run follows the cluster until ctx is done.

@@ -53,8 +53,18 @@ func TestPendingGPUPodsOnARealCluster(t *testing.T) {
 	p := New(env.Client, clk)
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(p)
-	if mfs, err := reg.Gather(); err != nil || len(mfs) != 1 || mfs[0].GetName() != "gpuscaler_gpu_pod_wait_seconds" {
-		t.Fatalf("before the first list: %v (%v), want only the empty wait histogram", mfs, err)
+	// The Node the scheduler binds to comes after the pods (a second on:
+	// creation times are to the second), of group h100, not started from
+	// standby: a cold create.
+	time.Sleep(1100 * time.Millisecond)
+	if _, err := env.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"},
+		Spec: corev1.NodeSpec{ProviderID: "sim://node-1"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p.SetOrigin(NodeOrigin(env.Client, func(pid string) (string, bool) { return "h100", pid == "sim://node-1" },
+		func(string, string) time.Time { return time.Time{} }))
+	if mfs, err := reg.Gather(); err != nil || len(mfs) != 0 {
+		t.Fatalf("before the first list: %v (%v), want nothing", mfs, err)
 	}
 	go func() { _ = p.Run(ctx) }()
 	expect := func(what string, count, oldest float64) {
@@ -94,10 +104,33 @@ func TestPendingGPUPodsOnARealCluster(t *testing.T) {
 	if count != 1 || sum < 0 || sum > 10 {
 		t.Fatalf("gpuscaler_gpu_pod_wait_seconds: %d observations summing to %vs, want the bound pod's, under 10s", count, sum)
 	}
+	if labels := waitLabels(t, reg); labels != "group=h100,came=created" {
+		t.Errorf("the wait is labelled %s, want group=h100,came=created: its Node came after it, not from standby", labels)
+	}
 	if err := pods.Delete(ctx, "mig", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
 		t.Fatal(err)
 	}
 	expect("none waits", 0, 0)
+}
+
+// waitLabels are the wait histogram's one series' labels, "name=value"
+// joined by commas in the order of the histogram's label names.
+func waitLabels(t *testing.T, reg prometheus.Gatherer) string {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "gpuscaler_gpu_pod_wait_seconds" && len(mf.GetMetric()) == 1 {
+			byName := map[string]string{}
+			for _, l := range mf.GetMetric()[0].GetLabel() {
+				byName[l.GetName()] = l.GetValue()
+			}
+			return "group=" + byName["group"] + ",came=" + byName["came"]
+		}
+	}
+	return ""
 }
 
 // waits reads the wait histogram's count and sum.

@@ -144,6 +144,11 @@ nodeGroups:
 			t.Errorf("%v start-ups timed to %s, want 3", n, step)
 		}
 	}
+	// Each pod's wait, by its node's group and how the node came: all
+	// three on nodes ordered for them.
+	waitFor(t, ctx, "3 waits of pods on created h100 nodes on /metrics", func() bool {
+		return value(scrape(t, metricsAddr), "gpuscaler_gpu_pod_wait_seconds", map[string]string{"group": "h100", "came": "created"}) == 3
+	})
 
 	// The label the provider names as cluster-autoscaler's GPU label is on
 	// every Node from its registration (so an autoscaler knows a GPU node
