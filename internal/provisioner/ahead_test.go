@@ -22,15 +22,6 @@ func TestPlanAhead(t *testing.T) {
 	pool := func(nodes int) plan.Pool {
 		return plan.Pool{Groups: []plan.Group{{Name: "a", Template: tmpl, Nodes: nodes, MaxSize: 10, Price: 2, Spend: 2 * float64(nodes)}}}
 	}
-	pods := func(prefix string, n int) []*corev1.Pod {
-		var out []*corev1.Pod
-		for i := range n {
-			p := gpuPodNamed(fmt.Sprintf("%s-%d", prefix, i), 1)
-			p.Spec.NodeSelector = nil
-			out = append(out, p)
-		}
-		return out
-	}
 	idle := func(n int) []plan.Node {
 		var out []plan.Node
 		for i := range n {
@@ -76,7 +67,7 @@ func TestPlanAhead(t *testing.T) {
 		{"pending first", pool(2), coming(2), 1, 3, 4, 1, 2, nil, ReasonForecast},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			p, ahead := PlanAhead(tt.pool, tt.nodes, pods("pending", tt.pending), pods("expected", tt.expected), tt.maxExtra)
+			p, ahead := PlanAhead(tt.pool, tt.nodes, onePodEach("pending", tt.pending), onePodEach("expected", tt.expected), tt.maxExtra)
 			if p.Add["a"] != tt.add || ahead != tt.ahead || !slices.Equal(p.Remove, tt.remove) || p.Reason != tt.reason {
 				t.Fatalf("add %d, ahead %d, remove %v, reason %q; want add %d, ahead %d, remove %v, reason %q",
 					p.Add["a"], ahead, p.Remove, p.Reason, tt.add, tt.ahead, tt.remove, tt.reason)
@@ -94,16 +85,7 @@ func TestPlanAhead(t *testing.T) {
 func TestOrdersAhead(t *testing.T) {
 	tmpl := &corev1.Node{Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}}}
 	pool := plan.Pool{Groups: []plan.Group{{Name: "a", Template: tmpl, MaxSize: 20, Price: 2}}}
-	pods := func(prefix string, n int) []*corev1.Pod {
-		var out []*corev1.Pod
-		for i := range n {
-			p := gpuPodNamed(fmt.Sprintf("%s-%d", prefix, i), 1)
-			p.Spec.NodeSelector = nil
-			out = append(out, p)
-		}
-		return out
-	}
-	pending, expected := pods("pending", 1), pods("expected", 5)
+	pending, expected := onePodEach("pending", 1), onePodEach("expected", 5)
 	for _, tt := range []struct {
 		name        string
 		expected    int
@@ -125,6 +107,18 @@ func TestOrdersAhead(t *testing.T) {
 			}
 		})
 	}
+}
+
+// onePodEach is n pods of one GPU each, named prefix-0 on, that fit any
+// node.
+func onePodEach(prefix string, n int) []*corev1.Pod {
+	var out []*corev1.Pod
+	for i := range n {
+		p := gpuPodNamed(fmt.Sprintf("%s-%d", prefix, i), 1)
+		p.Spec.NodeSelector = nil
+		out = append(out, p)
+	}
+	return out
 }
 
 // gpuPodNamed is a pod in namespace ml asking for whole GPUs, on the
