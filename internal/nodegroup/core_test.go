@@ -1242,8 +1242,9 @@ func TestAdoptionPrefersTheLiveInstanceOfAName(t *testing.T) {
 
 // The nodes added and removed, each group's bounds and each cloud's last
 // sync are series a user reads as cluster-autoscaler's and Karpenter's:
-// two instances made count two created; one deleted, once gone, one
-// deleted; a reclaimed one counts as vanished, not deleted.
+// two instances made count two created for a scale-up; one deleted, once
+// gone, one deleted for a scale-down; a reclaimed one counts as vanished,
+// not deleted.
 func TestNodesAddedAndRemovedAreCounted(t *testing.T) {
 	h := newHarness(t, oneGroupLeaky, sim.Options{}, Options{})
 	before := h.clk.Now()
@@ -1252,8 +1253,8 @@ func TestNodesAddedAndRemovedAreCounted(t *testing.T) {
 	}
 	h.eventually("two running", func() bool { r, _, _, _ := h.states("g"); return r == 2 })
 	g := map[string]string{"group": "g"}
-	if v := h.metric("gpuscaler_instances_created_total", g); v != 2 {
-		t.Fatalf("gpuscaler_instances_created_total %v after two orders, want 2", v)
+	if v := h.metric("gpuscaler_instances_created_total", map[string]string{"group": "g", "reason": ReasonScaleUp}); v != 2 {
+		t.Fatalf("gpuscaler_instances_created_total{reason=scale-up} %v after two orders, want 2", v)
 	}
 	if minSize, maxSize := h.metric("gpuscaler_nodegroup_min_size", g), h.metric("gpuscaler_nodegroup_max_size", g); minSize != 0 || maxSize != 5 {
 		t.Fatalf("bounds %v..%v, want 0..5", minSize, maxSize)
@@ -1265,7 +1266,9 @@ func TestNodesAddedAndRemovedAreCounted(t *testing.T) {
 	if err := h.mgr.DeleteNodes(context.Background(), "g", []string{insts[0].ProviderID}); err != nil {
 		t.Fatal(err)
 	}
-	h.eventually("one deleted", func() bool { return h.metric("gpuscaler_instances_deleted_total", g) == 1 })
+	h.eventually("one deleted, scaled down", func() bool {
+		return h.metric("gpuscaler_instances_deleted_total", map[string]string{"group": "g", "reason": ReasonScaleDown}) == 1
+	})
 	if err := h.engine.Reclaim(insts[1].Name); err != nil {
 		t.Fatal(err)
 	}

@@ -106,12 +106,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"group"}),
 		created: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gpuscaler_instances_created_total",
-			Help: "Instances the cloud made for gpuscaler's orders (nodes added), by node group (\"\" for the launch API's, Karpenter's).",
-		}, []string{"group"}),
+			Help: "Instances the cloud made for gpuscaler's orders (nodes added), by node group (\"\" for the launch API's, Karpenter's) and reason: " +
+				"scale-up (ordered for a group's target: a front end's scale-up, minSize, a replacement), standby (ordered for a standby pool), launch (the launch API's).",
+		}, []string{"group", "reason"}),
 		deleted: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gpuscaler_instances_deleted_total",
-			Help: "Instances gone after gpuscaler deleted them (nodes removed), by node group (\"\" for the launch API's); those lost otherwise are gpuscaler_instances_vanished_total.",
-		}, []string{"group"}),
+			Help: "Instances gone after gpuscaler deleted them (nodes removed), by node group (\"\" for the launch API's) and reason: " +
+				"failed (an order, a start or a registration that failed), standby (a standby pool's member let go), launch (the launch API's caller terminated it), " +
+				"scale-down (the rest: a front end's delete, a lowered target, past maxSize); those lost otherwise are gpuscaler_instances_vanished_total.",
+		}, []string{"group", "reason"}),
 		minSize: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "gpuscaler_nodegroup_min_size",
 			Help: "Each node group's minSize in the configuration in force.",
@@ -249,4 +252,41 @@ func (m *Metrics) preset(cfg *config.Config, manage func(string) bool) {
 		}
 		m.unknownGroup.WithLabelValues(c)
 	}
+}
+
+// Reasons of gpuscaler_instances_created_total and
+// gpuscaler_instances_deleted_total.
+const (
+	ReasonScaleUp   = "scale-up"
+	ReasonScaleDown = "scale-down"
+	ReasonStandby   = "standby"
+	ReasonLaunch    = "launch"
+	ReasonFailed    = "failed"
+)
+
+// createdReason is why a member's instance was ordered: for a standby
+// pool, for the launch API, or for its group's target.
+func (s *store) createdReason(g *group, mem *member) string {
+	switch {
+	case g == s.launches:
+		return ReasonLaunch
+	case mem.standby != standbyNone:
+		return ReasonStandby
+	}
+	return ReasonScaleUp
+}
+
+// deletedReason is why a deleted member's instance went: it failed (an
+// order, a start, a registration), it was a standby pool's, the launch
+// API's caller terminated it, or else it was scaled down.
+func (s *store) deletedReason(g *group, mem *member) string {
+	switch {
+	case g == s.launches:
+		return ReasonLaunch
+	case mem.peek().errCode != "" || mem.phase == phaseFailed:
+		return ReasonFailed
+	case mem.standby != standbyNone:
+		return ReasonStandby
+	}
+	return ReasonScaleDown
 }

@@ -330,7 +330,7 @@ func (o *orderer) created(g *group, mem *member, inst cloud.Instance) {
 	o.recordLocked(g, mem, inst)
 	o.offerings.succeed(g.cfg.Name)
 	o.publish(g)
-	o.metrics.created.WithLabelValues(g.cfg.Name).Inc()
+	o.metrics.created.WithLabelValues(g.cfg.Name, s.createdReason(g, mem)).Inc()
 	o.log.Info("instance created", "group", g.cfg.Name, "owner", mem.peek().owner, "instance", inst.Name, "offering", mem.offering().String(), "price", mem.price)
 }
 

@@ -363,8 +363,8 @@ func (z *sizer) publishLocked(g *group) {
 	z.metrics.minSize.WithLabelValues(g.cfg.Name).Set(float64(g.cfg.MinSize))
 	z.metrics.maxSize.WithLabelValues(g.cfg.Name).Set(float64(g.cfg.MaxSize))
 	// Counted from 0, so a rate over a group that has not scaled yet is 0.
-	z.metrics.created.WithLabelValues(g.cfg.Name)
-	z.metrics.deleted.WithLabelValues(g.cfg.Name)
+	z.metrics.created.WithLabelValues(g.cfg.Name, ReasonScaleUp)
+	z.metrics.deleted.WithLabelValues(g.cfg.Name, ReasonScaleDown)
 	z.metrics.hourlySpend.WithLabelValues(g.cfg.Name, g.itype.PriceCurrency()).Set(z.cost.groupSpend(g))
 	var oldest time.Time
 	if g.counts[stateStandby] > 0 { // no pool, no scan

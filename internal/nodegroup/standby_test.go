@@ -51,6 +51,9 @@ func TestStandbyPoolWarmsStopsAndStartsOnDemand(t *testing.T) {
 	if n, _ := h.mgr.TargetSize("g"); n != 0 {
 		t.Fatalf("target %d with only a standby instance, want 0", n)
 	}
+	if v := h.metric("gpuscaler_instances_created_total", map[string]string{"group": "g", "reason": ReasonStandby}); v != 1 {
+		t.Fatalf("gpuscaler_instances_created_total{reason=standby} %v with the pool's instance made, want 1", v)
+	}
 	if insts, _ := h.mgr.Instances("g"); len(insts) != 0 {
 		t.Fatalf("front ends see %d instances, want none: a standby instance is no capacity", len(insts))
 	}

@@ -578,7 +578,7 @@ func (y *syncer) foldMemberLocked(ctx context.Context, cloudName string, g *grou
 			mem.settle()
 			return
 		}
-		y.metrics.created.WithLabelValues(g.cfg.Name).Inc()
+		y.metrics.created.WithLabelValues(g.cfg.Name, s.createdReason(g, mem)).Inc()
 		y.log.Info("lost create answer resolved: the order landed", "group", g.cfg.Name, "instance", name)
 		y.orderer().recordLocked(g, mem, in)
 		return
@@ -854,7 +854,7 @@ func (y *syncer) missing(g *group, mem *member, start time.Time, out *afterLock)
 		if mem.phase == phaseDeleting {
 			// Deleted: a lagging list may show it again for a while.
 			s.tombstones[mem.name] = start
-			y.metrics.deleted.WithLabelValues(g.cfg.Name).Inc()
+			y.metrics.deleted.WithLabelValues(g.cfg.Name, s.deletedReason(g, mem)).Inc()
 		}
 		s.drop(g, mem)
 		out.gone = append(out.gone, mem)
