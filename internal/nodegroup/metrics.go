@@ -36,6 +36,7 @@ type Metrics struct {
 	costLimit        *prometheus.GaugeVec
 	startup          *prometheus.HistogramVec
 	gpuGap           *prometheus.HistogramVec
+	stages           *prometheus.HistogramVec
 	gpuTimeouts      *prometheus.CounterVec
 	// standbyStarts counts standby instances started for demand, by
 	// result (ok, failed: a fresh order was placed instead).
@@ -54,6 +55,14 @@ const (
 	stepRegistered = "registered"
 	stepReady      = "ready"
 	stepGPUs       = "gpus"
+)
+
+// Stages of gpuscaler_node_startup_stage_seconds, each from the end of
+// the one before.
+const (
+	stageBoot  = "boot"
+	stageReady = "ready"
+	stageGPUs  = "gpus"
 )
 
 // startupBuckets span a CPU node's half minute to a GPU node that takes
@@ -152,6 +161,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help:    "Time from an instance's order to its Node registered, Ready, and (GPU groups) GPUs allocatable, by node group (\"\" for launched instances) and step.",
 			Buckets: startupBuckets,
 		}, []string{"group", "step"}),
+		stages: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "gpuscaler_node_startup_stage_seconds",
+			Help: "The stages of a node's start-up, each on its own, by node group and stage: boot (the order, or a standby start, to the Node registered: " +
+				"the cloud's boot and the kubelet's join), ready (registered to Ready: networking, the node's own checks), gpus (Ready to GPUs allocatable: drivers, device plugin).",
+			Buckets: startupBuckets,
+		}, []string{"group", "stage"}),
 		gpuGap: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "gpuscaler_gpu_startup_gap_seconds",
 			Help:    "Time from a GPU Node turning Ready to its GPUs allocatable (driver and device plugin start-up), by node group.",
@@ -185,7 +200,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.apiCalls, m.apiLatency, m.instances, m.targetSize, m.scaleUpFailures, m.hourlySpend, m.leaked,
-			m.deleteFailures, m.vanished, m.created, m.deleted, m.minSize, m.maxSize, m.lastSync, m.unknownGroup, m.foreign, m.orphans, m.stockOuts, m.costLimit, m.startup, m.gpuGap, m.gpuTimeouts, m.refusedMoves, m.targetMismatches, m.standbyStarts, m.standbyStartup, m.standbyOldest)
+			m.deleteFailures, m.vanished, m.created, m.deleted, m.minSize, m.maxSize, m.lastSync, m.unknownGroup, m.foreign, m.orphans, m.stockOuts, m.costLimit, m.startup, m.stages, m.gpuGap, m.gpuTimeouts, m.refusedMoves, m.targetMismatches, m.standbyStarts, m.standbyStartup, m.standbyOldest)
 	}
 	return m
 }
@@ -230,6 +245,9 @@ func (m *Metrics) preset(cfg *config.Config, manage func(string) bool) {
 			m.startup.WithLabelValues(g.Name, step)
 		}
 		m.gpuGap.WithLabelValues(g.Name)
+		for _, stage := range []string{stageBoot, stageReady, stageGPUs} {
+			m.stages.WithLabelValues(g.Name, stage)
+		}
 		m.gpuTimeouts.WithLabelValues(g.Name)
 		m.targetMismatches.WithLabelValues(g.Name)
 		for _, result := range []string{"ok", "failed"} {

@@ -62,9 +62,14 @@ func (u *startups) observeLocked(g *group) {
 				mem.steps |= seenGPUs
 			}
 		}
-		u.step(mem, seenRegistered, stepRegistered, s.Registered)
+		if u.step(mem, seenRegistered, stepRegistered, s.Registered) {
+			u.stage(mem, stageBoot, s.Registered.Sub(mem.since()))
+		}
 		if u.step(mem, seenReady, stepReady, s.Ready) {
 			mem.readyAfter = max(s.Ready.Sub(mem.since()), 0)
+			if !s.Registered.IsZero() {
+				u.stage(mem, stageReady, s.Ready.Sub(s.Registered))
+			}
 		}
 		switch {
 		case mem.steps&seenGPUs != 0 || !s.GPUsSeen:
@@ -76,6 +81,7 @@ func (u *startups) observeLocked(g *group) {
 				// after a flap.
 				gap := s.GPUs.Sub(mem.since()) - mem.readyAfter
 				u.metrics.gpuGap.WithLabelValues(mem.group()).Observe(max(gap, 0).Seconds())
+				u.stage(mem, stageGPUs, gap)
 			}
 		}
 	}
@@ -95,6 +101,11 @@ func (u *startups) step(mem *member, bit uint8, label string, at time.Time) bool
 	}
 	h.WithLabelValues(mem.group(), label).Observe(max(at.Sub(mem.since()), 0).Seconds())
 	return true
+}
+
+// stage observes one stage of a member's start-up that took d.
+func (u *startups) stage(mem *member, stage string, d time.Duration) {
+	u.metrics.stages.WithLabelValues(mem.group(), stage).Observe(max(d, 0).Seconds())
 }
 
 // gpuInstance reports whether a member's instance type has GPUs; known is

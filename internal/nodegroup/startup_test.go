@@ -10,8 +10,8 @@ import (
 )
 
 // Each start-up step of an instance's Node is observed once, from the
-// order's time; the GPU gap from Ready; nothing reached before the core
-// started (a restart) is observed again.
+// order's time; the GPU gap from Ready; each stage on its own; nothing
+// reached before the core started (a restart) is observed again.
 func TestNodeStartupMetrics(t *testing.T) {
 	nodes := newFakeNodes()
 	h := newHarness(t, oneGroupLeaky, sim.Options{}, Options{Nodes: nodes})
@@ -38,6 +38,12 @@ func TestNodeStartupMetrics(t *testing.T) {
 	want("gpuscaler_node_startup_duration_seconds", step("ready"), 2, 150)
 	want("gpuscaler_node_startup_duration_seconds", step("gpus"), 1, 130)
 	want("gpuscaler_gpu_startup_gap_seconds", map[string]string{"group": "g"}, 1, 60)
+	// The same as stages, each on its own: boot 40 s and 50 s, Ready 30 s
+	// after each registration, GPUs 60 s after a's Ready.
+	stage := func(s string) map[string]string { return map[string]string{"group": "g", "stage": s} }
+	want("gpuscaler_node_startup_stage_seconds", stage("boot"), 2, 90)
+	want("gpuscaler_node_startup_stage_seconds", stage("ready"), 2, 60)
+	want("gpuscaler_node_startup_stage_seconds", stage("gpus"), 1, 60)
 
 	// b's GPUs come later; a's steps are not counted again.
 	nodes.setStartup(b.ProviderID, Startup{Registered: at(b, 50*time.Second), Ready: at(b, 80*time.Second), GPUs: at(b, 200*time.Second), GPUsSeen: true, GPUsNow: true})
@@ -45,6 +51,7 @@ func TestNodeStartupMetrics(t *testing.T) {
 	want("gpuscaler_node_startup_duration_seconds", step("registered"), 2, 90)
 	want("gpuscaler_node_startup_duration_seconds", step("gpus"), 2, 330)
 	want("gpuscaler_gpu_startup_gap_seconds", map[string]string{"group": "g"}, 2, 60+120)
+	want("gpuscaler_node_startup_stage_seconds", stage("gpus"), 2, 60+120)
 
 	// After a restart the steps reached before it are not observed again.
 	h.restart()
