@@ -336,7 +336,8 @@ func TestQuotaBacksOff(t *testing.T) {
 	w.onCreate = func(context.Context, cloud.CreateSpec) (cloud.Instance, error, bool) {
 		return cloud.Instance{}, cloud.Errorf(cloud.ErrQuota, "create", "GPU quota reached"), true
 	}
-	h := newWrappedHarness(t, oneGroupLeaky, sim.Options{}, Options{}, func(c *sim.Cloud) cloud.Provider { w.Provider = c; return w })
+	events := &eventLog{}
+	h := newWrappedHarness(t, oneGroupLeaky, sim.Options{}, Options{Events: events}, func(c *sim.Cloud) cloud.Provider { w.Provider = c; return w })
 	if err := h.mgr.IncreaseSize(context.Background(), "g", 1); err != nil {
 		t.Fatal(err)
 	}
@@ -344,11 +345,41 @@ func TestQuotaBacksOff(t *testing.T) {
 	if err := h.mgr.IncreaseSize(context.Background(), "g", 1); !errors.Is(err, ErrBackingOff) {
 		t.Fatalf("IncreaseSize right after a quota failure: %v", err)
 	}
+	// The group backing off is an Event of its own, about no instance.
+	if !events.has("BackedOff", "") {
+		t.Fatalf("no BackedOff Event: %+v", events.events)
+	}
 	if b, ok := h.mgr.Backoff("g"); !ok || b.Reason != CodeQuotaExceeded {
 		t.Fatalf("backoff %+v %v", b, ok)
 	}
 	if creates, _ := w.counts(); creates != 1 {
 		t.Fatalf("%d creates, want 1", creates)
+	}
+}
+
+// An order that meets a stock-out moves to the group's next offering,
+// and says so in a Normal Event on the instance: the order did not fail.
+func TestStockOutMovesToTheNextOffering(t *testing.T) {
+	w := &wrapped{}
+	w.onCreate = func(_ context.Context, spec cloud.CreateSpec) (cloud.Instance, error, bool) {
+		if spec.Location == "FIN-01" {
+			return cloud.Instance{}, cloud.Errorf(cloud.ErrCapacity, "create", "not enough resources in FIN-01"), true
+		}
+		return cloud.Instance{}, nil, false
+	}
+	events := &eventLog{}
+	doc := baseConfig + `
+nodeGroups:
+  - {name: g, cloud: sim, instanceType: 1V100.6V, locations: [FIN-01, FIN-02], maxSize: 5}
+`
+	h := newWrappedHarness(t, doc, sim.Options{}, Options{Events: events}, func(c *sim.Cloud) cloud.Provider { w.Provider = c; return w })
+	if err := h.mgr.IncreaseSize(context.Background(), "g", 1); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("one running", func() bool { r, _, _, _ := h.states("g"); return r == 1 })
+	insts, _ := h.mgr.Instances("g")
+	if !events.has("OfferingStockedOut", insts[0].Name) || events.count("ScaleUpFailed") != 0 {
+		t.Fatalf("want an OfferingStockedOut Event for %s and no failure: %+v", insts[0].Name, events.events)
 	}
 }
 

@@ -328,11 +328,15 @@ nodeGroups:
   - {name: cheap, cloud: sim, instanceType: 1V100.6V, locations: [FIN-01], maxSize: 10, maxHourlyCost: 0.5}
   - {name: big, cloud: sim, instanceType: 4H100.80S.176V, locations: [FIN-01], maxSize: 10}
 `
-	h := newHarness(t, doc, sim.Options{}, Options{})
+	events := &eventLog{}
+	h := newHarness(t, doc, sim.Options{}, Options{Events: events})
 	ctx := context.Background()
 	// 1V100.6V costs 0.1381/h on demand: three fit under 0.5, four do not.
 	if err := h.mgr.IncreaseSize(ctx, "cheap", 4); !errors.Is(err, ErrCostLimit) {
 		t.Fatalf("group cap: %v", err)
+	}
+	if events.count("CostLimit") != 1 {
+		t.Fatalf("want one CostLimit Event for the refused increase: %+v", events.events)
 	}
 	if err := h.mgr.IncreaseSize(ctx, "cheap", 3); err != nil {
 		t.Fatal(err)

@@ -183,6 +183,8 @@ func (o *orderer) create(ctx context.Context, g *group, mem *member) {
 			return
 		case stockedOut:
 			o.log.Info("offering stocked out, trying the next", "group", g.cfg.Name, "offering", k.String(), "error", last)
+			o.events.normal(g.cfg.Name, mem.name, mem.providerID, "OfferingStockedOut",
+				fmt.Sprintf("%s has no capacity; the order moves to the next offering", k))
 			s.mu.Lock()
 			o.offerings.markStockedOut(g.cfg.Cloud, k)
 			s.mu.Unlock()
@@ -402,6 +404,7 @@ func (o *orderer) failLocked(g *group, mem *member, code string, class ErrorClas
 	if backoff && g != s.launches {
 		until := o.offerings.fail(g.cfg.Name, code, msg, 0, 0)
 		o.log.Warn("node group backs off", "group", g.cfg.Name, "reason", code, "until", until.Format(time.RFC3339))
+		o.events.warn(g.cfg.Name, "", "", "BackedOff", fmt.Sprintf("no new orders until %s after %s", until.Format(time.RFC3339), code))
 	}
 	if mem.cancelled {
 		s.drop(g, mem)

@@ -80,6 +80,7 @@ func (z *sizer) increase(name string, delta int, fresh bool) error {
 	}
 	if err := z.cost.check(g, nil, float64(delta)*z.offerings.estimate(g)); err != nil {
 		z.metrics.scaleUpFailures.WithLabelValues(name, CodeCostLimit).Add(float64(delta))
+		z.events.warn(name, "", "", "CostLimit", fmt.Sprintf("an increase of %d refused: %v", delta, err))
 		return err
 	}
 	g.target += delta
