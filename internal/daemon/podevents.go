@@ -44,9 +44,23 @@ func reloadEvent(path string, err error) (typ, reason, note string) {
 // cluster-autoscaler's status ConfigMap in provider mode. Without cluster
 // access it does nothing. Call it before Run.
 func (r *Runtime) SetGroupObject(of func(group string) *corev1.ObjectReference) {
+	r.groupObject.Store(&of)
 	if r.clouds.nodes != nil {
 		r.clouds.nodes.SetGroupObject(of)
 	}
+}
+
+// poolOf is the NodeProvisioner whose pool a group is, "" for none (the
+// waits' pool label): SetGroupObject's object, when it is one.
+func (r *Runtime) poolOf(group string) string {
+	of := r.groupObject.Load()
+	if of == nil {
+		return ""
+	}
+	if ref := (*of)(group); ref != nil && ref.Kind == "NodeProvisioner" {
+		return ref.Name
+	}
+	return ""
 }
 
 // StatusConfigMap is cluster-autoscaler's status ConfigMap, the anchor

@@ -18,12 +18,14 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	dto "github.com/prometheus/client_model/go"
 	"golang.org/x/sync/errgroup"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/rest"
 
 	"github.com/gpuscaler/gpuscaler/internal/bootstrap"
@@ -111,6 +113,8 @@ type Runtime struct {
 	switching sync.Mutex
 	leadCtx   context.Context // set while leading
 	gate      *gate
+	// groupObject is SetGroupObject's, for the waits' pool label.
+	groupObject atomic.Pointer[func(group string) *corev1.ObjectReference]
 	// reloads counts the config file's changes by result (Watch).
 	reloads *prometheus.CounterVec
 	// install is this install's ID, recorded with every order (see
@@ -189,6 +193,7 @@ func Build(ctx context.Context, cfg *config.Config, opts Options) (*Runtime, err
 		// from the core in force (a read of memory).
 		r.pending.SetOrigin(pending.NodeOrigin(cs.kube,
 			func(providerID string) (string, bool) { return r.Core().GroupForProviderID(providerID) },
+			r.poolOf,
 			func(group, providerID string) time.Time {
 				insts, _ := r.Core().Instances(group)
 				for _, in := range insts {

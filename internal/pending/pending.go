@@ -53,10 +53,11 @@ const (
 	CameUnknown = "unknown"
 )
 
-// Origin tells, for a pod bound to its node, the node's group ("" for a
-// node of no group) and how it came (CameExisting, CameStandby,
+// Origin tells, for a pod bound to its node, the node's pool (the
+// NodeProvisioner whose pool the group is; "" for none), its group (""
+// for a node of no group) and how it came (CameExisting, CameStandby,
 // CameCreated, CameUnknown).
-type Origin func(ctx context.Context, pod *corev1.Pod) (group, came string)
+type Origin func(ctx context.Context, pod *corev1.Pod) (pool, group, came string)
 
 // goneQueue bounds the pods waiting to be read; past it, a burst's waits
 // go unobserved rather than hold the informer.
@@ -91,9 +92,9 @@ func New(kube kubernetes.Interface, clk clock.PassiveClock) *Pods {
 		waited: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "gpuscaler_gpu_pod_wait_seconds",
 			Help: "Time from a GPU pod's creation to its binding to a node, observed as the scheduler binds it: how long pods waited for GPUs, " +
-				"by the node's group (\"\" for none of gpuscaler's) and how it came: existing (there when the pod was made), standby (started from a standby pool since), created (ordered since), unknown.",
+				"by the node's pool (its NodeProvisioner, \"\" for none), group (\"\" for none of gpuscaler's) and how it came: existing (there when the pod was made), standby (started from a standby pool since), created (ordered since), unknown.",
 			Buckets: WaitBuckets(),
-		}, []string{"group", "came"}),
+		}, []string{"pool", "group", "came"}),
 	}
 	// A watch of unbound pods sees a binding as the pod leaving it, with
 	// its last unbound state: one read tells a binding from a deletion.
@@ -130,11 +131,11 @@ func (p *Pods) observe(ctx context.Context, left *corev1.Pod) {
 			bound = c.LastTransitionTime.Time
 		}
 	}
-	group, came := "", CameUnknown
+	pool, group, came := "", "", CameUnknown
 	if p.origin != nil {
-		group, came = p.origin(ctx, pod)
+		pool, group, came = p.origin(ctx, pod)
 	}
-	p.waited.WithLabelValues(group, came).Observe(max(0, bound.Sub(pod.CreationTimestamp.Time).Seconds()))
+	p.waited.WithLabelValues(pool, group, came).Observe(max(0, bound.Sub(pod.CreationTimestamp.Time).Seconds()))
 }
 
 // SetOrigin has each wait labelled with its node's group and how the
@@ -143,27 +144,29 @@ func (p *Pods) observe(ctx context.Context, left *corev1.Pod) {
 func (p *Pods) SetOrigin(o Origin) { p.origin = o }
 
 // NodeOrigin is the Origin of gpuscaler's nodes: the node's group is the
-// one whose instance has its provider ID (groupOf); the node came
-// existing when it is older than the pod, else standby when that
-// instance was started from its pool after the pod was made (startedAt),
-// else created.
-func NodeOrigin(kube kubernetes.Interface, groupOf func(providerID string) (string, bool),
+// one whose instance has its provider ID (groupOf), its pool the group's
+// (poolOf); the node came existing when it is older than the pod, else
+// standby when that instance was started from its pool after the pod was
+// made (startedAt), else created.
+func NodeOrigin(kube kubernetes.Interface, groupOf func(providerID string) (string, bool), poolOf func(group string) string,
 	startedAt func(group, providerID string) time.Time) Origin {
-	return func(ctx context.Context, pod *corev1.Pod) (string, string) {
+	return func(ctx context.Context, pod *corev1.Pod) (string, string, string) {
 		node, err := kube.CoreV1().Nodes().Get(ctx, pod.Spec.NodeName, metav1.GetOptions{})
 		if err != nil {
-			return "", CameUnknown
+			return "", "", CameUnknown
 		}
 		group, ok := groupOf(node.Spec.ProviderID)
-		switch {
-		case !ok:
-			return "", CameUnknown
-		case !node.CreationTimestamp.After(pod.CreationTimestamp.Time):
-			return group, CameExisting
-		case startedAt(group, node.Spec.ProviderID).After(pod.CreationTimestamp.Time):
-			return group, CameStandby
+		if !ok {
+			return "", "", CameUnknown
 		}
-		return group, CameCreated
+		pool := poolOf(group)
+		switch {
+		case !node.CreationTimestamp.After(pod.CreationTimestamp.Time):
+			return pool, group, CameExisting
+		case startedAt(group, node.Spec.ProviderID).After(pod.CreationTimestamp.Time):
+			return pool, group, CameStandby
+		}
+		return pool, group, CameCreated
 	}
 }
 

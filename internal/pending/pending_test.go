@@ -62,7 +62,7 @@ func TestPendingGPUPodsOnARealCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.SetOrigin(NodeOrigin(env.Client, func(pid string) (string, bool) { return "h100", pid == "sim://node-1" },
-		func(string, string) time.Time { return time.Time{} }))
+		func(string) string { return "inference" }, func(string, string) time.Time { return time.Time{} }))
 	if mfs, err := reg.Gather(); err != nil || len(mfs) != 0 {
 		t.Fatalf("before the first list: %v (%v), want nothing", mfs, err)
 	}
@@ -104,8 +104,8 @@ func TestPendingGPUPodsOnARealCluster(t *testing.T) {
 	if count != 1 || sum < 0 || sum > 10 {
 		t.Fatalf("gpuscaler_gpu_pod_wait_seconds: %d observations summing to %vs, want the bound pod's, under 10s", count, sum)
 	}
-	if labels := waitLabels(t, reg); labels != "group=h100,came=created" {
-		t.Errorf("the wait is labelled %s, want group=h100,came=created: its Node came after it, not from standby", labels)
+	if labels := waitLabels(t, reg); labels != "pool=inference,group=h100,came=created" {
+		t.Errorf("the wait is labelled %s, want pool=inference,group=h100,came=created: its Node came after it, not from standby", labels)
 	}
 	if err := pods.Delete(ctx, "mig", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
 		t.Fatal(err)
@@ -127,7 +127,7 @@ func waitLabels(t *testing.T, reg prometheus.Gatherer) string {
 			for _, l := range mf.GetMetric()[0].GetLabel() {
 				byName[l.GetName()] = l.GetValue()
 			}
-			return "group=" + byName["group"] + ",came=" + byName["came"]
+			return "pool=" + byName["pool"] + ",group=" + byName["group"] + ",came=" + byName["came"]
 		}
 	}
 	return ""

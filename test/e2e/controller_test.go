@@ -326,6 +326,10 @@ nodeGroups:
 		}
 		return value(mfs, "gpuscaler_forecast_actual_pods", map[string]string{"pool": "l40s"}) == 1
 	})
+	// The pod's wait, by its node's pool, group and how the node came.
+	waitFor(t, ctx, "the pod's wait on /metrics, on a node created for the l40s pool", func() bool {
+		return value(scrape(t, metricsAddr), "gpuscaler_gpu_pod_wait_seconds", map[string]string{"pool": "l40s", "came": "created"}) == 1
+	})
 
 	// An invalid config is refused: an Event says so and the old one stays.
 	writeFile(t, cfgPath, "clusterName: ctl\nnodeGroups: [{name: broken}]\n")
