@@ -139,6 +139,8 @@ func TestEventsWithoutANodeGoToTheGroupsObject(t *testing.T) {
 		return &corev1.ObjectReference{Kind: "ConfigMap", APIVersion: "v1", Namespace: cm.Namespace, Name: cm.Name, UID: cm.UID}
 	})
 	go func() { _ = x.Run(ctx) }()
+	// Recorded once Run records to the API server: its Nodes listed.
+	wait(t, ctx, "the Nodes listed", x.informer.HasSynced)
 	x.Event(nodegroup.Event{Type: corev1.EventTypeWarning, Reason: "ScaleUpFailed", Group: "h100", Instance: "h100-x7",
 		ProviderID: "verda://h100-x7", Message: "every offering is out of stock"})
 	x.Event(nodegroup.Event{Type: corev1.EventTypeWarning, Reason: "CostLimit", Group: "a100", Message: "maxHourlyCost reached"})
