@@ -195,11 +195,41 @@ func runSimulate(cmd *cobra.Command, f *simulateFlags, log *slog.Logger) error {
 	if f.standby < 0 {
 		return fmt.Errorf("--standby %d: want 0 or more", f.standby)
 	}
-	type column struct {
-		policy   simulate.Policy
-		standby  int
-		forecast bool
+	columns, err := simulateColumns(f)
+	if err != nil {
+		return err
 	}
+	var results []*simulate.Result
+	for _, c := range columns {
+		p := c.policy
+		opts.Policy, opts.Standby, opts.Forecast = p, c.standby, c.forecast
+		r, err := simulate.Run(ctx, trace, opts)
+		if err != nil {
+			return fmt.Errorf("%s: %w", p, err)
+		}
+		results = append(results, r)
+	}
+	if f.output != outputTable {
+		if err := writeStructured(out, f.output, simulate.Summarize(results...)); err != nil {
+			return err
+		}
+	} else if err := simulate.WriteTable(out, results...); err != nil {
+		return err
+	}
+	return writeHTML(f.html, results)
+}
+
+// column is one run of simulate's table: a policy, its standby pools, and
+// whether it orders ahead of a forecast.
+type column struct {
+	policy   simulate.Policy
+	standby  int
+	forecast bool
+}
+
+// simulateColumns are the runs --policy, --standby and --forecast ask
+// for, in the table's order.
+func simulateColumns(f *simulateFlags) ([]column, error) {
 	var columns []column
 	switch f.policy {
 	case "all", "both":
@@ -220,30 +250,13 @@ func runSimulate(cmd *cobra.Command, f *simulateFlags, log *slog.Logger) error {
 		columns = append(columns, column{simulate.Baseline, 0, false}, column{simulate.Oracle, f.standby, false})
 	case string(simulate.NodeProvisioner), string(simulate.Baseline), string(simulate.Oracle):
 		if f.forecast && f.policy != string(simulate.NodeProvisioner) {
-			return fmt.Errorf("--forecast: only the nodeprovisioner policy orders ahead of a forecast, not %s", f.policy)
+			return nil, fmt.Errorf("--forecast: only the nodeprovisioner policy orders ahead of a forecast, not %s", f.policy)
 		}
 		columns = []column{{simulate.Policy(f.policy), f.standby, f.forecast}}
 	default:
-		return fmt.Errorf("--policy %q: want nodeprovisioner, cluster-autoscaler, oracle or all", f.policy)
+		return nil, fmt.Errorf("--policy %q: want nodeprovisioner, cluster-autoscaler, oracle or all", f.policy)
 	}
-	var results []*simulate.Result
-	for _, c := range columns {
-		p := c.policy
-		opts.Policy, opts.Standby, opts.Forecast = p, c.standby, c.forecast
-		r, err := simulate.Run(ctx, trace, opts)
-		if err != nil {
-			return fmt.Errorf("%s: %w", p, err)
-		}
-		results = append(results, r)
-	}
-	if f.output != outputTable {
-		if err := writeStructured(out, f.output, simulate.Summarize(results...)); err != nil {
-			return err
-		}
-	} else if err := simulate.WriteTable(out, results...); err != nil {
-		return err
-	}
-	return writeHTML(f.html, results)
+	return columns, nil
 }
 
 // loadPool reads --config, or the built-in pool, with the simulated

@@ -325,9 +325,7 @@ func TestTableWrapsByPolicy(t *testing.T) {
 	var names []string
 	for part := range strings.SplitSeq(out.String(), "\n\n") {
 		header, _, _ := strings.Cut(part, "\n")
-		for _, f := range regexp.MustCompile(`\s{2,}`).Split(strings.TrimSpace(header), -1) {
-			names = append(names, f)
-		}
+		names = append(names, regexp.MustCompile(`\s{2,}`).Split(strings.TrimSpace(header), -1)...)
 	}
 	var want []string
 	for _, r := range append(results, FloorOf(results[0])) {
@@ -460,13 +458,6 @@ func TestLongReportStaysSmall(t *testing.T) {
 	if len(r.headings) != 1+len(results) {
 		t.Errorf("%d sections, want the wait chart's and %d", len(r.headings), len(results))
 	}
-}
-
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // A sweep runs each value and marks the settings no other beats on both
