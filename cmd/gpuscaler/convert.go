@@ -14,7 +14,8 @@ import (
 )
 
 func newConfigCommand() *cobra.Command {
-	cmd := &cobra.Command{Use: "config", Short: "Work with config files"}
+	cmd := &cobra.Command{Use: "config", Short: "Work with config files",
+		Example: "  gpuscaler config convert config.yaml > gpuscaler.yaml   # a ca-verda config.yaml, in gpuscaler's form"}
 	src := source{fileOnly: true}
 	convert := &cobra.Command{
 		Use:   "convert [FILE]",

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
@@ -155,4 +156,24 @@ func TestUnknownInstanceTypePointsToTheCatalog(t *testing.T) {
 			t.Errorf("the error lacks %q: %v", want, err)
 		}
 	}
+}
+
+// Every command's help shows how to run it, as kubectl's does: an
+// Examples section in each, the root and the parents included.
+func TestEveryCommandHasExamples(t *testing.T) {
+	var out, errOut bytes.Buffer
+	root := newRootCommand(&out, &errOut)
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		if c.Name() == "help" || c.Name() == "completion" || c.Hidden {
+			return
+		}
+		if strings.TrimSpace(c.Example) == "" {
+			t.Errorf("%q has no Examples", c.CommandPath())
+		}
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(root)
 }

@@ -31,8 +31,12 @@ type kubeFlags struct {
 func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 	g := &globalFlags{}
 	root := &cobra.Command{
-		Use:           "gpuscaler",
-		Short:         "Autoscale Kubernetes GPU nodes on GPU clouds",
+		Use:   "gpuscaler",
+		Short: "Autoscale Kubernetes GPU nodes on GPU clouds",
+		Example: `  gpuscaler simulate                                   # a day of GPU traffic on the simulated cloud
+  gpuscaler validate --config config.yaml              # check a config as start-up would
+  gpuscaler provider --config config.yaml              # serve cluster-autoscaler's external gRPC provider
+  gpuscaler controller --config config.yaml            # run the NodeProvisioner controller`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
@@ -88,9 +92,10 @@ func (g *globalFlags) logger(w io.Writer) (*slog.Logger, error) {
 
 func newVersionCommand() *cobra.Command {
 	return &cobra.Command{
-		Use:   "version",
-		Short: "Print the version",
-		Args:  cobra.NoArgs,
+		Use:     "version",
+		Short:   "Print the version",
+		Example: "  gpuscaler version",
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			_, err := fmt.Fprintln(cmd.OutOrStdout(), "gpuscaler", daemon.Version(version))
 			return err
