@@ -186,6 +186,7 @@ func (s *source) read(getenv func(string) string) (*config.Config, error) {
 		return nil, err
 	}
 	var cfg *config.Config
+	var native []byte // a native config file's text: its problems get their lines
 	switch {
 	case btoi(s.configPath != "")+btoi(len(s.nodes) > 0)+btoi(s.cloudConfig != "") > 1:
 		return nil, errors.New("give one of --config, --nodes and --cloud-config")
@@ -206,6 +207,7 @@ func (s *source) read(getenv func(string) string) (*config.Config, error) {
 			if cfg, err = config.Decode(data); err != nil {
 				return nil, err
 			}
+			native = data
 			break
 		}
 		if cfg, err = seedconfig.FromCAVerda(s.clusterName, data); err != nil {
@@ -233,7 +235,7 @@ func (s *source) read(getenv func(string) string) (*config.Config, error) {
 	}
 	s.overrideProvider(cfg)
 	if err := config.Complete(cfg); err != nil {
-		return cfg, err
+		return cfg, config.Locate(err, native)
 	}
 	// The file's metrics address is checked even when the flag replaces it.
 	s.overrideMetrics(cfg)

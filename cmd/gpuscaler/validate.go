@@ -26,8 +26,8 @@ func problems(err error) []string {
 	var invalid *config.ValidationError
 	if errors.As(err, &invalid) {
 		out := make([]string, len(invalid.Errs))
-		for i, fe := range invalid.Errs {
-			out[i] = fe.Error()
+		for i := range invalid.Errs {
+			out[i] = invalid.Problem(i)
 		}
 		return out
 	}

@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	yaml3 "go.yaml.in/yaml/v3"
@@ -78,13 +80,13 @@ func decodeStrict(data []byte, v any) (yamlDoc, error) {
 	}
 	js, err := yaml.YAMLToJSONStrict(data)
 	if err != nil {
-		return doc, err
+		return doc, syntaxError(err)
 	}
 	if bytes.Equal(bytes.TrimSpace(js), []byte("null")) {
 		return doc, ErrEmpty
 	}
 	if doc.count > 1 {
-		return doc, fmt.Errorf("the file holds %d YAML documents; want one", doc.count)
+		return doc, &DecodeError{Detail: fmt.Sprintf("the file holds %d YAML documents; want one", doc.count)}
 	}
 	// sigs.k8s.io/json matches keys case-sensitively, unlike encoding/json
 	// (and so yaml.UnmarshalStrict), which would take "maxsize" for maxSize.
@@ -239,4 +241,19 @@ func sortLine(line int) int {
 		return math.MaxInt
 	}
 	return line
+}
+
+// syntaxLine finds the line a YAML parser's error names.
+var syntaxLine = regexp.MustCompile(`line (\d+): (.*)`)
+
+// syntaxError is a YAML syntax error as a *DecodeError: the line the
+// parser names (where the construct it could not finish began: the broken
+// line is there or just after) and its words.
+func syntaxError(err error) error {
+	m := syntaxLine.FindStringSubmatch(err.Error())
+	if m == nil {
+		return &DecodeError{Detail: "not YAML: " + err.Error()}
+	}
+	line, _ := strconv.Atoi(m[1])
+	return &DecodeError{Line: line, Detail: "not YAML: " + m[2]}
 }

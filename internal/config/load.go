@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -11,19 +12,33 @@ import (
 // "<field path>: <reason>". Test for it with errors.As.
 type ValidationError struct {
 	Errs field.ErrorList
+	// Lines are the document's lines of Errs' fields, one each, when the
+	// config was parsed from YAML (Parse): the field's key, or its nearest
+	// ancestor's for one the document leaves out; 0 when not known.
+	Lines []int
 }
 
-// Error renders a header line, then one problem per line.
+// Error renders a header line, then one problem per line, each with its
+// line in the document when known.
 func (e *ValidationError) Error() string {
 	lines := make([]string, len(e.Errs))
-	for i, fe := range e.Errs {
-		lines[i] = fe.Error()
+	for i := range e.Errs {
+		lines[i] = e.Problem(i)
 	}
 	noun := "errors"
 	if len(e.Errs) == 1 {
 		noun = "error"
 	}
 	return fmt.Sprintf("invalid config (%d %s):\n  %s", len(e.Errs), noun, strings.Join(lines, "\n  "))
+}
+
+// Problem is the i-th problem as Error prints it: "line 9:
+// nodeGroups[0].maxSize: Invalid value: ...".
+func (e *ValidationError) Problem(i int) string {
+	if i < len(e.Lines) && e.Lines[i] > 0 {
+		return fmt.Sprintf("line %d: %s", e.Lines[i], e.Errs[i].Error())
+	}
+	return e.Errs[i].Error()
 }
 
 // Load reads, decodes, defaults and validates a config file. Errors name
@@ -52,9 +67,20 @@ func Parse(data []byte) (*Config, error) {
 		return nil, err
 	}
 	if err := Complete(cfg); err != nil {
-		return nil, err
+		return nil, Locate(err, data)
 	}
 	return cfg, nil
+}
+
+// Locate gives a *ValidationError found in err the lines of its fields in
+// data, the YAML document it was decoded from (Decode, then Complete);
+// it returns err.
+func Locate(err error, data []byte) error {
+	var invalid *ValidationError
+	if errors.As(err, &invalid) && len(data) > 0 {
+		invalid.Lines = fieldLines(data, invalid.Errs)
+	}
+	return err
 }
 
 // Decode decodes one YAML document strictly, as Parse does, without

@@ -105,9 +105,29 @@ func TestParseValidationError(t *testing.T) {
 	if !errors.As(err, &ve) || len(ve.Errs) != 1 {
 		t.Fatalf("err = %v, want one validation error", err)
 	}
-	want := "invalid config (1 error):\n  nodeGroups[1].maxSize: Invalid value: 1: must be >= minSize (2)"
+	// With the field's line, as a decode error has it.
+	want := "invalid config (1 error):\n  line 17: nodeGroups[1].maxSize: Invalid value: 1: must be >= minSize (2)"
 	if err.Error() != want {
 		t.Fatalf("error =\n%s\nwant\n%s", err, want)
+	}
+	if got := strings.Split(doc, "\n")[16]; !strings.Contains(got, "maxSize: 1") {
+		t.Fatalf("line 17 is %q, not the field's", got)
+	}
+}
+
+// A problem with a field the document leaves out points at the nearest
+// key it has (the group's); a YAML syntax error is a *DecodeError with
+// the parser's line.
+func TestProblemsPointAtTheirLines(t *testing.T) {
+	doc := "clusterName: x\nclouds:\n  sim: {}\nnodeGroups:\n  - name: g\n    cloud: sim\n    locations: [FIN-01]\n    maxSize: 3\n"
+	_, err := Parse([]byte(doc))
+	if err == nil || !strings.Contains(err.Error(), "line 5: nodeGroups[0].instanceType: Required value") {
+		t.Fatalf("err = %v, want the missing instanceType at the group's line 5", err)
+	}
+	_, err = Parse([]byte("clusterName: x\nnodeGroups: [{name: g\n"))
+	var de *DecodeError
+	if !errors.As(err, &de) || de.Line == 0 || !strings.HasPrefix(de.Detail, "not YAML: ") {
+		t.Fatalf("err = %v, want a *DecodeError with a line", err)
 	}
 }
 

@@ -2,8 +2,11 @@ package config
 
 import (
 	"bytes"
+	"strconv"
+	"strings"
 
 	yaml "go.yaml.in/yaml/v3"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
 // yamlDoc is the node tree of a config file, kept only to find the line of
@@ -102,4 +105,53 @@ func resolve(n *yaml.Node) *yaml.Node {
 		n = n.Alias
 	}
 	return n
+}
+
+// fieldLines are the document's lines of the fields errs name: each
+// field's key, or its nearest ancestor's that the document has (a value
+// left out and defaulted, or refused as missing); 0 for none.
+func fieldLines(data []byte, errs field.ErrorList) []int {
+	doc := parseNodes(data)
+	out := make([]int, len(errs))
+	for i, fe := range errs {
+		for p := parseFieldPath(fe.Field); len(p) > 0; p = p[:len(p)-1] {
+			if line := doc.line(p); line > 0 {
+				out[i] = line
+				break
+			}
+		}
+	}
+	return out
+}
+
+// parseFieldPath reads a field path as field.Path renders it
+// ("nodeGroups[0].labels[team].value"): names, [index] and [key].
+func parseFieldPath(s string) docPath {
+	var p docPath
+	for s != "" {
+		switch {
+		case s[0] == '.':
+			s = s[1:]
+		case s[0] == '[':
+			end := strings.IndexByte(s, ']')
+			if end < 0 {
+				return p
+			}
+			inside := s[1:end]
+			if i, err := strconv.Atoi(inside); err == nil {
+				p = p.index(i)
+			} else {
+				p = p.key(inside)
+			}
+			s = s[end+1:]
+		default:
+			end := strings.IndexAny(s, ".[")
+			if end < 0 {
+				end = len(s)
+			}
+			p = p.child(s[:end])
+			s = s[end:]
+		}
+	}
+	return p
 }

@@ -542,7 +542,7 @@ func (r *Runtime) Watch(ctx context.Context, path string, period time.Duration, 
 			r.opts.Override(cfg)
 		}
 		if err == nil {
-			err = config.Complete(cfg)
+			err = config.Locate(config.Complete(cfg), data)
 		}
 		if err == nil {
 			err = r.Reload(ctx, cfg)
