@@ -187,11 +187,11 @@ func Build(ctx context.Context, cfg *config.Config, opts Options) (*Runtime, err
 	if r.evicted, err = serve.NewEvictions(r.process, opts.Logger); err != nil {
 		return nil, err
 	}
-	if cs.kube != nil {
+	if cs.kube != nil && cs.nodes != nil {
 		r.pending = pending.New(cs.kube, nil)
-		// Each GPU pod's wait by its node's group and how the node came,
-		// from the core in force (a read of memory).
-		r.pending.SetOrigin(pending.NodeOrigin(cs.kube,
+		// Each GPU pod's wait by its node's pool, group and how the node
+		// came, from the Node index and the core in force (memory).
+		r.pending.SetOrigin(pending.NodeOrigin(cs.nodes.Node,
 			func(providerID string) (string, bool) { return r.Core().GroupForProviderID(providerID) },
 			r.poolOf,
 			func(group, providerID string) time.Time {

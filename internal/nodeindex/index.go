@@ -418,6 +418,18 @@ func works(p *corev1.Pod) bool {
 	return true
 }
 
+// Node is the Node named name as the index last saw it: its provider ID
+// and when it registered; ok is false when the index has none. A read of
+// memory.
+func (x *Index) Node(name string) (providerID string, registered time.Time, ok bool) {
+	obj, exists, _ := x.informer.GetStore().GetByKey(name)
+	n, isNode := obj.(*corev1.Node)
+	if !exists || !isNode {
+		return "", time.Time{}, false
+	}
+	return n.Spec.ProviderID, n.CreationTimestamp.Time, true
+}
+
 // get reads, from the API server, the Node that carries one of the
 // provider IDs; nil when there is none.
 func (x *Index) get(ctx context.Context, providerIDs ...string) (*corev1.Node, error) {

@@ -143,27 +143,30 @@ func (p *Pods) observe(ctx context.Context, left *corev1.Pod) {
 // before Run.
 func (p *Pods) SetOrigin(o Origin) { p.origin = o }
 
-// NodeOrigin is the Origin of gpuscaler's nodes: the node's group is the
-// one whose instance has its provider ID (groupOf), its pool the group's
-// (poolOf); the node came existing when it is older than the pod, else
-// standby when that instance was started from its pool after the pod was
-// made (startedAt), else created.
-func NodeOrigin(kube kubernetes.Interface, groupOf func(providerID string) (string, bool), poolOf func(group string) string,
+// NodeOrigin is the Origin of gpuscaler's nodes, read from memory: node
+// is the Node of a name as the cluster's index holds it (its provider ID
+// and registration); the node's group is the one whose instance has its
+// provider ID (groupOf), its pool the group's (poolOf); the node came
+// existing when it registered no later than the pod was made, else
+// standby when that instance was started from its pool after the pod
+// was made (startedAt), else created.
+func NodeOrigin(node func(name string) (providerID string, registered time.Time, ok bool),
+	groupOf func(providerID string) (string, bool), poolOf func(group string) string,
 	startedAt func(group, providerID string) time.Time) Origin {
-	return func(ctx context.Context, pod *corev1.Pod) (string, string, string) {
-		node, err := kube.CoreV1().Nodes().Get(ctx, pod.Spec.NodeName, metav1.GetOptions{})
-		if err != nil {
+	return func(_ context.Context, pod *corev1.Pod) (string, string, string) {
+		providerID, registered, ok := node(pod.Spec.NodeName)
+		if !ok {
 			return "", "", CameUnknown
 		}
-		group, ok := groupOf(node.Spec.ProviderID)
+		group, ok := groupOf(providerID)
 		if !ok {
 			return "", "", CameUnknown
 		}
 		pool := poolOf(group)
 		switch {
-		case !node.CreationTimestamp.After(pod.CreationTimestamp.Time):
+		case !registered.After(pod.CreationTimestamp.Time):
 			return pool, group, CameExisting
-		case startedAt(group, node.Spec.ProviderID).After(pod.CreationTimestamp.Time):
+		case startedAt(group, providerID).After(pod.CreationTimestamp.Time):
 			return pool, group, CameStandby
 		}
 		return pool, group, CameCreated

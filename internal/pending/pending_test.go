@@ -61,7 +61,14 @@ func TestPendingGPUPodsOnARealCluster(t *testing.T) {
 		Spec: corev1.NodeSpec{ProviderID: "sim://node-1"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	p.SetOrigin(NodeOrigin(env.Client, func(pid string) (string, bool) { return "h100", pid == "sim://node-1" },
+	node := func(name string) (string, time.Time, bool) {
+		n, err := env.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return "", time.Time{}, false
+		}
+		return n.Spec.ProviderID, n.CreationTimestamp.Time, true
+	}
+	p.SetOrigin(NodeOrigin(node, func(pid string) (string, bool) { return "h100", pid == "sim://node-1" },
 		func(string) string { return "inference" }, func(string, string) time.Time { return time.Time{} }))
 	if mfs, err := reg.Gather(); err != nil || len(mfs) != 0 {
 		t.Fatalf("before the first list: %v (%v), want nothing", mfs, err)
