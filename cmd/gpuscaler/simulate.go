@@ -24,7 +24,7 @@ import (
 
 type simulateFlags struct {
 	config, trace, format, provisioner, html, sweep, policy string
-	output                                                  string
+	output, pool                                            string
 	seed                                                    uint64
 	standby, days                                           int
 	scale                                                   float64
@@ -82,6 +82,7 @@ virtual clock (a day of trace in seconds) and reports how long pods waited for G
 cost, next to a baseline that scales as cluster-autoscaler does with its defaults. See docs/simulate.md.`,
 		Example: `  gpuscaler simulate
   gpuscaler simulate --trace training-jobs --html report.html
+  gpuscaler simulate --pool scaleway --forecast --days 3
   gpuscaler simulate --config examples/sim-quickstart.yaml --trace my-cluster.csv
   gpuscaler simulate --sweep minUnutilizedGPUNodes=0..3`,
 		Args: cobra.NoArgs,
@@ -95,6 +96,8 @@ cost, next to a baseline that scales as cluster-autoscaler does with its default
 	}
 	fl := cmd.Flags()
 	fl.StringVarP(&f.config, "config", "c", "", "gpuscaler config whose node groups on the simulated cloud form the pool (default: a built-in pool of spot H100s, 8xH100 nodes and MIG A100s)")
+	fl.StringVar(&f.pool, "pool", simulate.PoolSim, "the built-in pool, on one cloud's catalog and prices: "+strings.Join(simulate.Pools(), ", ")+
+		" (sim: the simulated cloud's own; standby only where the cloud offers it)")
 	fl.StringVar(&f.trace, "trace", "diurnal-inference", "a built-in trace ("+strings.Join(simulate.Builtins, ", ")+") or a CSV or JSONL file")
 	fl.StringVar(&f.format, "format", "", "the trace file's format, csv or jsonl (default: from its extension)")
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the built-in traces, the simulated cloud and instance names: the same seed gives the same numbers")
@@ -146,6 +149,12 @@ func runSimulate(cmd *cobra.Command, f *simulateFlags, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	if why := standbyRefused(cfg); why != "" && f.standby > 0 {
+		if cmd.Flags().Changed("standby") {
+			return &usageError{fmt.Errorf("--standby %d: %s", f.standby, why)}
+		}
+		f.standby = 0 // the default asks for none where the cloud cannot
+	}
 	trace, err := loadTrace(f)
 	if err != nil {
 		return err
@@ -165,7 +174,7 @@ func runSimulate(cmd *cobra.Command, f *simulateFlags, log *slog.Logger) error {
 	}
 	opts.Progress = progress(cmd.ErrOrStderr(), trace.Name)
 	ctx := cmd.Context()
-	fmt.Fprintf(info, "trace %s: %d pods over %s; pool: %s\n\n", trace.Name, len(trace.Pods), trace.End().Round(time.Minute), nameOr(f.config, "built-in"))
+	fmt.Fprintf(info, "trace %s: %d pods over %s; pool: %s\n\n", trace.Name, len(trace.Pods), trace.End().Round(time.Minute), poolName(f))
 	if f.forecast && trace.End() <= f.trainFor {
 		// Too short to learn on and then play: run without, and say so.
 		fmt.Fprintf(info, "no forecast: the trace spans %s, no more than --train-for %s, so nothing would be left to play after training (a built-in trace takes --days)\n\n",
@@ -259,15 +268,24 @@ func simulateColumns(f *simulateFlags) ([]column, error) {
 	return columns, nil
 }
 
-// loadPool reads --config, or the built-in pool, with the simulated
-// cloud's flags put over its clouds.sim.
+// loadPool reads --config, or the built-in pool --pool names, with the
+// simulated cloud's flags put over its clouds.sim.
 func loadPool(fl *pflag.FlagSet, f *simulateFlags) (*config.Config, error) {
-	doc := []byte(simulate.BuiltinPool)
+	var doc []byte
 	if f.config != "" {
+		if fl.Changed("pool") {
+			return nil, &usageError{fmt.Errorf("--pool %s and --config %s: a built-in pool or your own, not both", f.pool, f.config)}
+		}
 		var err error
 		if doc, err = os.ReadFile(f.config); err != nil {
 			return nil, err
 		}
+	} else {
+		pool, err := simulate.Pool(f.pool)
+		if err != nil {
+			return nil, &usageError{fmt.Errorf("--pool: %w", err)}
+		}
+		doc = []byte(pool)
 	}
 	cfg, err := config.Parse(doc)
 	if err != nil {
@@ -280,6 +298,28 @@ func loadPool(fl *pflag.FlagSet, f *simulateFlags) (*config.Config, error) {
 		}
 	}
 	return cfg, nil
+}
+
+// poolName names the pool a run plays, for the report's first line.
+func poolName(f *simulateFlags) string {
+	if f.config != "" {
+		return f.config
+	}
+	return "built-in, " + f.pool + " catalog"
+}
+
+// standbyRefused says why a pool's groups on the simulated cloud can keep
+// no standby pool (the cloud whose catalog it plays cannot); empty when
+// they can.
+func standbyRefused(cfg *config.Config) string {
+	for i := range cfg.NodeGroups {
+		if g := &cfg.NodeGroups[i]; g.Cloud == config.CloudSim {
+			if why := config.StandbyRefused(g, cfg.Clouds); why != "" {
+				return why
+			}
+		}
+	}
+	return ""
 }
 
 // loadTrace reads --trace: a built-in name, else a file.

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -131,5 +132,43 @@ func TestSimulateJSON(t *testing.T) {
 	}
 	if !strings.Contains(errOut.String(), "trace small.csv") {
 		t.Errorf("the trace's line is not on stderr: %q", errOut.String())
+	}
+}
+
+// --pool plays a cloud's catalog: Scaleway's costs are in euros; on
+// Verda's the default asks for no standby pool (Verda bills a stopped
+// instance in full) and an explicit one is refused with the reason; a
+// cloud without GPU types, or --pool beside --config, is a usage error.
+func TestSimulatePool(t *testing.T) {
+	run := func(args ...string) (string, error) {
+		t.Helper()
+		var out, errOut bytes.Buffer
+		root := newRootCommand(&out, &errOut)
+		root.SetArgs(append([]string{"simulate", "--trace", "../../examples/traces/small.csv", "--log-level", "error"}, args...))
+		err := root.Execute()
+		return out.String(), err
+	}
+	out, err := run("--pool", "scaleway", "--policy", "nodeprovisioner")
+	if err != nil || !strings.Contains(out, "scaleway catalog") || !strings.Contains(out, " EUR") || !strings.Contains(out, "+standby 2") {
+		t.Errorf("--pool scaleway: %v\n%s", err, out)
+	}
+	out, err = run("--pool", "verda")
+	if err != nil || strings.Contains(out, "+standby") || !strings.Contains(out, "verda catalog") {
+		t.Errorf("--pool verda: %v, want no standby column\n%s", err, out)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--pool", "verda", "--standby", "2"}, "bills a shut-down instance in full"},
+		{[]string{"--pool", "kamatera"}, "sells no GPU server types"},
+		{[]string{"--pool", "aws"}, "want one of sim, verda, gcp, scaleway, kamatera"},
+		{[]string{"--pool", "gcp", "--config", "../../examples/sim-quickstart.yaml"}, "not both"},
+	} {
+		_, err := run(c.args...)
+		var usage *usageError
+		if err == nil || !strings.Contains(err.Error(), c.want) || !errors.As(err, &usage) {
+			t.Errorf("%v: %v, want a usage error saying %q", c.args, err, c.want)
+		}
 	}
 }

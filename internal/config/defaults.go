@@ -74,7 +74,34 @@ const (
 
 // DefaultSimLocations returns clouds.sim.locations when none are set: a new
 // slice on each call, so callers may keep and change it.
-func DefaultSimLocations() []string { return []string{"FIN-01", "FIN-02", "FIN-03", "ICE-01"} }
+func DefaultSimLocations() []string { return SimCatalogLocations(SimCatalogSim) }
+
+// The simulated cloud's catalogs (clouds.sim.catalog).
+const (
+	SimCatalogSim      = "sim"
+	SimCatalogVerda    = CloudVerda
+	SimCatalogGCP      = CloudGCP
+	SimCatalogScaleway = CloudScaleway
+)
+
+// SimCatalogs returns the catalogs clouds.sim.catalog may name.
+func SimCatalogs() []string {
+	return []string{SimCatalogSim, SimCatalogVerda, SimCatalogGCP, SimCatalogScaleway}
+}
+
+// SimCatalogLocations returns the locations a catalog's GPU types are
+// sold in (the catalogs package's; a test keeps the two alike), the
+// simulated cloud's when it names none.
+func SimCatalogLocations(catalog string) []string {
+	switch catalog {
+	case SimCatalogGCP:
+		return []string{"us-central1-a", "us-central1-b", "us-central1-c", "europe-west4-a"}
+	case SimCatalogScaleway:
+		return []string{"fr-par-2", "pl-waw-2", "fr-par-1"}
+	default: // sim and verda: Verda's location codes
+		return []string{"FIN-01", "FIN-02", "FIN-03", "ICE-01"}
+	}
+}
 
 // SetDefaults fills every empty field that has a default. It is idempotent
 // and leaves set fields alone; it does not validate.
@@ -126,8 +153,9 @@ func setSimDefaults(s *SimConfig) {
 	if s.Seed == 0 {
 		s.Seed = DefaultSimSeed
 	}
+	setString(&s.Catalog, SimCatalogSim)
 	if len(s.Locations) == 0 {
-		s.Locations = DefaultSimLocations()
+		s.Locations = SimCatalogLocations(s.Catalog)
 	}
 	setPtr(&s.DefaultCapacity, DefaultSimCapacity)
 	setDuration(&s.BootDelay, DefaultSimBootDelay)

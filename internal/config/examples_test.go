@@ -43,7 +43,11 @@ func TestExamplesLoad(t *testing.T) {
 			if cfg.Clouds.Sim == nil {
 				return
 			}
-			engine, err := sim.NewEngine(daemon.SimConfig(*cfg.Clouds.Sim), sim.Options{})
+			catalog, err := daemon.SimCatalog(*cfg.Clouds.Sim)
+			if err != nil {
+				t.Fatal(err)
+			}
+			engine, err := sim.NewEngine(daemon.SimConfig(*cfg.Clouds.Sim), sim.Options{Catalog: catalog})
 			if err != nil {
 				t.Fatalf("the simulated cloud refuses clouds.sim: %v", err)
 			}

@@ -293,7 +293,13 @@ type VerdaConfig struct {
 type SimConfig struct {
 	// Seed makes stock-outs, faults and reclaims repeatable; default 1.
 	Seed int64 `json:"seed,omitempty"`
-	// Locations the simulated cloud offers; default FIN-01, FIN-02, FIN-03, ICE-01.
+	// Catalog is the instance types and prices the simulated cloud sells:
+	// sim (its own, modelled on Verda's), or a real cloud's recorded
+	// catalog (verda, gcp, scaleway). A group on it may keep a standby
+	// pool only where that cloud can; default sim.
+	Catalog string `json:"catalog,omitempty" jsonschema:"enum=sim,enum=verda,enum=gcp,enum=scaleway"`
+	// Locations the simulated cloud offers; default the catalog's: for sim
+	// FIN-01, FIN-02, FIN-03, ICE-01.
 	Locations []string `json:"locations,omitempty"`
 	// DefaultCapacity is how many instances each offering holds; default 10.
 	DefaultCapacity *int `json:"defaultCapacity,omitempty" jsonschema:"minimum=0"`

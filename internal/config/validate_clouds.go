@@ -253,6 +253,9 @@ func validateVerda(p *field.Path, v *VerdaConfig) field.ErrorList {
 
 func validateSim(p *field.Path, s *SimConfig) field.ErrorList {
 	var errs field.ErrorList
+	if !slices.Contains(SimCatalogs(), s.Catalog) {
+		errs = append(errs, field.NotSupported(p.Child("catalog"), s.Catalog, SimCatalogs()))
+	}
 	errs = append(errs, uniqueStrings(p.Child("locations"), s.Locations)...)
 	if s.DefaultCapacity != nil && *s.DefaultCapacity < 0 {
 		errs = append(errs, field.Invalid(p.Child("defaultCapacity"), *s.DefaultCapacity, "must be >= 0"))

@@ -101,7 +101,7 @@ func validateGroup(p *field.Path, g *NodeGroup, c *Config) field.ErrorList {
 		errs = append(errs, validateBootstrap(p.Child("bootstrap"), b, c)...)
 	}
 	if s := g.Standby; s != nil {
-		errs = append(errs, validateStandby(p.Child("standby"), g, s)...)
+		errs = append(errs, validateStandby(p.Child("standby"), g, s, c.Clouds)...)
 	}
 	return errs
 }
@@ -110,9 +110,9 @@ func validateGroup(p *field.Path, g *NodeGroup, c *Config) field.ErrorList {
 // one (a stopped instance billing less than a running one, and started
 // again as it was), a front end that takes from it, and a size within
 // maxSize.
-func validateStandby(p *field.Path, g *NodeGroup, s *Standby) field.ErrorList {
+func validateStandby(p *field.Path, g *NodeGroup, s *Standby, c Clouds) field.ErrorList {
 	var errs field.ErrorList
-	if why := standbyRefused(g.Cloud); why != "" {
+	if why := StandbyRefused(g, c); why != "" {
 		errs = append(errs, field.Forbidden(p, why))
 	}
 	if g.ManagedBy == ManagedByKarpenter && g.Cloud == CloudGCP {
@@ -156,6 +156,18 @@ func validateStandby(p *field.Path, g *NodeGroup, s *Standby) field.ErrorList {
 		seen[img] = true
 	}
 	return errs
+}
+
+// StandbyRefused says why a group's cloud cannot hold a standby pool;
+// empty when it can. The simulated cloud playing a real cloud's catalog
+// plays its standby too: none where that cloud cannot hold one.
+func StandbyRefused(g *NodeGroup, c Clouds) string {
+	if g.Cloud == CloudSim && c.Sim != nil && c.Sim.Catalog != "" && c.Sim.Catalog != SimCatalogSim {
+		if why := standbyRefused(c.Sim.Catalog); why != "" {
+			return fmt.Sprintf("clouds.sim.catalog is %s: %s", c.Sim.Catalog, why)
+		}
+	}
+	return standbyRefused(g.Cloud)
 }
 
 // standbyRefused says why a cloud cannot hold a standby pool; empty when

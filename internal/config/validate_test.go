@@ -247,6 +247,11 @@ func TestValidateInvalidFields(t *testing.T) {
 			g.Cloud, g.Locations, g.Standby = CloudVerda, []string{"FIN-01"}, &Standby{Size: 1}
 		}),
 			[]string{"nodeGroups[0].standby"}, field.ErrorTypeForbidden},
+		{"standby on a sim cloud playing verda's catalog", func(c *Config) {
+			c.Clouds.Sim.Catalog = SimCatalogVerda
+			c.NodeGroups[0].Standby = &Standby{Size: 1}
+		}, []string{"nodeGroups[0].standby"}, field.ErrorTypeForbidden},
+		{"sim catalog", sim(func(s *SimConfig) { s.Catalog = "aws" }), []string{"clouds.sim.catalog"}, field.ErrorTypeNotSupported},
 		{"standby image missing", group0(func(g *NodeGroup) {
 			g.Standby = &Standby{Size: 1, PrePullImages: []string{"nvcr.io/nvidia/pytorch:24.05-py3", " "}}
 		}),

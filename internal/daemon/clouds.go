@@ -139,7 +139,11 @@ func buildClouds(ctx context.Context, cfg *config.Config, opts Options) (*clouds
 // that plays its instances' Nodes (and the node index over them).
 func (out *clouds) addSim(cfg *config.Config, s *config.SimConfig, opts Options) error {
 	log := opts.Logger
-	acct, err := sim.New(SimConfig(*s), cfg.ClusterName, sim.Options{})
+	types, err := SimCatalog(*s)
+	if err != nil {
+		return err
+	}
+	acct, err := sim.New(SimConfig(*s), cfg.ClusterName, sim.Options{Catalog: types})
 	if err != nil {
 		return err
 	}

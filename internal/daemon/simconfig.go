@@ -1,10 +1,13 @@
 package daemon
 
 import (
+	"fmt"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/gpuscaler/gpuscaler/internal/cloud"
+	"github.com/gpuscaler/gpuscaler/internal/cloud/catalogs"
 	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
 	"github.com/gpuscaler/gpuscaler/internal/config"
 )
@@ -23,6 +26,16 @@ func SimConfig(c config.SimConfig) sim.Config {
 		out.Capacity = append(out.Capacity, sim.Capacity{InstanceType: k.InstanceType, Location: k.Location, CapacityType: k.CapacityType, Count: k.Count})
 	}
 	return out
+}
+
+// SimCatalog returns the instance types and prices the simulated cloud
+// sells, from the config file's clouds.sim.catalog.
+func SimCatalog(c config.SimConfig) ([]cloud.InstanceType, error) {
+	cat, err := catalogs.Named(c.Catalog)
+	if err != nil {
+		return nil, fmt.Errorf("catalog: %w", err)
+	}
+	return cat.Types, nil
 }
 
 // SimGPUStartup is the GPU start-up the simulated cloud's kubelets play

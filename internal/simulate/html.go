@@ -13,9 +13,6 @@ import (
 	"github.com/gpuscaler/gpuscaler/internal/pending"
 )
 
-// Currency is what the simulated cloud's prices are in: its catalog is
-// Verda's list prices, in US dollars.
-const Currency = "USD"
 
 // chart is one line chart of a report: series over the run's samples, or
 // the wait distribution over its buckets.
@@ -199,8 +196,8 @@ func charts(r *Result) []chart {
 	out := []chart{
 		capacity,
 		{Title: "Pending pods", YUnit: "pods", XUnit: "hours", Series: []series{line("pending", 1, func(s Sample) float64 { return float64(s.Pending) })}},
-		{Title: "Spend", YUnit: Currency + " per hour", XUnit: "hours", Series: []series{line("spend", 4, func(s Sample) float64 { return s.Spend })}},
-		{Title: "Cumulative cost", YUnit: Currency, XUnit: "hours", Series: []series{cumulative}},
+		{Title: "Spend", YUnit: r.Currency + " per hour", XUnit: "hours", Series: []series{line("spend", 4, func(s Sample) float64 { return s.Spend })}},
+		{Title: "Cumulative cost", YUnit: r.Currency, XUnit: "hours", Series: []series{cumulative}},
 	}
 	for i := range out {
 		out[i].XTicks = hourTicks(hours)

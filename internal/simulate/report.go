@@ -57,6 +57,8 @@ type Result struct {
 	// how many pods no group of the pool fits. The same for every policy.
 	Floor, FloorGPUHours float64
 	Unfit                int
+	// Currency is what the pool's prices, and so Cost and Floor, are in.
+	Currency string
 
 	waits, requeueWaits []time.Duration
 	// isFloor marks the floor's column (FloorOf).
@@ -69,7 +71,7 @@ type Result struct {
 func FloorOf(r *Result) *Result {
 	return &Result{Policy: "floor", Trace: r.Trace, Simulated: r.Simulated, MeasuredFrom: r.MeasuredFrom,
 		Pods: r.Pods - r.Unfit, Finished: r.Pods - r.Unfit, GPUHoursPaid: r.FloorGPUHours, GPUHoursUsed: r.FloorGPUHours,
-		Cost: r.Floor, Floor: r.Floor, FloorGPUHours: r.FloorGPUHours, isFloor: true}
+		Cost: r.Floor, Floor: r.Floor, FloorGPUHours: r.FloorGPUHours, Currency: r.Currency, isFloor: true}
 }
 
 // Sample is the pool at one moment.
@@ -257,7 +259,7 @@ func writeColumns(w io.Writer, all, cols []*Result) error {
 	row("GPU-hours paid", func(r *Result) string { return fmt.Sprintf("%.1f", r.GPUHoursPaid) })
 	row("GPU-hours used", func(r *Result) string { return fmt.Sprintf("%.1f", r.GPUHoursUsed) })
 	row("idle share", func(r *Result) string { return fmt.Sprintf("%.1f%%", 100*r.IdleShare()) })
-	row("cost", func(r *Result) string { return fmt.Sprintf("%.2f", r.Cost) })
+	row("cost", func(r *Result) string { return fmt.Sprintf("%.2f %s", r.Cost, r.Currency) })
 	row("nodes added / removed", played(func(r *Result) string { return fmt.Sprintf("%d / %d", r.NodesAdded, r.NodesRemoved) }))
 	row("stock-out fallbacks", played(func(r *Result) string { return fmt.Sprint(r.StockOuts) }))
 	row("spot reclaims (pods requeued)", played(func(r *Result) string { return fmt.Sprintf("%d (%d)", r.Reclaims, r.PodsRequeued) }))
@@ -356,6 +358,7 @@ type Summary struct {
 	GPUHoursUsed        float64 `json:"gpuHoursUsed"`
 	IdleShare           float64 `json:"idleShare"`
 	Cost                float64 `json:"cost"`
+	Currency            string  `json:"currency"`
 	FloorCost           float64 `json:"floorCost"`
 	NodesAdded          int     `json:"nodesAdded"`
 	NodesRemoved        int     `json:"nodesRemoved"`
@@ -405,7 +408,7 @@ func Summarize(results ...*Result) []Summary {
 			MeasuredFromHours: r.MeasuredFrom.Hours(), Pods: r.Pods, Unplaced: r.Unplaced,
 			WaitP50Seconds: r.Wait(0.5).Seconds(), WaitP95Seconds: r.Wait(0.95).Seconds(), WaitP99Seconds: r.Wait(0.99).Seconds(),
 			WaitMaxSeconds: r.Wait(1).Seconds(), GPUHoursPaid: r.GPUHoursPaid, GPUHoursUsed: r.GPUHoursUsed, IdleShare: r.IdleShare(),
-			Cost: r.Cost, FloorCost: r.Floor, NodesAdded: r.NodesAdded, NodesRemoved: r.NodesRemoved, StockOuts: r.StockOuts,
+			Cost: r.Cost, Currency: r.Currency, FloorCost: r.Floor, NodesAdded: r.NodesAdded, NodesRemoved: r.NodesRemoved, StockOuts: r.StockOuts,
 			Reclaims: r.Reclaims, PodsRequeued: r.PodsRequeued, StandbyStarts: r.StandbyStarts, StandbyStartsFailed: r.StandbyStartFailed,
 			WaitBuckets: r.WaitHistogram()})
 	}

@@ -181,6 +181,13 @@ func newRun(ctx context.Context, trace Trace, opts Options) (*run, error) {
 		return nil, err
 	}
 	cfg := runConfig(opts)
+	for i := range cfg.NodeGroups {
+		if g := &cfg.NodeGroups[i]; g.Standby != nil {
+			if why := config.StandbyRefused(g, cfg.Clouds); why != "" {
+				return nil, fmt.Errorf("node group %s: no standby pool: %s", g.Name, why)
+			}
+		}
+	}
 	simCfg := daemon.SimConfig(*cfg.Clouds.Sim)
 	if opts.Seed == 0 {
 		opts.Seed = max(uint64(simCfg.Seed), sim.DefaultSeed)
@@ -212,8 +219,12 @@ func newRun(ctx context.Context, trace Trace, opts Options) (*run, error) {
 	if lead := standbyLead(&cfg, boot, opts); lead > 0 && len(trace.Pods) > 0 {
 		start = min(start, trace.Pods[0].At-lead)
 	}
+	types, err := daemon.SimCatalog(*cfg.Clouds.Sim)
+	if err != nil {
+		return nil, fmt.Errorf("clouds.sim: %w", err)
+	}
 	clk := clocktesting.NewFakeClock(epoch.Add(start))
-	engine, err := sim.NewEngine(simCfg, sim.Options{Clock: clk})
+	engine, err := sim.NewEngine(simCfg, sim.Options{Clock: clk, Catalog: types})
 	if err != nil {
 		return nil, fmt.Errorf("clouds.sim: %w", err)
 	}
@@ -275,6 +286,7 @@ func newRun(ctx context.Context, trace Trace, opts Options) (*run, error) {
 		r.pods = append(r.pods, &pod{Pod: p, obj: obj, req: req, gpu: plan.GPUEquivalents(req)})
 	}
 	r.res.Floor, r.res.FloorGPUHours, r.res.Unfit = r.floor()
+	r.res.Currency = poolCurrency(&cfg, types)
 	return r, nil
 }
 

@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpuscaler/gpuscaler/api/v1alpha1"
+	"github.com/gpuscaler/gpuscaler/internal/cloud/catalogs"
 	"github.com/gpuscaler/gpuscaler/internal/config"
 	"github.com/gpuscaler/gpuscaler/internal/pending"
 )
@@ -292,8 +293,8 @@ func TestHTMLReportIsSelfContained(t *testing.T) {
 			t.Errorf("chart %d (%s): %d x ticks, %d y ticks, units %q; want ticks on both axes and both units", i, c.label, c.xTicks, c.yTicks, c.units)
 		}
 	}
-	if c := r.charts[4]; c.label != "Cumulative cost" || !slices.Contains(c.units, Currency) {
-		t.Errorf("chart %q with units %q, want the cumulative cost in %s", c.label, c.units, Currency)
+	if c := r.charts[4]; c.label != "Cumulative cost" || !slices.Contains(c.units, "USD") {
+		t.Errorf("chart %q with units %q, want the cumulative cost in USD", c.label, c.units)
 	}
 	if lines := r.charts[1].lines + r.charts[2].lines + r.charts[3].lines + r.charts[4].lines; lines != 6 {
 		t.Errorf("%d lines on a result's charts, want 6", lines)
@@ -1032,18 +1033,62 @@ func TestForecastNearsTheBoundOnDiurnalDemand(t *testing.T) {
 // The built-in pool plays the cloud's part of facts.go: what the docs cite
 // is what runs.
 func TestBuiltinPoolPlaysTheFacts(t *testing.T) {
-	s := parse(t, BuiltinPool).Clouds.Sim
-	for name, c := range map[string]struct{ got, want time.Duration }{
-		"bootDelay":     {s.BootDelay.Duration, FactBootDelay},
-		"bootDelayP95":  {s.BootDelayP95.Duration, FactBootDelayP95},
-		"startDelay":    {s.StartDelay.Duration, FactStartDelay},
-		"startDelayP95": {s.StartDelayP95.Duration, FactStartDelayP95},
-	} {
-		if c.got != c.want {
-			t.Errorf("%s %s, facts.go says %s", name, c.got, c.want)
+	for _, pool := range []string{PoolSim, PoolVerda, PoolGCP, PoolScaleway} {
+		s := parse(t, mustPool(pool)).Clouds.Sim
+		for name, c := range map[string]struct{ got, want time.Duration }{
+			"bootDelay":     {s.BootDelay.Duration, FactBootDelay},
+			"bootDelayP95":  {s.BootDelayP95.Duration, FactBootDelayP95},
+			"startDelay":    {s.StartDelay.Duration, FactStartDelay},
+			"startDelayP95": {s.StartDelayP95.Duration, FactStartDelayP95},
+		} {
+			if c.got != c.want {
+				t.Errorf("%s: %s %s, facts.go says %s", pool, name, c.got, c.want)
+			}
+		}
+		if s.StartFailureRate != FactStartFailureRate || math.Abs(*s.StoppedPrice-FactStoppedPrice) > 0.0005 {
+			t.Errorf("%s: startFailureRate %v, stoppedPrice %v; facts.go says %v, %.4f", pool, s.StartFailureRate, *s.StoppedPrice, FactStartFailureRate, FactStoppedPrice)
 		}
 	}
-	if s.StartFailureRate != FactStartFailureRate || math.Abs(*s.StoppedPrice-FactStoppedPrice) > 0.0005 {
-		t.Errorf("startFailureRate %v, stoppedPrice %v; facts.go says %v, %.4f", s.StartFailureRate, *s.StoppedPrice, FactStartFailureRate, FactStoppedPrice)
+}
+
+// Every built-in pool plays its cloud's catalog: its groups' types are
+// that catalog's, sold where the groups order them, and a pod of each
+// kind the built-in traces hold (one GPU, eight, a MIG slice) is placed
+// and paid in the catalog's currency. Standby is refused where the cloud
+// refuses it, and a cloud that sells no GPUs has no pool.
+func TestEveryPoolPlaysItsCatalog(t *testing.T) {
+	trace := Trace{Name: "kinds", Pods: []Pod{
+		{Name: "one", Duration: 30 * time.Minute, GPUs: 1},
+		{Name: "eight", Duration: 30 * time.Minute, GPUs: 8},
+		{Name: "slice", Duration: 30 * time.Minute, MIG: "1g.10gb"},
+	}}
+	currency := map[string]string{PoolSim: "USD", PoolVerda: "USD", PoolGCP: "USD", PoolScaleway: "EUR"}
+	for pool, cur := range currency {
+		cfg := parse(t, mustPool(pool))
+		cat, err := catalogs.Named(cfg.Clouds.Sim.Catalog)
+		if err != nil || cat.Name != pool {
+			t.Fatalf("%s: catalog %q (%v)", pool, cfg.Clouds.Sim.Catalog, err)
+		}
+		for _, g := range cfg.NodeGroups {
+			if _, ok := cat.Type(g.InstanceType); !ok {
+				t.Errorf("%s: group %s's type %s is not in the catalog", pool, g.Name, g.InstanceType)
+			}
+			for _, loc := range g.Locations {
+				if !slices.Contains(cat.Locations, loc) {
+					t.Errorf("%s: group %s orders in %s; the catalog sells in %v", pool, g.Name, loc, cat.Locations)
+				}
+			}
+		}
+		r := play(t, cfg, trace, Options{Policy: NodeProvisioner, Seed: 1})
+		if r.Unplaced != 0 || r.Finished != 3 || r.Currency != cur || r.Cost < r.Floor || r.Floor <= 0 {
+			t.Errorf("%s: %d unplaced, %d finished, cost %.2f %s against the floor %.2f", pool, r.Unplaced, r.Finished, r.Cost, r.Currency, r.Floor)
+		}
+	}
+	_, err := Run(context.Background(), trace, Options{Config: parse(t, mustPool(PoolVerda)), Policy: NodeProvisioner, Standby: 2})
+	if err == nil || !strings.Contains(err.Error(), "bills a shut-down instance in full") {
+		t.Errorf("standby on Verda's catalog: %v, want it refused with the reason", err)
+	}
+	if _, err := Pool(PoolKamatera); !errors.Is(err, ErrNoPool) || !strings.Contains(err.Error(), "no GPU") {
+		t.Errorf("kamatera: %v, want ErrNoPool, for want of GPU types", err)
 	}
 }

@@ -2,9 +2,9 @@ package sim
 
 import "github.com/gpuscaler/gpuscaler/internal/cloud"
 
-// DefaultLocations are the simulated cloud's locations when the config
+// DefaultLocations returns the simulated cloud's locations when the config
 // names none; they follow Verda's location codes.
-var defaultLocations = []string{"FIN-01", "FIN-02", "FIN-03", "ICE-01"}
+func DefaultLocations() []string { return []string{"FIN-01", "FIN-02", "FIN-03", "ICE-01"} }
 
 // DefaultCatalog returns the simulated cloud's instance types, modelled on
 // Verda's catalog: type names, GPU counts, vCPUs, memory and hourly prices

@@ -264,7 +264,7 @@ func NewEngine(cfg Config, opts Options) (*Engine, error) {
 		changed:          make(chan struct{}),
 	}
 	if len(e.locations) == 0 {
-		e.locations = defaultLocations
+		e.locations = DefaultLocations()
 	}
 	if e.catalog == nil {
 		e.catalog = DefaultCatalog()

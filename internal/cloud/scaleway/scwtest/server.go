@@ -418,14 +418,14 @@ func (s *Server) productServers(w http.ResponseWriter, r *http.Request) {
 	}
 	names := make([]string, 0, len(serverTypes))
 	for _, t := range serverTypes {
-		names = append(names, t.name)
+		names = append(names, t.Name)
 	}
 	sort.Strings(names)
 	from, to := page(r, len(names), 50, "per_page")
 	out := map[string]any{}
 	for _, n := range names[from:to] {
 		t, _ := typeNamed(n)
-		out[n] = t.json()
+		out[n] = typeJSON(t)
 	}
 	w.Header().Set("X-Total-Count", strconv.Itoa(len(names)))
 	writeJSON(w, http.StatusOK, map[string]any{"servers": out})
@@ -859,7 +859,7 @@ func (s *Server) localImages(w http.ResponseWriter, r *http.Request) {
 	if id, ok := Images[label]; ok && slices.Contains(s.engine.Locations(), zone) {
 		types := make([]string, 0, len(serverTypes))
 		for _, t := range serverTypes {
-			types = append(types, t.name)
+			types = append(types, t.Name)
 		}
 		out = append(out, map[string]any{"id": id, "arch": "x86_64", "zone": zone, "compatible_commercial_types": types,
 			"label": label, "type": "instance_sbs"})
