@@ -13,7 +13,6 @@ import (
 	"github.com/gpuscaler/gpuscaler/internal/pending"
 )
 
-
 // chart is one line chart of a report: series over the run's samples, or
 // the wait distribution over its buckets.
 type chart struct {
