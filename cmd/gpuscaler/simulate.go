@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -27,10 +28,11 @@ type simulateFlags struct {
 	output, pool                                            string
 	seed                                                    uint64
 	standby, days                                           int
-	scale                                                   float64
+	scale, pullRate                                         float64
 	gpuStartup, standbyGPUStartup, loop, trainFor           time.Duration
 	refillAfter, scaleDownAfter                             time.Duration
 	forecast                                                bool
+	gpuStartupByGPUs                                        map[string]string
 	// cloud are the simulated cloud's timings and prices the flags put
 	// over the pool's clouds.sim.
 	cloud simCloudFlags
@@ -105,7 +107,9 @@ cost, next to a baseline that scales as cluster-autoscaler does with its default
 	fl.StringVar(&f.policy, "policy", "all", "nodeprovisioner, cluster-autoscaler, oracle (the NodeProvisioner told every arrival in advance, with --standby's pools: a reference), or all side by side, with the floor no policy beats (both: the same as all)")
 	fl.StringVar(&f.provisioner, "provisioner", "", "a NodeProvisioner manifest whose spec the NodeProvisioner policy uses (default: its defaults over every group)")
 	fl.DurationVar(&f.gpuStartup, "gpu-startup", simulate.FactGPUStartup, "time from a registered Node to its GPUs being allocatable (driver, device plugin)")
+	fl.StringToStringVar(&f.gpuStartupByGPUs, "gpu-startup-by-gpus", nil, "the GPU start-up, cold or after a standby start, of nodes of a GPU count, e.g. 8=6m (no source publishes one; counts left out take --gpu-startup and --standby-gpu-startup)")
 	fl.DurationVar(&f.standbyGPUStartup, "standby-gpu-startup", simulate.FactStandbyGPUStartup, "the same for an instance started from standby")
+	fl.Float64Var(&f.pullRate, "pull-rate", simulate.FactPullRate, "how fast a node pulls a pod's image, in MB/s: a trace's pods name theirs (image, image_gb), a built-in trace's run a 10 GB one, and --standby's pools pull them while they warm")
 	f.cloud.add(fl)
 	fl.IntVar(&f.standby, "standby", defaultStandby, "standby pool size for each group without one; with --policy all, the NodeProvisioner also runs with it beside its run without (0: none)")
 	fl.DurationVar(&f.refillAfter, "standby-refill-after", 0, "how long --standby's pools wait, short, before they order fresh instances; meanwhile the nodes scaled down go back to them (standby.refillAfter)")
@@ -136,6 +140,9 @@ func runSimulate(cmd *cobra.Command, f *simulateFlags, log *slog.Logger) error {
 	if err := checkOutput(f.output); err != nil {
 		return err
 	}
+	if !(f.pullRate > 0) {
+		return &usageError{fmt.Errorf("--pull-rate %v: want more than 0 MB/s (a trace without images pulls nothing)", f.pullRate)}
+	}
 	if f.output != outputTable && f.sweep != "" {
 		return &usageError{fmt.Errorf("--sweep prints its frontier as a table only; leave out --output %s", f.output)}
 	}
@@ -159,7 +166,10 @@ func runSimulate(cmd *cobra.Command, f *simulateFlags, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	opts := simulate.Options{Config: cfg, Seed: f.seed, GPUStartup: f.gpuStartup, StandbyGPUStartup: f.standbyGPUStartup, Loop: f.loop, StandbyRefillAfter: f.refillAfter, StandbyScaleDownAfter: f.scaleDownAfter}
+	opts := simulate.Options{Config: cfg, Seed: f.seed, GPUStartup: f.gpuStartup, StandbyGPUStartup: f.standbyGPUStartup, PullRate: f.pullRate, Loop: f.loop, StandbyRefillAfter: f.refillAfter, StandbyScaleDownAfter: f.scaleDownAfter}
+	if opts.GPUStartupByGPUs, err = parseByGPUs(f.gpuStartupByGPUs); err != nil {
+		return err
+	}
 	if cmd.Flags().Changed("log-level") {
 		// The core's own logs (wall-clock times, not the run's) only when
 		// asked for: a day of them buries the report.
@@ -298,6 +308,24 @@ func loadPool(fl *pflag.FlagSet, f *simulateFlags) (*config.Config, error) {
 		}
 	}
 	return cfg, nil
+}
+
+// parseByGPUs reads --gpu-startup-by-gpus: a GPU count and a duration a
+// pair.
+func parseByGPUs(in map[string]string) (map[int]time.Duration, error) {
+	out := map[int]time.Duration{}
+	for k, v := range in {
+		n, err := strconv.Atoi(k)
+		if err != nil || n < 1 {
+			return nil, &usageError{fmt.Errorf("--gpu-startup-by-gpus %s=%s: %q is not a GPU count", k, v, k)}
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			return nil, &usageError{fmt.Errorf("--gpu-startup-by-gpus %s=%s: %q is not a duration such as 6m", k, v, v)}
+		}
+		out[n] = d
+	}
+	return out, nil
 }
 
 // poolName names the pool a run plays, for the report's first line.

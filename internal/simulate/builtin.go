@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -56,6 +57,7 @@ func builtinDay(t *Trace, name string, scale float64, rng *rand.Rand, offset tim
 	add := func(p Pod) {
 		p.Name = fmt.Sprintf("%s-%06d", prefix, len(t.Pods))
 		p.At += offset
+		p.Image, p.ImageGB = BuiltinImage(name), FactImageGB
 		t.Pods = append(t.Pods, p)
 	}
 	switch name {
@@ -108,6 +110,14 @@ func builtinDay(t *Trace, name string, scale float64, rng *rand.Rand, offset tim
 		return fmt.Errorf("trace %q: no such built-in trace (have %s)", name, strings.Join(Builtins, ", "))
 	}
 	return nil
+}
+
+// BuiltinImage is the image every pod of a built-in trace runs, one per
+// trace, FactImageGB in size: an inference server, a batch job, a
+// training job.
+func BuiltinImage(trace string) string {
+	kind := map[string]string{"diurnal-inference": "inference", "bursty-batch": "batch", "training-jobs": "training"}[trace]
+	return "builtin/" + kind + ":" + strconv.FormatFloat(FactImageGB, 'g', -1, 64) + "gb"
 }
 
 // lognormal draws a duration around median with the given spread, at

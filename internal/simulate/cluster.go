@@ -2,6 +2,7 @@ package simulate
 
 import (
 	"cmp"
+	"maps"
 	"slices"
 	"time"
 
@@ -29,6 +30,12 @@ type cluster struct {
 	booting []*node
 	ready   []*node
 	names   []string
+	// pullRate is how fast a node pulls an image, in MB/s (0: at once).
+	pullRate float64
+	// disks are the images on the disks of instances whose Node left
+	// (stopped back to a standby pool), by instance name: a start finds
+	// them again.
+	disks map[string]map[string]time.Duration
 }
 
 // node is one instance's Node.
@@ -36,11 +43,17 @@ type node struct {
 	name, group, providerID string
 	// obj is the Node as the planner sees it (template labels, taints and
 	// allocatable, the instance's name and provider ID).
-	obj     *corev1.Node
-	gpus    float64
-	readyAt time.Duration
-	ready   bool
-	free    corev1.ResourceList
+	obj  *corev1.Node
+	gpus float64
+	// orderedAt is when its instance was ordered, or started from a
+	// standby pool; registeredAt when it ran and its Node registered;
+	// readyAt when its GPUs showed, Ready for GPU pods.
+	orderedAt, registeredAt, readyAt time.Duration
+	ready                            bool
+	// images are the images on its disk, each with when its pull ends
+	// (pulled already when that is past).
+	images map[string]time.Duration
+	free   corev1.ResourceList
 	// freeGPUs is free's GPU-equivalents: a pod asking more cannot fit.
 	freeGPUs float64
 	pods     []*pod
@@ -58,15 +71,18 @@ type pod struct {
 	req corev1.ResourceList
 	gpu float64
 	// since is when it last became pending (arrival or eviction); placed
-	// when it last started; done when it finishes; requeued counts its
+	// when it was last bound to a node; start when its containers started
+	// there, its image pulled; done when it finishes; requeued counts its
 	// evictions.
-	since, placed, done time.Duration
-	started             bool
-	requeued            int
-	node                *node
+	since, placed, start, done time.Duration
+	started                    bool
+	requeued                   int
+	node                       *node
 }
 
-func newCluster() *cluster { return &cluster{nodes: map[string]*node{}} }
+func newCluster(pullRate float64) *cluster {
+	return &cluster{nodes: map[string]*node{}, pullRate: pullRate, disks: map[string]map[string]time.Duration{}}
+}
 
 // podObject renders a trace pod as the Pod the planner reads: its GPU
 // request, and a toleration of every taint (GPU workloads tolerate the GPU
@@ -126,7 +142,8 @@ func (c *cluster) schedule(now time.Duration, placed func(*pod)) {
 		n.pods = append(n.pods, p)
 		n.emptySince, n.unneededSince = -1, -1
 		p.node, p.placed, p.started = n, now, true
-		p.done = now + p.Duration
+		p.start = c.pull(n, p, now)
+		p.done = p.start + p.Duration
 		p.obj.Spec.NodeName = n.obj.Name
 		c.used += p.gpu
 		placed(p)
@@ -135,8 +152,44 @@ func (c *cluster) schedule(now time.Duration, placed func(*pod)) {
 	c.pending = kept
 }
 
-// join adds a node for a new instance; it is Ready at n.readyAt.
+// pull is when the pod's containers start on n, placed there at now: once
+// its image is on the node, pulled now unless the node holds it or pulls
+// it already. A node pulls each image at the full rate.
+func (c *cluster) pull(n *node, p *pod, now time.Duration) time.Duration {
+	if p.Image == "" {
+		return now
+	}
+	if done, ok := n.images[p.Image]; ok {
+		return max(now, done)
+	}
+	took := pullTime(p.ImageGB, c.pullRate)
+	if n.images == nil {
+		n.images = map[string]time.Duration{}
+	}
+	n.images[p.Image] = now + took
+	return now + took
+}
+
+// pullTime is how long a pull of gb takes at rate MB/s (0: at once).
+func pullTime(gb, rate float64) time.Duration {
+	if rate <= 0 {
+		return 0
+	}
+	return time.Duration(gb * 1000 / rate * float64(time.Second)).Round(time.Second)
+}
+
+// join adds a node for a new instance; it is Ready at n.readyAt. A node
+// started again finds on its disk what it held when it stopped.
 func (c *cluster) join(n *node) {
+	if disk, ok := c.disks[n.name]; ok {
+		if n.images == nil {
+			n.images = map[string]time.Duration{}
+		}
+		for img, done := range disk {
+			n.images[img] = done
+		}
+		delete(c.disks, n.name)
+	}
 	n.freeGPUs = n.gpus
 	n.obj.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse}}
 	c.nodes[n.name] = n
@@ -144,9 +197,14 @@ func (c *cluster) join(n *node) {
 	c.names = nil
 }
 
-// remove takes a node out of the cluster (its pods are the caller's).
-func (c *cluster) remove(n *node) {
+// remove takes a node out of the cluster at now (its pods are the
+// caller's), keeping the images its disk holds by then for a start.
+func (c *cluster) remove(n *node, now time.Duration) {
 	delete(c.nodes, n.name)
+	maps.DeleteFunc(n.images, func(_ string, done time.Duration) bool { return done > now })
+	if len(n.images) > 0 {
+		c.disks[n.name] = n.images
+	}
 	c.booting = slices.DeleteFunc(c.booting, func(b *node) bool { return b == n })
 	if n.ready {
 		c.ready = nil
@@ -241,7 +299,7 @@ func (c *cluster) finish(p *pod, now time.Duration) {
 // lose removes a node whose instance is gone; its pods go back to pending
 // and it returns how many.
 func (c *cluster) lose(n *node, now time.Duration) int {
-	c.remove(n)
+	c.remove(n, now)
 	for _, p := range n.pods {
 		c.used -= p.gpu
 		p.node, p.started = nil, false

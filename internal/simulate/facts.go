@@ -38,6 +38,15 @@ const (
 	// meet ZONE_RESOURCE_POOL_EXHAUSTED; Scaleway's power-off releases the
 	// node to the pool). No cloud publishes a rate: an estimate.
 	FactStartFailureRate = 0.2
+	// FactImageGB is the size of the image a built-in trace's pods run,
+	// and FactPullRate the rate a node pulls at, in MB/s: "7 to 10
+	// minutes" for a 10 GB image on a fresh node (Tensorfuse, "Why do
+	// GPU containers take so long to start?", measured with the stock
+	// snapshotter); the pessimistic end, 10 GB in 10 minutes. Inference
+	// images run larger still (tritonserver:24.06-py3 is 15.5 GB,
+	// triton-inference-server/server#7474).
+	FactImageGB  = 10.0
+	FactPullRate = FactImageGB * 1000 / 600
 	// FactStoppedPrice is a stopped instance's hourly price, its disk: 200
 	// GiB (an estimate of a GPU node's OS and image disk) of GCE pd-ssd at
 	// $0.17 per GiB-month (GCE disk pricing), 730 hours a month.

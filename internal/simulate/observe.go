@@ -3,6 +3,7 @@ package simulate
 import (
 	"cmp"
 	"slices"
+	"time"
 
 	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
 	"github.com/gpuscaler/gpuscaler/internal/provisioner/plan"
@@ -54,20 +55,32 @@ func (r *run) observe() {
 			// Ready once it runs (the cloud's draw of its boot, or of its
 			// start for one started from standby, which warmed up once
 			// already) and its GPUs have started.
-			gpuStartup := r.opts.GPUStartup
+			gpuStartup, ordered := r.opts.GPUStartup, in.CreatedAt
+			byCount, counted := r.opts.GPUStartupByGPUs[r.gpusOf[g]]
+			if counted {
+				gpuStartup = byCount
+			}
+			var images map[string]time.Duration
 			if !in.StartedAt.IsZero() {
-				gpuStartup = r.opts.StandbyGPUStartup
+				ordered = in.StartedAt
+				if !counted {
+					gpuStartup = r.opts.StandbyGPUStartup
+				}
 				r.standbyJoins++
+				// It pulled its pool's images while it warmed.
+				images = map[string]time.Duration{}
+				for _, img := range r.prePull[g] {
+					images[img] = ordered.Sub(epoch)
+				}
 			}
 			running, ok := r.engine.RunningAt(in.Name)
 			if !ok {
 				running = in.CreatedAt.Add(r.bootDelay)
 			}
-			readyAt := running.Sub(epoch) + gpuStartup
 			r.cl.join(&node{
 				name: in.Name, group: g, providerID: in.ProviderID, obj: obj, gpus: gpus,
-				readyAt: readyAt, free: obj.Status.Allocatable.DeepCopy(),
-				emptySince: -1, unneededSince: -1,
+				orderedAt: ordered.Sub(epoch), registeredAt: running.Sub(epoch), readyAt: running.Sub(epoch) + gpuStartup,
+				images: images, free: obj.Status.Allocatable.DeepCopy(), emptySince: -1, unneededSince: -1,
 			})
 		}
 	}

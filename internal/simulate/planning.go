@@ -122,7 +122,7 @@ func (r *run) scaleDown(ctx context.Context, unneeded func(*node) bool, delay ti
 		}
 		for _, n := range r.cl.nodes {
 			if gone[n.providerID] {
-				r.cl.remove(n)
+				r.cl.remove(n, r.now)
 			}
 		}
 		r.res.NodesRemoved += len(pids)

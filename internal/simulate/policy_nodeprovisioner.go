@@ -106,7 +106,7 @@ func (r *run) ahead() (out, soon []*corev1.Pod, whole bool) {
 		}
 		return out
 	}
-	lead := r.bootDelay + r.opts.GPUStartup + r.opts.Loop
+	lead := r.bootDelay + r.opts.longestGPUStartup() + r.opts.Loop
 	soonLead := min(r.startDelay+r.opts.StandbyGPUStartup+r.opts.Loop, lead)
 	if fc := r.opts.Provisioner.Forecast; fc != nil && fc.StandbyLeadTime != nil {
 		soonLead = provisioner.StandbyLeadTime(fc, lead) // as the spec says, as the controller does

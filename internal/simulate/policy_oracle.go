@@ -35,7 +35,7 @@ func (r *run) oracle(ctx context.Context) (bool, error) {
 		spec.Forecast = &v1alpha1.Forecast{} // as the CRD defaults it
 	}
 	hold := provisioner.ScaleDownDelay(spec, true)
-	ahead := objects(r.arriving(r.bootLead+r.opts.GPUStartup+r.opts.Loop, hold))
+	ahead := objects(r.arriving(r.bootLead+r.opts.longestGPUStartup()+r.opts.Loop, hold))
 	soon := objects(r.arriving(r.startLead+r.opts.StandbyGPUStartup+r.opts.Loop, hold))
 	return r.provisionAhead(ctx, ahead, soon, true, math.Inf(1), true)
 }

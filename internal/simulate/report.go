@@ -61,6 +61,8 @@ type Result struct {
 	Currency string
 
 	waits, requeueWaits []time.Duration
+	// parts sum the measured pods' time to GPU by part (TimeToGPU).
+	parts waitParts
 	// isFloor marks the floor's column (FloorOf).
 	isFloor bool
 }
@@ -256,6 +258,10 @@ func writeColumns(w io.Writer, all, cols []*Result) error {
 	row("pending p95", dur(0.95))
 	row("pending p99", dur(0.99))
 	row("pending max", dur(1))
+	row("mean: node+boot+GPUs+pull", played(func(r *Result) string {
+		t := r.TimeToGPU()
+		return fmt.Sprintf("%s+%s+%s+%s", fmtDuration(t.Node), fmtDuration(t.Boot), fmtDuration(t.GPUs), fmtDuration(t.Pull))
+	}))
 	row("GPU-hours paid", func(r *Result) string { return fmt.Sprintf("%.1f", r.GPUHoursPaid) })
 	row("GPU-hours used", func(r *Result) string { return fmt.Sprintf("%.1f", r.GPUHoursUsed) })
 	row("idle share", func(r *Result) string { return fmt.Sprintf("%.1f%%", 100*r.IdleShare()) })
@@ -367,6 +373,9 @@ type Summary struct {
 	PodsRequeued        int     `json:"podsRequeued"`
 	StandbyStarts       int     `json:"standbyStarts"`
 	StandbyStartsFailed int     `json:"standbyStartsFailed"`
+	// TimeToGPU is the mean time from a measured pod's arrival to its
+	// containers' start, by part; none for the floor.
+	TimeToGPU *TimeToGPUSeconds `json:"timeToGPU,omitempty"`
 	// WaitBuckets count the measured pods that waited at most each bound,
 	// in the buckets of gpuscaler_gpu_pod_wait_seconds (cumulative, as
 	// Prometheus's): a simulation compares with production's histogram.
@@ -410,7 +419,70 @@ func Summarize(results ...*Result) []Summary {
 			WaitMaxSeconds: r.Wait(1).Seconds(), GPUHoursPaid: r.GPUHoursPaid, GPUHoursUsed: r.GPUHoursUsed, IdleShare: r.IdleShare(),
 			Cost: r.Cost, Currency: r.Currency, FloorCost: r.Floor, NodesAdded: r.NodesAdded, NodesRemoved: r.NodesRemoved, StockOuts: r.StockOuts,
 			Reclaims: r.Reclaims, PodsRequeued: r.PodsRequeued, StandbyStarts: r.StandbyStarts, StandbyStartsFailed: r.StandbyStartFailed,
-			WaitBuckets: r.WaitHistogram()})
+			WaitBuckets: r.WaitHistogram(), TimeToGPU: r.TimeToGPU().seconds(r.isFloor)})
 	}
 	return out
+}
+
+// TimeToGPUSeconds is TimeToGPU in seconds, for scripts.
+type TimeToGPUSeconds struct {
+	Node float64 `json:"nodeSeconds"`
+	Boot float64 `json:"bootSeconds"`
+	GPUs float64 `json:"gpusSeconds"`
+	Pull float64 `json:"pullSeconds"`
+}
+
+func (t TimeToGPU) seconds(floor bool) *TimeToGPUSeconds {
+	if floor {
+		return nil
+	}
+	return &TimeToGPUSeconds{Node: t.Node.Seconds(), Boot: t.Boot.Seconds(), GPUs: t.GPUs.Seconds(), Pull: t.Pull.Seconds()}
+}
+
+// TimeToGPU is the mean time from a pod's arrival to its containers'
+// start, split in the parts it waited on: Node, for a node to be ordered
+// or to have room (a loop, a stock-out, capacity on its way for other
+// pods); Boot, while the node it landed on booted (or started from
+// standby) until its Node registered; GPUs, while that node's GPUs came
+// up; Pull, while its image was pulled onto the node. The parts add up
+// to the mean wait.
+type TimeToGPU struct {
+	Node, Boot, GPUs, Pull time.Duration
+}
+
+// Total is the mean time to GPU.
+func (t TimeToGPU) Total() time.Duration { return t.Node + t.Boot + t.GPUs + t.Pull }
+
+// TimeToGPU is the measured pods' mean time to GPU, by part; pods never
+// placed, and pods a reclaim put back, are left out.
+func (r *Result) TimeToGPU() TimeToGPU {
+	w := r.parts
+	if w.pods == 0 {
+		return TimeToGPU{}
+	}
+	n := time.Duration(w.pods)
+	return TimeToGPU{Node: (w.node / n).Round(time.Second), Boot: (w.boot / n).Round(time.Second),
+		GPUs: (w.gpus / n).Round(time.Second), Pull: (w.pull / n).Round(time.Second)}
+}
+
+// waitParts sums pods' time to GPU by part.
+type waitParts struct {
+	pods                   int
+	node, boot, gpus, pull time.Duration
+}
+
+// add splits a pod's wait, from its arrival to its start on p.node: the
+// part of it before the pod was bound that overlaps the node's boot, its
+// GPU start-up, and what is left (Node); after it was bound, the pull.
+func (w *waitParts) add(p *pod) {
+	n := p.node
+	overlap := func(from, to time.Duration) time.Duration {
+		return max(0, min(to, p.placed)-max(from, p.At))
+	}
+	boot, gpus := overlap(n.orderedAt, n.registeredAt), overlap(n.registeredAt, n.readyAt)
+	w.pods++
+	w.boot += boot
+	w.gpus += gpus
+	w.node += p.placed - p.At - boot - gpus
+	w.pull += p.start - p.placed
 }

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"time"
@@ -80,6 +82,15 @@ type Options struct {
 	// StandbyGPUStartup is the time from a standby instance running again
 	// to its GPUs allocatable; default FactStandbyGPUStartup.
 	StandbyGPUStartup time.Duration
+	// GPUStartupByGPUs sets GPUStartup and StandbyGPUStartup for the
+	// nodes of a GPU count (8: eight-GPU nodes, whose fabric manager
+	// starts too); counts it leaves out take GPUStartup and
+	// StandbyGPUStartup. No source publishes a start-up by count.
+	GPUStartupByGPUs map[int]time.Duration
+	// PullRate is how fast a node pulls the trace's images, in MB/s;
+	// default FactPullRate. The pools Standby gives pull every image of
+	// the trace while they warm (standby.prePullImages).
+	PullRate float64
 	// Forecast has the NodeProvisioner policy also order ahead of demand:
 	// a forecast profile (internal/forecast) learns the pool's demand,
 	// GPUs asked for by running and pending pods, and once it has learned
@@ -137,6 +148,11 @@ type run struct {
 	startDelay, startLead time.Duration
 	// standbyJoins counts the nodes started from standby that joined.
 	standbyJoins int
+	// gpusOf is each group's instance type's GPU count.
+	gpusOf map[string]int
+	// prePull are the images each group's standby pool pulls while an
+	// instance warms (standby.prePullImages), on its nodes once started.
+	prePull map[string][]string
 	// start is when the run begins: 0, the trace's start, or for the
 	// oracle one start-up time before its first arrival.
 	start time.Duration
@@ -180,7 +196,7 @@ func newRun(ctx context.Context, trace Trace, opts Options) (*run, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg := runConfig(opts)
+	cfg := runConfig(opts, trace)
 	for i := range cfg.NodeGroups {
 		if g := &cfg.NodeGroups[i]; g.Standby != nil {
 			if why := config.StandbyRefused(g, cfg.Clouds); why != "" {
@@ -209,7 +225,7 @@ func newRun(ctx context.Context, trace Trace, opts Options) (*run, error) {
 		boot = max(boot, *simCfg.BootDelayP95)
 	}
 	if opts.Policy == Oracle && len(trace.Pods) > 0 {
-		start = min(0, trace.Pods[0].At-(boot+opts.GPUStartup+opts.Loop))
+		start = min(0, trace.Pods[0].At-(boot+opts.longestGPUStartup()+opts.Loop))
 	}
 	// A standby pool stands ready before any pod asks for it, as in a
 	// cluster that has kept one: the run begins early enough for the pools
@@ -228,7 +244,7 @@ func newRun(ctx context.Context, trace Trace, opts Options) (*run, error) {
 	if err != nil {
 		return nil, fmt.Errorf("clouds.sim: %w", err)
 	}
-	r := &run{opts: opts, trace: trace, clock: clk, engine: engine, now: start, start: start, nextSync: start, reg: prometheus.NewRegistry(), cl: newCluster(),
+	r := &run{opts: opts, trace: trace, clock: clk, engine: engine, now: start, start: start, nextSync: start, reg: prometheus.NewRegistry(), cl: newCluster(opts.PullRate),
 		bootDelay: sim.DefaultBootDelay, res: &Result{Policy: opts.Policy, Trace: trace.Name, Standby: opts.Standby},
 		failed: map[string][]string{}, instances: map[string][]nodegroup.Instance{}}
 	if simCfg.BootDelay != nil {
@@ -259,9 +275,18 @@ func newRun(ctx context.Context, trace Trace, opts Options) (*run, error) {
 		r.demand = forecast.NewDemand()
 		r.res.Forecast = true
 	}
+	r.prePull, r.gpusOf = map[string][]string{}, map[string]int{}
 	for _, g := range cfg.NodeGroups {
 		if g.Cloud == sim.Name {
 			r.groups = append(r.groups, g.Name)
+			for _, t := range types {
+				if t.Name == g.InstanceType {
+					r.gpusOf[g.Name] = t.GPUCount
+				}
+			}
+			if g.Standby != nil {
+				r.prePull[g.Name] = g.Standby.PrePullImages
+			}
 		}
 	}
 	if len(opts.Provisioner.NodeGroups) > 0 {
@@ -320,6 +345,17 @@ func (opts Options) complete() (Options, error) {
 	if opts.StandbyGPUStartup == 0 {
 		opts.StandbyGPUStartup = FactStandbyGPUStartup
 	}
+	for n, d := range opts.GPUStartupByGPUs {
+		if n < 1 || d < 0 {
+			return opts, fmt.Errorf("GPU start-up of %d-GPU nodes %s: want a count of 1 or more and a duration of 0 or more", n, d)
+		}
+	}
+	if opts.PullRate < 0 || math.IsNaN(opts.PullRate) {
+		return opts, fmt.Errorf("pull rate %v MB/s: want more than 0", opts.PullRate)
+	}
+	if opts.PullRate == 0 {
+		opts.PullRate = FactPullRate
+	}
 	if _, err := provisioner.MaxExtraHourlyCost(opts.Provisioner.Forecast); err != nil {
 		return opts, err
 	}
@@ -338,21 +374,48 @@ func (opts Options) complete() (Options, error) {
 	return opts, nil
 }
 
+// longestGPUStartup is the longest GPU start-up of a cold node: what
+// orders ahead and warm-ups allow for.
+func (opts Options) longestGPUStartup() time.Duration {
+	d := opts.GPUStartup
+	for _, by := range opts.GPUStartupByGPUs {
+		d = max(d, by)
+	}
+	return d
+}
+
 // runConfig is the configuration a run plays: opts.Config with standby
 // pools of opts.Standby, and no client-side limits the simulated cloud
 // does not need.
-func runConfig(opts Options) config.Config {
+func runConfig(opts Options, trace Trace) config.Config {
 	cfg := *opts.Config
 	cfg.NodeGroups = slices.Clone(cfg.NodeGroups)
+	images := trace.images()
 	for i := range cfg.NodeGroups {
-		if g := &cfg.NodeGroups[i]; opts.Standby > 0 && g.Cloud == sim.Name && g.Standby == nil && g.ManagedBy != config.ManagedByKarpenter {
-			g.Standby = &config.Standby{Size: min(opts.Standby, g.MaxSize)}
+		g := &cfg.NodeGroups[i]
+		if opts.Standby > 0 && g.Cloud == sim.Name && g.Standby == nil && g.ManagedBy != config.ManagedByKarpenter {
+			g.Standby = &config.Standby{Size: min(opts.Standby, g.MaxSize), PrePullImages: slices.Sorted(maps.Keys(images))}
 			if opts.StandbyRefillAfter > 0 {
 				g.Standby.RefillAfter = &metav1.Duration{Duration: opts.StandbyRefillAfter}
 			}
 			if opts.StandbyScaleDownAfter > 0 {
 				g.Standby.ScaleDownAfter = &metav1.Duration{Duration: opts.StandbyScaleDownAfter}
 			}
+		}
+		if g.Cloud == sim.Name && g.Standby != nil {
+			// gpuscaler stops a warming instance once its GPUs showed and
+			// its prePullImages are on it (docs/standby.md), not before:
+			// the run has no Nodes for the core to watch, so the warm-up
+			// is that long, warmFor at least.
+			s := *g.Standby
+			warm := opts.longestGPUStartup()
+			for _, img := range s.PrePullImages {
+				warm += pullTime(images[img], opts.PullRate)
+			}
+			if warm > s.StandbyWarmFor() {
+				s.WarmFor = &metav1.Duration{Duration: warm}
+			}
+			g.Standby = &s
 		}
 	}
 	// The client-side rate limit runs on real time and protects a real
@@ -416,7 +479,7 @@ func standbyLead(cfg *config.Config, boot time.Duration, opts Options) time.Dura
 	if !pools {
 		return 0
 	}
-	return boot + opts.GPUStartup + warm + 3*max(cfg.Sync.Period.Duration, opts.Loop)
+	return boot + opts.longestGPUStartup() + warm + 3*max(cfg.Sync.Period.Duration, opts.Loop)
 }
 
 func seedBytes(seed uint64) [32]byte {
@@ -541,9 +604,10 @@ func (r *run) started(p *pod, t time.Duration) {
 	r.dirty = true
 	switch {
 	case p.requeued == 0 && p.At >= r.opts.MeasureFrom:
-		r.res.waits = append(r.res.waits, t-p.At)
+		r.res.waits = append(r.res.waits, p.start-p.At)
+		r.res.parts.add(p)
 	case p.requeued > 0 && p.since >= r.opts.MeasureFrom:
-		r.res.requeueWaits = append(r.res.requeueWaits, t-p.since)
+		r.res.requeueWaits = append(r.res.requeueWaits, p.start-p.since)
 	}
 	i, _ := slices.BinarySearchFunc(r.running, p.done, func(q *pod, d time.Duration) int { return cmp.Compare(q.done, d) })
 	r.running = slices.Insert(r.running, i, p)

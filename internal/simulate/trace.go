@@ -33,6 +33,12 @@ type Pod struct {
 	MIG string
 	// Priority orders pending pods: higher first.
 	Priority int
+	// Image is the container image it runs, ImageGB its size: a node
+	// pulls it before the pod starts, unless it holds it already (an
+	// earlier pod's pull, a standby pool's prePullImages). Empty: nothing
+	// to pull.
+	Image   string
+	ImageGB float64
 }
 
 // Trace is a workload: its pods by arrival.
@@ -50,6 +56,18 @@ func (t Trace) End() time.Duration {
 	return end
 }
 
+// images are the images the trace's pods run, with their sizes in GB
+// (the largest a trace gives an image).
+func (t Trace) images() map[string]float64 {
+	out := map[string]float64{}
+	for _, p := range t.Pods {
+		if p.Image != "" {
+			out[p.Image] = max(out[p.Image], p.ImageGB)
+		}
+	}
+	return out
+}
+
 // LineError is a trace line that could not be read.
 type LineError struct {
 	Line int
@@ -61,21 +79,24 @@ func (e *LineError) Unwrap() error { return e.Err }
 
 // jsonPod is a JSONL line.
 type jsonPod struct {
-	Name     string `json:"name"`
-	At       string `json:"at"`
-	Duration string `json:"duration"`
-	GPUs     *int   `json:"gpus"`
-	MIG      string `json:"mig"`
-	Priority int    `json:"priority"`
+	Name     string   `json:"name"`
+	At       string   `json:"at"`
+	Duration string   `json:"duration"`
+	GPUs     *int     `json:"gpus"`
+	MIG      string   `json:"mig"`
+	Priority int      `json:"priority"`
+	Image    string   `json:"image"`
+	ImageGB  *float64 `json:"image_gb"`
 }
 
 // csvColumns are the CSV format's columns, in the header's order.
-var csvColumns = []string{"at", "duration", "gpus", "mig", "priority", "name"}
+var csvColumns = []string{"at", "duration", "gpus", "mig", "priority", "name", "image", "image_gb"}
 
 // Read reads a trace in CSV (a header line naming the columns at,
-// duration, gpus, mig, priority, name; at and duration are Go durations
-// such as 90s or 1h30m, or seconds) or JSON Lines (one object per line
-// with the same keys); format is "csv" or "jsonl". Blank lines and lines
+// duration, gpus, mig, priority, name, image, image_gb; at and duration
+// are Go durations such as 90s or 1h30m, or seconds; image_gb the image's
+// size in GB) or JSON Lines (one object per line with the same keys);
+// format is "csv" or "jsonl". Blank lines and lines
 // starting with # are skipped. A line that cannot be read fails the whole
 // trace with its line number.
 func Read(r io.Reader, name, format string) (Trace, error) {
@@ -118,7 +139,12 @@ func readJSONL(r io.Reader) ([]Pod, error) {
 		if jp.GPUs != nil {
 			gpus = strconv.Itoa(*jp.GPUs)
 		}
-		p, err := parsePod(len(pods), jp.Name, jp.At, jp.Duration, gpus, jp.MIG, strconv.Itoa(jp.Priority))
+		size := ""
+		if jp.ImageGB != nil {
+			size = strconv.FormatFloat(*jp.ImageGB, 'g', -1, 64)
+		}
+		p, err := parsePod(len(pods), podFields{name: jp.Name, at: jp.At, duration: jp.Duration, gpus: gpus, mig: jp.MIG,
+			priority: strconv.Itoa(jp.Priority), image: jp.Image, imageGB: size})
 		if err != nil {
 			return nil, &LineError{Line: line, Err: err}
 		}
@@ -170,7 +196,8 @@ func readCSV(r io.Reader) ([]Pod, error) {
 			}
 			return ""
 		}
-		p, err := parsePod(len(pods), field("name"), field("at"), field("duration"), field("gpus"), field("mig"), field("priority"))
+		p, err := parsePod(len(pods), podFields{name: field("name"), at: field("at"), duration: field("duration"), gpus: field("gpus"),
+			mig: field("mig"), priority: field("priority"), image: field("image"), imageGB: field("image_gb")})
 		if err != nil {
 			return nil, &LineError{Line: line, Err: err}
 		}
@@ -191,10 +218,20 @@ func csvLine(err error, fallback int) int {
 // maxTime bounds a trace's times: a year.
 const maxTime = 365 * 24 * time.Hour
 
+// podFields are one line's fields, as written.
+type podFields struct {
+	name, at, duration, gpus, mig, priority, image, imageGB string
+}
+
+// maxImageGB bounds an image's size: no container image comes near it.
+const maxImageGB = 1000
+
 // parsePod checks one line's fields. A pod asks for whole GPUs (1 when neither
-// gpus nor mig is given) or one MIG slice, not both.
-func parsePod(i int, name, at, duration, gpus, mig, priority string) (Pod, error) {
-	p := Pod{Name: name, MIG: mig}
+// gpus nor mig is given) or one MIG slice, not both; an image comes with
+// its size.
+func parsePod(i int, f podFields) (Pod, error) {
+	name, at, duration, gpus, mig, priority := f.name, f.at, f.duration, f.gpus, f.mig, f.priority
+	p := Pod{Name: name, MIG: mig, Image: f.image}
 	if p.Name == "" {
 		p.Name = fmt.Sprintf("pod-%06d", i)
 	}
@@ -228,6 +265,16 @@ func parsePod(i int, name, at, duration, gpus, mig, priority string) (Pod, error
 			return p, fmt.Errorf("priority: %q: want a whole number that fits 32 bits, as a pod's priority", priority)
 		}
 		p.Priority = int(pr)
+	}
+	switch {
+	case f.image == "" && f.imageGB != "":
+		return p, errors.New("image_gb without an image: name the image whose size it is")
+	case f.image != "":
+		gb, err := strconv.ParseFloat(f.imageGB, 64)
+		if f.imageGB == "" || err != nil || math.IsNaN(gb) || gb < 0 || gb > maxImageGB {
+			return p, fmt.Errorf("image_gb: %q: want the image's size in GB, 0 to %d (its pull takes size / --pull-rate)", f.imageGB, maxImageGB)
+		}
+		p.ImageGB = gb
 	}
 	return p, nil
 }
