@@ -31,7 +31,7 @@ type simulateFlags struct {
 	scale, pullRate                                         float64
 	gpuStartup, standbyGPUStartup, loop, trainFor           time.Duration
 	refillAfter, scaleDownAfter                             time.Duration
-	forecast                                                bool
+	forecast, prePull                                       bool
 	gpuStartupByGPUs                                        map[string]string
 	// cloud are the simulated cloud's timings and prices the flags put
 	// over the pool's clouds.sim.
@@ -110,6 +110,7 @@ cost, next to a baseline that scales as cluster-autoscaler does with its default
 	fl.StringToStringVar(&f.gpuStartupByGPUs, "gpu-startup-by-gpus", nil, "the GPU start-up, cold or after a standby start, of nodes of a GPU count, e.g. 8=6m (no source publishes one; counts left out take --gpu-startup and --standby-gpu-startup)")
 	fl.DurationVar(&f.standbyGPUStartup, "standby-gpu-startup", simulate.FactStandbyGPUStartup, "the same for an instance started from standby")
 	fl.Float64Var(&f.pullRate, "pull-rate", simulate.FactPullRate, "how fast a node pulls a pod's image, in MB/s: a trace's pods name theirs (image, image_gb), a built-in trace's run a 10 GB one, and --standby's pools pull them while they warm")
+	fl.BoolVar(&f.prePull, "pre-pull", false, "every group without prePullImages pulls the trace's images as its nodes join, while their GPUs start (nodeGroups[].prePullImages)")
 	f.cloud.add(fl)
 	fl.IntVar(&f.standby, "standby", defaultStandby, "standby pool size for each group without one; with --policy all, the NodeProvisioner also runs with it beside its run without (0: none)")
 	fl.DurationVar(&f.refillAfter, "standby-refill-after", 0, "how long --standby's pools wait, short, before they order fresh instances; meanwhile the nodes scaled down go back to them (standby.refillAfter)")
@@ -166,7 +167,7 @@ func runSimulate(cmd *cobra.Command, f *simulateFlags, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	opts := simulate.Options{Config: cfg, Seed: f.seed, GPUStartup: f.gpuStartup, StandbyGPUStartup: f.standbyGPUStartup, PullRate: f.pullRate, Loop: f.loop, StandbyRefillAfter: f.refillAfter, StandbyScaleDownAfter: f.scaleDownAfter}
+	opts := simulate.Options{Config: cfg, Seed: f.seed, GPUStartup: f.gpuStartup, StandbyGPUStartup: f.standbyGPUStartup, PullRate: f.pullRate, PrePull: f.prePull, Loop: f.loop, StandbyRefillAfter: f.refillAfter, StandbyScaleDownAfter: f.scaleDownAfter}
 	if opts.GPUStartupByGPUs, err = parseByGPUs(f.gpuStartupByGPUs); err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@
 package config
 
 import (
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -427,6 +428,11 @@ type NodeGroup struct {
 	// (nvidia.com/gpu), for setups the MIG table does not describe; prefer
 	// mig. Kept for users of the DataCrunch autoscaler's override_num_gpus.
 	OverrideNumGPUs *int `json:"overrideNumGPUs,omitempty" jsonschema:"minimum=1"`
+	// PrePullImages are pulled onto every node of the group as it joins,
+	// while its GPUs start, by a pod of gpuscaler's bound to it, so that
+	// the first pod on the node finds its image there; a standby pool
+	// pulls them too. Needs gpuscaler to watch Nodes (a kubeconfig).
+	PrePullImages []string `json:"prePullImages,omitempty"`
 	// Standby keeps instances that booted, joined and warmed once, then
 	// stopped, ready to start when the group scales up (docs/standby.md).
 	Standby *Standby `json:"standby,omitempty"`
@@ -545,7 +551,16 @@ func (g *NodeGroup) StandbyImages() []string {
 	if g.Standby == nil {
 		return nil
 	}
-	return g.Standby.PrePullImages
+	if len(g.PrePullImages) == 0 {
+		return g.Standby.PrePullImages
+	}
+	out := slices.Clone(g.PrePullImages)
+	for _, img := range g.Standby.PrePullImages {
+		if !slices.Contains(out, img) {
+			out = append(out, img)
+		}
+	}
+	return out
 }
 
 // StandbySize is the group's standby pool size; 0 without one.

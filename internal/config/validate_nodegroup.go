@@ -100,6 +100,7 @@ func validateGroup(p *field.Path, g *NodeGroup, c *Config) field.ErrorList {
 	if b := g.Bootstrap; b != nil {
 		errs = append(errs, validateBootstrap(p.Child("bootstrap"), b, c)...)
 	}
+	errs = append(errs, validateImages(p.Child("prePullImages"), g.PrePullImages)...)
 	if s := g.Standby; s != nil {
 		errs = append(errs, validateStandby(p.Child("standby"), g, s, c.Clouds)...)
 	}
@@ -142,9 +143,16 @@ func validateStandby(p *field.Path, g *NodeGroup, s *Standby, c Clouds) field.Er
 		errs = append(errs, within(fp.Child("trainFor"), f.TrainFor, 0, 90*24*time.Hour, "how long the group's size is observed before the pool follows it")...)
 		errs = append(errs, within(fp.Child("leadTime"), f.LeadTime, time.Minute, 6*time.Hour, "how far ahead the pool is sized: a standby instance's order, boot and warm-up")...)
 	}
+	return append(errs, validateImages(p.Child("prePullImages"), s.PrePullImages)...)
+}
+
+// validateImages checks a list of images to pull: each named once, and
+// an image reference.
+func validateImages(p *field.Path, images []string) field.ErrorList {
+	var errs field.ErrorList
 	seen := map[string]bool{}
-	for i, img := range s.PrePullImages {
-		ip := p.Child("prePullImages").Index(i)
+	for i, img := range images {
+		ip := p.Index(i)
 		switch {
 		case strings.TrimSpace(img) == "":
 			errs = append(errs, field.Required(ip, "name an image, e.g. nvcr.io/nvidia/pytorch:24.05-py3"))

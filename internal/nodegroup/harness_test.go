@@ -294,6 +294,22 @@ func (f *fakeNodes) EndPrePull(_ context.Context, ids ...string) error {
 	return nil
 }
 
+// asks counts the PrePull calls.
+func (f *fakeNodes) asks() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.pullAsks
+}
+
+// pulled reports whether a pull on the Node under id is under way (asked
+// for and not ended).
+func (f *fakeNodes) pulled(id string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_, ok := f.pulls[id]
+	return ok
+}
+
 // setPull says how far the pull on the Node under id has come.
 func (f *fakeNodes) setPull(id string, p Pull) {
 	f.mu.Lock()

@@ -295,6 +295,9 @@ type extras struct {
 	// warm-up counts from then); startedAt when a standby member was
 	// started for demand.
 	warmSince, startedAt time.Time
+	// pulled: the group's prePullImages are on the member's Node, or
+	// their pull was given up (joinedPullsLocked).
+	pulled bool
 	// busySince is when a standby member's stop first found pods that run
 	// on its Node (reported once, then).
 	busySince time.Time

@@ -277,6 +277,7 @@ func (y *syncer) sync(ctx context.Context, cloudName string, initial bool) error
 		y.sizer.adoptedLocked(g, adopted, initial && !g.inherited)
 		y.sizer.reconcileLocked(g)
 		y.warmedLocked(g, start, &out)
+		y.joinedPullsLocked(g, start, &out)
 		out.stoppedNodes = append(out.stoppedNodes, y.stoppedNodesLocked(cloudName, g)...)
 		untaint := y.untaintLocked(g)
 		out.untaint = append(out.untaint, untaint...)
@@ -392,7 +393,7 @@ func (y *syncer) act(ctx context.Context, cloudName string, out *afterLock, gone
 	if pp, ok := y.nodes.(PrePuller); ok {
 		for _, p := range out.prePull {
 			if err := pp.PrePull(ctx, p.images, p.ids...); err != nil {
-				y.log.Warn("could not start pulling a standby instance's images; the next sync tries again", "group", p.group, "node", p.ids[0], "error", err)
+				y.log.Warn("could not start pulling a node's images; the next sync tries again", "group", p.group, "node", p.ids[0], "error", err)
 			}
 		}
 	}
@@ -416,7 +417,7 @@ func (y *syncer) act(ctx context.Context, cloudName string, out *afterLock, gone
 	}
 	if pp, ok := y.nodes.(PrePuller); ok {
 		for _, pids := range out.endPull {
-			// Taken while it warmed: its pull is no use to anyone now.
+			// Taken while it warmed, or done: the pod has no more use.
 			if err := pp.EndPrePull(ctx, pids...); err != nil {
 				y.log.Warn("could not delete the pre-pull pod of a node that serves", "node", pids[0], "error", err)
 			}
@@ -443,8 +444,9 @@ type afterLock struct {
 	// start are members taken from a standby pool whose start was lost (a
 	// reload or a restart in the middle): started again.
 	start []*member
-	// prePull are the pulls of standby pools' images to start; endPull
-	// the provider IDs of serving members whose pull is to end.
+	// prePull are the pulls of images to start (a standby pool's, or a
+	// group's onto its joined nodes); endPull the provider IDs of serving
+	// members whose pull is to end.
 	prePull []prePull
 	endPull [][]string
 	// stoppedNodes are stopped standby members whose NotReady Node is

@@ -102,15 +102,17 @@ type Lifter interface {
 	LiftOnSight(key string, providerIDs ...string)
 }
 
-// PrePuller is implemented by Nodes that can pull images onto a Node
-// before its instance joins a standby pool (config.Standby.PrePullImages).
+// PrePuller is implemented by Nodes that can pull images onto a Node:
+// before its instance joins a standby pool (config.Standby.PrePullImages),
+// or as it joins its group (config.NodeGroup.PrePullImages).
 type PrePuller interface {
 	// PrePull starts pulling images onto the Node that carries one of the
 	// provider IDs; one under way already is success.
 	PrePull(ctx context.Context, images []string, providerIDs ...string) error
 	// PrePulled reports how far that pull has come, from memory.
 	PrePulled(images []string, providerIDs ...string) Pull
-	// EndPrePull ends it (a stop, or the instance serves); none is success.
+	// EndPrePull ends it (a stop, the instance serves, the pull is done);
+	// none is success.
 	EndPrePull(ctx context.Context, providerIDs ...string) error
 }
 

@@ -12,8 +12,9 @@ import (
 	"github.com/gpuscaler/gpuscaler/internal/nodegroup"
 )
 
-// PrePullLabel marks the pods that pull a standby instance's images while
-// it warms: gpuscaler's own, in its namespace, never a workload.
+// PrePullLabel marks the pods that pull images onto a Node, a standby
+// instance's while it warms or a group's as its node joins: gpuscaler's
+// own, in its namespace, never a workload.
 const PrePullLabel = "gpuscaler.dev/prepull"
 
 var _ nodegroup.PrePuller = (*Index)(nil)

@@ -77,6 +77,16 @@ func (r *run) observe() {
 			if !ok {
 				running = in.CreatedAt.Add(r.bootDelay)
 			}
+			if in.StartedAt.IsZero() && len(r.joinPull[g]) > 0 {
+				// It pulls the group's images from its Node's registration,
+				// one after the other, while its GPUs start.
+				images = map[string]time.Duration{}
+				done := running.Sub(epoch)
+				for _, img := range r.joinPull[g] {
+					done += pullTime(r.imageGB[img], r.opts.PullRate)
+					images[img] = done
+				}
+			}
 			r.cl.join(&node{
 				name: in.Name, group: g, providerID: in.ProviderID, obj: obj, gpus: gpus,
 				orderedAt: ordered.Sub(epoch), registeredAt: running.Sub(epoch), readyAt: running.Sub(epoch) + gpuStartup,

@@ -87,6 +87,10 @@ type Options struct {
 	// starts too); counts it leaves out take GPUStartup and
 	// StandbyGPUStartup. No source publishes a start-up by count.
 	GPUStartupByGPUs map[int]time.Duration
+	// PrePull gives every group of the pool without prePullImages the
+	// trace's images: its nodes pull them as they join, while their GPUs
+	// start (config.NodeGroup.PrePullImages).
+	PrePull bool
 	// PullRate is how fast a node pulls the trace's images, in MB/s;
 	// default FactPullRate. The pools Standby gives pull every image of
 	// the trace while they warm (standby.prePullImages).
@@ -151,8 +155,11 @@ type run struct {
 	// gpusOf is each group's instance type's GPU count.
 	gpusOf map[string]int
 	// prePull are the images each group's standby pool pulls while an
-	// instance warms (standby.prePullImages), on its nodes once started.
-	prePull map[string][]string
+	// instance warms (standby.prePullImages, and the group's), on its
+	// nodes once started; joinPull those its nodes pull as they join
+	// (prePullImages), of sizes imageGB.
+	prePull, joinPull map[string][]string
+	imageGB           map[string]float64
 	// start is when the run begins: 0, the trace's start, or for the
 	// oracle one start-up time before its first arrival.
 	start time.Duration
@@ -275,7 +282,7 @@ func newRun(ctx context.Context, trace Trace, opts Options) (*run, error) {
 		r.demand = forecast.NewDemand()
 		r.res.Forecast = true
 	}
-	r.prePull, r.gpusOf = map[string][]string{}, map[string]int{}
+	r.prePull, r.joinPull, r.gpusOf, r.imageGB = map[string][]string{}, map[string][]string{}, map[string]int{}, trace.images()
 	for _, g := range cfg.NodeGroups {
 		if g.Cloud == sim.Name {
 			r.groups = append(r.groups, g.Name)
@@ -285,8 +292,9 @@ func newRun(ctx context.Context, trace Trace, opts Options) (*run, error) {
 				}
 			}
 			if g.Standby != nil {
-				r.prePull[g.Name] = g.Standby.PrePullImages
+				r.prePull[g.Name] = g.StandbyImages()
 			}
+			r.joinPull[g.Name] = g.PrePullImages
 		}
 	}
 	if len(opts.Provisioner.NodeGroups) > 0 {
@@ -402,6 +410,9 @@ func runConfig(opts Options, trace Trace) config.Config {
 				g.Standby.ScaleDownAfter = &metav1.Duration{Duration: opts.StandbyScaleDownAfter}
 			}
 		}
+		if opts.PrePull && g.Cloud == sim.Name && len(g.PrePullImages) == 0 {
+			g.PrePullImages = slices.Sorted(maps.Keys(images))
+		}
 		if g.Cloud == sim.Name && g.Standby != nil {
 			// gpuscaler stops a warming instance once its GPUs showed and
 			// its prePullImages are on it (docs/standby.md), not before:
@@ -409,7 +420,7 @@ func runConfig(opts Options, trace Trace) config.Config {
 			// is that long, warmFor at least.
 			s := *g.Standby
 			warm := opts.longestGPUStartup()
-			for _, img := range s.PrePullImages {
+			for _, img := range g.StandbyImages() {
 				warm += pullTime(images[img], opts.PullRate)
 			}
 			if warm > s.StandbyWarmFor() {

@@ -1207,3 +1207,23 @@ func TestGPUStartupByGPUCount(t *testing.T) {
 		}
 	}
 }
+
+// A group with prePullImages (--pre-pull) pulls them onto a node from its
+// registration, while its GPUs start: pod a's node registers at 60 s and
+// pulls the 60 s image by 120 s, when a 1-minute GPU start-up ends too,
+// so a waits 120 s, not 180 s; with a 30 s GPU start-up it waits the same
+// 120 s, 30 s of it for the pull.
+func TestPrePullOnJoinOverlapsTheGPUStartup(t *testing.T) {
+	trace := Trace{Name: "one", Pods: []Pod{{Name: "a", Duration: 10 * time.Minute, GPUs: 1, Image: "model", ImageGB: 6}}}
+	for _, c := range []struct {
+		gpus, wait, pull time.Duration
+	}{
+		{time.Minute, 120 * time.Second, 0},
+		{30 * time.Second, 120 * time.Second, 30 * time.Second},
+	} {
+		res := play(t, parse(t, oneGroup), trace, Options{Policy: NodeProvisioner, GPUStartup: c.gpus, PullRate: 100, PrePull: true})
+		if res.Wait(1) != c.wait || res.TimeToGPU().Pull != c.pull {
+			t.Errorf("GPU start-up %s: wait %s (%+v), want %s with %s of pull", c.gpus, res.Wait(1), res.TimeToGPU(), c.wait, c.pull)
+		}
+	}
+}

@@ -253,3 +253,28 @@ func TestNoSecretsWithoutBootstrap(t *testing.T) {
 		}
 	}
 }
+
+// A group that pulls images onto its nodes as they join gets the grant to
+// create and delete the pulls' pods without a standby pool; without
+// images, no such grant.
+func TestPrePullGrantWithoutStandby(t *testing.T) {
+	creates := func(images []any) bool {
+		t.Helper()
+		group := map[string]any{"name": "pull", "cloud": "sim", "instanceType": "1V100.6V", "locations": []any{"FIN-01"}, "maxSize": 2}
+		if images != nil {
+			group["prePullImages"] = images
+		}
+		objs, err := render(t, map[string]any{"mode": "controller", "config": map[string]any{
+			"clusterName": "rbac", "clouds": map[string]any{"sim": map[string]any{}}, "nodeGroups": []any{group}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return slices.ContainsFunc(grants(t, objs), func(g grant) bool { return g.resource == "pods" && g.verb == "create" })
+	}
+	if !creates([]any{"vllm/vllm-openai:v0.6.3"}) {
+		t.Error("a group with prePullImages: no grant to create the pulls' pods")
+	}
+	if creates(nil) {
+		t.Error("a group without images: a grant to create pods")
+	}
+}
