@@ -2,7 +2,7 @@
 // on its built-in pool over seeds 1 to 5 under each policy, and writes
 // the figures docs/benchmarks.md gives, as ranges over the seeds (median
 // and worst), between its "simranges" markers; then, over three days
-// each, the forecast's columns:
+// each on Scaleway's catalog, the forecast's columns:
 //
 //	go run ./hack/simranges            # rewrites docs/benchmarks.md
 //	go run ./hack/simranges -o -       # prints the section instead
@@ -33,36 +33,41 @@ const (
 )
 
 // column is one policy a table shows: coverage sets the forecast's
-// coveragePercent (0: the CRD's default).
+// coveragePercent (0: the CRD's default); prePull gives the groups the
+// trace's images to pull as their nodes join (simulate --pre-pull).
 type column struct {
 	name     string
 	policy   simulate.Policy
 	standby  int
 	forecast bool
 	coverage int32
+	prePull  bool
 }
 
 // table is one table of the section: its columns over days of each
-// trace, measured from the second when days > 1 (a forecast learns on
-// the first).
+// trace on a built-in pool, measured from the second when days > 1 (a
+// forecast learns on the first).
 type table struct {
 	days    int
+	pool    string
 	columns []column
 }
 
 var tables = []table{
-	{1, []column{
-		{"NodeProvisioner", simulate.NodeProvisioner, 0, false, 0},
-		{"NP + standby 2", simulate.NodeProvisioner, 2, false, 0},
-		{"cluster-autoscaler", simulate.Baseline, 0, false, 0},
-		{"oracle + standby 2", simulate.Oracle, 2, false, 0},
+	{1, simulate.PoolSim, []column{
+		{"NodeProvisioner", simulate.NodeProvisioner, 0, false, 0, false},
+		{"NP + standby 2", simulate.NodeProvisioner, 2, false, 0, false},
+		{"cluster-autoscaler", simulate.Baseline, 0, false, 0, false},
+		{"oracle + standby 2", simulate.Oracle, 2, false, 0, false},
+		{"NP, pre-pull", simulate.NodeProvisioner, 0, false, 0, true},
+		{"NP + standby 2, pre-pull", simulate.NodeProvisioner, 2, false, 0, true},
 	}},
-	{3, []column{
-		{"NodeProvisioner", simulate.NodeProvisioner, 0, false, 0},
-		{"NP + forecast", simulate.NodeProvisioner, 0, true, 0},
-		{"NP + forecast + standby 2", simulate.NodeProvisioner, 2, true, 0},
-		{"NP + forecast 95 % + standby 2", simulate.NodeProvisioner, 2, true, 95},
-		{"oracle + standby 2", simulate.Oracle, 2, false, 0},
+	{3, simulate.PoolScaleway, []column{
+		{"NodeProvisioner", simulate.NodeProvisioner, 0, false, 0, true},
+		{"NP + forecast", simulate.NodeProvisioner, 0, true, 0, true},
+		{"NP + forecast + standby 2", simulate.NodeProvisioner, 2, true, 0, true},
+		{"NP + forecast 95 % + standby 2", simulate.NodeProvisioner, 2, true, 95, true},
+		{"oracle + standby 2", simulate.Oracle, 2, false, 0, true},
 	}},
 }
 
@@ -77,13 +82,17 @@ func main() {
 }
 
 func run(out string, seeds int) error {
-	cfg, err := config.Parse([]byte(simulate.BuiltinPool))
-	if err != nil {
-		return err
-	}
 	var section bytes.Buffer
 	fmt.Fprintf(&section, "%s\n", begin)
 	for _, tb := range tables {
+		pool, err := simulate.Pool(tb.pool)
+		if err != nil {
+			return err
+		}
+		cfg, err := config.Parse([]byte(pool))
+		if err != nil {
+			return err
+		}
 		if err := writeTable(&section, cfg, tb, seeds); err != nil {
 			return err
 		}
@@ -110,13 +119,15 @@ func run(out string, seeds int) error {
 // the NodeProvisioner alone, its first column.
 func writeTable(w io.Writer, cfg *config.Config, tb table, seeds int) error {
 	if tb.days == 1 {
-		fmt.Fprintf(w, "Built-in pool and its fact-based timings (docs/simulate.md), seeds 1-%d, one day each; each cell is the median over\n"+
-			"the seeds and, in brackets, the worst. Cost is against the floor no policy beats (its own median and worst in the last column).\n\n", seeds)
+		fmt.Fprintf(w, "Built-in pool (`--pool %s`) and its fact-based timings, 10 GB images included (docs/simulate.md), seeds 1-%d, one day\n"+
+			"each; each cell is the median over the seeds and, in brackets, the worst. Cost is against the floor no policy beats (its own\n"+
+			"median and worst in the last column). \"pre-pull\": the groups pull the trace's image as their nodes join (`--pre-pull`).\n\n", tb.pool, seeds)
 		fmt.Fprintf(w, "| trace | p95 wait: %s | cost over the floor: %s | floor |\n", names(tb.columns, " / "), names(tb.columns, " / "))
 		fmt.Fprintf(w, "|---|---|---|---|\n")
 	} else {
-		fmt.Fprintf(w, "The forecast: the same pool and seeds, %d days each, measured from the second (the forecast learns on the first); the\n"+
-			"coverage is the CRD's 80 %% unless named. Cost is against the NodeProvisioner alone, then the floor.\n\n", tb.days)
+		fmt.Fprintf(w, "The forecast, on Scaleway's catalog (`--pool %s`), every group pulling the trace's image as its nodes join (`--pre-pull`):\n"+
+			"the same timings and seeds, %d days each, measured from the second (the forecast learns on the first); the coverage is the\n"+
+			"CRD's 80 %% unless named. Cost is against the NodeProvisioner alone, then the floor.\n\n", tb.pool, tb.days)
 		fmt.Fprintf(w, "| trace | p95 wait: %s | cost over the NodeProvisioner: %s | cost over the floor: %s |\n",
 			names(tb.columns, " / "), names(tb.columns[1:], " / "), names(tb.columns, " / "))
 		fmt.Fprintf(w, "|---|---|---|---|\n")
@@ -185,7 +196,7 @@ func playAll(cfg *config.Config, trace string, tb table, seeds int) ([][]*simula
 				seed := uint64(s + 1)
 				tr, err := simulate.BuiltinDays(trace, 1, seed, tb.days)
 				if err == nil {
-					opts := simulate.Options{Config: cfg, Policy: col.policy, Standby: col.standby, Seed: seed, Forecast: col.forecast}
+					opts := simulate.Options{Config: cfg, Policy: col.policy, Standby: col.standby, Seed: seed, Forecast: col.forecast, PrePull: col.prePull}
 					if tb.days > 1 {
 						opts.MeasureFrom = 24 * time.Hour
 					}

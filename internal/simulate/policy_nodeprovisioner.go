@@ -72,7 +72,8 @@ func (r *run) provisionAhead(ctx context.Context, ahead, soon []*corev1.Pod, who
 
 // ahead feeds the forecast the demand now, by shape of pod, and returns
 // the pods it adds to the plan (forecast.Demand.Ahead within one start-up
-// time: boot, GPU start-up, a loop, for the spec's coverage), those of
+// time: boot, GPU start-up or a longer pre-pull, a loop; the spec's
+// forecast.leadTime when set; for the spec's coverage), those of
 // them expected within a standby start's (start, GPU start-up, a loop;
 // the spec's forecast.standbyLeadTime when set),
 // and whether it ordered ahead for every shape it has seen
@@ -106,7 +107,10 @@ func (r *run) ahead() (out, soon []*corev1.Pod, whole bool) {
 		}
 		return out
 	}
-	lead := r.bootDelay + r.opts.longestGPUStartup() + r.opts.Loop
+	lead := r.bootDelay + r.joined() + r.opts.Loop
+	if fc := r.opts.Provisioner.Forecast; fc != nil && fc.LeadTime != nil && fc.LeadTime.Duration > 0 {
+		lead = fc.LeadTime.Duration // as the spec says, as the controller does
+	}
 	soonLead := min(r.startDelay+r.opts.StandbyGPUStartup+r.opts.Loop, lead)
 	if fc := r.opts.Provisioner.Forecast; fc != nil && fc.StandbyLeadTime != nil {
 		soonLead = provisioner.StandbyLeadTime(fc, lead) // as the spec says, as the controller does

@@ -14,7 +14,8 @@ import (
 
 // oracle is one loop of the oracle: the NodeProvisioner planning for the
 // pods that will arrive within one start-up time (the boot's 95th
-// percentile, GPU start-up and a loop), known in advance, as for a
+// percentile, the GPU start-up or a longer pre-pull of the group's
+// images, and a loop), known in advance, as for a
 // forecast that is never wrong; it reports whether it asked the core for
 // anything. It knows the departures too: an arrival that a running pod's
 // end frees a node for needs none ordered (arriving).
@@ -35,7 +36,7 @@ func (r *run) oracle(ctx context.Context) (bool, error) {
 		spec.Forecast = &v1alpha1.Forecast{} // as the CRD defaults it
 	}
 	hold := provisioner.ScaleDownDelay(spec, true)
-	ahead := objects(r.arriving(r.bootLead+r.opts.longestGPUStartup()+r.opts.Loop, hold))
+	ahead := objects(r.arriving(r.bootLead+r.joined()+r.opts.Loop, hold))
 	soon := objects(r.arriving(r.startLead+r.opts.StandbyGPUStartup+r.opts.Loop, hold))
 	return r.provisionAhead(ctx, ahead, soon, true, math.Inf(1), true)
 }

@@ -392,6 +392,22 @@ func (opts Options) longestGPUStartup() time.Duration {
 	return d
 }
 
+// joined is how long a cold node takes from its Node's registration to
+// running a pod without a pull: its GPUs' start-up, or the pull of its
+// group's prePullImages beside it when that is longer (the longest of the
+// pool's groups).
+func (r *run) joined() time.Duration {
+	d := r.opts.longestGPUStartup()
+	for _, images := range r.joinPull {
+		var pull time.Duration
+		for _, img := range images {
+			pull += pullTime(r.imageGB[img], r.opts.PullRate)
+		}
+		d = max(d, pull)
+	}
+	return d
+}
+
 // runConfig is the configuration a run plays: opts.Config with standby
 // pools of opts.Standby, and no client-side limits the simulated cloud
 // does not need.
