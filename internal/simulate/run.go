@@ -204,12 +204,8 @@ func newRun(ctx context.Context, trace Trace, opts Options) (*run, error) {
 		return nil, err
 	}
 	cfg := runConfig(opts, trace)
-	for i := range cfg.NodeGroups {
-		if g := &cfg.NodeGroups[i]; g.Standby != nil {
-			if why := config.StandbyRefused(g, cfg.Clouds); why != "" {
-				return nil, fmt.Errorf("node group %s: no standby pool: %s", g.Name, why)
-			}
-		}
+	if err := standbyAllowed(&cfg); err != nil {
+		return nil, err
 	}
 	simCfg := daemon.SimConfig(*cfg.Clouds.Sim)
 	if opts.Seed == 0 {
@@ -282,21 +278,7 @@ func newRun(ctx context.Context, trace Trace, opts Options) (*run, error) {
 		r.demand = forecast.NewDemand()
 		r.res.Forecast = true
 	}
-	r.prePull, r.joinPull, r.gpusOf, r.imageGB = map[string][]string{}, map[string][]string{}, map[string]int{}, trace.images()
-	for _, g := range cfg.NodeGroups {
-		if g.Cloud == sim.Name {
-			r.groups = append(r.groups, g.Name)
-			for _, t := range types {
-				if t.Name == g.InstanceType {
-					r.gpusOf[g.Name] = t.GPUCount
-				}
-			}
-			if g.Standby != nil {
-				r.prePull[g.Name] = g.StandbyImages()
-			}
-			r.joinPull[g.Name] = g.PrePullImages
-		}
-	}
+	r.readGroups(&cfg, types)
 	if len(opts.Provisioner.NodeGroups) > 0 {
 		r.groups = opts.Provisioner.NodeGroups
 	}
@@ -321,6 +303,41 @@ func newRun(ctx context.Context, trace Trace, opts Options) (*run, error) {
 	r.res.Floor, r.res.FloorGPUHours, r.res.Unfit = r.floor()
 	r.res.Currency = poolCurrency(&cfg, types)
 	return r, nil
+}
+
+// standbyAllowed refuses a standby pool on a group whose cloud cannot
+// hold one, as validate does: --standby gives every group a pool.
+func standbyAllowed(cfg *config.Config) error {
+	for i := range cfg.NodeGroups {
+		if g := &cfg.NodeGroups[i]; g.Standby != nil {
+			if why := config.StandbyRefused(g, cfg.Clouds); why != "" {
+				return fmt.Errorf("node group %s: no standby pool: %s", g.Name, why)
+			}
+		}
+	}
+	return nil
+}
+
+// readGroups notes the pool's groups on the simulated cloud: their names,
+// GPU counts, and the images their nodes pull (as they warm for a standby
+// pool, as they join).
+func (r *run) readGroups(cfg *config.Config, types []cloud.InstanceType) {
+	r.prePull, r.joinPull, r.gpusOf, r.imageGB = map[string][]string{}, map[string][]string{}, map[string]int{}, r.trace.images()
+	for _, g := range cfg.NodeGroups {
+		if g.Cloud != sim.Name {
+			continue
+		}
+		r.groups = append(r.groups, g.Name)
+		for _, t := range types {
+			if t.Name == g.InstanceType {
+				r.gpusOf[g.Name] = t.GPUCount
+			}
+		}
+		if g.Standby != nil {
+			r.prePull[g.Name] = g.StandbyImages()
+		}
+		r.joinPull[g.Name] = g.PrePullImages
+	}
 }
 
 // complete checks a run's options and fills in their defaults.
