@@ -430,9 +430,10 @@ func (z *sizer) newMember(g *group, pool bool) *member {
 // warmedLocked files g's warming members whose warm-up is done in
 // out.stop, marked stopping: they ran warmFor since a list first showed
 // them running and, where the core sees Nodes, their Node showed its GPUs
-// and pulled the pool's prePullImages (whose pulls it files in
-// out.prePull to start). Callers hold the store's lock and stop them once
-// it is released (stop).
+// and pulled the pool's prePullImages. The pull is filed in out.prePull
+// to start once the Node registers, beside the GPUs' start-up and
+// warmFor, not after them: a warm-up runs at the full price. Callers hold
+// the store's lock and stop them once it is released (stop).
 func (y *syncer) warmedLocked(g *group, now time.Time, out *afterLock) {
 	if g.counts[stateStandby] == 0 {
 		return
@@ -445,16 +446,18 @@ func (y *syncer) warmedLocked(g *group, now time.Time, out *afterLock) {
 		if x.warmSince.IsZero() {
 			x.warmSince = now
 		}
-		if now.Sub(x.warmSince) < g.cfg.Standby.StandbyWarmFor() {
-			continue
-		}
+		warm := now.Sub(x.warmSince) >= g.cfg.Standby.StandbyWarmFor()
 		if y.nodes != nil && !mem.returning() { // a returned node warmed long ago; its Node may be gone already
-			if st, ok := y.nodes.Startup(mem.providerIDs()...); !ok || !st.GPUsSeen && g.itype.GPUCount > 0 {
-				continue // not joined or not warm yet
-			}
-			if !y.pulledLocked(g, mem, out) {
+			st, joined := y.nodes.Startup(mem.providerIDs()...)
+			if !joined {
 				continue
 			}
+			pulled := y.pulledLocked(g, mem, out)
+			if !warm || !pulled || !st.GPUsSeen && g.itype.GPUCount > 0 {
+				continue // not warm yet
+			}
+		} else if !warm {
+			continue
 		}
 		y.store.change(g, mem, func() { mem.standby = standbyStopping })
 		out.stop = append(out.stop, mem)

@@ -1187,3 +1187,35 @@ func TestRestartWithoutNodesKeepsAPoolOrderAsCapacity(t *testing.T) {
 		t.Fatalf("target %d after the restart, want 1: without Nodes the running instance may serve", n)
 	}
 }
+
+// A warming instance's pull starts once its Node registers, beside its
+// GPUs' start-up and warmFor, not after them: the warm-up runs at the full
+// price. It stops only once both are done.
+func TestStandbyPullsWhileItsGPUsStart(t *testing.T) {
+	doc := strings.Replace(standbyGroup, "standby: {size: 1, warmFor: 60s}", "standby: {size: 1, warmFor: 60s, prePullImages: [vllm/vllm-openai:v0.6.3]}", 1)
+	nodes := newFakeNodes()
+	h := newHarness(t, doc, sim.Options{}, Options{Nodes: nodes})
+	pid := cloud.ProviderID("sim", warmingUp(h))
+	nodes.setStartup(pid, Startup{Registered: h.clk.Now(), Standby: true}) // no GPUs yet
+	h.eventually("the pull asked for before the GPUs showed", func() bool {
+		h.mgr.syncer.kick("sim")
+		return nodes.pulled(pid)
+	})
+	nodes.setPull(pid, Pull{Started: true, Done: true})
+	for range 4 {
+		h.clk.Step(30 * time.Second)
+		h.mgr.syncer.kick("sim")
+		time.Sleep(20 * time.Millisecond)
+	}
+	if in := h.engine.Instances("test"); len(in) != 1 || in[0].State != cloud.StateRunning {
+		t.Fatalf("stopped before its GPUs showed: %+v", in)
+	}
+	now := h.clk.Now()
+	nodes.setStartup(pid, Startup{Registered: now, Ready: now, GPUs: now, GPUsSeen: true, GPUsNow: true, Standby: true})
+	h.eventually("stopped once its GPUs showed", func() bool {
+		h.clk.Step(30 * time.Second)
+		h.mgr.syncer.kick("sim")
+		in := h.engine.Instances("test")
+		return len(in) == 1 && in[0].State == cloud.StateStopped
+	})
+}

@@ -448,14 +448,16 @@ func runConfig(opts Options, trace Trace) config.Config {
 		}
 		if g.Cloud == sim.Name && g.Standby != nil {
 			// gpuscaler stops a warming instance once its GPUs showed and
-			// its prePullImages are on it (docs/standby.md), not before:
-			// the run has no Nodes for the core to watch, so the warm-up
-			// is that long, warmFor at least.
+			// its prePullImages, pulled from its Node's registration on,
+			// are on it (docs/standby.md), not before: the run has no
+			// Nodes for the core to watch, so the warm-up is the longer of
+			// the two, warmFor at least.
 			s := *g.Standby
-			warm := opts.longestGPUStartup()
+			var pull time.Duration
 			for _, img := range g.StandbyImages() {
-				warm += pullTime(images[img], opts.PullRate)
+				pull += pullTime(images[img], opts.PullRate)
 			}
+			warm := max(opts.longestGPUStartup(), pull)
 			if warm > s.StandbyWarmFor() {
 				s.WarmFor = &metav1.Duration{Duration: warm}
 			}

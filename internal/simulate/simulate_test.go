@@ -1140,7 +1140,7 @@ func TestImagePullOnAHandComputedTrace(t *testing.T) {
 // --standby gives list them in prePullImages), so a pod started from it
 // waits the start and the GPUs alone, 30 s; from a pool of the config's
 // own that lists none, it waits the 60 s pull as well. Its warm-up runs
-// until its GPUs and its pulls are done.
+// until its GPUs and its pulls, made beside each other, are done.
 func TestStandbyPrePullsTheTracesImages(t *testing.T) {
 	trace := Trace{Name: "one", Pods: []Pod{{Name: "a", At: 40 * time.Minute, Duration: 30 * time.Minute, GPUs: 1, Image: "model", ImageGB: 6}}}
 	opts := Options{Policy: NodeProvisioner, GPUStartup: time.Minute, StandbyGPUStartup: workedOutStandbyGPUStartup, PullRate: 100}
@@ -1155,11 +1155,15 @@ func TestStandbyPrePullsTheTracesImages(t *testing.T) {
 	}
 	cfg := runConfig(Options{Config: parse(t, oneGroup), Standby: 1, GPUStartup: time.Minute, PullRate: 100}, trace)
 	if s := cfg.NodeGroups[0].Standby; s.StandbyWarmFor() != 2*time.Minute || !slices.Equal(s.PrePullImages, []string{"model"}) {
-		t.Errorf("warm-up %s, prePullImages %v; want the GPUs' 1m and the pull's 1m, and the trace's image", s.StandbyWarmFor(), s.PrePullImages)
+		t.Errorf("warm-up %s, prePullImages %v; want warmFor's 2m, longer than the GPUs' 1m and the pull's 1m, and the trace's image", s.StandbyWarmFor(), s.PrePullImages)
 	}
 	cfg = runConfig(Options{Config: parse(t, oneGroup), Standby: 1, GPUStartup: 4 * time.Minute, PullRate: 100}, trace)
+	if w := cfg.NodeGroups[0].Standby.StandbyWarmFor(); w != 4*time.Minute {
+		t.Errorf("warm-up %s, want 4m: the GPUs' 4m, the 1m pull beside them", w)
+	}
+	cfg = runConfig(Options{Config: parse(t, oneGroup), Standby: 1, GPUStartup: time.Minute, PullRate: 20}, trace)
 	if w := cfg.NodeGroups[0].Standby.StandbyWarmFor(); w != 5*time.Minute {
-		t.Errorf("warm-up %s, want 5m: the GPUs' 4m and the pull", w)
+		t.Errorf("warm-up %s, want 5m: the 5m pull, the GPUs' 1m beside it", w)
 	}
 }
 
