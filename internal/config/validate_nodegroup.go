@@ -101,6 +101,9 @@ func validateGroup(p *field.Path, g *NodeGroup, c *Config) field.ErrorList {
 		errs = append(errs, validateBootstrap(p.Child("bootstrap"), b, c)...)
 	}
 	errs = append(errs, validateImages(p.Child("prePullImages"), g.PrePullImages)...)
+	if g.ManagedBy == ManagedByKarpenter && len(g.PrePullImages) > 0 {
+		errs = append(errs, field.Forbidden(p.Child("prePullImages"), "a group managed by karpenter is a template: Karpenter launches its machines, whose Nodes gpuscaler does not pull onto; pull the images with a DaemonSet"))
+	}
 	if s := g.Standby; s != nil {
 		errs = append(errs, validateStandby(p.Child("standby"), g, s, c.Clouds)...)
 	}

@@ -252,6 +252,11 @@ func TestValidateInvalidFields(t *testing.T) {
 			c.NodeGroups[0].Standby = &Standby{Size: 1}
 		}, []string{"nodeGroups[0].standby"}, field.ErrorTypeForbidden},
 		{"sim catalog", sim(func(s *SimConfig) { s.Catalog = "aws" }), []string{"clouds.sim.catalog"}, field.ErrorTypeNotSupported},
+		{"group image twice", group0(func(g *NodeGroup) { g.PrePullImages = []string{"triton", "triton"} }),
+			[]string{"nodeGroups[0].prePullImages[1]"}, field.ErrorTypeDuplicate},
+		{"group images on a karpenter template", group0(func(g *NodeGroup) {
+			g.ManagedBy, g.PrePullImages = ManagedByKarpenter, []string{"triton"}
+		}), []string{"nodeGroups[0].prePullImages"}, field.ErrorTypeForbidden},
 		{"standby image missing", group0(func(g *NodeGroup) {
 			g.Standby = &Standby{Size: 1, PrePullImages: []string{"nvcr.io/nvidia/pytorch:24.05-py3", " "}}
 		}),
