@@ -438,6 +438,12 @@ func (y *syncer) warmedLocked(g *group, now time.Time, out *afterLock) {
 	if g.counts[stateStandby] == 0 {
 		return
 	}
+	// Stopped in the order of their names, whatever order the map gives:
+	// the stops go to the cloud in this order.
+	from := len(out.stop)
+	defer func() {
+		slices.SortFunc(out.stop[from:], func(a, b *member) int { return strings.Compare(a.name, b.name) })
+	}()
 	for _, mem := range g.members {
 		if mem.standby != standbyWarming || !mem.running() {
 			continue
