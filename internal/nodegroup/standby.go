@@ -438,12 +438,7 @@ func (y *syncer) warmedLocked(g *group, now time.Time, out *afterLock) {
 	if g.counts[stateStandby] == 0 {
 		return
 	}
-	// Stopped in the order of their names, whatever order the map gives:
-	// the stops go to the cloud in this order.
 	from := len(out.stop)
-	defer func() {
-		slices.SortFunc(out.stop[from:], func(a, b *member) int { return strings.Compare(a.name, b.name) })
-	}()
 	for _, mem := range g.members {
 		if mem.standby != standbyWarming || !mem.running() {
 			continue
@@ -468,6 +463,9 @@ func (y *syncer) warmedLocked(g *group, now time.Time, out *afterLock) {
 		y.store.change(g, mem, func() { mem.standby = standbyStopping })
 		out.stop = append(out.stop, mem)
 	}
+	// Stopped in the order of their names, whatever order the map gave:
+	// the stops go to the cloud in this order.
+	slices.SortFunc(out.stop[from:], func(a, b *member) int { return strings.Compare(a.name, b.name) })
 }
 
 // pulledLocked reports whether a warming member's Node has the pool's

@@ -4,10 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-
-	"github.com/gpuscaler/gpuscaler/internal/cloud"
-	"github.com/gpuscaler/gpuscaler/internal/cloud/sim"
-	"github.com/gpuscaler/gpuscaler/internal/config"
 )
 
 // The built-in pools, by the catalog they play (Pool).
@@ -93,20 +89,4 @@ func mustPool(name string) string {
 		panic(err)
 	}
 	return p
-}
-
-// poolCurrency is what the run's groups' instance types are priced in:
-// the first group's, as one cloud's catalog prices all in one.
-func poolCurrency(cfg *config.Config, types []cloud.InstanceType) string {
-	for _, g := range cfg.NodeGroups {
-		if g.Cloud != sim.Name {
-			continue
-		}
-		for _, t := range types {
-			if t.Name == g.InstanceType {
-				return t.PriceCurrency()
-			}
-		}
-	}
-	return cloud.InstanceType{}.PriceCurrency()
 }

@@ -301,7 +301,6 @@ func newRun(ctx context.Context, trace Trace, opts Options) (*run, error) {
 		r.pods = append(r.pods, &pod{Pod: p, obj: obj, req: req, gpu: plan.GPUEquivalents(req)})
 	}
 	r.res.Floor, r.res.FloorGPUHours, r.res.Unfit = r.floor()
-	r.res.Currency = poolCurrency(&cfg, types)
 	return r, nil
 }
 
@@ -320,7 +319,8 @@ func standbyAllowed(cfg *config.Config) error {
 
 // readGroups notes the pool's groups on the simulated cloud: their names,
 // GPU counts, and the images their nodes pull (as they warm for a standby
-// pool, as they join).
+// pool, as they join); and the currency the pool's prices are in, the
+// first group's (one cloud's catalog prices all in one).
 func (r *run) readGroups(cfg *config.Config, types []cloud.InstanceType) {
 	r.prePull, r.joinPull, r.gpusOf, r.imageGB = map[string][]string{}, map[string][]string{}, map[string]int{}, r.trace.images()
 	for _, g := range cfg.NodeGroups {
@@ -331,12 +331,18 @@ func (r *run) readGroups(cfg *config.Config, types []cloud.InstanceType) {
 		for _, t := range types {
 			if t.Name == g.InstanceType {
 				r.gpusOf[g.Name] = t.GPUCount
+				if r.res.Currency == "" {
+					r.res.Currency = t.PriceCurrency()
+				}
 			}
 		}
 		if g.Standby != nil {
 			r.prePull[g.Name] = g.StandbyImages()
 		}
 		r.joinPull[g.Name] = g.PrePullImages
+	}
+	if r.res.Currency == "" {
+		r.res.Currency = cloud.InstanceType{}.PriceCurrency()
 	}
 }
 
