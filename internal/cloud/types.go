@@ -351,6 +351,12 @@ type Stopper interface {
 	// StoppedPrice is what a stopped instance of the offering costs per
 	// hour, in the catalog's currency.
 	StoppedPrice(k OfferingKey) float64
+	// RefusedStaysStopped reports whether an instance whose Start the
+	// cloud refused for capacity stays stopped, to be started later (a
+	// refused power-on); false where the cloud goes on trying the start
+	// behind the refusal (a GCE MIG, whose target status is then
+	// RUNNING), so that the instance is deleted instead.
+	RefusedStaysStopped() bool
 }
 
 // Transferer is a cloud whose instances can change name and owner in one

@@ -21,6 +21,9 @@ func SimConfig(c config.SimConfig) sim.Config {
 		FaultRate: c.FaultRate, SpotReclaimRate: c.SpotReclaimRate,
 		StartDelay: duration(c.StartDelay), StartFailureRate: c.StartFailureRate, StoppedPrice: c.StoppedPrice,
 		BootDelayP95: duration(c.BootDelayP95), StartDelayP95: duration(c.StartDelayP95),
+		// GCP's catalog comes with GCP's MIGs, which go on trying a start
+		// they refused (cloud/gcp's RefusedStaysStopped).
+		RefusalRetried: c.Catalog == catalogs.GCP,
 	}
 	for _, k := range c.Capacity {
 		out.Capacity = append(out.Capacity, sim.Capacity{InstanceType: k.InstanceType, Location: k.Location, CapacityType: k.CapacityType, Count: k.Count})

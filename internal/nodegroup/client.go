@@ -136,6 +136,13 @@ func (c *client) stopper() (cloud.Stopper, bool) {
 	return s, ok
 }
 
+// refusedStaysStopped reports whether a stopped instance whose start the
+// cloud refused for capacity stays stopped (cloud.Stopper).
+func (c *client) refusedStaysStopped() bool {
+	s, ok := c.stopper()
+	return ok && s.RefusedStaysStopped()
+}
+
 // stoppedPrice is what a stopped instance of the offering bills per hour;
 // 0 for a cloud that cannot stop instances.
 func (c *client) stoppedPrice(k cloud.OfferingKey) float64 {

@@ -358,8 +358,11 @@ type wrapped struct {
 	// onTransfer runs instead of the transfer when set; transfer is the
 	// simulated cloud's, for a hook to call.
 	onTransfer func(ctx context.Context, inst cloud.Instance, name, owner string) (cloud.Instance, error)
-	creates    int
-	deletes    int
+	// refusalRetried plays a cloud that goes on trying a refused start
+	// (a GCE MIG): cloud.Stopper.RefusedStaysStopped is false.
+	refusalRetried bool
+	creates        int
+	deletes        int
 	// deleted counts the delete calls by instance name: the core sends
 	// a delete again for an instance still listed while it goes.
 	deleted map[string]int
@@ -475,6 +478,10 @@ func (w *wrapped) Transfer(ctx context.Context, inst cloud.Instance, name, owner
 
 func (w *wrapped) transfer(ctx context.Context, inst cloud.Instance, name, owner string) (cloud.Instance, error) {
 	return w.Provider.(cloud.Transferer).Transfer(ctx, inst, name, owner)
+}
+
+func (w *wrapped) RefusedStaysStopped() bool {
+	return !w.refusalRetried && w.Provider.(cloud.Stopper).RefusedStaysStopped()
 }
 
 func (w *wrapped) StoppedPrice(k cloud.OfferingKey) float64 {

@@ -824,8 +824,9 @@ func (m *Manager) StandbyReturn(name string) (room int, after time.Duration) {
 }
 
 // StandbyReady is how many instances of a group's standby pool an
-// IncreaseSize could take now: stopped ones, and ones still warming for
-// the pool. 0 without a pool.
+// IncreaseSize could take now: stopped ones (but those whose start was
+// refused within sync.offeringBackoff), and ones still warming for the
+// pool. 0 without a pool.
 func (m *Manager) StandbyReady(name string) int {
 	s := m.store
 	s.mu.RLock()
@@ -834,9 +835,9 @@ func (m *Manager) StandbyReady(name string) int {
 	if !ok || g.cfg.StandbyMaxSize() == 0 || g.counts[stateStandby] == 0 {
 		return 0
 	}
-	n := 0
+	n, now := 0, m.clock.Now()
 	for _, mem := range g.members {
-		if takeRank(mem) >= 0 {
+		if g.takeRank(mem, now, m.offerings.backoff) >= 0 {
 			n++
 		}
 	}

@@ -2,6 +2,7 @@ package nodegroup
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -25,8 +26,11 @@ import (
 // A pooled member (warming, stopping, stopped) is no capacity: it does not
 // count toward the target, front ends never see it, and the cost caps count
 // it at what it bills (running while it warms, the stopped price after). A
-// member taken for demand counts as live from that moment; a start the
-// cloud refuses deletes it, and a fresh order takes its place at once.
+// member taken for demand counts as live from that moment. A start the
+// cloud refuses for capacity leaves it stopped in the pool where the cloud
+// keeps it stopped, and another stopped member, or a fresh order, takes
+// its place at once (refusedLocked); one that fails otherwise deletes it,
+// and a fresh order takes its place.
 type standbyState uint8
 
 const (
@@ -119,7 +123,8 @@ func (z *sizer) takeLocked(g *group) *member {
 		return nil // no pool: no scan of the group's members
 	}
 	var best *member
-	rank := takeRank
+	now := z.clock.Now()
+	rank := func(mem *member) int { return g.takeRank(mem, now, z.offerings.backoff) }
 	for _, mem := range g.members {
 		r := rank(mem)
 		if r < 0 {
@@ -164,11 +169,14 @@ func (z *sizer) takeLocked(g *group) *member {
 	return mem
 }
 
-// takeRank is how soon a pool member taken for demand would serve: 0 a
-// warming one that runs, 1 a stopped one, 2 one still booting for the
-// pool; -1 one that cannot be taken (outdated, on its way back to the
-// pool, or no pool member).
-func takeRank(mem *member) int {
+// takeRank is how soon a pool member of g taken for demand at now would
+// serve: 0 a warming one that runs, 1 a stopped one, 2 a stopped one in a
+// location that refused a start within backoff (sync.offeringBackoff), 3
+// one still booting for the pool; -1 one that cannot be taken (outdated,
+// on its way back to the pool, its own start refused within backoff, or
+// no pool member).
+func (g *group) takeRank(mem *member, now time.Time, backoff time.Duration) int {
+	recent := func(t time.Time) bool { return !t.IsZero() && now.Sub(t) < backoff }
 	switch {
 	case mem.peek().outdated:
 		return -1
@@ -176,10 +184,14 @@ func takeRank(mem *member) int {
 		return -1 // a node a front end deleted, until it stops
 	case mem.standby == standbyWarming && mem.running():
 		return 0
+	case mem.standby == standbyStopped && mem.phase == phaseCreated && recent(mem.peek().refusedAt):
+		return -1
+	case mem.standby == standbyStopped && mem.phase == phaseCreated && recent(g.startRefused[mem.offering().Location]):
+		return 2
 	case mem.standby == standbyStopped && mem.phase == phaseCreated:
 		return 1
 	case mem.standby == standbyWarming && (mem.phase == phaseCreating || mem.phase == phaseCreated):
-		return 2
+		return 3
 	}
 	return -1
 }
@@ -200,6 +212,7 @@ func (z *sizer) start(g *group, mem *member, inst cloud.Instance) {
 		return // deleted meanwhile, or handed to the next core
 	}
 	if err == nil {
+		mem.extras().startTries = 0
 		z.metrics.standbyStarts.WithLabelValues(g.cfg.Name, "ok").Inc()
 		s.started(g, mem, z.clock.Now())
 		z.liftOnSight(mem)
@@ -211,15 +224,69 @@ func (z *sizer) start(g *group, mem *member, inst cloud.Instance) {
 		return // stopping: the next core lists it and takes it again or finds it started
 	}
 	z.metrics.standbyStarts.WithLabelValues(g.cfg.Name, "failed").Inc()
-	z.log.Warn("standby instance would not start; deleting it and ordering a fresh one", "group", g.cfg.Name, "instance", mem.name, "error", err)
 	z.events.warn(g.cfg.Name, mem.name, mem.providerID, "StandbyStartFailed", err.Error())
+	if errors.Is(err, cloud.ErrCapacity) {
+		z.refusedLocked(g, mem, err)
+		return
+	}
+	z.log.Warn("standby instance would not start; deleting it and ordering a fresh one", "group", g.cfg.Name, "instance", mem.name, "error", err)
 	s.change(g, mem, func() { mem.standby = standbyNone })
 	z.removeLocked(g, mem, "standby start failed")
-	if g.live < g.target {
-		// The fallback is a fresh order, not the next standby instance,
-		// which likely meets what refused this one.
+	z.orderFreshLocked(g)
+}
+
+// maxStartTries bounds the stopped members tried, one after the other, for
+// one node a front end asked for: a third refusal in a row makes a fresh
+// order, which may go elsewhere (the group's other locations, its other
+// capacity type).
+const maxStartTries = 3
+
+// refusedLocked settles a member whose start the cloud refused for
+// capacity. On a cloud where the instance stays stopped
+// (cloud.Stopper.RefusedStaysStopped: a Scaleway server whose power-on is
+// refused drops back to stopped) it goes back to the pool, with its disk
+// and the images it pulled, and is not taken again for
+// sync.offeringBackoff; elsewhere (a GCE MIG goes on trying the start) it
+// is deleted. Either way the node it was to be is another stopped
+// member's at once, one in another location first, since a refusal may be
+// its location's stock-out or only its host's GPUs taken meanwhile; after
+// maxStartTries refusals, or with none left to take, it is a fresh order.
+func (z *sizer) refusedLocked(g *group, mem *member, err error) {
+	s, now := z.store, z.clock.Now()
+	tries := mem.peek().startTries + 1
+	if z.clients[g.cfg.Cloud].refusedStaysStopped() {
+		z.log.Warn("standby instance would not start for capacity; it stays stopped in the pool", "group", g.cfg.Name, "instance", mem.name, "error", err)
+		stopped := z.clients[g.cfg.Cloud].stoppedPrice(mem.offering())
+		s.change(g, mem, func() {
+			mem.standby, mem.state, mem.price = standbyStopped, stateStopped, stopped
+			x := mem.extras()
+			x.refusedAt, x.startTries, x.startedAt = now, 0, time.Time{}
+		})
+	} else {
+		z.log.Warn("standby instance would not start for capacity; deleting it", "group", g.cfg.Name, "instance", mem.name, "error", err)
+		s.change(g, mem, func() { mem.standby = standbyNone })
+		z.removeLocked(g, mem, "standby start refused")
+	}
+	if g.startRefused == nil {
+		g.startRefused = map[string]time.Time{}
+	}
+	g.startRefused[mem.offering().Location] = now
+	if g.live < g.target && tries < maxStartTries {
+		if next := z.takeLocked(g); next != nil {
+			next.extras().startTries = tries
+		}
+	}
+	z.orderFreshLocked(g)
+}
+
+// orderFreshLocked orders fresh members until the live ones match the
+// target, then reconciles g: the fallback of a failed start is a fresh
+// order, not the next standby instance, which likely meets what refused
+// this one (refusedLocked tries a few first).
+func (z *sizer) orderFreshLocked(g *group) {
+	for g.live < g.target {
 		fresh := z.newMember(g, false)
-		s.add(g, fresh)
+		z.store.add(g, fresh)
 		z.orderer.order(g, fresh)
 	}
 	z.reconcileLocked(g)

@@ -172,6 +172,145 @@ func TestStandbyStartFailureOrdersFresh(t *testing.T) {
 	}
 }
 
+// standbyPoolOf3 is standbyGroup with a pool of three.
+const standbyPoolOf3 = `
+clusterName: test
+sync: {period: 30s, requestsPerSecond: 10000, maxConcurrentCreates: 8}
+clouds:
+  sim: {bootDelay: 60s, deleteDelay: 10s, startDelay: 15s, stoppedPrice: 0.05}
+nodeGroups:
+  - {name: g, cloud: sim, instanceType: 1V100.6V, locations: [FIN-01], maxSize: 5, standby: {size: 3, warmFor: 60s}}
+`
+
+// poolOf waits until g's pool holds n stopped instances, and returns
+// their names.
+func poolOf(h *harness, n int) map[string]bool {
+	h.t.Helper()
+	names := map[string]bool{}
+	h.eventually(fmt.Sprintf("%d stopped standby instances", n), func() bool {
+		h.clk.Step(30 * time.Second)
+		h.mgr.syncer.kick("sim")
+		clear(names)
+		for _, in := range h.engine.Instances("test") {
+			if in.State == cloud.StateStopped && in.Standby {
+				names[in.Name] = true
+			}
+		}
+		return len(names) == n && h.metric("gpuscaler_nodegroup_instances", map[string]string{"group": "g", "state": "standby"}) == float64(n)
+	})
+	return names
+}
+
+// A start the cloud refuses for capacity leaves the instance stopped in
+// the pool (its disk and images kept), and another stopped instance
+// starts at once for the node asked for: no fresh order, no delete. The
+// refused one is not offered again (StandbyReady) until
+// sync.offeringBackoff has passed.
+func TestStandbyStartRefusedForCapacityTakesAnother(t *testing.T) {
+	w := &wrapped{}
+	h := newWrappedHarness(t, standbyPoolOf3, sim.Options{}, Options{}, func(c *sim.Cloud) cloud.Provider { w.Provider = c; return w })
+	pool := poolOf(h, 3)
+	creates, deletes := w.counts()
+	h.engine.RefuseStarts(1)
+	if err := h.mgr.IncreaseSize(context.Background(), "g", 1); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("one started", func() bool {
+		h.clk.Step(5 * time.Second)
+		r, _, _, _ := h.states("g")
+		return r == 1
+	})
+	if v := h.metric("gpuscaler_standby_starts_total", map[string]string{"group": "g", "result": "failed"}); v != 1 {
+		t.Errorf("failed standby starts %v, want 1", v)
+	}
+	if v := h.metric("gpuscaler_standby_starts_total", map[string]string{"group": "g", "result": "ok"}); v != 1 {
+		t.Errorf("standby starts %v, want 1", v)
+	}
+	if c, d := w.counts(); c != creates+1 || d != deletes {
+		t.Errorf("%d creates and %d deletes after a refused start, want %d (the refill of the one taken) and %d: the pool's other instance serves", c, d, creates+1, deletes)
+	}
+	stopped := 0
+	for _, in := range h.engine.Instances("test") {
+		if pool[in.Name] && in.State == cloud.StateStopped {
+			stopped++
+		}
+	}
+	if stopped != 2 {
+		t.Errorf("%d of the pool's instances stopped, want 2: the refused one and the one left", stopped)
+	}
+	if n, _ := h.mgr.TargetSize("g"); n != 1 {
+		t.Errorf("target %d, want 1", n)
+	}
+	// The pool refills the one taken (refillAfter 0); the refused one
+	// is not offered while its start may be refused again.
+	h.eventually("the refill stopped", func() bool { return h.mgr.StandbyReady("g") == 2 })
+	h.settle(5 * time.Minute)
+	h.eventually("the refused one offered again", func() bool { return h.mgr.StandbyReady("g") == 3 })
+}
+
+// On a cloud that goes on trying a refused start (a GCE MIG), the refused
+// instance is deleted rather than kept, and another stopped instance
+// still starts at once for the node asked for.
+func TestStandbyStartRefusedWhereTheCloudRetriesIsDeleted(t *testing.T) {
+	w := &wrapped{refusalRetried: true}
+	h := newWrappedHarness(t, standbyPoolOf3, sim.Options{}, Options{}, func(c *sim.Cloud) cloud.Provider { w.Provider = c; return w })
+	pool := poolOf(h, 3)
+	h.engine.RefuseStarts(1)
+	if err := h.mgr.IncreaseSize(context.Background(), "g", 1); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("one started from the pool", func() bool {
+		h.clk.Step(5 * time.Second)
+		r, _, _, _ := h.states("g")
+		return r == 1
+	})
+	insts, _ := h.mgr.Instances("g")
+	if len(insts) != 1 || !pool[insts[0].Name] {
+		t.Fatalf("serving %+v, want one of the pool's %v", insts, pool)
+	}
+	h.eventually("the refused instance deleted", func() bool { return w.deletedInstances() == 1 })
+	if v := h.metric("gpuscaler_standby_starts_total", map[string]string{"group": "g", "result": "failed"}); v != 1 {
+		t.Errorf("failed standby starts %v, want 1", v)
+	}
+}
+
+// Three starts refused in a row for one node make a fresh order; the
+// refused instances stay stopped in the pool, which then holds no more
+// than its size (a refill ordered while the first was taken is trimmed).
+func TestStandbyStartsRefusedThriceOrderFresh(t *testing.T) {
+	w := &wrapped{}
+	h := newWrappedHarness(t, standbyPoolOf3, sim.Options{}, Options{}, func(c *sim.Cloud) cloud.Provider { w.Provider = c; return w })
+	pool := poolOf(h, 3)
+	h.engine.RefuseStarts(3)
+	if err := h.mgr.IncreaseSize(context.Background(), "g", 1); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("a fresh order running", func() bool {
+		h.clk.Step(30 * time.Second)
+		r, _, _, _ := h.states("g")
+		return r == 1
+	})
+	if v := h.metric("gpuscaler_standby_starts_total", map[string]string{"group": "g", "result": "failed"}); v != 3 {
+		t.Errorf("failed standby starts %v, want 3", v)
+	}
+	h.settle(3 * time.Minute)
+	var fresh []string
+	for _, in := range h.engine.Instances("test") {
+		switch {
+		case pool[in.Name] && in.State != cloud.StateStopped:
+			t.Errorf("the pool's %s is %s, want stopped", in.Name, in.State)
+		case !pool[in.Name]:
+			fresh = append(fresh, in.Name+" "+string(in.State))
+		}
+	}
+	if len(fresh) != 1 {
+		t.Errorf("instances beside the pool's: %v, want the one fresh order", fresh)
+	}
+	if n, _ := h.mgr.TargetSize("g"); n != 1 {
+		t.Errorf("target %d, want 1", n)
+	}
+}
+
 // A restart finds the stopped instance again and keeps it in the pool:
 // not adopted as capacity (the target stays 0), not deleted as stopped
 // for good, and not ordered again.

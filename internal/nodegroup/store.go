@@ -164,6 +164,9 @@ type group struct {
 	// standbyTaints are the group's taints and TaintStandby, shared by the
 	// orders of its standby pool; made on first use.
 	standbyTaints []corev1.Taint
+	// startRefused is when a start of a stopped member was last refused
+	// for capacity, by location: demand takes members elsewhere first.
+	startRefused map[string]time.Time
 }
 
 func newGroup(cfg config.NodeGroup, index int, forms *aliasForms) *group {
@@ -295,6 +298,12 @@ type extras struct {
 	// warm-up counts from then); startedAt when a standby member was
 	// started for demand.
 	warmSince, startedAt time.Time
+	// refusedAt is when the cloud last refused a stopped standby
+	// member's start for capacity (sizer.refusedLocked); startTries how
+	// many stopped members were refused for the one node a start of this
+	// one serves, before it.
+	refusedAt  time.Time
+	startTries int
 	// pulled: the group's prePullImages are on the member's Node, or
 	// their pull was given up (joinedPullsLocked).
 	pulled bool

@@ -617,7 +617,8 @@ func oneMIGDeleting(t *testing.T, fakeOpts gcptest.Options, deleteDelay time.Dur
 // stopped (stopInstances: targetSize down, targetStoppedSize up), billed
 // as its disk; a scale-up starts it (startInstances) rather than ordering;
 // a restart finds the pool again from the MIG's own record; a start the
-// zone has no resources for deletes the member and orders elsewhere.
+// zone has no resources for deletes the member (the MIG would go on
+// trying it) and serves the scale-up elsewhere.
 func TestStandbyPool(t *testing.T) {
 	b := newBackend(t, 5, strings.Replace(groupsYAML, "gpu-l4}}", "gpu-l4}, standby: {size: 1, warmFor: 50ms}}", 1), gcptest.Options{})
 	var zone string

@@ -29,6 +29,12 @@ const stoppedDiskGiB = 100
 // so that a cost cap never counts a stopped member low.
 const ssdPerGBHour = 0.17 / 730
 
+// RefusedStaysStopped is false: a member whose start met
+// ZONE_RESOURCE_POOL_EXHAUSTED keeps RUNNING as its target status, and the
+// MIG goes on trying it (stopInstances takes only running members), so
+// the core deletes it (cloud.Stopper).
+func (c *Cloud) RefusedStaysStopped() bool { return false }
+
 // StoppedPrice is a stopped member's hourly bill: its boot disk.
 func (c *Cloud) StoppedPrice(cloud.OfferingKey) float64 {
 	return stoppedDiskGiB * ssdPerGBHour
@@ -67,8 +73,9 @@ func (c *Cloud) Stop(ctx context.Context, inst cloud.Instance) error {
 // Create follows a new one: the operation is DONE once the MIG accepted
 // it, and a zone without the machine's resources any more shows only in
 // the member's lastAttempt. Such a start is ErrCapacity (the core deletes
-// the member and orders elsewhere); one still under way after CreateWatch
-// is success, and the lists follow it.
+// the member, which the MIG would go on starting, and starts another or
+// orders elsewhere); one still under way after CreateWatch is success, and
+// the lists follow it.
 func (c *Cloud) Start(ctx context.Context, inst cloud.Instance) error {
 	m, ref, mi, err := c.member(ctx, inst, "start")
 	if err != nil {

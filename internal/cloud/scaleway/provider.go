@@ -692,6 +692,10 @@ func (c *Cloud) Transfer(ctx context.Context, inst cloud.Instance, name, owner s
 	return c.instance(out, "", owner), nil
 }
 
+// RefusedStaysStopped is true: a power-on refused for want of a
+// hypervisor slot leaves the server stopped (cloud.Stopper).
+func (c *Cloud) RefusedStaysStopped() bool { return true }
+
 // StoppedPrice is a powered-off server's hourly bill: its boot volume
 // (the default size; a group's diskSizeGiB is not known here).
 func (c *Cloud) StoppedPrice(cloud.OfferingKey) float64 {

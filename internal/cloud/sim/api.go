@@ -202,7 +202,11 @@ func (e *Engine) Start(ctx context.Context, cluster string, inst cloud.Instance)
 			return cloud.Errorf(cloud.ErrInvalid, "start", "instance %q is %s, not stopped", in.name, states[in.state])
 		}
 		k := *in.offering
-		if e.used[k] >= e.capacity[k] || e.startFailureRate > 0 && e.rollLocked("fail start", in.name) < e.startFailureRate {
+		refused := e.refuseStarts > 0
+		if refused {
+			e.refuseStarts--
+		}
+		if refused || e.used[k] >= e.capacity[k] || e.startFailureRate > 0 && e.rollLocked("fail start", in.name) < e.startFailureRate {
 			return cloud.Errorf(cloud.ErrCapacity, "start", "not enough resources to start %s (%s) in %s", k.InstanceType, k.CapacityType, k.Location)
 		}
 		e.used[k]++
@@ -287,6 +291,11 @@ func (e *Engine) power(ctx context.Context, op, cluster, name string, act func(*
 // StoppedPrice is a stopped instance's hourly price, the same for every
 // offering.
 func (e *Engine) StoppedPrice(cloud.OfferingKey) float64 { return e.stoppedPrice }
+
+// RefusedStaysStopped is true, as a refused start leaves the instance
+// stopped (Start), unless the engine plays a cloud that goes on trying it
+// (Config.RefusalRetried).
+func (e *Engine) RefusedStaysStopped() bool { return !e.refusalRetried }
 
 // Count returns how many instances the engine holds for a cluster, in any
 // state, without counting as an API call.

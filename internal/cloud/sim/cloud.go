@@ -96,5 +96,8 @@ func (c *Cloud) Transfer(ctx context.Context, inst cloud.Instance, name, owner s
 	return c.engine.Transfer(ctx, c.cluster, inst, name, owner)
 }
 
+// RefusedStaysStopped implements cloud.Stopper.
+func (c *Cloud) RefusedStaysStopped() bool { return c.engine.RefusedStaysStopped() }
+
 // StoppedPrice implements cloud.Stopper.
 func (c *Cloud) StoppedPrice(k cloud.OfferingKey) float64 { return c.engine.StoppedPrice(k) }

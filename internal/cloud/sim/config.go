@@ -33,6 +33,10 @@ type Config struct {
 	StartDelay       *time.Duration
 	StartFailureRate float64
 	StoppedPrice     *float64
+	// RefusalRetried plays a cloud that goes on trying a start it refused
+	// for capacity, as a GCE MIG does: RefusedStaysStopped is false, and
+	// the core deletes such an instance rather than keep it stopped.
+	RefusalRetried bool
 }
 
 // Capacity sets the capacity of matching offerings; empty fields match

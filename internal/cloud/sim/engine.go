@@ -87,15 +87,19 @@ type Engine struct {
 	// failNext and loseNext are the faults tests ask for, per operation:
 	// the next calls fail, or are carried out and their answers lost.
 	failNext, loseNext map[string]bool
-	reclaimPerHour     float64
-	locations          []string
-	catalog            []cloud.InstanceType
-	types              map[string]cloud.InstanceType
-	capacity           map[cloud.OfferingKey]int
-	used               map[cloud.OfferingKey]int
-	offerings          map[cloud.OfferingKey]*cloud.OfferingKey // interned keys
-	orders             map[orderKey]*order                      // interned orders
-	instances          map[string]*instance                     // by name
+	// refusalRetried is Config.RefusalRetried.
+	refusalRetried bool
+	// refuseStarts is how many starts to come tests ask to be refused.
+	refuseStarts   int
+	reclaimPerHour float64
+	locations      []string
+	catalog        []cloud.InstanceType
+	types          map[string]cloud.InstanceType
+	capacity       map[cloud.OfferingKey]int
+	used           map[cloud.OfferingKey]int
+	offerings      map[cloud.OfferingKey]*cloud.OfferingKey // interned keys
+	orders         map[orderKey]*order                      // interned orders
+	instances      map[string]*instance                     // by name
 	// scripts are the startup scripts of the instances ordered with one,
 	// by name, until the instance is gone.
 	scripts map[string]string
@@ -245,6 +249,7 @@ func NewEngine(cfg Config, opts Options) (*Engine, error) {
 		startDelay:       durationOr(cfg.StartDelay, DefaultStartDelay),
 		stoppedPrice:     stoppedPrice,
 		startFailureRate: cfg.StartFailureRate,
+		refusalRetried:   cfg.RefusalRetried,
 		listLag:          opts.ListLag,
 		seed:             uint64(seed),
 		rolls:            map[string]map[string]int{},
@@ -349,6 +354,14 @@ func (e *Engine) FailNext(op string) {
 		e.failNext = map[string]bool{}
 	}
 	e.failNext[op] = true
+}
+
+// RefuseStarts makes the next n starts be refused for capacity, as one at
+// the start failure rate is: the instance stays stopped.
+func (e *Engine) RefuseStarts(n int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.refuseStarts = n
 }
 
 // LoseNext makes the next create, delete or list take effect and lose its
