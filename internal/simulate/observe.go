@@ -87,6 +87,9 @@ func (r *run) observe() {
 					images[img] = done
 				}
 			}
+			if !in.StartedAt.IsZero() && ordered.Sub(epoch) >= r.opts.MeasureFrom {
+				r.res.standbyStarts = append(r.res.standbyStarts, running.Sub(ordered)+gpuStartup)
+			}
 			r.cl.join(&node{
 				name: in.Name, group: g, providerID: in.ProviderID, obj: obj, gpus: gpus,
 				orderedAt: ordered.Sub(epoch), registeredAt: running.Sub(epoch), readyAt: running.Sub(epoch) + gpuStartup,

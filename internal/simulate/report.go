@@ -61,6 +61,9 @@ type Result struct {
 	Currency string
 
 	waits, requeueWaits []time.Duration
+	// standbyStarts are the measured standby starts' times from the start
+	// to the node's GPUs (StandbyStart).
+	standbyStarts []time.Duration
 	// parts sum the measured pods' time to GPU by part (TimeToGPU).
 	parts waitParts
 	// isFloor marks the floor's column (FloorOf).
@@ -101,6 +104,11 @@ func (r *Result) Wait(q float64) time.Duration { return quantile(r.waits, q) }
 // RequeueWait returns the q-quantile of the time pods put back by a lost
 // node waited to start again.
 func (r *Result) RequeueWait(q float64) time.Duration { return quantile(r.requeueWaits, q) }
+
+// StandbyStart returns the q-quantile of the time a standby instance took
+// from its start to its node's GPUs, over the measured starts: the wait a
+// pod served by the pool cannot beat. 0 for none.
+func (r *Result) StandbyStart(q float64) time.Duration { return quantile(r.standbyStarts, q) }
 
 // IdleShare is the share of the GPU-hours paid that no pod used.
 func (r *Result) IdleShare() float64 {
@@ -272,6 +280,7 @@ func writeColumns(w io.Writer, all, cols []*Result) error {
 	row("requeued pods' wait p95", played(func(r *Result) string { return fmtDuration(r.RequeueWait(0.95)) }))
 	if slices.ContainsFunc(all, func(r *Result) bool { return r.StandbyStarts+r.StandbyStartFailed > 0 }) {
 		row("standby starts (failed)", played(func(r *Result) string { return fmt.Sprintf("%d (%d)", r.StandbyStarts, r.StandbyStartFailed) }))
+		row("standby start to GPUs p95", played(func(r *Result) string { return fmtDuration(r.StandbyStart(0.95)) }))
 	}
 	if oracle := oracleOf(all); oracle != nil {
 		row("vs oracle: p95 wait, cost", played(func(r *Result) string {
@@ -373,6 +382,9 @@ type Summary struct {
 	PodsRequeued        int     `json:"podsRequeued"`
 	StandbyStarts       int     `json:"standbyStarts"`
 	StandbyStartsFailed int     `json:"standbyStartsFailed"`
+	// StandbyStartP95Seconds is the 95th percentile of the measured
+	// standby starts' time from the start to the node's GPUs.
+	StandbyStartP95Seconds float64 `json:"standbyStartP95Seconds,omitempty"`
 	// TimeToGPU is the mean time from a measured pod's arrival to its
 	// containers' start, by part; none for the floor.
 	TimeToGPU *TimeToGPUSeconds `json:"timeToGPU,omitempty"`
@@ -419,7 +431,8 @@ func Summarize(results ...*Result) []Summary {
 			WaitMaxSeconds: r.Wait(1).Seconds(), GPUHoursPaid: r.GPUHoursPaid, GPUHoursUsed: r.GPUHoursUsed, IdleShare: r.IdleShare(),
 			Cost: r.Cost, Currency: r.Currency, FloorCost: r.Floor, NodesAdded: r.NodesAdded, NodesRemoved: r.NodesRemoved, StockOuts: r.StockOuts,
 			Reclaims: r.Reclaims, PodsRequeued: r.PodsRequeued, StandbyStarts: r.StandbyStarts, StandbyStartsFailed: r.StandbyStartFailed,
-			WaitBuckets: r.WaitHistogram(), TimeToGPU: r.TimeToGPU().seconds(r.isFloor)})
+			StandbyStartP95Seconds: r.StandbyStart(0.95).Seconds(),
+			WaitBuckets:            r.WaitHistogram(), TimeToGPU: r.TimeToGPU().seconds(r.isFloor)})
 	}
 	return out
 }

@@ -959,6 +959,63 @@ nodeGroups:
 	}
 }
 
+// A pool's standby starts are timed from the start to the node's GPUs,
+// worked out by hand: a 1 min start (no spread) and 2 min of GPU start-up
+// make every start 3 min, its p95 too, in the table and in -o json.
+func TestStandbyStartIsTimed(t *testing.T) {
+	cfg := parse(t, `clusterName: simulate
+clouds:
+  sim: {locations: [FIN-01], bootDelay: 90s, startDelay: 1m}
+nodeGroups:
+  - {name: h100, cloud: sim, instanceType: 1H100.80S.30V, locations: [FIN-01], maxSize: 8, standby: {size: 4}}
+`)
+	tr := Trace{Name: "opening-burst"}
+	for i := range 4 {
+		tr.Pods = append(tr.Pods, Pod{Name: fmt.Sprintf("p%d", i), At: 0, Duration: 30 * time.Minute, GPUs: 1})
+	}
+	res := play(t, cfg, tr, Options{Policy: NodeProvisioner, Seed: 1, GPUStartup: time.Minute, StandbyGPUStartup: 2 * time.Minute})
+	if res.StandbyStarts != 4 {
+		t.Fatalf("%d standby starts, want 4", res.StandbyStarts)
+	}
+	if got := res.StandbyStart(0.95); got != 3*time.Minute {
+		t.Errorf("standby start p95 %s, want 3m0s", got)
+	}
+	if got := Summarize(res)[0].StandbyStartP95Seconds; got != 180 {
+		t.Errorf("standbyStartP95Seconds %v, want 180", got)
+	}
+	var table strings.Builder
+	if err := WriteTable(&table, res); err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`standby start to GPUs p95 +3m00s`).MatchString(table.String()) {
+		t.Errorf("the table has no standby start p95 of 3m00s:\n%s", table.String())
+	}
+}
+
+// A start refused for capacity costs its pod an API call, not a cold
+// boot: the pool's next stopped instance starts at once (nodegroup's
+// refusedLocked). Three starts in ten are refused here; every pod still waits
+// one start and its GPU start-up, within a loop.
+func TestRefusedStartsAreServedFromThePool(t *testing.T) {
+	cfg := parse(t, `clusterName: simulate
+clouds:
+  sim: {locations: [FIN-01, FIN-02], bootDelay: 10m, startDelay: 1m, startFailureRate: 0.3}
+nodeGroups:
+  - {name: h100, cloud: sim, instanceType: 1H100.80S.30V, locations: [FIN-01, FIN-02], maxSize: 24, standby: {size: 16}}
+`)
+	tr := Trace{Name: "opening-burst"}
+	for i := range 6 {
+		tr.Pods = append(tr.Pods, Pod{Name: fmt.Sprintf("p%d", i), At: time.Minute, Duration: 30 * time.Minute, GPUs: 1})
+	}
+	res := play(t, cfg, tr, Options{Policy: NodeProvisioner, Seed: 1, GPUStartup: time.Minute, StandbyGPUStartup: 2 * time.Minute})
+	if res.StandbyStartFailed == 0 {
+		t.Fatalf("no start refused out of %d: the test needs a seed that refuses some", res.StandbyStarts)
+	}
+	if w := res.Wait(1); w > 3*time.Minute+defaultLoop {
+		t.Errorf("the slowest pod waited %s with %d starts refused, want a start's 3m0s within a loop: a refusal cost a cold boot", w, res.StandbyStartFailed)
+	}
+}
+
 // Bursts of dozens of jobs at once (bursty-batch) are served from pools
 // where they land (examples/sim-standby-bursty.yaml): the nodes a burst
 // brings up go back to the pools as they go idle (refillAfter), two
