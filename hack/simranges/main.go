@@ -2,7 +2,8 @@
 // on its built-in pool over seeds 1 to 5 under each policy, and writes
 // the figures docs/benchmarks.md gives, as ranges over the seeds (median
 // and worst), between its "simranges" markers; then, over three days
-// each on Scaleway's catalog, the forecast's columns:
+// each on Scaleway's catalog, the forecast's columns, and standby pools
+// sized for bursts against their own starts' p95:
 //
 //	go run ./hack/simranges            # rewrites docs/benchmarks.md
 //	go run ./hack/simranges -o -       # prints the section instead
@@ -34,7 +35,9 @@ const (
 
 // column is one policy a table shows: coverage sets the forecast's
 // coveragePercent (0: the CRD's default); prePull gives the groups the
-// trace's images to pull as their nodes join (simulate --pre-pull).
+// trace's images to pull as their nodes join (simulate --pre-pull);
+// refill is the standby pools' refillAfter (simulate
+// --standby-refill-after).
 type column struct {
 	name     string
 	policy   simulate.Policy
@@ -42,33 +45,42 @@ type column struct {
 	forecast bool
 	coverage int32
 	prePull  bool
+	refill   time.Duration
 }
 
 // table is one table of the section: its columns over days of each
 // trace on a built-in pool, measured from the second when days > 1 (a
-// forecast learns on the first).
+// forecast learns on the first). startGap adds, for each column with
+// standby pools, its p95 wait less its own standby starts' p95.
 type table struct {
-	days    int
-	pool    string
-	columns []column
+	days     int
+	pool     string
+	columns  []column
+	startGap bool
 }
 
 var tables = []table{
 	{1, simulate.PoolSim, []column{
-		{"NodeProvisioner", simulate.NodeProvisioner, 0, false, 0, false},
-		{"NP + standby 2", simulate.NodeProvisioner, 2, false, 0, false},
-		{"cluster-autoscaler", simulate.Baseline, 0, false, 0, false},
-		{"oracle + standby 2", simulate.Oracle, 2, false, 0, false},
-		{"NP, pre-pull", simulate.NodeProvisioner, 0, false, 0, true},
-		{"NP + standby 2, pre-pull", simulate.NodeProvisioner, 2, false, 0, true},
-	}},
+		{"NodeProvisioner", simulate.NodeProvisioner, 0, false, 0, false, 0},
+		{"NP + standby 2", simulate.NodeProvisioner, 2, false, 0, false, 0},
+		{"cluster-autoscaler", simulate.Baseline, 0, false, 0, false, 0},
+		{"NP, pre-pull", simulate.NodeProvisioner, 0, false, 0, true, 0},
+		{"NP + standby 2, pre-pull", simulate.NodeProvisioner, 2, false, 0, true, 0},
+		{"oracle + standby 2, pre-pull", simulate.Oracle, 2, false, 0, true, 0},
+	}, false},
 	{3, simulate.PoolScaleway, []column{
-		{"NodeProvisioner", simulate.NodeProvisioner, 0, false, 0, true},
-		{"NP + forecast", simulate.NodeProvisioner, 0, true, 0, true},
-		{"NP + forecast + standby 2", simulate.NodeProvisioner, 2, true, 0, true},
-		{"NP + forecast 95 % + standby 2", simulate.NodeProvisioner, 2, true, 95, true},
-		{"oracle + standby 2", simulate.Oracle, 2, false, 0, true},
-	}},
+		{"NodeProvisioner", simulate.NodeProvisioner, 0, false, 0, true, 0},
+		{"NP + forecast", simulate.NodeProvisioner, 0, true, 0, true, 0},
+		{"NP + forecast + standby 2", simulate.NodeProvisioner, 2, true, 0, true, 0},
+		{"NP + forecast 95 % + standby 2", simulate.NodeProvisioner, 2, true, 95, true, 0},
+		{"oracle + standby 2", simulate.Oracle, 2, false, 0, true, 0},
+	}, false},
+	{3, simulate.PoolScaleway, []column{
+		{"NodeProvisioner", simulate.NodeProvisioner, 0, false, 0, true, 0},
+		{"NP + standby 6, refill 1h", simulate.NodeProvisioner, 6, false, 0, true, time.Hour},
+		{"NP + standby 40, refill 3h", simulate.NodeProvisioner, 40, false, 0, true, 3 * time.Hour},
+		{"NP + forecast + standby 40, refill 3h", simulate.NodeProvisioner, 40, true, 0, true, 3 * time.Hour},
+	}, true},
 }
 
 func main() {
@@ -124,17 +136,27 @@ func writeTable(w io.Writer, cfg *config.Config, tb table, seeds int) error {
 			"median and worst in the last column). \"pre-pull\": the groups pull the trace's image as their nodes join (`--pre-pull`).\n\n", tb.pool, seeds)
 		fmt.Fprintf(w, "| trace | p95 wait: %s | cost over the floor: %s | floor |\n", names(tb.columns, " / "), names(tb.columns, " / "))
 		fmt.Fprintf(w, "|---|---|---|---|\n")
-	} else {
+	} else if !tb.startGap {
 		fmt.Fprintf(w, "The forecast, on Scaleway's catalog (`--pool %s`), every group pulling the trace's image as its nodes join (`--pre-pull`):\n"+
 			"the same timings and seeds, %d days each, measured from the second (the forecast learns on the first); the coverage is the\n"+
 			"CRD's 80 %% unless named. Cost is against the NodeProvisioner alone, then the floor.\n\n", tb.pool, tb.days)
 		fmt.Fprintf(w, "| trace | p95 wait: %s | cost over the NodeProvisioner: %s | cost over the floor: %s |\n",
 			names(tb.columns, " / "), names(tb.columns[1:], " / "), names(tb.columns, " / "))
 		fmt.Fprintf(w, "|---|---|---|---|\n")
+	} else {
+		fmt.Fprintf(w, "Standby pools sized for bursts, on the same catalog, timings and seeds, pre-pull, %d days each, measured from the second:\n"+
+			"every group keeps a pool of 6 (the training jobs' eight-GPU nodes) or of 40 (a burst's one-GPU pods; the eight-GPU group's is\n"+
+			"its maxSize, 20), and waits `--standby-refill-after` for the nodes scaled down to come back before it orders fresh ones; the\n"+
+			"last column adds the forecast, with the CRD's defaults. The last cell is each column's p95 wait less the p95 of its own\n"+
+			"standby starts (start to the node's GPUs), seed by seed: the wait a pod the pools serve cannot beat.\n\n", tb.days)
+		fmt.Fprintf(w, "| trace | p95 wait: %s | cost over the NodeProvisioner: %s | p95 wait less the standby start's: %s |\n",
+			names(tb.columns, " / "), names(tb.columns[1:], " / "), names(tb.columns[1:], " / "))
+		fmt.Fprintf(w, "|---|---|---|---|\n")
 	}
 	for _, trace := range simulate.Builtins {
 		cols := tb.columns
 		waits := make([][]time.Duration, len(cols))
+		gap := make([][]time.Duration, len(cols))
 		over := make([][]float64, len(cols))
 		vsNP := make([][]float64, len(cols))
 		var floors []float64
@@ -146,6 +168,7 @@ func writeTable(w io.Writer, cfg *config.Config, tb table, seeds int) error {
 			for c := range cols {
 				r := results[seed][c]
 				waits[c] = append(waits[c], r.Wait(0.95))
+				gap[c] = append(gap[c], r.Wait(0.95)-r.StandbyStart(0.95))
 				over[c] = append(over[c], 100*(r.Cost/r.Floor-1))
 				vsNP[c] = append(vsNP[c], 100*(r.Cost/results[seed][0].Cost-1))
 			}
@@ -159,15 +182,20 @@ func writeTable(w io.Writer, cfg *config.Config, tb table, seeds int) error {
 			}
 			return strings.Join(out, " / ")
 		}
-		var wait []string
+		var wait, gaps []string
 		for c := range cols {
 			mw, xw := medianWorst(waits[c], func(a, b time.Duration) bool { return a > b })
 			wait = append(wait, fmt.Sprintf("%s (%s)", fmtDuration(mw), fmtDuration(xw)))
+			mg, xg := medianWorst(gap[c], func(a, b time.Duration) bool { return a > b })
+			gaps = append(gaps, fmt.Sprintf("%s (%s)", signed(mg), signed(xg)))
 		}
-		if tb.days == 1 {
+		switch {
+		case tb.days == 1:
 			mf, xf := medianWorst(floors, func(a, b float64) bool { return a > b })
 			fmt.Fprintf(w, "| %s | %s | %s | %.0f (%.0f) |\n", trace, strings.Join(wait, " / "), percents(over), mf, xf)
-		} else {
+		case tb.startGap:
+			fmt.Fprintf(w, "| %s | %s | %s | %s |\n", trace, strings.Join(wait, " / "), percents(vsNP[1:]), strings.Join(gaps[1:], " / "))
+		default:
 			fmt.Fprintf(w, "| %s | %s | %s | %s |\n", trace, strings.Join(wait, " / "), percents(vsNP[1:]), percents(over))
 		}
 	}
@@ -196,7 +224,8 @@ func playAll(cfg *config.Config, trace string, tb table, seeds int) ([][]*simula
 				seed := uint64(s + 1)
 				tr, err := simulate.BuiltinDays(trace, 1, seed, tb.days)
 				if err == nil {
-					opts := simulate.Options{Config: cfg, Policy: col.policy, Standby: col.standby, Seed: seed, Forecast: col.forecast, PrePull: col.prePull}
+					opts := simulate.Options{Config: cfg, Policy: col.policy, Standby: col.standby, Seed: seed, Forecast: col.forecast, PrePull: col.prePull,
+						StandbyRefillAfter: col.refill}
 					if tb.days > 1 {
 						opts.MeasureFrom = 24 * time.Hour
 					}
@@ -250,4 +279,12 @@ func fmtDuration(d time.Duration) string {
 		return d.String()
 	}
 	return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
+}
+
+// signed prints a duration difference with its sign.
+func signed(d time.Duration) string {
+	if d < 0 {
+		return "-" + fmtDuration(-d)
+	}
+	return "+" + fmtDuration(d)
 }
