@@ -173,10 +173,11 @@ func (z *sizer) takeLocked(g *group) *member {
 // serve: 0 a warming one that runs, 1 a stopped one, 2 a stopped one in a
 // location that refused a start within backoff (sync.offeringBackoff), 3
 // one still booting for the pool; -1 one that cannot be taken (outdated,
-// on its way back to the pool, its own start refused within backoff, or
-// no pool member).
+// on its way back to the pool, its own start refused within backoff, in a
+// location a zonal refusal took out within backoff, or no pool member).
 func (g *group) takeRank(mem *member, now time.Time, backoff time.Duration) int {
-	recent := func(t time.Time) bool { return !t.IsZero() && now.Sub(t) < backoff }
+	refused := g.startRefused[mem.offering().Location]
+	recent := !refused.at.IsZero() && now.Sub(refused.at) < backoff
 	switch {
 	case mem.peek().outdated:
 		return -1
@@ -184,9 +185,9 @@ func (g *group) takeRank(mem *member, now time.Time, backoff time.Duration) int 
 		return -1 // a node a front end deleted, until it stops
 	case mem.standby == standbyWarming && mem.running():
 		return 0
-	case mem.standby == standbyStopped && mem.phase == phaseCreated && recent(mem.peek().refusedAt):
+	case mem.standby == standbyStopped && mem.phase == phaseCreated && (mem.refusedWithin(now, backoff) || recent && refused.zonal):
 		return -1
-	case mem.standby == standbyStopped && mem.phase == phaseCreated && recent(g.startRefused[mem.offering().Location]):
+	case mem.standby == standbyStopped && mem.phase == phaseCreated && recent:
 		return 2
 	case mem.standby == standbyStopped && mem.phase == phaseCreated:
 		return 1
@@ -247,14 +248,19 @@ const maxStartTries = 3
 // refused drops back to stopped) it goes back to the pool, with its disk
 // and the images it pulled, and is not taken again for
 // sync.offeringBackoff; elsewhere (a GCE MIG goes on trying the start) it
-// is deleted. Either way the node it was to be is another stopped
-// member's at once, one in another location first, since a refusal may be
-// its location's stock-out or only its host's GPUs taken meanwhile; after
-// maxStartTries refusals, or with none left to take, it is a fresh order.
+// is deleted, and its offering is stocked out: GCE's refusal is its
+// zone's. Either way the node it was to be is another stopped member's at
+// once, one in another location first, since a refusal may be its
+// location's stock-out or only its host's GPUs taken meanwhile (none in a
+// location a zonal refusal took out); after maxStartTries refusals, or
+// with none left to take, it is a fresh order. What it learns is kept in
+// memory: after a restart or a reload a refused instance may be tried
+// again at once, which costs an API call.
 func (z *sizer) refusedLocked(g *group, mem *member, err error) {
 	s, now := z.store, z.clock.Now()
 	tries := mem.peek().startTries + 1
-	if z.clients[g.cfg.Cloud].refusedStaysStopped() {
+	stays := z.clients[g.cfg.Cloud].refusedStaysStopped()
+	if stays {
 		z.log.Warn("standby instance would not start for capacity; it stays stopped in the pool", "group", g.cfg.Name, "instance", mem.name, "error", err)
 		stopped := z.clients[g.cfg.Cloud].stoppedPrice(mem.offering())
 		s.change(g, mem, func() {
@@ -268,15 +274,26 @@ func (z *sizer) refusedLocked(g *group, mem *member, err error) {
 		z.removeLocked(g, mem, "standby start refused")
 	}
 	if g.startRefused == nil {
-		g.startRefused = map[string]time.Time{}
+		g.startRefused = map[string]refusal{}
 	}
-	g.startRefused[mem.offering().Location] = now
+	g.startRefused[mem.offering().Location] = refusal{at: now, zonal: !stays}
+	if !stays {
+		// The whole location refused: fresh orders go elsewhere too.
+		z.offerings.markStockedOut(mem.cloud(), mem.offering())
+	}
 	if g.live < g.target && tries < maxStartTries {
-		if next := z.takeLocked(g); next != nil {
+		if next := z.takeLocked(g); next != nil && next.standby == standbyStarting {
 			next.extras().startTries = tries
 		}
 	}
 	z.orderFreshLocked(g)
+}
+
+// refusedWithin reports whether the cloud refused the member's start for
+// capacity within d before now (sizer.refusedLocked).
+func (mem *member) refusedWithin(now time.Time, d time.Duration) bool {
+	t := mem.peek().refusedAt
+	return !t.IsZero() && now.Sub(t) < d
 }
 
 // orderFreshLocked orders fresh members until the live ones match the

@@ -172,10 +172,12 @@ func TestStandbyStartFailureOrdersFresh(t *testing.T) {
 	}
 }
 
-// standbyPoolOf3 is standbyGroup with a pool of three.
+// standbyPoolOf3 is standbyGroup with a pool of three, and an offering
+// backoff (which a refused instance sits out) longer than the tests'
+// waits.
 const standbyPoolOf3 = `
 clusterName: test
-sync: {period: 30s, requestsPerSecond: 10000, maxConcurrentCreates: 8}
+sync: {period: 30s, requestsPerSecond: 10000, maxConcurrentCreates: 8, offeringBackoff: 1h}
 clouds:
   sim: {bootDelay: 60s, deleteDelay: 10s, startDelay: 15s, stoppedPrice: 0.05}
 nodeGroups:
@@ -226,8 +228,10 @@ func TestStandbyStartRefusedForCapacityTakesAnother(t *testing.T) {
 	if v := h.metric("gpuscaler_standby_starts_total", map[string]string{"group": "g", "result": "ok"}); v != 1 {
 		t.Errorf("standby starts %v, want 1", v)
 	}
-	if c, d := w.counts(); c != creates+1 || d != deletes {
-		t.Errorf("%d creates and %d deletes after a refused start, want %d (the refill of the one taken) and %d: the pool's other instance serves", c, d, creates+1, deletes)
+	// The refill of the one taken is the only order.
+	h.eventually("the refill ordered", func() bool { c, _ := w.counts(); return c == creates+1 })
+	if n := h.mgr.StandbyReady("g"); n != 2 {
+		t.Errorf("StandbyReady %d after a refused start, want 2: the pool's last stopped one and the refill, not the refused one", n)
 	}
 	stopped := 0
 	for _, in := range h.engine.Instances("test") {
@@ -241,36 +245,83 @@ func TestStandbyStartRefusedForCapacityTakesAnother(t *testing.T) {
 	if n, _ := h.mgr.TargetSize("g"); n != 1 {
 		t.Errorf("target %d, want 1", n)
 	}
-	// The pool refills the one taken (refillAfter 0); the refused one
-	// is not offered while its start may be refused again.
-	h.eventually("the refill stopped", func() bool { return h.mgr.StandbyReady("g") == 2 })
-	h.settle(5 * time.Minute)
+	// After sync.offeringBackoff the refused one is offered again.
+	h.settle(61 * time.Minute)
 	h.eventually("the refused one offered again", func() bool { return h.mgr.StandbyReady("g") == 3 })
+	if c, d := w.counts(); c != creates+1 || d != deletes {
+		t.Errorf("%d creates and %d deletes, want %d (the refill) and %d: a refused start buys nothing", c, d, creates+1, deletes)
+	}
 }
 
 // On a cloud that goes on trying a refused start (a GCE MIG), the refused
-// instance is deleted rather than kept, and another stopped instance
-// still starts at once for the node asked for.
+// instance is deleted rather than kept, and its refusal is its location's:
+// the pool's other instances there are left stopped, and a fresh order
+// goes to the group's other location.
 func TestStandbyStartRefusedWhereTheCloudRetriesIsDeleted(t *testing.T) {
 	w := &wrapped{refusalRetried: true}
-	h := newWrappedHarness(t, standbyPoolOf3, sim.Options{}, Options{}, func(c *sim.Cloud) cloud.Provider { w.Provider = c; return w })
+	doc := strings.Replace(standbyPoolOf3, "locations: [FIN-01]", "locations: [FIN-01, FIN-02]", 1)
+	h := newWrappedHarness(t, doc, sim.Options{}, Options{}, func(c *sim.Cloud) cloud.Provider { w.Provider = c; return w })
 	pool := poolOf(h, 3)
+	for _, in := range h.engine.Instances("test") {
+		if pool[in.Name] && in.Location != "FIN-01" {
+			t.Fatalf("the pool's %s is in %s: the test wants all three in FIN-01", in.Name, in.Location)
+		}
+	}
 	h.engine.RefuseStarts(1)
 	if err := h.mgr.IncreaseSize(context.Background(), "g", 1); err != nil {
 		t.Fatal(err)
 	}
-	h.eventually("one started from the pool", func() bool {
-		h.clk.Step(5 * time.Second)
+	h.eventually("a fresh order running", func() bool {
+		h.clk.Step(30 * time.Second)
 		r, _, _, _ := h.states("g")
 		return r == 1
 	})
 	insts, _ := h.mgr.Instances("g")
-	if len(insts) != 1 || !pool[insts[0].Name] {
-		t.Fatalf("serving %+v, want one of the pool's %v", insts, pool)
+	if len(insts) != 1 || pool[insts[0].Name] {
+		t.Fatalf("serving %+v, want a fresh order: the pool's others are in the location that refused", insts)
+	}
+	if in, _ := atCloud(h, insts[0].Name); in.Location != "FIN-02" {
+		t.Errorf("the fresh order is in %s, want FIN-02: FIN-01 stocked out", in.Location)
 	}
 	h.eventually("the refused instance deleted", func() bool { return w.deletedInstances() == 1 })
 	if v := h.metric("gpuscaler_standby_starts_total", map[string]string{"group": "g", "result": "failed"}); v != 1 {
 		t.Errorf("failed standby starts %v, want 1", v)
+	}
+}
+
+// A launch (Karpenter's, through the launch API) passes over a stopped
+// instance whose start the cloud just refused, for one it may start.
+func TestLaunchPassesOverARefusedInstance(t *testing.T) {
+	w := &wrapped{}
+	h := newWrappedHarness(t, standbyPoolOf3, sim.Options{}, Options{}, func(c *sim.Cloud) cloud.Provider { w.Provider = c; return w })
+	pool := poolOf(h, 3)
+	var started []cloud.Instance // the first is the one refused
+	w.mu.Lock()
+	w.onStart = func(_ context.Context, inst cloud.Instance) (error, bool) {
+		started = append(started, inst)
+		return nil, false
+	}
+	w.mu.Unlock()
+	h.engine.RefuseStarts(1)
+	if err := h.mgr.IncreaseSize(context.Background(), "g", 1); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("one started", func() bool {
+		h.clk.Step(5 * time.Second)
+		r, _, _, _ := h.states("g")
+		return r == 1
+	})
+	w.mu.Lock()
+	refused := started[0]
+	w.mu.Unlock()
+	if !pool[refused.Name] {
+		t.Fatalf("the first start was of %s, not a pool instance", refused.Name)
+	}
+	if _, err := h.mgr.Launch(context.Background(), fromPool("nc-1", refused)); err != nil {
+		t.Fatalf("a launch with a stopped instance left: %v", err)
+	}
+	if in, ok := atCloud(h, "nc-1"); !ok || in.ID == refused.ID {
+		t.Errorf("the launch is %+v, want the pool's other stopped instance, not the refused %s", in, refused.ID)
 	}
 }
 

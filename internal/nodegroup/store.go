@@ -164,9 +164,18 @@ type group struct {
 	// standbyTaints are the group's taints and TaintStandby, shared by the
 	// orders of its standby pool; made on first use.
 	standbyTaints []corev1.Taint
-	// startRefused is when a start of a stopped member was last refused
-	// for capacity, by location: demand takes members elsewhere first.
-	startRefused map[string]time.Time
+	// startRefused is the last start of a stopped member refused for
+	// capacity, by location: demand takes members elsewhere first.
+	startRefused map[string]refusal
+}
+
+// refusal is a start refused for capacity: when, and whether the cloud
+// meant its whole location (a GCE zone's ZONE_RESOURCE_POOL_EXHAUSTED; a
+// cloud whose refused instance stays stopped may have refused only its
+// host).
+type refusal struct {
+	at    time.Time
+	zonal bool
 }
 
 func newGroup(cfg config.NodeGroup, index int, forms *aliasForms) *group {

@@ -75,7 +75,8 @@ func (l *launcher) take(ctx context.Context, c *client, req LaunchRequest) (Inst
 }
 
 // takeLocked picks the pool member to hand over (the oldest stopped one
-// of the offering: the newer have longer before maxAge) and adds the
+// of the offering: the newer have longer before maxAge; not one whose
+// start the cloud refused within sync.offeringBackoff) and adds the
 // launched member that will stand for it. Callers hold the store's lock.
 func (l *launcher) takeLocked(req LaunchRequest) (pm, mem *member, err error) {
 	s := l.store
@@ -89,9 +90,10 @@ func (l *launcher) takeLocked(req LaunchRequest) (pm, mem *member, err error) {
 	if err := l.nameFreeLocked(req.Name); err != nil {
 		return nil, nil, err
 	}
+	now := l.orderer.clock.Now()
 	for _, m := range g.members {
 		if m.standby == standbyStopped && m.phase == phaseCreated && m.offering() == req.Offering && !m.peek().outdated && !m.peek().recycled &&
-			(pm == nil || m.createdAt < pm.createdAt) {
+			!m.refusedWithin(now, l.offerings.backoff) && (pm == nil || m.createdAt < pm.createdAt) {
 			pm = m
 		}
 	}
