@@ -1,8 +1,12 @@
 package simulate
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"runtime/debug"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -50,6 +54,48 @@ nodeGroups:
 	}
 	b.ReportMetric(simulated.Hours()/b.Elapsed().Seconds(), "sim-hours/s")
 	b.ReportMetric(peak, "peak-GPUs")
+	b.ReportMetric(float64(len(trace.Pods)), "pods")
+}
+
+// BenchmarkMonthOfCSV plays a user's trace file of 30 days, the diurnal
+// trace's 57,000-odd pods written out as CSV and read back as
+// `simulate --trace` reads one, through the NodeProvisioner on the built-in
+// pool: a file has no --days bound, and this is what a month costs. It
+// reports simulated hours per wall-clock second and the pods played.
+func BenchmarkMonthOfCSV(b *testing.B) {
+	month, err := BuiltinDays("diurnal-inference", 1, 1, 30)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var file bytes.Buffer
+	fmt.Fprintln(&file, strings.Join(csvColumns, ","))
+	for _, p := range month.Pods {
+		gpus := strconv.Itoa(p.GPUs)
+		if p.MIG != "" {
+			gpus = "" // a slice, not whole GPUs
+		}
+		fmt.Fprintf(&file, "%d,%d,%s,%s,%d,%s,%s,%g\n", int(p.At.Seconds()), int(p.Duration.Seconds()), gpus, p.MIG, p.Priority, p.Name, p.Image, p.ImageGB)
+	}
+	trace, err := Read(&file, "month.csv", "csv")
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg, err := configFor(BuiltinPool)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer debug.SetGCPercent(debug.SetGCPercent(200))
+	b.ReportAllocs()
+	var simulated time.Duration
+	b.ResetTimer()
+	for range b.N {
+		res, err := Run(context.Background(), trace, Options{Config: cfg, Policy: NodeProvisioner, Standby: 2})
+		if err != nil {
+			b.Fatal(err)
+		}
+		simulated += res.Simulated
+	}
+	b.ReportMetric(simulated.Hours()/b.Elapsed().Seconds(), "sim-hours/s")
 	b.ReportMetric(float64(len(trace.Pods)), "pods")
 }
 
