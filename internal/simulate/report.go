@@ -280,7 +280,12 @@ func writeColumns(w io.Writer, all, cols []*Result) error {
 	row("requeued pods' wait p95", played(func(r *Result) string { return fmtDuration(r.RequeueWait(0.95)) }))
 	if slices.ContainsFunc(all, func(r *Result) bool { return r.StandbyStarts+r.StandbyStartFailed > 0 }) {
 		row("standby starts (failed)", played(func(r *Result) string { return fmt.Sprintf("%d (%d)", r.StandbyStarts, r.StandbyStartFailed) }))
-		row("standby start to GPUs p95", played(func(r *Result) string { return fmtDuration(r.StandbyStart(0.95)) }))
+		row("standby start to GPUs p95", played(func(r *Result) string {
+			if len(r.standbyStarts) == 0 {
+				return "-" // no start measured
+			}
+			return fmtDuration(r.StandbyStart(0.95))
+		}))
 	}
 	if oracle := oracleOf(all); oracle != nil {
 		row("vs oracle: p95 wait, cost", played(func(r *Result) string {

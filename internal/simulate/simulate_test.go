@@ -990,6 +990,13 @@ nodeGroups:
 	if !regexp.MustCompile(`standby start to GPUs p95 +3m00s`).MatchString(table.String()) {
 		t.Errorf("the table has no standby start p95 of 3m00s:\n%s", table.String())
 	}
+	table.Reset()
+	if err := WriteTable(&table, res, &Result{Policy: Baseline, Trace: tr.Name}); err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`standby start to GPUs p95 +3m00s +- `).MatchString(table.String()) {
+		t.Errorf("a column without starts shows a standby start p95, want -:\n%s", table.String())
+	}
 }
 
 // A start refused for capacity costs its pod an API call, not a cold
