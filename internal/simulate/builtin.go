@@ -58,6 +58,7 @@ func builtinDay(t *Trace, name string, scale float64, rng *rand.Rand, offset tim
 		p.Name = fmt.Sprintf("%s-%06d", prefix, len(t.Pods))
 		p.At += offset
 		p.Image, p.ImageGB = BuiltinImage(name), FactImageGB
+		p.Tolerates = BuiltinTolerates(p.GPUs)
 		t.Pods = append(t.Pods, p)
 	}
 	switch name {
@@ -110,6 +111,28 @@ func builtinDay(t *Trace, name string, scale float64, rng *rand.Rand, offset tim
 		return fmt.Errorf("trace %q: no such built-in trace (have %s)", name, strings.Join(Builtins, ", "))
 	}
 	return nil
+}
+
+// Taints the built-in pools and traces share: the GPU nodes' taint,
+// which GPU pods are given a toleration of (Kubernetes'
+// ExtendedResourceToleration admission plugin gives one to every pod
+// that requests nvidia.com/gpu), and the eight-GPU groups', which keeps
+// the pods of one GPU or a MIG slice off the nodes that the jobs of
+// several GPUs need whole: as a GPU cluster commonly does, or the first
+// eight-GPU node to come up would take the small pods that wait beside
+// the jobs it was started for.
+const (
+	GPUTaint      = "nvidia.com/gpu"
+	MultiGPUTaint = "gpuscaler.io/multi-gpu"
+)
+
+// BuiltinTolerates are the taint keys a built-in trace's pod of gpus
+// GPUs (0: a MIG slice) tolerates.
+func BuiltinTolerates(gpus int) []string {
+	if gpus > 1 {
+		return []string{GPUTaint, MultiGPUTaint}
+	}
+	return []string{GPUTaint}
 }
 
 // BuiltinImage is the image every pod of a built-in trace runs, one per

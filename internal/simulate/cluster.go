@@ -85,8 +85,8 @@ func newCluster(pullRate float64) *cluster {
 }
 
 // podObject renders a trace pod as the Pod the planner reads: its GPU
-// request, and a toleration of every taint (GPU workloads tolerate the GPU
-// nodes' taints).
+// request, and its tolerations (of every taint unless the trace names
+// them).
 func podObject(p Pod) *corev1.Pod {
 	res := corev1.ResourceList{}
 	if p.MIG != "" {
@@ -98,7 +98,7 @@ func podObject(p Pod) *corev1.Pod {
 		ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: "trace"},
 		Spec: corev1.PodSpec{
 			Containers:  []corev1.Container{{Name: "main", Resources: corev1.ResourceRequirements{Requests: res, Limits: res}}},
-			Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+			Tolerations: tolerations(p.Tolerates),
 			Priority:    ptr(int32(p.Priority)),
 		},
 		Status: corev1.PodStatus{Conditions: []corev1.PodCondition{{
@@ -108,6 +108,19 @@ func podObject(p Pod) *corev1.Pod {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// tolerations are a pod's for the taint keys it tolerates: every taint
+// for nil.
+func tolerations(keys []string) []corev1.Toleration {
+	if keys == nil {
+		return []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
+	}
+	out := make([]corev1.Toleration, 0, len(keys))
+	for _, k := range keys {
+		out = append(out, corev1.Toleration{Key: k, Operator: corev1.TolerationOpExists})
+	}
+	return out
+}
 
 // arrive makes a pod pending.
 func (c *cluster) arrive(p *pod, now time.Duration) {

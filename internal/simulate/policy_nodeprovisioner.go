@@ -86,11 +86,17 @@ func (r *run) ahead() (out, soon []*corev1.Pod, whole bool) {
 	now := epoch.Add(r.now)
 	count := map[forecast.Shape]int{}
 	for _, p := range r.cl.pending {
-		count[forecast.Shape{GPUs: p.GPUs, MIG: p.MIG}]++
+		s := forecast.Shape{GPUs: p.GPUs, MIG: p.MIG}
+		count[s]++
+		r.exemplar[s] = p.Pod
 	}
 	for _, p := range r.running {
 		if p.node != nil && p.started { // not one a reclaim put back in the queue
-			count[forecast.Shape{GPUs: p.GPUs, MIG: p.MIG}]++
+			s := forecast.Shape{GPUs: p.GPUs, MIG: p.MIG}
+			count[s]++
+			if _, ok := r.exemplar[s]; !ok {
+				r.exemplar[s] = p.Pod
+			}
 		}
 	}
 	r.demand.Observe(now, count)
@@ -101,8 +107,13 @@ func (r *run) ahead() (out, soon []*corev1.Pod, whole bool) {
 	expected := func(lead time.Duration) []*corev1.Pod {
 		var out []*corev1.Pod
 		for _, w := range r.demand.Ahead(now, lead, provisioner.Coverage(r.opts.Provisioner.Forecast)) {
+			like, seen := r.exemplar[w.Shape]
+			if !seen { // as the controller: a pod of the shape tolerating every taint
+				like = Pod{GPUs: w.Shape.GPUs, MIG: w.Shape.MIG}
+			}
 			for i := range w.Pods {
-				out = append(out, podObject(Pod{Name: fmt.Sprintf("forecast-%d-%s-%d", w.Shape.GPUs, w.Shape.MIG, i), GPUs: w.Shape.GPUs, MIG: w.Shape.MIG}))
+				like.Name = fmt.Sprintf("forecast-%d-%s-%d", w.Shape.GPUs, w.Shape.MIG, i)
+				out = append(out, podObject(like))
 			}
 		}
 		return out

@@ -40,9 +40,13 @@ const facts = `    bootDelay: 4m30s
     stoppedPrice: 0.0466
 `
 
+// multiGPUTaints keep a pool's eight-GPU group for the pods of several
+// GPUs (MultiGPUTaint).
+const multiGPUTaints = `taints: [{key: ` + MultiGPUTaint + `, value: "true", effect: NoSchedule}]`
+
 // Pool returns a built-in pool's config: the same three kinds of group,
 // one-GPU nodes for inference, eight-GPU nodes for the jobs that ask for
-// them, and MIG slices, on the instance types of the cloud whose catalog
+// them (tainted for them alone), and MIG slices, on the instance types of the cloud whose catalog
 // it plays (clouds.sim.catalog), where that cloud sells them.
 func Pool(name string) (string, error) {
 	head := func(catalog, capacity string) string {
@@ -57,7 +61,7 @@ func Pool(name string) (string, error) {
 		// a stopped instance bills in full: no standby (validate says why).
 		return head(name, "    locations: [FIN-01, FIN-02, FIN-03]\n    defaultCapacity: 60\n    spotReclaimRate: 0.02\n") +
 			`  - {name: h100-spot, cloud: sim, instanceType: 1H100.80S.30V, locations: [FIN-01, FIN-02], capacityPolicy: prefer-spot, maxSize: 200}
-  - {name: h100x8, cloud: sim, instanceType: 8H100.80S.176V, locations: [FIN-03], maxSize: 20}
+  - {name: h100x8, cloud: sim, instanceType: 8H100.80S.176V, locations: [FIN-03], maxSize: 20, ` + multiGPUTaints + `}
   - {name: a100-mig, cloud: sim, instanceType: 1A100.22V, locations: [FIN-01], maxSize: 20, mig: {profile: all-1g.10gb, strategy: mixed}}
 `, nil
 	case PoolGCP:
@@ -66,7 +70,7 @@ func Pool(name string) (string, error) {
 		// Ultra), in us-central1's zones.
 		return head(name, "    defaultCapacity: 120\n") +
 			`  - {name: l4, cloud: sim, instanceType: g2-standard-8, locations: [us-central1-a, us-central1-b], maxSize: 200}
-  - {name: h100x8, cloud: sim, instanceType: a3-highgpu-8g, locations: [us-central1-c], maxSize: 20}
+  - {name: h100x8, cloud: sim, instanceType: a3-highgpu-8g, locations: [us-central1-c], maxSize: 20, ` + multiGPUTaints + `}
   - {name: a100-mig, cloud: sim, instanceType: a2-ultragpu-1g, locations: [us-central1-a], maxSize: 20, mig: {profile: all-1g.10gb, strategy: mixed}}
 `, nil
 	case PoolScaleway:
@@ -74,7 +78,7 @@ func Pool(name string) (string, error) {
 		// SXM eight-GPU nodes, in the zones that sell them.
 		return head(name, "    defaultCapacity: 120\n") +
 			`  - {name: h100, cloud: sim, instanceType: H100-1-80G, locations: [fr-par-2, pl-waw-2], maxSize: 200}
-  - {name: h100x8, cloud: sim, instanceType: H100-SXM-8-80G, locations: [fr-par-2], maxSize: 20}
+  - {name: h100x8, cloud: sim, instanceType: H100-SXM-8-80G, locations: [fr-par-2], maxSize: 20, ` + multiGPUTaints + `}
   - {name: h100-mig, cloud: sim, instanceType: H100-1-80G, locations: [fr-par-2], maxSize: 20, mig: {profile: all-1g.10gb, strategy: mixed}}
 `, nil
 	case PoolKamatera:

@@ -165,6 +165,10 @@ type run struct {
 	start time.Duration
 	// demand learns the pool's demand for the forecast (Options.Forecast).
 	demand *forecast.Demand
+	// exemplar is the last pod seen waiting of each shape: the pods the
+	// forecast expects are made in its likeness (tolerations, priority),
+	// as the controller makes them.
+	exemplar map[forecast.Shape]Pod
 	// aheadBefore is how many pods the last loop planned ahead for;
 	// lastAhead how many of them the last plan took.
 	aheadBefore, lastAhead int
@@ -275,7 +279,7 @@ func newRun(ctx context.Context, trace Trace, opts Options) (*run, error) {
 		}
 	}
 	if opts.Forecast {
-		r.demand = forecast.NewDemand()
+		r.demand, r.exemplar = forecast.NewDemand(), map[forecast.Shape]Pod{}
 		r.res.Forecast = true
 	}
 	r.readGroups(&cfg, types)

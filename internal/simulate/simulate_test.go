@@ -1295,3 +1295,70 @@ func TestPrePullOnJoinOverlapsTheGPUStartup(t *testing.T) {
 		}
 	}
 }
+
+// A trace names the taints each pod tolerates: a list of keys, "-" for
+// none, nothing for every taint; a key that is not one is refused with
+// its line.
+func TestTraceTolerates(t *testing.T) {
+	tr, err := Read(strings.NewReader("at,duration,tolerates\n0s,10m,\n1m,10m,-\n2m,10m,nvidia.com/gpu|gpuscaler.io/multi-gpu\n"), "ok", "csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := tr.Pods; p[0].Tolerates != nil || p[1].Tolerates == nil || len(p[1].Tolerates) != 0 ||
+		!slices.Equal(p[2].Tolerates, []string{GPUTaint, MultiGPUTaint}) {
+		t.Errorf("csv: read %q, %q, %q; want nil (every taint), none, and both keys", p[0].Tolerates, p[1].Tolerates, p[2].Tolerates)
+	}
+	tr, err = Read(strings.NewReader(`{"at":"0s","duration":"10m"}`+"\n"+`{"at":"0s","duration":"10m","tolerates":[]}`+"\n"+
+		`{"at":"0s","duration":"10m","tolerates":["nvidia.com/gpu"]}`+"\n"), "ok", "jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := tr.Pods; p[0].Tolerates != nil || p[1].Tolerates == nil || len(p[1].Tolerates) != 0 || !slices.Equal(p[2].Tolerates, []string{GPUTaint}) {
+		t.Errorf("jsonl: read %q, %q, %q; want nil (every taint), none, and nvidia.com/gpu", p[0].Tolerates, p[1].Tolerates, p[2].Tolerates)
+	}
+	var le *LineError
+	if _, err := Read(strings.NewReader("at,duration,tolerates\n0s,10m,nvidia.com/gpu|not a key\n"), "bad", "csv"); !errors.As(err, &le) || le.Line != 2 ||
+		!strings.Contains(err.Error(), `tolerates: "not a key"`) {
+		t.Errorf("a bad key: %v, want an error on line 2 naming it", err)
+	}
+	if pods := podObject(Pod{GPUs: 1, Tolerates: []string{}}).Spec.Tolerations; len(pods) != 0 {
+		t.Errorf("a pod that tolerates none has tolerations %v", pods)
+	}
+	b, err := Builtin("bursty-batch", 1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range b.Pods {
+		if want := BuiltinTolerates(p.GPUs); !slices.Equal(p.Tolerates, want) || slices.Contains(p.Tolerates, MultiGPUTaint) != (p.GPUs > 1) {
+			t.Fatalf("built-in pod of %d GPUs tolerates %q, want %q: the eight-GPU groups' taint for several GPUs only", p.GPUs, p.Tolerates, want)
+		}
+	}
+}
+
+// An eight-GPU group tainted for jobs of several GPUs, whose nodes show
+// their GPUs first (30 s against 2 minutes): a one-GPU pod that does not
+// tolerate the taint waits for its own node (60 s boot, 2 minutes of GPUs:
+// 180 s) though the eight-GPU node that came up at 90 s for the two-GPU
+// job beside it has room; one that tolerates every taint takes that room.
+func TestTaintKeepsSmallPodsOffTheEightGPUNodes(t *testing.T) {
+	cfg := parse(t, `clusterName: sim
+clouds:
+  sim: {bootDelay: 60s, defaultCapacity: 20}
+nodeGroups:
+  - {name: h100, cloud: sim, instanceType: 1H100.80S.30V, locations: [FIN-01], maxSize: 5}
+  - {name: h100x8, cloud: sim, instanceType: 8H100.80S.176V, locations: [FIN-03], maxSize: 2, `+multiGPUTaints+`}
+`)
+	opts := Options{Policy: NodeProvisioner, GPUStartup: 2 * time.Minute, GPUStartupByGPUs: map[int]time.Duration{8: 30 * time.Second}}
+	pods := func(small []string) Trace {
+		return Trace{Name: "two", Pods: []Pod{
+			{Name: "big", Duration: 30 * time.Minute, GPUs: 2, Tolerates: BuiltinTolerates(2)},
+			{Name: "small", Duration: 30 * time.Minute, GPUs: 1, Tolerates: small},
+		}}
+	}
+	if res := play(t, cfg, pods(BuiltinTolerates(1)), opts); res.Wait(0) != 90*time.Second || res.Wait(1) != 180*time.Second || res.NodesAdded != 2 {
+		t.Errorf("tainted: waits %s and %s on %d nodes, want 90s (the job) and 180s (its own node) on 2", res.Wait(0), res.Wait(1), res.NodesAdded)
+	}
+	if res := play(t, cfg, pods(nil), opts); res.Wait(1) != 90*time.Second {
+		t.Errorf("tolerating every taint: waits %s, want 90s on the eight-GPU node", res.Wait(1))
+	}
+}

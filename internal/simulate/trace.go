@@ -16,6 +16,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // Pod is one workload of a trace: it arrives, waits until a node has room,
@@ -39,6 +41,10 @@ type Pod struct {
 	// to pull.
 	Image   string
 	ImageGB float64
+	// Tolerates are the keys of the taints it tolerates (a toleration
+	// with operator Exists for each): nil tolerates every taint, as a
+	// trace that names none lands its pods wherever they fit; empty, none.
+	Tolerates []string
 }
 
 // Trace is a workload: its pods by arrival.
@@ -87,15 +93,19 @@ type jsonPod struct {
 	Priority int      `json:"priority"`
 	Image    string   `json:"image"`
 	ImageGB  *float64 `json:"image_gb"`
+	// Tolerates is nil when the line has no "tolerates": every taint.
+	Tolerates []string `json:"tolerates"`
 }
 
 // csvColumns are the CSV format's columns, in the header's order.
-var csvColumns = []string{"at", "duration", "gpus", "mig", "priority", "name", "image", "image_gb"}
+var csvColumns = []string{"at", "duration", "gpus", "mig", "priority", "name", "image", "image_gb", "tolerates"}
 
 // Read reads a trace in CSV (a header line naming the columns at,
-// duration, gpus, mig, priority, name, image, image_gb; at and duration
-// are Go durations such as 90s or 1h30m, or seconds; image_gb the image's
-// size in GB) or JSON Lines (one object per line with the same keys);
+// duration, gpus, mig, priority, name, image, image_gb, tolerates; at and
+// duration are Go durations such as 90s or 1h30m, or seconds; image_gb
+// the image's size in GB; tolerates the taint keys the pod tolerates,
+// separated by "|", "-" for none, empty for every taint) or JSON Lines
+// (one object per line with the same keys, tolerates a list of keys);
 // format is "csv" or "jsonl". Blank lines and lines
 // starting with # are skipped. A line that cannot be read fails the whole
 // trace with its line number.
@@ -143,8 +153,16 @@ func readJSONL(r io.Reader) ([]Pod, error) {
 		if jp.ImageGB != nil {
 			size = strconv.FormatFloat(*jp.ImageGB, 'g', -1, 64)
 		}
+		tolerates := ""
+		switch {
+		case jp.Tolerates == nil:
+		case len(jp.Tolerates) == 0:
+			tolerates = noTaints
+		default:
+			tolerates = strings.Join(jp.Tolerates, "|")
+		}
 		p, err := parsePod(len(pods), podFields{name: jp.Name, at: jp.At, duration: jp.Duration, gpus: gpus, mig: jp.MIG,
-			priority: strconv.Itoa(jp.Priority), image: jp.Image, imageGB: size})
+			priority: strconv.Itoa(jp.Priority), image: jp.Image, imageGB: size, tolerates: tolerates})
 		if err != nil {
 			return nil, &LineError{Line: line, Err: err}
 		}
@@ -197,7 +215,7 @@ func readCSV(r io.Reader) ([]Pod, error) {
 			return ""
 		}
 		p, err := parsePod(len(pods), podFields{name: field("name"), at: field("at"), duration: field("duration"), gpus: field("gpus"),
-			mig: field("mig"), priority: field("priority"), image: field("image"), imageGB: field("image_gb")})
+			mig: field("mig"), priority: field("priority"), image: field("image"), imageGB: field("image_gb"), tolerates: field("tolerates")})
 		if err != nil {
 			return nil, &LineError{Line: line, Err: err}
 		}
@@ -220,8 +238,12 @@ const maxTime = 365 * 24 * time.Hour
 
 // podFields are one line's fields, as written.
 type podFields struct {
-	name, at, duration, gpus, mig, priority, image, imageGB string
+	name, at, duration, gpus, mig, priority, image, imageGB, tolerates string
 }
+
+// noTaints is a CSV tolerates that tolerates no taint: no taint key can
+// be it.
+const noTaints = "-"
 
 // maxImageGB bounds an image's size: no container image comes near it.
 const maxImageGB = 1000
@@ -276,7 +298,29 @@ func parsePod(i int, f podFields) (Pod, error) {
 		}
 		p.ImageGB = gb
 	}
+	if p.Tolerates, err = parseTolerates(f.tolerates); err != nil {
+		return p, fmt.Errorf("tolerates: %w", err)
+	}
 	return p, nil
+}
+
+// parseTolerates reads a tolerates field: nil for "" (every taint), none
+// for noTaints, else the "|"-separated keys, each a taint key.
+func parseTolerates(s string) ([]string, error) {
+	switch s {
+	case "":
+		return nil, nil
+	case noTaints:
+		return []string{}, nil
+	}
+	keys := strings.Split(s, "|")
+	for i, k := range keys {
+		keys[i] = strings.TrimSpace(k)
+		if errs := validation.IsQualifiedName(keys[i]); len(errs) > 0 {
+			return nil, fmt.Errorf("%q: want taint keys such as nvidia.com/gpu, separated by |, or %q for none: %s", k, noTaints, strings.Join(errs, "; "))
+		}
+	}
+	return keys, nil
 }
 
 // parseDuration reads a Go duration or a number of seconds, from 0 to a
