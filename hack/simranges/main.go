@@ -2,8 +2,9 @@
 // on its built-in pool over seeds 1 to 5 under each policy, and writes
 // the figures docs/benchmarks.md gives, as ranges over the seeds (median
 // and worst), between its "simranges" markers; then, over three days
-// each on Scaleway's catalog, the forecast's columns, and standby pools
-// sized for bursts against their own starts' p95:
+// each on Scaleway's catalog, the forecast's columns, standby pools
+// sized for bursts against their own starts' p95, and the forecast's
+// settings on the diurnal days, a row each:
 //
 //	go run ./hack/simranges            # rewrites docs/benchmarks.md
 //	go run ./hack/simranges -o -       # prints the section instead
@@ -23,6 +24,8 @@ import (
 	"sync"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/gpuscaler/gpuscaler/api/v1alpha1"
 	"github.com/gpuscaler/gpuscaler/internal/config"
 	"github.com/gpuscaler/gpuscaler/internal/simulate"
@@ -37,50 +40,76 @@ const (
 // coveragePercent (0: the CRD's default); prePull gives the groups the
 // trace's images to pull as their nodes join (simulate --pre-pull);
 // refill is the standby pools' refillAfter (simulate
-// --standby-refill-after).
+// --standby-refill-after); pools, when set, replace standby with a pool
+// of each size on the groups named (none on the others); standbyLead
+// sets the forecast's standbyLeadTime (0: its default).
 type column struct {
-	name     string
-	policy   simulate.Policy
-	standby  int
-	forecast bool
-	coverage int32
-	prePull  bool
-	refill   time.Duration
+	name        string
+	policy      simulate.Policy
+	standby     int
+	forecast    bool
+	coverage    int32
+	prePull     bool
+	refill      time.Duration
+	pools       map[string]int
+	standbyLead time.Duration
 }
 
 // table is one table of the section: its columns over days of each
 // trace on a built-in pool, measured from the second when days > 1 (a
 // forecast learns on the first). startGap adds, for each column with
-// standby pools, its p95 wait less its own standby starts' p95.
+// standby pools, its p95 wait less its own standby starts' p95. A
+// frontier table plays one trace and gives each column a row of its
+// own.
 type table struct {
 	days     int
 	pool     string
 	columns  []column
 	startGap bool
+	frontier string
 }
 
 var tables = []table{
 	{1, simulate.PoolSim, []column{
-		{"NodeProvisioner", simulate.NodeProvisioner, 0, false, 0, false, 0},
-		{"NP + standby 2", simulate.NodeProvisioner, 2, false, 0, false, 0},
-		{"cluster-autoscaler", simulate.Baseline, 0, false, 0, false, 0},
-		{"NP, pre-pull", simulate.NodeProvisioner, 0, false, 0, true, 0},
-		{"NP + standby 2, pre-pull", simulate.NodeProvisioner, 2, false, 0, true, 0},
-		{"oracle + standby 2, pre-pull", simulate.Oracle, 2, false, 0, true, 0},
-	}, false},
+		{"NodeProvisioner", simulate.NodeProvisioner, 0, false, 0, false, 0, nil, 0},
+		{"NP + standby 2", simulate.NodeProvisioner, 2, false, 0, false, 0, nil, 0},
+		{"cluster-autoscaler", simulate.Baseline, 0, false, 0, false, 0, nil, 0},
+		{"NP, pre-pull", simulate.NodeProvisioner, 0, false, 0, true, 0, nil, 0},
+		{"NP + standby 2, pre-pull", simulate.NodeProvisioner, 2, false, 0, true, 0, nil, 0},
+		{"oracle + standby 2, pre-pull", simulate.Oracle, 2, false, 0, true, 0, nil, 0},
+	}, false, ""},
 	{3, simulate.PoolScaleway, []column{
-		{"NodeProvisioner", simulate.NodeProvisioner, 0, false, 0, true, 0},
-		{"NP + forecast", simulate.NodeProvisioner, 0, true, 0, true, 0},
-		{"NP + forecast + standby 2", simulate.NodeProvisioner, 2, true, 0, true, 0},
-		{"NP + forecast 95 % + standby 2", simulate.NodeProvisioner, 2, true, 95, true, 0},
-		{"oracle + standby 2", simulate.Oracle, 2, false, 0, true, 0},
-	}, false},
+		{"NodeProvisioner", simulate.NodeProvisioner, 0, false, 0, true, 0, nil, 0},
+		{"NP + forecast", simulate.NodeProvisioner, 0, true, 0, true, 0, nil, 0},
+		{"NP + forecast + standby 2", simulate.NodeProvisioner, 2, true, 0, true, 0, nil, 0},
+		{"NP + forecast 95 % + standby 2", simulate.NodeProvisioner, 2, true, 95, true, 0, nil, 0},
+		{"oracle + standby 2", simulate.Oracle, 2, false, 0, true, 0, nil, 0},
+	}, false, ""},
 	{3, simulate.PoolScaleway, []column{
-		{"NodeProvisioner", simulate.NodeProvisioner, 0, false, 0, true, 0},
-		{"NP + standby 6, refill 1h", simulate.NodeProvisioner, 6, false, 0, true, time.Hour},
-		{"NP + standby 40, refill 3h", simulate.NodeProvisioner, 40, false, 0, true, 3 * time.Hour},
-		{"NP + forecast + standby 40, refill 3h", simulate.NodeProvisioner, 40, true, 0, true, 3 * time.Hour},
-	}, true},
+		{"NodeProvisioner", simulate.NodeProvisioner, 0, false, 0, true, 0, nil, 0},
+		{"NP + standby 6, refill 1h", simulate.NodeProvisioner, 6, false, 0, true, time.Hour, nil, 0},
+		{"NP + standby 40, refill 3h", simulate.NodeProvisioner, 40, false, 0, true, 3 * time.Hour, nil, 0},
+		{"NP + forecast + standby 40, refill 3h", simulate.NodeProvisioner, 40, true, 0, true, 3 * time.Hour, nil, 0},
+	}, true, ""},
+	{3, simulate.PoolScaleway, frontier(), false, "diurnal-inference"},
+}
+
+// frontier is the diurnal days' table of the forecast's settings: pools
+// on the two groups the trace's pods run on (its one-GPU pods' and its
+// MIG slices'), the coverage from 70 % to 90 %, and a standby lead of
+// the starts' p95 rather than their median.
+func frontier() []column {
+	pools := map[string]int{"h100": 20, "h100-mig": 4}
+	cols := []column{
+		{"NodeProvisioner", simulate.NodeProvisioner, 0, false, 0, true, 0, nil, 0},
+		{"NP + standby 20 and 4, refill 3h", simulate.NodeProvisioner, 0, false, 0, true, 3 * time.Hour, pools, 0},
+	}
+	for _, c := range []int32{70, 75, 80, 85, 90} {
+		cols = append(cols, column{fmt.Sprintf("the same + forecast %d %%", c), simulate.NodeProvisioner, 0, true, c, true, 3 * time.Hour, pools, 0})
+	}
+	return append(cols,
+		column{"the same + forecast 80 %, standby lead 9m", simulate.NodeProvisioner, 0, true, 80, true, 3 * time.Hour, pools, 9 * time.Minute},
+		column{"oracle + standby 2", simulate.Oracle, 2, false, 0, true, 0, nil, 0})
 }
 
 func main() {
@@ -130,6 +159,9 @@ func run(out string, seeds int) error {
 // A one-day table gives cost over the floor; a longer one also against
 // the NodeProvisioner alone, its first column.
 func writeTable(w io.Writer, cfg *config.Config, tb table, seeds int) error {
+	if tb.frontier != "" {
+		return writeFrontier(w, cfg, tb, seeds)
+	}
 	if tb.days == 1 {
 		fmt.Fprintf(w, "Built-in pool (`--pool %s`) and its fact-based timings, 10 GB images included (docs/simulate.md), seeds 1-%d, one day\n"+
 			"each; each cell is the median over the seeds and, in brackets, the worst. Cost is against the floor no policy beats (its own\n"+
@@ -224,13 +256,19 @@ func playAll(cfg *config.Config, trace string, tb table, seeds int) ([][]*simula
 				seed := uint64(s + 1)
 				tr, err := simulate.BuiltinDays(trace, 1, seed, tb.days)
 				if err == nil {
-					opts := simulate.Options{Config: cfg, Policy: col.policy, Standby: col.standby, Seed: seed, Forecast: col.forecast, PrePull: col.prePull,
+					opts := simulate.Options{Config: withPools(cfg, col), Policy: col.policy, Standby: col.standby, Seed: seed, Forecast: col.forecast, PrePull: col.prePull,
 						StandbyRefillAfter: col.refill}
 					if tb.days > 1 {
 						opts.MeasureFrom = 24 * time.Hour
 					}
+					if col.coverage > 0 || col.standbyLead > 0 {
+						opts.Provisioner.Forecast = &v1alpha1.Forecast{}
+					}
 					if col.coverage > 0 {
-						opts.Provisioner.Forecast = &v1alpha1.Forecast{CoveragePercent: &col.coverage}
+						opts.Provisioner.Forecast.CoveragePercent = &col.coverage
+					}
+					if col.standbyLead > 0 {
+						opts.Provisioner.Forecast.StandbyLeadTime = &metav1.Duration{Duration: col.standbyLead}
 					}
 					var r *simulate.Result
 					r, err = simulate.Run(context.Background(), tr, opts)
@@ -247,6 +285,57 @@ func playAll(cfg *config.Config, trace string, tb table, seeds int) ([][]*simula
 	}
 	wg.Wait()
 	return results, errors.Join(errs...)
+}
+
+// withPools is cfg with the column's pools on the groups it names, each
+// refilled after the column's refill; cfg itself when it names none.
+func withPools(cfg *config.Config, col column) *config.Config {
+	if col.pools == nil {
+		return cfg
+	}
+	c := *cfg
+	c.NodeGroups = slices.Clone(cfg.NodeGroups)
+	for i := range c.NodeGroups {
+		g := &c.NodeGroups[i]
+		if n := col.pools[g.Name]; n > 0 {
+			g.Standby = &config.Standby{Size: n, RefillAfter: &metav1.Duration{Duration: col.refill}}
+		}
+	}
+	return &c
+}
+
+// writeFrontier writes a frontier table: a row for each column on the
+// table's one trace, its p95 wait and cost against the first column's
+// and the floor.
+func writeFrontier(w io.Writer, cfg *config.Config, tb table, seeds int) error {
+	fmt.Fprintf(w, "The forecast's settings on the %s days, on the same catalog, timings and seeds, pre-pull, %d days each, measured\n"+
+		"from the second: pools only on the two groups the trace's pods run on (20 one-GPU instances, 4 for MIG slices, refilled\n"+
+		"after 3h), the forecast's coverage from 70 %% to 90 %%, and its standby lead at the starts' p95 rather than the default.\n\n", tb.frontier, tb.days)
+	fmt.Fprintf(w, "| %s, setting | p95 wait | cost over the NodeProvisioner | cost over the floor |\n|---|---|---|---|\n", tb.frontier)
+	results, err := playAll(cfg, tb.frontier, tb, seeds)
+	if err != nil {
+		return err
+	}
+	for c, col := range tb.columns {
+		var waits []time.Duration
+		var vsNP, over []float64
+		for seed := range seeds {
+			r := results[seed][c]
+			waits = append(waits, r.Wait(0.95))
+			vsNP = append(vsNP, 100*(r.Cost/results[seed][0].Cost-1))
+			over = append(over, 100*(r.Cost/r.Floor-1))
+		}
+		mw, xw := medianWorst(waits, func(a, b time.Duration) bool { return a > b })
+		mn, xn := medianWorst(vsNP, func(a, b float64) bool { return a > b })
+		mf, xf := medianWorst(over, func(a, b float64) bool { return a > b })
+		vs := fmt.Sprintf("%+.1f %% (%+.1f %%)", mn, xn)
+		if c == 0 {
+			vs = "-"
+		}
+		fmt.Fprintf(w, "| %s | %s (%s) | %s | %+.1f %% (%+.1f %%) |\n", col.name, fmtDuration(mw), fmtDuration(xw), vs, mf, xf)
+	}
+	fmt.Fprintln(w)
+	return nil
 }
 
 func names(columns []column, sep string) string {
