@@ -1362,3 +1362,33 @@ nodeGroups:
 		t.Errorf("tolerating every taint: waits %s, want 90s on the eight-GPU node", res.Wait(1))
 	}
 }
+
+// The pods a forecast expects are made in the likeness of those it saw,
+// as the controller makes them: eight one-GPU pods at 9:00 that do not
+// tolerate the eight-GPU group's taint are ordered for on the one-GPU
+// group, where they then run without a wait, though one eight-GPU node
+// would hold all eight at the same price.
+func TestForecastOrdersForThePodsItSaw(t *testing.T) {
+	cfg := parse(t, `clusterName: sim
+clouds:
+  sim: {bootDelay: 60s, defaultCapacity: 20}
+nodeGroups:
+  - {name: h100x8, cloud: sim, instanceType: 8H100.80S.176V, locations: [FIN-03], maxSize: 2, `+multiGPUTaints+`}
+  - {name: h100, cloud: sim, instanceType: 1H100.80S.30V, locations: [FIN-01], maxSize: 10}
+`)
+	tr := Trace{Name: "eight at nine"}
+	for d := range 3 {
+		for i := range 8 {
+			tr.Pods = append(tr.Pods, Pod{Name: fmt.Sprintf("d%d-%d", d, i), At: time.Duration(d)*24*time.Hour + 9*time.Hour, Duration: time.Hour,
+				GPUs: 1, Tolerates: BuiltinTolerates(1)})
+		}
+	}
+	res := play(t, cfg, tr, Options{Policy: NodeProvisioner, GPUStartup: time.Minute, MeasureFrom: 24 * time.Hour, Forecast: true, TrainFor: 24 * time.Hour})
+	eight := 0.0
+	for _, s := range res.Timeline {
+		eight = max(eight, s.Capacity["h100x8"])
+	}
+	if res.Wait(1) != 0 || eight != 0 {
+		t.Errorf("longest wait %s, eight-GPU capacity up to %v; want 0 and none: the pods it expects tolerate what those it saw did", res.Wait(1), eight)
+	}
+}
