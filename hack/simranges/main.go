@@ -255,8 +255,12 @@ func playAll(cfg *config.Config, trace string, tb table, seeds int) ([][]*simula
 				defer func() { <-sem; wg.Done() }()
 				seed := uint64(s + 1)
 				tr, err := simulate.BuiltinDays(trace, 1, seed, tb.days)
+				var colCfg *config.Config
 				if err == nil {
-					opts := simulate.Options{Config: withPools(cfg, col), Policy: col.policy, Standby: col.standby, Seed: seed, Forecast: col.forecast, PrePull: col.prePull,
+					colCfg, err = withPools(cfg, col)
+				}
+				if err == nil {
+					opts := simulate.Options{Config: colCfg, Policy: col.policy, Standby: col.standby, Seed: seed, Forecast: col.forecast, PrePull: col.prePull,
 						StandbyRefillAfter: col.refill}
 					if tb.days > 1 {
 						opts.MeasureFrom = 24 * time.Hour
@@ -289,19 +293,24 @@ func playAll(cfg *config.Config, trace string, tb table, seeds int) ([][]*simula
 
 // withPools is cfg with the column's pools on the groups it names, each
 // refilled after the column's refill; cfg itself when it names none.
-func withPools(cfg *config.Config, col column) *config.Config {
+func withPools(cfg *config.Config, col column) (*config.Config, error) {
 	if col.pools == nil {
-		return cfg
+		return cfg, nil
 	}
 	c := *cfg
 	c.NodeGroups = slices.Clone(cfg.NodeGroups)
+	found := 0
 	for i := range c.NodeGroups {
 		g := &c.NodeGroups[i]
-		if n := col.pools[g.Name]; n > 0 {
+		if n, ok := col.pools[g.Name]; ok {
 			g.Standby = &config.Standby{Size: n, RefillAfter: &metav1.Duration{Duration: col.refill}}
+			found++
 		}
 	}
-	return &c
+	if found != len(col.pools) {
+		return nil, fmt.Errorf("%s: pools on %v, but the pool's groups are not all of them", col.name, col.pools)
+	}
+	return &c, nil
 }
 
 // writeFrontier writes a frontier table: a row for each column on the

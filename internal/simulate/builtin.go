@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gpuscaler/gpuscaler/internal/gpu"
 )
 
 // Builtins are the names of the built-in traces.
@@ -58,7 +60,7 @@ func builtinDay(t *Trace, name string, scale float64, rng *rand.Rand, offset tim
 		p.Name = fmt.Sprintf("%s-%06d", prefix, len(t.Pods))
 		p.At += offset
 		p.Image, p.ImageGB = BuiltinImage(name), FactImageGB
-		p.Tolerates = BuiltinTolerates(p.GPUs)
+		p.Tolerates = BuiltinTolerates(p)
 		t.Pods = append(t.Pods, p)
 	}
 	switch name {
@@ -115,21 +117,25 @@ func builtinDay(t *Trace, name string, scale float64, rng *rand.Rand, offset tim
 
 // Taints the built-in pools and traces share: the GPU nodes' taint,
 // which GPU pods are given a toleration of (Kubernetes'
-// ExtendedResourceToleration admission plugin gives one to every pod
-// that requests nvidia.com/gpu), and the eight-GPU groups', which keeps
-// the pods of one GPU or a MIG slice off the nodes that the jobs of
-// several GPUs need whole: as a GPU cluster commonly does, or the first
+// ExtendedResourceToleration admission plugin gives a pod one for each
+// extended resource it requests, keyed by the resource's name: MIG
+// slices' are nvidia.com/mig-<profile>), and the eight-GPU groups',
+// which keeps the pods of one GPU or a MIG slice off the nodes that the
+// jobs of several GPUs need whole: as a GPU cluster commonly does, or the first
 // eight-GPU node to come up would take the small pods that wait beside
 // the jobs it was started for.
 const (
 	GPUTaint      = "nvidia.com/gpu"
-	MultiGPUTaint = "gpuscaler.io/multi-gpu"
+	MultiGPUTaint = "gpuscaler.dev/multi-gpu"
 )
 
-// BuiltinTolerates are the taint keys a built-in trace's pod of gpus
-// GPUs (0: a MIG slice) tolerates.
-func BuiltinTolerates(gpus int) []string {
-	if gpus > 1 {
+// BuiltinTolerates are the taint keys a built-in trace's pod tolerates:
+// its GPU resource's, and, for several GPUs, MultiGPUTaint.
+func BuiltinTolerates(p Pod) []string {
+	switch {
+	case p.MIG != "":
+		return []string{gpu.MIGResourcePrefix + p.MIG}
+	case p.GPUs > 1:
 		return []string{GPUTaint, MultiGPUTaint}
 	}
 	return []string{GPUTaint}

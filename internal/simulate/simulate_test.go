@@ -1300,7 +1300,7 @@ func TestPrePullOnJoinOverlapsTheGPUStartup(t *testing.T) {
 // none, nothing for every taint; a key that is not one is refused with
 // its line.
 func TestTraceTolerates(t *testing.T) {
-	tr, err := Read(strings.NewReader("at,duration,tolerates\n0s,10m,\n1m,10m,-\n2m,10m,nvidia.com/gpu|gpuscaler.io/multi-gpu\n"), "ok", "csv")
+	tr, err := Read(strings.NewReader("at,duration,tolerates\n0s,10m,\n1m,10m,-\n2m,10m,nvidia.com/gpu|gpuscaler.dev/multi-gpu\n"), "ok", "csv")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1329,8 +1329,16 @@ func TestTraceTolerates(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, p := range b.Pods {
-		if want := BuiltinTolerates(p.GPUs); !slices.Equal(p.Tolerates, want) || slices.Contains(p.Tolerates, MultiGPUTaint) != (p.GPUs > 1) {
-			t.Fatalf("built-in pod of %d GPUs tolerates %q, want %q: the eight-GPU groups' taint for several GPUs only", p.GPUs, p.Tolerates, want)
+		if slices.Contains(p.Tolerates, MultiGPUTaint) != (p.GPUs > 1) || !slices.Contains(p.Tolerates, GPUTaint) {
+			t.Fatalf("built-in pod of %d GPUs tolerates %q: want nvidia.com/gpu, and the eight-GPU groups' taint for several GPUs only", p.GPUs, p.Tolerates)
+		}
+	}
+	if got := BuiltinTolerates(Pod{MIG: "1g.10gb"}); !slices.Equal(got, []string{"nvidia.com/mig-1g.10gb"}) {
+		t.Errorf("a MIG pod tolerates %q, want its resource's taint alone", got)
+	}
+	for _, line := range []string{`"tolerates":[""]`, `"tolerates":["a|b"]`, `"tolerates":["-"]`} {
+		if _, err := Read(strings.NewReader(`{"at":"0s","duration":"10m",`+line+"}\n"), "bad", "jsonl"); !errors.As(err, &le) || le.Line != 1 {
+			t.Errorf("jsonl %s: %v, want an error on line 1", line, err)
 		}
 	}
 }
@@ -1351,11 +1359,11 @@ nodeGroups:
 	opts := Options{Policy: NodeProvisioner, GPUStartup: 2 * time.Minute, GPUStartupByGPUs: map[int]time.Duration{8: 30 * time.Second}}
 	pods := func(small []string) Trace {
 		return Trace{Name: "two", Pods: []Pod{
-			{Name: "big", Duration: 30 * time.Minute, GPUs: 2, Tolerates: BuiltinTolerates(2)},
+			{Name: "big", Duration: 30 * time.Minute, GPUs: 2, Tolerates: BuiltinTolerates(Pod{GPUs: 2})},
 			{Name: "small", Duration: 30 * time.Minute, GPUs: 1, Tolerates: small},
 		}}
 	}
-	if res := play(t, cfg, pods(BuiltinTolerates(1)), opts); res.Wait(0) != 90*time.Second || res.Wait(1) != 180*time.Second || res.NodesAdded != 2 {
+	if res := play(t, cfg, pods(BuiltinTolerates(Pod{GPUs: 1})), opts); res.Wait(0) != 90*time.Second || res.Wait(1) != 180*time.Second || res.NodesAdded != 2 {
 		t.Errorf("tainted: waits %s and %s on %d nodes, want 90s (the job) and 180s (its own node) on 2", res.Wait(0), res.Wait(1), res.NodesAdded)
 	}
 	if res := play(t, cfg, pods(nil), opts); res.Wait(1) != 90*time.Second {
@@ -1380,7 +1388,7 @@ nodeGroups:
 	for d := range 3 {
 		for i := range 8 {
 			tr.Pods = append(tr.Pods, Pod{Name: fmt.Sprintf("d%d-%d", d, i), At: time.Duration(d)*24*time.Hour + 9*time.Hour, Duration: time.Hour,
-				GPUs: 1, Tolerates: BuiltinTolerates(1)})
+				GPUs: 1, Tolerates: BuiltinTolerates(Pod{GPUs: 1})})
 		}
 	}
 	res := play(t, cfg, tr, Options{Policy: NodeProvisioner, GPUStartup: time.Minute, MeasureFrom: 24 * time.Hour, Forecast: true, TrainFor: 24 * time.Hour})

@@ -153,16 +153,8 @@ func readJSONL(r io.Reader) ([]Pod, error) {
 		if jp.ImageGB != nil {
 			size = strconv.FormatFloat(*jp.ImageGB, 'g', -1, 64)
 		}
-		tolerates := ""
-		switch {
-		case jp.Tolerates == nil:
-		case len(jp.Tolerates) == 0:
-			tolerates = noTaints
-		default:
-			tolerates = strings.Join(jp.Tolerates, "|")
-		}
 		p, err := parsePod(len(pods), podFields{name: jp.Name, at: jp.At, duration: jp.Duration, gpus: gpus, mig: jp.MIG,
-			priority: strconv.Itoa(jp.Priority), image: jp.Image, imageGB: size, tolerates: tolerates})
+			priority: strconv.Itoa(jp.Priority), image: jp.Image, imageGB: size, keys: jp.Tolerates})
 		if err != nil {
 			return nil, &LineError{Line: line, Err: err}
 		}
@@ -239,6 +231,9 @@ const maxTime = 365 * 24 * time.Hour
 // podFields are one line's fields, as written.
 type podFields struct {
 	name, at, duration, gpus, mig, priority, image, imageGB, tolerates string
+	// keys are JSON Lines' tolerates, a list (nil: the line has none);
+	// tolerates is CSV's, as written.
+	keys []string
 }
 
 // noTaints is a CSV tolerates that tolerates no taint: no taint key can
@@ -298,7 +293,12 @@ func parsePod(i int, f podFields) (Pod, error) {
 		}
 		p.ImageGB = gb
 	}
-	if p.Tolerates, err = parseTolerates(f.tolerates); err != nil {
+	if f.keys != nil {
+		p.Tolerates, err = slices.Clip(f.keys), taintKeys(f.keys)
+	} else {
+		p.Tolerates, err = parseTolerates(f.tolerates)
+	}
+	if err != nil {
 		return p, fmt.Errorf("tolerates: %w", err)
 	}
 	return p, nil
@@ -316,11 +316,18 @@ func parseTolerates(s string) ([]string, error) {
 	keys := strings.Split(s, "|")
 	for i, k := range keys {
 		keys[i] = strings.TrimSpace(k)
-		if errs := validation.IsQualifiedName(keys[i]); len(errs) > 0 {
-			return nil, fmt.Errorf("%q: want taint keys such as nvidia.com/gpu, separated by |, or %q for none: %s", k, noTaints, strings.Join(errs, "; "))
+	}
+	return keys, taintKeys(keys)
+}
+
+// taintKeys checks that each of keys is a taint key.
+func taintKeys(keys []string) error {
+	for _, k := range keys {
+		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
+			return fmt.Errorf("%q: want taint keys such as nvidia.com/gpu (in CSV separated by |, or %q for none): %s", k, noTaints, strings.Join(errs, "; "))
 		}
 	}
-	return keys, nil
+	return nil
 }
 
 // parseDuration reads a Go duration or a number of seconds, from 0 to a
