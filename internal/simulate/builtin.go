@@ -121,9 +121,9 @@ func builtinDay(t *Trace, name string, scale float64, rng *rand.Rand, offset tim
 // extended resource it requests, keyed by the resource's name: MIG
 // slices' are nvidia.com/mig-<profile>), and the eight-GPU groups',
 // which keeps the pods of one GPU or a MIG slice off the nodes that the
-// jobs of several GPUs need whole: as a GPU cluster commonly does, or the first
-// eight-GPU node to come up would take the small pods that wait beside
-// the jobs it was started for.
+// jobs of several GPUs need whole, as a GPU cluster commonly does:
+// otherwise the first eight-GPU node to come up would take the small
+// pods that wait beside the jobs it was started for.
 const (
 	GPUTaint      = "nvidia.com/gpu"
 	MultiGPUTaint = "gpuscaler.dev/multi-gpu"

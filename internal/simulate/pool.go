@@ -46,8 +46,9 @@ const multiGPUTaints = `taints: [{key: ` + MultiGPUTaint + `, value: "true", eff
 
 // Pool returns a built-in pool's config: the same three kinds of group,
 // one-GPU nodes for inference, eight-GPU nodes for the jobs that ask for
-// them (tainted for them alone), and MIG slices, on the instance types of the cloud whose catalog
-// it plays (clouds.sim.catalog), where that cloud sells them.
+// them (tainted for them alone), and MIG slices, on the instance types
+// of the cloud whose catalog it plays (clouds.sim.catalog), where that
+// cloud sells them.
 func Pool(name string) (string, error) {
 	head := func(catalog, capacity string) string {
 		return "clusterName: simulate\nclouds:\n  sim:\n    catalog: " + catalog + "\n" + capacity +
