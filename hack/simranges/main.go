@@ -94,21 +94,28 @@ var tables = []table{
 	{3, simulate.PoolScaleway, frontier(), false, "diurnal-inference"},
 }
 
+// frontierPools are the frontier table's standby pools, on the built-in
+// pool's one-GPU and MIG groups, each refilled after frontierRefill.
+var frontierPools = map[string]int{"h100": 20, "h100-mig": 4}
+
+const frontierRefill = 3 * time.Hour
+
 // frontier is the diurnal days' table of the forecast's settings: pools
 // on the two groups the trace's pods run on (its one-GPU pods' and its
 // MIG slices'), the coverage from 70 % to 90 %, and a standby lead of
 // the starts' p95 rather than their median.
 func frontier() []column {
-	pools := map[string]int{"h100": 20, "h100-mig": 4}
+	pools := frontierPools
 	cols := []column{
 		{"NodeProvisioner", simulate.NodeProvisioner, 0, false, 0, true, 0, nil, 0},
-		{"NP + standby 20 and 4, refill 3h", simulate.NodeProvisioner, 0, false, 0, true, 3 * time.Hour, pools, 0},
+		{fmt.Sprintf("NP + standby %d and %d, refill %gh", pools["h100"], pools["h100-mig"], frontierRefill.Hours()),
+			simulate.NodeProvisioner, 0, false, 0, true, frontierRefill, pools, 0},
 	}
 	for _, c := range []int32{70, 75, 80, 85, 90} {
-		cols = append(cols, column{fmt.Sprintf("the same + forecast %d %%", c), simulate.NodeProvisioner, 0, true, c, true, 3 * time.Hour, pools, 0})
+		cols = append(cols, column{fmt.Sprintf("the same + forecast %d %%", c), simulate.NodeProvisioner, 0, true, c, true, frontierRefill, pools, 0})
 	}
 	return append(cols,
-		column{"the same + forecast 80 %, standby lead 9m", simulate.NodeProvisioner, 0, true, 80, true, 3 * time.Hour, pools, 9 * time.Minute},
+		column{"the same + forecast 80 %, standby lead 9m", simulate.NodeProvisioner, 0, true, 80, true, frontierRefill, pools, 9 * time.Minute},
 		column{"oracle + standby 2", simulate.Oracle, 2, false, 0, true, 0, nil, 0})
 }
 
@@ -318,8 +325,9 @@ func withPools(cfg *config.Config, col column) (*config.Config, error) {
 // and the floor.
 func writeFrontier(w io.Writer, cfg *config.Config, tb table, seeds int) error {
 	fmt.Fprintf(w, "The forecast's settings on the %s days, on the same catalog, timings and seeds, pre-pull, %d days each, measured\n"+
-		"from the second: pools only on the two groups the trace's pods run on (20 one-GPU instances, 4 for MIG slices, refilled\n"+
-		"after 3h), the forecast's coverage from 70 %% to 90 %%, and its standby lead at the starts' p95 rather than the default.\n\n", tb.frontier, tb.days)
+		"from the second: pools only on the two groups the trace's pods run on (%d one-GPU instances, %d for MIG slices, refilled\n"+
+		"after %gh), the forecast's coverage from 70 %% to 90 %%, and its standby lead at the starts' p95 rather than the default.\n\n",
+		tb.frontier, tb.days, frontierPools["h100"], frontierPools["h100-mig"], frontierRefill.Hours())
 	fmt.Fprintf(w, "| %s, setting | p95 wait | cost over the NodeProvisioner | cost over the floor |\n|---|---|---|---|\n", tb.frontier)
 	results, err := playAll(cfg, tb.frontier, tb, seeds)
 	if err != nil {
